@@ -1,0 +1,119 @@
+"""The per-request measurement record: the one unit of truth that every figure is built from.
+
+A record is made once per request by the streaming client, shipped (as a plain dict) to the
+process that owns the run directory, and appended as one JSON line to ``records.jsonl``.
+The report reads nothing else for its figures; Locust's own statistics are only a cross-check,
+because Locust buckets response times to about two significant digits.
+
+Times are seconds. ``t_*`` fields are wall-clock epoch seconds, taken as a fixed wall-clock anchor
+plus a monotonic (``perf_counter``) offset, so they are monotonic within a process and comparable
+across processes (given NTP-synced client machines). Durations (``ttft_s``, ``e2e_s``) are exact
+monotonic differences.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import orjson
+
+# Outcome of a request. Only "ok" counts in the report's Ok column.
+OK = "ok"  # stream ended with its terminator and the server counted exactly the tokens asked for
+SHORT = "short"  # stream ended (cleanly or not) with fewer tokens than asked, or without its terminator
+FAILED = "failed"  # HTTP error, connection error, timeout, malformed stream
+
+# Where ``output_tokens`` came from.
+SRC_USAGE = "usage"  # OpenAI ``usage.completion_tokens``
+SRC_META = "meta_info"  # SGLang ``meta_info.completion_tokens``
+SRC_CHUNKS = "chunks"  # fallback: number of content chunks (labelled, never silent)
+
+PHASE_WARMUP = "warmup"
+PHASE_MEASURE = "measure"
+
+_PERF0 = time.perf_counter()
+_WALL0 = time.time()
+
+
+def now() -> float:
+    """Wall-clock seconds that never go backwards within this process."""
+    return _WALL0 + (time.perf_counter() - _PERF0)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    level: int  # index of the level in the sweep (0-based)
+    concurrency: int  # target concurrency C of that level
+    phase: str  # PHASE_WARMUP or PHASE_MEASURE
+    seq: int  # ticket number within (level, phase), 0-based; unique per level and phase
+    backend: str  # "openai" | "sglang" | "chat"
+    status: str  # OK | SHORT | FAILED
+    reason: str | None  # why it is not OK (None when OK)
+    http_status: int | None  # HTTP status code, None when no response arrived
+    t_send: float  # wall clock just before the request was written
+    t_first: float | None  # wall clock of the first content-bearing event (None if none arrived)
+    t_end: float  # wall clock when the stream ended (terminator, EOF or error)
+    ttft_s: float | None  # t_first - t_send
+    e2e_s: float  # t_end - t_send
+    output_tokens: int  # as counted by the server when it said so; see output_tokens_source
+    output_tokens_source: str  # SRC_USAGE | SRC_META | SRC_CHUNKS
+    prompt_tokens: int | None  # as counted by the server (None when the server did not say)
+    requested_output_tokens: int  # max_tokens asked for
+    requested_prompt_tokens: int  # prompt length sent (token ids) or aimed for (chat text)
+    chunks: int  # content-bearing stream events received
+    tpot_s: float | None  # (e2e - ttft) / (output_tokens - 1); None when output_tokens < 2
+    itl_max_s: float | None  # largest gap between content events, divided by the tokens that event carried
+    per_request_tok_s: float | None  # output_tokens / e2e (reference "Per-req tok/s")
+    decode_tok_s: float | None  # (output_tokens - 1) / (e2e - ttft)
+    spec_verify_ct: int | None  # SGLang meta_info.spec_verify_ct (speculative servers only)
+    worker: str  # which Locust process sent it ("local", or the worker's client id)
+    repeat: int = 0  # repetition index of the level (for --repeat)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def derived(
+    t_send: float, t_first: float | None, t_end: float, output_tokens: int
+) -> tuple[float | None, float, float | None, float | None, float | None]:
+    """Per-request figures from the three timestamps and the server's token count.
+
+    Returns (ttft_s, e2e_s, tpot_s, per_request_tok_s, decode_tok_s). Kept pure so the report
+    and the tests use the same arithmetic as the client.
+    """
+    e2e = t_end - t_send
+    ttft = None if t_first is None else t_first - t_send
+    per_req = output_tokens / e2e if e2e > 0 and output_tokens > 0 else None
+    tpot = decode = None
+    if ttft is not None and output_tokens >= 2:
+        span = e2e - ttft
+        if span > 0:
+            tpot = span / (output_tokens - 1)
+            decode = (output_tokens - 1) / span
+    return ttft, e2e, tpot, per_req, decode
+
+
+def read_records(path: str) -> list[RequestRecord]:
+    """Read records.jsonl; a torn last line (crash mid-write) is skipped, not fatal."""
+    out: list[RequestRecord] = []
+    with open(path, "rb") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(RequestRecord.from_dict(orjson.loads(line)))
+            except (orjson.JSONDecodeError, TypeError):
+                continue
+    return out
+
+
+def level_label(concurrency: int, repeat: int = 0) -> str:
+    """Name of a level in Locust's rows: c016, or c016.r1 for a repetition."""
+    return f"c{concurrency:03d}" + (f".r{repeat}" if repeat else "")
