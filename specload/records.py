@@ -53,6 +53,7 @@ class RequestRecord:
     http_status: int | None  # HTTP status code, None when no response arrived
     t_send: float  # wall clock just before the request was written
     t_first: float | None  # wall clock of the first content-bearing event (None if none arrived)
+    t_last: float | None  # wall clock of the last content-bearing event
     t_end: float  # wall clock when the stream ended (terminator, EOF or error)
     ttft_s: float | None  # t_first - t_send
     e2e_s: float  # t_end - t_send
@@ -62,10 +63,10 @@ class RequestRecord:
     requested_output_tokens: int  # max_tokens asked for
     requested_prompt_tokens: int  # prompt length sent (token ids) or aimed for (chat text)
     chunks: int  # content-bearing stream events received
-    tpot_s: float | None  # (e2e - ttft) / (output_tokens - 1); None when output_tokens < 2
+    tpot_s: float | None  # (t_last - t_first) / (output_tokens - 1); None when output_tokens < 2
     itl_max_s: float | None  # largest gap between content events, divided by the tokens that event carried
     per_request_tok_s: float | None  # output_tokens / e2e (reference "Per-req tok/s")
-    decode_tok_s: float | None  # (output_tokens - 1) / (e2e - ttft)
+    decode_tok_s: float | None  # (output_tokens - 1) / (t_last - t_first)
     spec_verify_ct: int | None  # SGLang meta_info.spec_verify_ct (speculative servers only)
     worker: str  # which Locust process sent it ("local", or the worker's client id)
     repeat: int = 0  # repetition index of the level (for --repeat)
@@ -80,9 +81,9 @@ class RequestRecord:
 
 
 def derived(
-    t_send: float, t_first: float | None, t_end: float, output_tokens: int
+    t_send: float, t_first: float | None, t_last: float | None, t_end: float, output_tokens: int
 ) -> tuple[float | None, float, float | None, float | None, float | None]:
-    """Per-request figures from the three timestamps and the server's token count.
+    """Per-request figures from the timestamps and the server's token count.
 
     Returns (ttft_s, e2e_s, tpot_s, per_request_tok_s, decode_tok_s). Kept pure so the report
     and the tests use the same arithmetic as the client.
@@ -91,8 +92,8 @@ def derived(
     ttft = None if t_first is None else t_first - t_send
     per_req = output_tokens / e2e if e2e > 0 and output_tokens > 0 else None
     tpot = decode = None
-    if ttft is not None and output_tokens >= 2:
-        span = e2e - ttft
+    if t_first is not None and t_last is not None and output_tokens >= 2:
+        span = t_last - t_first
         if span > 0:
             tpot = span / (output_tokens - 1)
             decode = (output_tokens - 1) / span
@@ -109,7 +110,7 @@ def read_records(path: str) -> list[RequestRecord]:
                 continue
             try:
                 out.append(RequestRecord.from_dict(orjson.loads(line)))
-            except (orjson.JSONDecodeError, TypeError):
+            except (orjson.JSONDecodeError, TypeError, AttributeError):
                 continue
     return out
 

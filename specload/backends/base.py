@@ -1,0 +1,61 @@
+"""What a backend is: how to ask for a generation, and how to read one stream event.
+
+A backend knows one server API. It builds the request body and, per request, a parser whose
+``feed`` is called once per SSE ``data:`` payload. ``feed`` is on the per-chunk hot path: it
+does one ``orjson.loads`` and a few dict lookups, nothing else.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+
+class MalformedEvent(ValueError):
+    """A stream event that is not the JSON the API promises."""
+
+
+class StreamParser(ABC):
+    """Per-request state while reading a stream."""
+
+    __slots__ = ("output_tokens", "prompt_tokens", "finish_reason", "error", "spec_verify_ct")
+
+    def __init__(self) -> None:
+        self.output_tokens: int | None = None  # the server's count, once it has said it
+        self.prompt_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.error: str | None = None  # an error object sent inside the stream
+        self.spec_verify_ct: int | None = None
+
+    @abstractmethod
+    def feed(self, payload: bytes) -> int:
+        """Digest one event; return how many output tokens it carries (0: not a content event).
+
+        When the server does not say per event how many tokens it carried, a content event
+        counts as 1 here; the final figure then comes from the server's usage count.
+        """
+
+    def take_usage(self, usage: Any) -> None:
+        if usage:
+            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
+            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+
+    def take_error(self, event: dict[str, Any]) -> None:
+        err = event["error"]
+        self.error = str(err.get("message", err) if isinstance(err, dict) else err)
+
+
+class Backend(ABC):
+    name: str
+    path: str
+    token_source: str  # records.SRC_* used when the server reports a count
+    takes_token_ids: bool = True
+
+    @abstractmethod
+    def body(
+        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The JSON body of one streaming generation request of exactly ``max_tokens`` tokens."""
+
+    @abstractmethod
+    def parser(self) -> StreamParser: ...

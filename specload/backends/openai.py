@@ -1,0 +1,66 @@
+"""OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, TGI, llama.cpp, ...).
+
+The prompt is a list of token ids, so the input length is exact. ``ignore_eos`` plus
+``min_tokens`` ask the server for exactly ``max_tokens`` tokens; ``include_usage`` makes it send
+its own token counts in a final event, which is where the output count comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from specload.backends.base import Backend, MalformedEvent, StreamParser
+from specload.records import SRC_USAGE
+
+
+class CompletionsParser(StreamParser):
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> int:
+        try:
+            ev = orjson.loads(payload)
+            if "error" in ev:
+                self.take_error(ev)
+                return 0
+            usage = ev.get("usage")
+            if usage:
+                self.take_usage(usage)
+            choices = ev.get("choices")
+        except (orjson.JSONDecodeError, AttributeError, TypeError) as e:
+            raise MalformedEvent(str(e)) from None
+        if not choices:
+            return 0  # usage-only event
+        choice = choices[0]
+        fr = choice.get("finish_reason")
+        if fr:
+            self.finish_reason = fr
+        # Every choice event is one decode step, even when its text is empty (a token can be
+        # half a UTF-8 character); an event that only closes the stream carries no token.
+        return 0 if fr and not choice.get("text") else 1
+
+
+class OpenAICompletions(Backend):
+    name = "openai"
+    path = "/v1/completions"
+    token_source = SRC_USAGE
+
+    def body(
+        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        body.update(extra)
+        return body
+
+    def parser(self) -> StreamParser:
+        return CompletionsParser()

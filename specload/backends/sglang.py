@@ -1,0 +1,67 @@
+"""SGLang native ``/generate``.
+
+SGLang streams cumulative text by default, so tokens are never counted from text: each event's
+``meta_info.completion_tokens`` is the server's running count, and the difference to the
+previous event is how many tokens that event carried (several per event on speculative servers,
+which accept a draft's tokens together). ``spec_verify_ct`` (verify steps) gives the
+acceptance length: completion_tokens / spec_verify_ct.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from specload.backends.base import Backend, MalformedEvent, StreamParser
+from specload.records import SRC_META
+
+
+class GenerateParser(StreamParser):
+    __slots__ = ()
+
+    def feed(self, payload: bytes) -> int:
+        try:
+            ev = orjson.loads(payload)
+            if "error" in ev:
+                self.take_error(ev)
+                return 0
+            meta = ev["meta_info"]
+            count = meta["completion_tokens"]
+            self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+            fr = meta.get("finish_reason")
+            svc = meta.get("spec_verify_ct")
+        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
+            raise MalformedEvent(f"{type(e).__name__}: {e}") from None
+        if svc is not None:
+            self.spec_verify_ct = svc
+        if fr:
+            self.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)
+        new = count - (self.output_tokens or 0)
+        self.output_tokens = count
+        return new if new > 0 else 0
+
+
+class SGLangGenerate(Backend):
+    name = "sglang"
+    path = "/generate"
+    token_source = SRC_META
+
+    def body(
+        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+    ) -> dict[str, Any]:
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": temperature}
+        body: dict[str, Any] = {"stream": True, "sampling_params": sampling}
+        if isinstance(prompt, str):
+            body["text"] = prompt
+        else:
+            body["input_ids"] = prompt
+        for k, v in extra.items():
+            if k == "sampling_params" and isinstance(v, dict):
+                sampling.update(v)
+            else:
+                body[k] = v
+        return body
+
+    def parser(self) -> StreamParser:
+        return GenerateParser()

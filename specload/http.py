@@ -1,0 +1,68 @@
+"""Connections to the server under test: one place for URLs, TLS, timeouts and the API key.
+
+The API key is read from the environment here and only ever placed in a request header; it is
+never part of anything specload prints or writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from urllib.parse import urlsplit
+
+from geventhttpclient import HTTPClient
+
+logger = logging.getLogger("specload")
+
+API_KEY_ENV = ("SPECLOAD_API_KEY", "OPENAI_API_KEY")
+
+
+def api_key() -> str | None:
+    for name in API_KEY_ENV:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+def base_headers(stream: bool = True) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    headers["Accept"] = "text/event-stream" if stream else "application/json"
+    key = api_key()
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def check_host(host: str | None) -> str:
+    """The host URL without a trailing slash, or ValueError naming what is wrong with it."""
+    if not host:
+        raise ValueError("no host given: pass --host http://SERVER:PORT")
+    parts = urlsplit(host)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"host {host!r} is not an http:// or https:// URL")
+    return host.rstrip("/")
+
+
+def endpoint(host: str, path: str) -> str:
+    """Request path on the server, keeping any path prefix of the host URL (e.g. behind a proxy)."""
+    prefix = urlsplit(host).path.rstrip("/")
+    return prefix + path
+
+
+def make_client(
+    host: str, read_timeout: float, connect_timeout: float, insecure: bool = False, concurrency: int = 1
+) -> HTTPClient:
+    parts = urlsplit(host)
+    kwargs = {}
+    if parts.scheme == "https":
+        kwargs["ssl"] = True
+        kwargs["insecure"] = insecure
+    return HTTPClient(
+        parts.hostname,
+        port=parts.port or (443 if parts.scheme == "https" else 80),
+        network_timeout=read_timeout,
+        connection_timeout=connect_timeout,
+        concurrency=concurrency,
+        **kwargs,
+    )

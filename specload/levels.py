@@ -1,0 +1,284 @@
+"""The sweep's level state machine: which level runs, which requests may start, when a level ends.
+
+Pure bookkeeping with an injectable clock, so every transition is testable without Locust.
+It lives in one process (the Locust master, or the only process when local) and hands out
+*tickets*: a user may start a request only with a ticket, which is what makes "a budget of N
+means exactly N measured requests" hold however many processes send load. A level ends only
+when every ticket it issued has come back as a record, so no request straddles two levels.
+
+Per level: ramping (waiting for C users) -> warmup (W tickets, then wait for their records)
+-> measure (budget tickets, or until the duration ends) -> draining (wait for in-flight records)
+-> done. Then an optional pause, and the next level.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specload.config import Scenario
+from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT
+
+PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = "pending", "ramping", "warmup", "measure", "draining", "done"
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    index: int
+    concurrency: int
+    repeat: int
+    budget: int | None  # None: time-boxed
+    warmup: int
+    duration_s: float | None
+    warmup_tokens: int
+    output_tokens: int
+
+
+def plan_levels(sc: Scenario) -> list[LevelPlan]:
+    plans: list[LevelPlan] = []
+    for c in sc.levels:
+        for r in range(sc.repeat):
+            plans.append(
+                LevelPlan(
+                    index=len(plans), concurrency=c, repeat=r, budget=sc.budget(c), warmup=sc.warmup_requests,
+                    duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens, output_tokens=sc.output_tokens,
+                )
+            )  # fmt: skip
+    return plans
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Permission to send one request."""
+
+    level: int
+    concurrency: int
+    repeat: int
+    phase: str
+    seq: int
+    max_tokens: int
+
+
+@dataclass
+class LevelProgress:
+    plan: LevelPlan
+    phase: str = PENDING
+    granted_warmup: int = 0
+    received_warmup: int = 0
+    granted: int = 0
+    received: int = 0
+    ok: int = 0
+    failed: int = 0
+    short: int = 0
+    tokens: int = 0
+    first_send: float | None = None
+    last_end: float | None = None
+    t_start: float | None = None
+    t_measure_start: float | None = None
+    t_end: float | None = None
+    status: str = "pending"  # pending | running | completed | incomplete
+    note: str | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return (self.granted_warmup - self.received_warmup) + (self.granted - self.received)
+
+    def agg_tok_s(self) -> float | None:
+        if self.first_send is None or self.last_end is None or self.last_end <= self.first_send:
+            return None
+        return self.tokens / (self.last_end - self.first_send)
+
+    def meta(self) -> dict[str, Any]:
+        """The level's entry in run.json."""
+        return {
+            "index": self.plan.index,
+            "concurrency": self.plan.concurrency,
+            "repeat": self.plan.repeat,
+            "budget": self.plan.budget,
+            "warmup": self.plan.warmup,
+            "duration_s": self.plan.duration_s,
+            "t_start": self.t_start,
+            "t_measure_start": self.t_measure_start,
+            "t_end": self.t_end,
+            "status": self.status,
+            "granted": self.granted,
+            "received": self.received,
+            "granted_warmup": self.granted_warmup,
+            "received_warmup": self.received_warmup,
+            "note": self.note,
+        }
+
+
+@dataclass
+class SweepController:
+    plans: list[LevelPlan]
+    pause_s: float = 0.0
+    level_timeout_s: float = 3600.0
+    clock: Callable[[], float] = time.time
+    levels: list[LevelProgress] = field(init=False)
+    cursor: int = 0  # index of the current level
+    finished: bool = False
+    outcome: str = "running"  # running | completed | aborted
+    abort_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.levels = [LevelProgress(p) for p in self.plans]
+
+    @property
+    def current(self) -> LevelProgress | None:
+        return None if self.finished or self.cursor >= len(self.levels) else self.levels[self.cursor]
+
+    @property
+    def is_open(self) -> bool:
+        lv = self.current
+        return lv is not None and lv.phase in (WARMUP, MEASURE) and self._can_grant(lv)
+
+    def _can_grant(self, lv: LevelProgress) -> bool:
+        if lv.phase == WARMUP:
+            return lv.granted_warmup < lv.plan.warmup
+        if lv.phase == MEASURE:
+            return lv.plan.budget is None or lv.granted < lv.plan.budget
+        return False
+
+    def desired_users(self) -> int:
+        lv = self.current
+        return 0 if lv is None or lv.phase == PENDING else lv.plan.concurrency
+
+    def tick(self, user_count: int) -> list[str]:
+        """Advance time-driven transitions; returns the transitions that happened (for logs)."""
+        changes: list[str] = []
+        lv = self.current
+        if lv is None:
+            return changes
+        now = self.clock()
+        if lv.phase == PENDING:
+            prev = self.levels[self.cursor - 1] if self.cursor else None
+            if prev is None or prev.t_end is None or now - prev.t_end >= self.pause_s:
+                lv.phase, lv.status, lv.t_start = RAMPING, "running", now
+                changes.append("start")
+        if lv.phase == RAMPING and user_count >= lv.plan.concurrency:
+            self._open(lv, now)
+            changes.append(lv.phase)
+        if (
+            lv.phase == MEASURE
+            and lv.plan.duration_s is not None
+            and lv.t_measure_start is not None
+            and now - lv.t_measure_start >= lv.plan.duration_s
+        ):
+            lv.phase = DRAINING
+            changes.append(DRAINING)
+        changes += self._maybe_finish_level(lv, now)
+        if lv.phase not in (DONE, PENDING) and lv.t_start is not None and now - lv.t_start > self.level_timeout_s:
+            lv.status, lv.t_end = "incomplete", now
+            lv.note = f"level timed out after {self.level_timeout_s:g} s with {lv.in_flight} requests in flight"
+            self.abort(lv.note)
+            changes.append("timeout")
+        return changes
+
+    def _open(self, lv: LevelProgress, now: float) -> None:
+        if lv.plan.warmup > 0:
+            lv.phase = WARMUP
+        else:
+            lv.phase, lv.t_measure_start = MEASURE, now
+
+    def grant(self) -> Grant | None:
+        lv = self.current
+        if lv is None or not self._can_grant(lv):
+            return None
+        p = lv.plan
+        if lv.phase == WARMUP:
+            g = Grant(p.index, p.concurrency, p.repeat, PHASE_WARMUP, lv.granted_warmup, p.warmup_tokens)
+            lv.granted_warmup += 1
+        else:
+            g = Grant(p.index, p.concurrency, p.repeat, PHASE_MEASURE, lv.granted, p.output_tokens)
+            lv.granted += 1
+            if p.budget is not None and lv.granted >= p.budget:
+                lv.phase = DRAINING
+        return g
+
+    def give_back(self, level: int, phase: str) -> None:
+        """A ticket that was granted but never used (its user was stopped before sending)."""
+        lv = self.levels[level]
+        if phase == PHASE_WARMUP:
+            lv.granted_warmup -= 1
+        else:
+            lv.granted -= 1
+            if lv.phase == DRAINING and lv.plan.budget is not None:
+                lv.phase = MEASURE
+
+    def receive(self, rec: dict[str, Any]) -> list[str]:
+        """Account one finished request's record; returns transitions it caused."""
+        if not 0 <= rec.get("level", -1) < len(self.levels):
+            return []
+        lv = self.levels[rec["level"]]
+        now = self.clock()
+        if rec["phase"] == PHASE_WARMUP:
+            lv.received_warmup += 1
+        else:
+            lv.received += 1
+            status = rec["status"]
+            if status == OK:
+                lv.ok += 1
+            elif status == SHORT:
+                lv.short += 1
+            elif status == FAILED:
+                lv.failed += 1
+            lv.tokens += rec.get("output_tokens") or 0
+            lv.first_send = rec["t_send"] if lv.first_send is None else min(lv.first_send, rec["t_send"])
+            lv.last_end = rec["t_end"] if lv.last_end is None else max(lv.last_end, rec["t_end"])
+        if lv is not self.current:
+            return []
+        changes: list[str] = []
+        if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
+            lv.phase, lv.t_measure_start = MEASURE, now
+            changes.append(MEASURE)
+        return changes + self._maybe_finish_level(lv, now)
+
+    def _maybe_finish_level(self, lv: LevelProgress, now: float) -> list[str]:
+        if lv.phase != DRAINING or lv.in_flight > 0:
+            return []
+        lv.phase, lv.status, lv.t_end = DONE, "completed", now
+        changes = ["done"]
+        if lv.received > 0 and lv.ok == 0 and lv.short == 0:
+            self.abort(f"every measured request of level C={lv.plan.concurrency} failed")
+            changes.append("abort")
+            return changes
+        self.cursor += 1
+        if self.cursor >= len(self.levels):
+            self.finished, self.outcome = True, "completed"
+            changes.append("finished")
+        return changes
+
+    def abort(self, reason: str) -> None:
+        if self.finished:
+            return
+        self.finished, self.outcome, self.abort_reason = True, "aborted", reason
+        for lv in self.levels:
+            if lv.status == "running":
+                lv.status = "incomplete"
+                lv.note = lv.note or reason
+                if lv.t_end is None:
+                    lv.t_end = self.clock()
+
+    def state(self) -> dict[str, Any]:
+        """What users need to know: the current level and whether tickets are available."""
+        lv = self.current
+        if lv is None:
+            return {"level": None, "open": False, "finished": True}
+        return {
+            "level": lv.plan.index,
+            "concurrency": lv.plan.concurrency,
+            "repeat": lv.plan.repeat,
+            "phase": lv.phase,
+            "open": self.is_open,
+            "finished": False,
+        }
+
+    def levels_meta(self) -> list[dict[str, Any]]:
+        return [lv.meta() for lv in self.levels]
+
+
+def plan_dict(p: LevelPlan) -> dict[str, Any]:
+    return asdict(p)

@@ -1,0 +1,358 @@
+"""Per-level figures computed from RequestRecords. Pure functions: no I/O, no clock, no Locust.
+
+Every number the report prints is derived here, from ``records.jsonl`` alone, so that the same
+records always give the same table (Locust's own statistics are bucketed and only cross-checked).
+The definitions are written out for users in ``docs/metrics.md``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specload.records import (
+    FAILED,
+    OK,
+    PHASE_MEASURE,
+    PHASE_WARMUP,
+    SHORT,
+    SRC_CHUNKS,
+    RequestRecord,
+    level_label,
+)
+
+# A closed-loop user hands its slot from a finished request to its next one in (milli)seconds; a
+# dip below C shorter than this is that hand-off, not the end of the steady state.
+STEADY_MAX_DIP_S = 0.5
+# A steady-state window shorter than this is too short to be a rate worth printing.
+STEADY_MIN_WINDOW_S = 1.0
+
+
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """q-th percentile (0..100), linear interpolation between closest ranks.
+
+    Same as numpy's default ``np.percentile`` (method="linear"), which ``vllm bench serve`` uses, so
+    our p50/p99 can be compared with theirs on the same data. None values are ignored because
+    per-request figures are None when undefined (e.g. TPOT of a one-token reply).
+    """
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile q must be within [0, 100], got {q}")
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _ms(v: float | None) -> float | None:
+    return None if v is None else v * 1000.0
+
+
+@dataclass
+class LevelStats:
+    """Figures of one level (one repeat of one concurrency), all from measured records only."""
+
+    concurrency: int
+    repeat: int
+    label: str  # level_label(C, repeat): the name used in Locust rows
+    index: int | None = None  # level index in run.json (None when the level is not in run.json)
+    planned: bool = True  # False: records exist for a level run.json does not list
+    status: str | None = None  # level status from run.json (completed | incomplete | running)
+    warmup: int = 0  # warmup requests (excluded from every other figure)
+    sent: int = 0  # measured requests (any outcome)
+    ok: int = 0
+    short: int = 0
+    failed: int = 0
+    output_tokens: int = 0  # sum over all measured records, whatever their outcome
+    wall_s: float | None = None  # last measured t_end - first measured t_send
+    agg_tok_s: float | None = None  # output_tokens / wall_s
+    per_req_tok_s: float | None = None  # mean over OK of output_tokens / e2e
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p99_s: float | None = None
+    decode_tok_s_mean: float | None = None  # mean over OK of (N - 1) / (e2e - ttft)
+    prompt_tokens_mean: float | None = None  # server-counted, over OK records that report it
+    requested_output_tokens: int | None = None  # most common requested max_tokens
+    requested_prompt_tokens: int | None = None  # most common requested prompt length
+    token_sources: dict[str, int] = field(default_factory=dict)  # measured records per token source
+    chunk_fallback_ok: int = 0  # OK records whose output count is a chunk count
+    token_note: str | None = None  # set when chunk_fallback_ok > 0
+    output_mismatch: int = 0  # non-failed records whose output count != requested
+    prompt_mismatch: int = 0  # records whose server prompt count != requested
+    steady_tok_s: float | None = None
+    steady_window_s: float | None = None
+    mean_concurrency: float | None = None  # sum(e2e) / wall_s
+    reasons: dict[str, int] = field(default_factory=dict)  # "failed: <reason>" / "short: <reason>"
+
+
+@dataclass
+class RepeatedLevelStats:
+    """One concurrency across its repeats: the spread that confidence intervals will be built on."""
+
+    concurrency: int
+    repeats: list[int]
+    n: int  # repeats that produced a value (levels with no records have none)
+    agg_tok_s_mean: float | None
+    agg_tok_s_std: float | None  # sample std-dev (n - 1); None when fewer than 2 values
+    per_req_tok_s_mean: float | None
+    per_req_tok_s_std: float | None
+    levels: list[LevelStats]
+
+
+def _is_measured(r: RequestRecord) -> bool:
+    return r.phase == PHASE_MEASURE
+
+
+def _belongs(r: RequestRecord, concurrency: int, repeat: int, index: int | None) -> bool:
+    if r.concurrency != concurrency or r.repeat != repeat:
+        return False
+    return index is None or r.level == index
+
+
+def _mode(values: Iterable[int]) -> int | None:
+    counts = Counter(values)
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def _tokens_in_window(r: RequestRecord, a: float, b: float) -> float:
+    """Tokens a request produced inside [a, b], assuming a linear stream.
+
+    The record keeps only t_first and t_end, not every token's arrival time, so we assume the first
+    token arrives at t_first and the other N-1 arrive evenly over (t_first, t_end].
+    """
+    n = r.output_tokens
+    if n <= 0:
+        return 0.0
+    t0 = r.t_first if r.t_first is not None else r.t_end
+    first = 1.0 if a <= t0 <= b else 0.0
+    span = r.t_end - t0
+    if span <= 0 or n == 1:
+        return n * first
+    overlap = max(0.0, min(b, r.t_end) - max(a, t0))
+    return first + (n - 1) * overlap / span
+
+
+def steady_window(
+    records: Sequence[RequestRecord], concurrency: int, max_dip_s: float = STEADY_MAX_DIP_S
+) -> tuple[float, float] | None:
+    """The span during which C requests were in flight, or None if that never happened.
+
+    Starts when the in-flight count first reaches C; ends when it first drops below C and does not
+    come back within ``max_dip_s`` (a closed-loop user's end-to-next-send hand-off is not a drop).
+    """
+    if concurrency <= 0 or len(records) < concurrency:
+        return None
+    # At equal times a send is counted before an end, so a same-instant hand-off is no dip.
+    events = sorted([(r.t_send, 0, 1) for r in records] + [(r.t_end, 1, -1) for r in records])
+    count = 0
+    start: float | None = None
+    below_since: float | None = None
+    for t, _, delta in events:
+        count += delta
+        if start is None:
+            if count >= concurrency:
+                start = t
+            continue
+        if count < concurrency:
+            if below_since is None:
+                below_since = t
+        elif below_since is not None:
+            if t - below_since > max_dip_s:
+                return start, below_since
+            below_since = None
+    if start is None or below_since is None:
+        return None
+    return start, below_since
+
+
+def steady_tok_s(
+    records: Sequence[RequestRecord],
+    concurrency: int,
+    max_dip_s: float = STEADY_MAX_DIP_S,
+    min_window_s: float = STEADY_MIN_WINDOW_S,
+) -> tuple[float | None, float | None]:
+    """(tokens/s inside the steady window, window length), excluding ramp-up and drain tail.
+
+    Whole-level Agg tok/s divides by a wall time that includes the tail where fewer than C requests
+    are left; this figure shows what the server sustains while fully loaded.
+    """
+    window = steady_window(records, concurrency, max_dip_s)
+    if window is None:
+        return None, None
+    a, b = window
+    length = b - a
+    if length < min_window_s:
+        return None, length
+    tokens = sum(_tokens_in_window(r, a, b) for r in records)
+    return tokens / length, length
+
+
+def _reasons(records: Iterable[RequestRecord]) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for r in records:
+        if r.status != OK:
+            counts[f"{r.status}: {r.reason or 'no reason given'}"] += 1
+    return dict(counts)
+
+
+def _token_note(fallback: int, ok: int) -> str | None:
+    if not fallback:
+        return None
+    return (
+        f"{fallback} of {ok} OK requests counted output tokens from stream chunks (the server sent no "
+        "token count); a chunk can carry several tokens (e.g. speculative decoding)"
+    )
+
+
+def _output_mismatch(r: RequestRecord) -> bool:
+    return r.status != FAILED and r.output_tokens != r.requested_output_tokens
+
+
+def _prompt_mismatch(r: RequestRecord) -> bool:
+    return r.prompt_tokens is not None and r.prompt_tokens != r.requested_prompt_tokens
+
+
+def _fill_outcomes(s: LevelStats, measured: list[RequestRecord]) -> None:
+    s.sent = len(measured)
+    s.ok = sum(r.status == OK for r in measured)
+    s.short = sum(r.status == SHORT for r in measured)
+    s.failed = sum(r.status == FAILED for r in measured)
+    s.output_tokens = sum(max(r.output_tokens, 0) for r in measured)
+    s.token_sources = dict(Counter(r.output_tokens_source for r in measured))
+    s.output_mismatch = sum(_output_mismatch(r) for r in measured)
+    s.prompt_mismatch = sum(_prompt_mismatch(r) for r in measured)
+    s.requested_output_tokens = _mode(r.requested_output_tokens for r in measured)
+    s.requested_prompt_tokens = _mode(r.requested_prompt_tokens for r in measured)
+    s.reasons = _reasons(measured)
+
+
+def _fill_throughput(s: LevelStats, measured: list[RequestRecord]) -> None:
+    wall = max(r.t_end for r in measured) - min(r.t_send for r in measured)
+    s.wall_s = wall
+    if wall > 0:
+        s.agg_tok_s = s.output_tokens / wall
+        s.mean_concurrency = sum(r.e2e_s for r in measured) / wall
+    s.steady_tok_s, s.steady_window_s = steady_tok_s(measured, s.concurrency)
+
+
+def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
+    s.per_req_tok_s = _mean(r.output_tokens / r.e2e_s for r in ok if r.e2e_s > 0)
+    ttft = [r.ttft_s for r in ok]
+    tpot = [r.tpot_s for r in ok]
+    e2e = [r.e2e_s for r in ok]
+    s.ttft_p50_ms, s.ttft_p99_ms = _ms(percentile(ttft, 50)), _ms(percentile(ttft, 99))
+    s.tpot_p50_ms, s.tpot_p99_ms = _ms(percentile(tpot, 50)), _ms(percentile(tpot, 99))
+    s.e2e_p50_s, s.e2e_p99_s = percentile(e2e, 50), percentile(e2e, 99)
+    s.decode_tok_s_mean = _mean(r.decode_tok_s for r in ok)
+    s.prompt_tokens_mean = _mean(r.prompt_tokens for r in ok)
+    s.chunk_fallback_ok = sum(r.output_tokens_source == SRC_CHUNKS for r in ok)
+    s.token_note = _token_note(s.chunk_fallback_ok, len(ok))
+
+
+def summarize_level(
+    records: Iterable[RequestRecord],
+    concurrency: int,
+    repeat: int = 0,
+    *,
+    index: int | None = None,
+    meta: Mapping[str, Any] | None = None,
+) -> LevelStats:
+    """Stats of one level from any set of records (those of other levels are filtered out).
+
+    ``index`` narrows the match to one run.json level when the same (C, repeat) occurs twice;
+    ``meta`` is that level's run.json entry, used only for its status.
+    """
+    mine = [r for r in records if _belongs(r, concurrency, repeat, index)]
+    measured = [r for r in mine if _is_measured(r)]
+    s = LevelStats(
+        concurrency=concurrency,
+        repeat=repeat,
+        label=level_label(concurrency, repeat),
+        index=index,
+        status=None if meta is None else meta.get("status"),
+        warmup=sum(r.phase == PHASE_WARMUP for r in mine),
+    )
+    if not measured:
+        return s
+    _fill_outcomes(s, measured)
+    _fill_throughput(s, measured)
+    _fill_latency(s, [r for r in measured if r.status == OK])
+    return s
+
+
+def _meta_key(m: Mapping[str, Any]) -> tuple[int | None, int, int]:
+    idx = m.get("index")
+    return (None if idx is None else int(idx), int(m["concurrency"]), int(m.get("repeat", 0) or 0))
+
+
+def _claimed(r: RequestRecord, keys: list[tuple[int | None, int, int]]) -> bool:
+    return any(_belongs(r, c, rep, idx) for idx, c, rep in keys)
+
+
+def summarize_run(
+    records: Sequence[RequestRecord], levels_meta: Sequence[Mapping[str, Any]] | None
+) -> list[LevelStats]:
+    """One row per run.json level (in sweep order, even without records), then any unplanned levels.
+
+    Rows for levels that run.json does not list are kept rather than dropped: records are the
+    ground truth, and a missing or stale run.json must not hide measurements.
+    """
+    metas = [m for m in (levels_meta or []) if isinstance(m, Mapping) and "concurrency" in m]
+    keys = [_meta_key(m) for m in metas]
+    out = [
+        summarize_level(records, c, rep, index=idx, meta=m)
+        for (idx, c, rep), m in zip(keys, metas, strict=True)
+    ]
+    extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, keys)})
+    for idx, c, rep in extra:
+        s = summarize_level(records, c, rep, index=idx)
+        s.planned = False
+        out.append(s)
+    return out
+
+
+def _sample_std(xs: list[float]) -> float | None:
+    return statistics.stdev(xs) if len(xs) >= 2 else None
+
+
+def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
+    """Mean and sample std-dev across repeats of one concurrency (levels without a value are skipped)."""
+    if not levels:
+        raise ValueError("combine_repeats needs at least one LevelStats")
+    concurrencies = {s.concurrency for s in levels}
+    if len(concurrencies) != 1:
+        raise ValueError(f"combine_repeats got several concurrencies: {sorted(concurrencies)}")
+    agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
+    per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
+    return RepeatedLevelStats(
+        concurrency=levels[0].concurrency,
+        repeats=[s.repeat for s in levels],
+        n=len(agg),
+        agg_tok_s_mean=_mean(agg),
+        agg_tok_s_std=_sample_std(agg),
+        per_req_tok_s_mean=_mean(per),
+        per_req_tok_s_std=_sample_std(per),
+        levels=list(levels),
+    )
+
+
+def group_repeats(levels: Sequence[LevelStats]) -> list[RepeatedLevelStats]:
+    """combine_repeats for every concurrency, in first-seen order."""
+    by_c: dict[int, list[LevelStats]] = {}
+    for s in levels:
+        by_c.setdefault(s.concurrency, []).append(s)
+    return [combine_repeats(group) for group in by_c.values()]

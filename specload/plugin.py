@@ -1,0 +1,107 @@
+"""Wires specload into Locust's event hooks: options, message handlers, run bookkeeping, web UI.
+
+Every Locust process imports the locustfile and so installs these listeners; each listener
+checks which kind of process it is in (local, master, worker) and does only that process's job.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import locust.runners
+from locust import events
+from locust.runners import LocalRunner, MasterRunner
+
+from specload.coordinator import Coordinator
+from specload.options import add_arguments
+from specload.user import register_user_side
+
+logger = logging.getLogger("specload")
+
+# Seconds in-flight requests get to finish when a test is stopped (Ctrl-C, SIGTERM, UI stop);
+# what they measured is recorded either way. Locust's own --stop-timeout overrides it.
+DEFAULT_GRACE_S = 10.0
+
+_COORDINATORS: dict[int, Coordinator] = {}
+
+
+def coordinator(environment: Any) -> Coordinator:
+    coord = _COORDINATORS.get(id(environment))
+    if coord is None or coord.env is not environment:
+        coord = _COORDINATORS[id(environment)] = Coordinator(environment)
+    return coord
+
+
+def _owns_sweep(environment: Any) -> bool:
+    return isinstance(environment.runner, LocalRunner | MasterRunner)
+
+
+def on_parser(parser: Any, **_: Any) -> None:
+    add_arguments(parser)
+    parser.add_argument(
+        "--quiet-report", dest="quiet_report", action="store_true", default=False,
+        help="Do not print the per-level table when the sweep ends", include_in_web_ui=False,
+    )  # fmt: skip
+
+
+def on_init(environment: Any, **_: Any) -> None:
+    runner = environment.runner
+    if runner is None:
+        return
+    # Faster worker -> master statistics, so Locust's live rows lag the records by ~1 s, not 3.
+    locust.runners.WORKER_REPORT_INTERVAL = 1.0
+    if not isinstance(runner, MasterRunner):
+        register_user_side(environment)
+    if _owns_sweep(environment):
+        coordinator(environment).register()
+        if not environment.stop_timeout:
+            environment.stop_timeout = DEFAULT_GRACE_S
+        if environment.web_ui is not None:
+            from specload.webui import extend_web_ui
+
+            extend_web_ui(environment, coordinator(environment))
+
+
+def on_test_stop(environment: Any, **_: Any) -> None:
+    if _owns_sweep(environment):
+        coordinator(environment).finish()
+
+
+def on_quitting(environment: Any, **_: Any) -> None:
+    if not _owns_sweep(environment):
+        return
+    coord = coordinator(environment)
+    coord.finish()
+    if coord.run_dir is not None:
+        _write_report(environment, coord)
+    elif coord.failure is not None:
+        environment.process_exit_code = 2
+
+
+def _write_report(environment: Any, coord: Coordinator) -> None:
+    from specload.report import load_run, render_report, write_report_md
+
+    try:
+        run = load_run(coord.run_dir)
+        write_report_md(run)
+        opts = environment.parsed_options
+        if opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
+            print(render_report(run, "github"), flush=True)
+    except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
+        logger.warning("specload: could not write report.md (%s); run `specload report %s`", e, coord.run_dir)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Register the listeners once per process (the locustfile calls this at import)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    events.init_command_line_parser.add_listener(on_parser)
+    events.init.add_listener(on_init)
+    events.test_stop.add_listener(on_test_stop)
+    events.quitting.add_listener(on_quitting)

@@ -1,0 +1,46 @@
+"""Questions asked of the server outside the load: is it there, which model does it serve.
+
+Used once before a sweep (from the process that runs the sweep), never on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from specload.http import base_headers, endpoint, make_client
+from specload.stream import describe_connect_error, server_message
+
+
+class ServerUnreachable(RuntimeError):
+    """The host did not answer at all; nothing can be measured."""
+
+
+def get_json(host: str, path: str, timeout: float = 10.0, insecure: bool = False) -> tuple[int, Any]:
+    """GET a JSON endpoint: (status, parsed body or None). Raises ServerUnreachable on no answer."""
+    client = make_client(host, timeout, timeout, insecure)
+    try:
+        resp = client.get(endpoint(host, path), headers=base_headers(stream=False))
+        raw = resp.read()
+        resp.release()
+    except Exception as e:  # noqa: BLE001
+        raise ServerUnreachable(f"{host}{path}: {describe_connect_error(e, timeout)}") from None
+    finally:
+        client.close()
+    if resp.status_code != 200:
+        return resp.status_code, server_message(resp.status_code, raw)
+    try:
+        return 200, orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 200, None
+
+
+def discover_model(host: str, timeout: float = 10.0, insecure: bool = False) -> tuple[str | None, str]:
+    """(model id, how it was found). Raises ServerUnreachable when the host does not answer."""
+    status, body = get_json(host, "/v1/models", timeout, insecure)
+    if status == 200 and isinstance(body, dict) and body.get("data"):
+        first = body["data"][0]
+        if isinstance(first, dict) and first.get("id"):
+            return str(first["id"]), "/v1/models"
+    return None, f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model"

@@ -1,0 +1,414 @@
+"""The per-level report of one run directory: ``specload report RUN_DIR``.
+
+Reads only the run directory (run.json, records.jsonl, Locust's locust.json / locust_stats.csv),
+so a report can be re-made at any time, on any machine, from what a run left behind. Figures come
+from the records (specload.metrics); Locust's counts are only cross-checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate, tabulate_formats
+
+from specload.metrics import LevelStats, summarize_run
+from specload.records import RequestRecord, level_label, read_records
+
+RUN_JSON = "run.json"
+RECORDS = "records.jsonl"
+LOCUST_JSON = "locust.json"
+LOCUST_CSV = "locust_stats.csv"
+REPORT_MD = "report.md"
+
+COLUMNS = (
+    "C",
+    "Agg tok/s",
+    "Per-req tok/s",
+    "Tokens",
+    "Wall(s)",
+    "Ok",
+    "Fail",
+    "Short",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "TPOT p50 (ms)",
+    "TPOT p99 (ms)",
+    "E2E p50 (s)",
+    "Steady tok/s",
+    "Mean conc",
+)
+MISSING = "-"
+REASON_WIDTH = 120
+EXTRA_FORMATS = ("csv", "json")
+
+
+@dataclass
+class Run:
+    run_dir: Path
+    meta: dict[str, Any]  # run.json ({} when absent)
+    records: list[RequestRecord]
+    levels: list[LevelStats]
+    crosscheck: list[str] = field(default_factory=list)  # record counts vs Locust's counts
+    notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
+
+
+class NotARunDir(Exception):
+    """The directory holds neither run.json nor records.jsonl: nothing to report."""
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
+    path = run_dir / RUN_JSON
+    if not path.exists():
+        notices.append(f"no {RUN_JSON}: figures come from {RECORDS} alone (no level plan, no run header)")
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        notices.append(f"{RUN_JSON} unreadable ({e}); figures come from {RECORDS} alone")
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _read_records(run_dir: Path, notices: list[str]) -> list[RequestRecord]:
+    path = run_dir / RECORDS
+    if not path.exists():
+        notices.append(f"no {RECORDS}: every level shows zero requests")
+        return []
+    return read_records(str(path))
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Everything the report needs from one run directory; raises NotARunDir when there is nothing."""
+    d = Path(run_dir)
+    if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
+        raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
+    notices: list[str] = []
+    meta = _read_meta(d, notices)
+    records = _read_records(d, notices)
+    levels = summarize_run(records, meta.get("levels") or [])
+    return Run(d, meta, records, levels, crosscheck(d, levels), notices)
+
+
+# ---------------------------------------------------------------- Locust cross-check
+
+
+def _parse_row_name(name: str) -> tuple[str, bool] | None:
+    """(level label, is_warmup) of a request row named per DESIGN-CONTRACTS, else None."""
+    parts = name.split()
+    if len(parts) == 2:
+        return parts[0], False
+    if len(parts) == 3 and parts[1] == "warmup":
+        return parts[0], True
+    return None
+
+
+def _add_count(counts: dict[str, int], method: str, name: str, n: int) -> None:
+    parsed = _parse_row_name(name) if method == "POST" else None
+    if parsed is not None and not parsed[1]:
+        counts[parsed[0]] = counts.get(parsed[0], 0) + n
+
+
+def _locust_json_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in json.loads(path.read_text()):
+        _add_count(counts, str(e.get("method", "")), str(e.get("name", "")), int(e.get("num_requests", 0)))
+    return counts
+
+
+def _locust_csv_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            _add_count(counts, row.get("Type", ""), row.get("Name", ""), int(row.get("Request Count") or 0))
+    return counts
+
+
+def _locust_counts(run_dir: Path, notes: list[str]) -> tuple[dict[str, int], str] | None:
+    """Measured-request counts per level label from Locust's own files, preferring locust.json.
+
+    locust.json is written once at shutdown from the final stats; locust_stats.csv is a periodic
+    snapshot and may lag, so it is only the fallback.
+    """
+    for fname, reader in ((LOCUST_JSON, _locust_json_counts), (LOCUST_CSV, _locust_csv_counts)):
+        path = run_dir / fname
+        if not path.exists():
+            continue
+        try:
+            return reader(path), fname
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+            notes.append(f"could not read {fname} ({e})")
+    return None
+
+
+def crosscheck(run_dir: Path, levels: Sequence[LevelStats]) -> list[str]:
+    """Notes where records and Locust disagree on how many measured requests each level sent."""
+    notes: list[str] = []
+    found = _locust_counts(run_dir, notes)
+    if found is None:
+        notes.append(f"Locust cross-check skipped: no readable {LOCUST_JSON} or {LOCUST_CSV}")
+        return notes
+    counts, fname = found
+    why = (
+        "Locust's _stats.csv can miss the last second; records are authoritative"
+        if fname == LOCUST_CSV
+        else "records are authoritative"
+    )
+    labels = {s.label for s in levels}
+    for s in levels:
+        theirs = counts.get(s.label, 0)
+        if theirs != s.sent:
+            notes.append(f"{s.label}: records {s.sent} requests, Locust counted {theirs} ({why})")
+    for label in sorted(set(counts) - labels):
+        notes.append(f"{label}: Locust counted {counts[label]} requests, records have no such level ({why})")
+    return notes
+
+
+# ---------------------------------------------------------------- table
+
+
+def _fmt(v: float | int | None, digits: int) -> str:
+    return MISSING if v is None else f"{v:.{digits}f}"
+
+
+def _c_cell(s: LevelStats) -> str:
+    return str(s.concurrency) if s.repeat == 0 else f"{s.concurrency} r{s.repeat}"
+
+
+def _row(s: LevelStats) -> list[str]:
+    return [
+        _c_cell(s),
+        _fmt(s.agg_tok_s, 1),
+        _fmt(s.per_req_tok_s, 1),
+        str(s.output_tokens),
+        _fmt(s.wall_s, 1),
+        str(s.ok),
+        str(s.failed),
+        str(s.short),
+        _fmt(s.ttft_p50_ms, 1),
+        _fmt(s.ttft_p99_ms, 1),
+        _fmt(s.tpot_p50_ms, 1),
+        _fmt(s.tpot_p99_ms, 1),
+        _fmt(s.e2e_p50_s, 2),
+        _fmt(s.steady_tok_s, 1),
+        _fmt(s.mean_concurrency, 1),
+    ]
+
+
+def _render_csv(levels: Sequence[LevelStats]) -> str:
+    """CSV with the table's columns and rounding; missing values are empty cells, as CSV readers expect."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    for s in levels:
+        w.writerow(["" if c == MISSING else c for c in _row(s)])
+    return buf.getvalue()
+
+
+def _render_json(levels: Sequence[LevelStats]) -> str:
+    return json.dumps([asdict(s) for s in levels], indent=2) + "\n"
+
+
+def is_known_format(fmt: str) -> bool:
+    return fmt in EXTRA_FORMATS or fmt in tabulate_formats
+
+
+def render_levels(levels: Sequence[LevelStats], fmt: str = "github") -> str:
+    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded)."""
+    if fmt == "csv":
+        return _render_csv(levels)
+    if fmt == "json":
+        return _render_json(levels)
+    if fmt not in tabulate_formats:
+        raise ValueError(f"unknown format {fmt!r}; use csv, json or one of: {', '.join(tabulate_formats)}")
+    # Cells are pre-formatted strings so the rounding above is exactly what is printed.
+    return tabulate(
+        [_row(s) for s in levels],
+        headers=list(COLUMNS),
+        tablefmt=fmt,
+        disable_numparse=True,
+        colalign=["right"] * len(COLUMNS),
+    )
+
+
+# ---------------------------------------------------------------- header and notes
+
+
+def _utc(ts: Any) -> str | None:
+    if not isinstance(ts, (int, float)):
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _scenario_name(meta: dict[str, Any]) -> str | None:
+    sc = meta.get("scenario")
+    name = sc.get("name") if isinstance(sc, dict) else None
+    if name:
+        return str(name)
+    path = meta.get("scenario_file")
+    return Path(path).stem if path else None
+
+
+def _header_lines(run: Run) -> list[str]:
+    m = run.meta
+    label = m.get("label") or run.run_dir.name
+    lines = [f"# specload report: {label}", ""]
+    if m.get("simulated"):
+        lines.append(
+            "- **SIMULATED SERVER**: these figures measure the built-in simulator, not an inference server"
+        )
+    fields_ = [
+        ("host", m.get("host")),
+        ("backend", m.get("backend")),
+        ("model", m.get("model")),
+        ("scenario", _scenario_name(m)),
+        ("status", m.get("status")),
+        ("started", _utc(m.get("started_at"))),
+        ("run dir", str(run.run_dir)),
+    ]
+    lines += [f"- {k}: {v}" for k, v in fields_ if v]
+    lines += [f"- NOTICE: {n}" for n in run.notices]
+    return lines
+
+
+def _level_notes(s: LevelStats) -> list[str]:
+    notes: list[str] = []
+    if s.token_note:
+        notes.append(f"{s.label}: {s.token_note}")
+    if s.output_mismatch:
+        notes.append(
+            f"{s.label}: {s.output_mismatch} of {s.sent} requests got an output token count different "
+            f"from the {s.requested_output_tokens} requested"
+        )
+    if s.prompt_mismatch:
+        mean = "-" if s.prompt_tokens_mean is None else f"{s.prompt_tokens_mean:.1f}"
+        notes.append(
+            f"{s.label}: {s.prompt_mismatch} of {s.sent} requests had a server-counted prompt length "
+            f"different from the {s.requested_prompt_tokens} requested (mean counted {mean})"
+        )
+    if not s.planned:
+        notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
+    return notes
+
+
+def _level_meta_notes(run: Run) -> list[str]:
+    """Levels run.json does not mark completed, with their budget vs what came back."""
+    notes: list[str] = []
+    for m in run.meta.get("levels") or []:
+        status = m.get("status")
+        if status in (None, "completed") or "concurrency" not in m:
+            continue
+        label = level_label(int(m["concurrency"]), int(m.get("repeat", 0) or 0))
+        counts = ", ".join(f"{k} {m[k]}" for k in ("budget", "granted", "received") if k in m)
+        notes.append(f"{label}: level marked {status} in {RUN_JSON}" + (f" ({counts})" if counts else ""))
+    return notes
+
+
+def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
+    parts = [f"{s.label} {s.warmup}" for s in levels if s.warmup]
+    return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
+
+
+def failure_summary(levels: Sequence[LevelStats]) -> list[str]:
+    """Count per (shortened) reason over the run, with the first level it appeared in."""
+    totals: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for s in levels:
+        for reason, n in s.reasons.items():
+            key = _shorten(reason)
+            totals[key] = totals.get(key, 0) + n
+            first.setdefault(key, s.label)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    return [f"{n} x {reason} (first at {first[reason]})" for reason, n in ranked]
+
+
+def _notes(run: Run) -> list[str]:
+    notes: list[str] = []
+    if run.meta.get("status") not in (None, "completed"):
+        notes.append(f"run status is {run.meta.get('status')}: the last levels may be partial")
+    for s in run.levels:
+        notes += _level_notes(s)
+    notes += _level_meta_notes(run)
+    notes += run.crosscheck
+    notes += _warmup_note(run.levels)
+    return notes
+
+
+def _notes_block(run: Run) -> list[str]:
+    lines: list[str] = []
+    notes = _notes(run)
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    failures = failure_summary(run.levels)
+    if failures:
+        lines += ["", "## Failed and short requests", ""] + [f"- {f}" for f in failures]
+    return lines
+
+
+def render_report(run: Run, fmt: str = "github") -> str:
+    """Header, table and notes as one text (markdown when fmt is github)."""
+    lines = _header_lines(run) + ["", render_levels(run.levels, fmt)] + _notes_block(run)
+    return "\n".join(lines) + "\n"
+
+
+def write_report_md(run: Run) -> Path:
+    path = run.run_dir / REPORT_MD
+    path.write_text(render_report(run, "github"))
+    return path
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specload report", description="Per-level table of one run directory.")
+    p.add_argument("run_dir", help="results/<label>-<timestamp>/ directory of a run")
+    p.add_argument(
+        "--format",
+        default="github",
+        help="github (default), plain, any other tabulate format, csv or json",
+    )
+    p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report; csv/json print only the data (so it parses), the notes go to stderr."""
+    args = _parser().parse_args(argv)
+    if not is_known_format(args.format):
+        print(f"specload report: unknown format {args.format!r}", file=sys.stderr)
+        return 2
+    try:
+        run = load_run(args.run_dir)
+    except NotARunDir as e:
+        print(f"specload report: {e}", file=sys.stderr)
+        return 2
+    if args.format in EXTRA_FORMATS:
+        sys.stdout.write(render_levels(run.levels, args.format))
+        side = _header_lines(run) + _notes_block(run)
+        print("\n".join(side), file=sys.stderr)
+    else:
+        sys.stdout.write(render_report(run, args.format))
+    if not args.no_write:
+        print(f"wrote {write_report_md(run)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""The simulator's replaceable timing model.
+
+The HTTP layer knows nothing about time: it asks an :class:`Engine` for a request's chunks and writes
+each one as soon as the engine hands it over. Everything that decides *when* a token appears
+(queueing, prefill, decode pace, later batching and speculative decoding) lives behind that one
+method, so a new model (a ``BatchEngine``) can be dropped in without touching the server.
+
+Engines block with gevent sleeps, so they must run inside gevent greenlets (the simulator's WSGI
+server does this; unit tests may simply iterate from the main greenlet or spawn greenlets).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+clock = time.perf_counter  # the one clock engines schedule against (monotonic, sub-microsecond)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """What one stream event carries.
+
+    ``verify_steps`` is kept apart from ``tokens`` because a speculative engine emits several tokens
+    per target-model forward pass; SGLang reports the pass count as ``meta_info.spec_verify_ct`` and
+    clients derive the acceptance length from the two.
+    """
+
+    tokens: int
+    verify_steps: int
+
+
+ADMITTED = Chunk(0, 0)
+"""First item of every :meth:`Engine.generate` stream: the request just got a running slot.
+
+The HTTP layer needs this moment (vLLM sends the chat role-only event then, and the die-after-N
+fault counts admissions), yet it must not know how admission works, hence a marker in the stream
+rather than a callback. Every later chunk carries at least one token.
+"""
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until ``clock() >= deadline``, never returning early.
+
+    gevent's timers are armed against the loop's cached time, which can be stale by however long the
+    current loop iteration has been running, so one sleep may wake slightly early; loop until due.
+    """
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            return
+        gevent.sleep(left)
+
+
+class Engine(ABC):
+    """A timing model: turns (prompt length, output length) into chunks delivered on schedule."""
+
+    #: True when the engine models speculative decoding; the server then reports ``spec_verify_ct``.
+    speculative: bool = False
+
+    @abstractmethod
+    def generate(self, prompt_tokens: int, max_tokens: int) -> Iterator[Chunk]:
+        """Yield :data:`ADMITTED` once admitted, then chunks summing to exactly ``max_tokens`` tokens.
+
+        Each item is yielded only when it is due (the generator sleeps), so the caller just iterates
+        and writes. Closing the generator early (client gone) must free whatever the request held.
+        """
+
+    @property
+    @abstractmethod
+    def running(self) -> int:
+        """Requests holding a running slot now (SGLang ``num_running_reqs``)."""
+
+    @property
+    @abstractmethod
+    def queued(self) -> int:
+        """Requests waiting for a slot now (SGLang ``num_queue_reqs``)."""
+
+    @abstractmethod
+    def server_info(self) -> dict[str, Any]:
+        """Engine-specific ``/get_server_info`` fields (capacity, speculative settings, timing)."""
+
+
+class _Waiter:
+    __slots__ = ("event", "admitted_at")
+
+    def __init__(self) -> None:
+        self.event = Event()
+        self.admitted_at = 0.0
+
+
+class FifoSlots:
+    """A counting gate with strict first-come-first-served admission.
+
+    A freed slot is handed straight to the oldest waiter (``running`` never dips), so a newcomer can
+    never overtake a queued request, which gevent's Semaphore does not promise. The hand-over time is
+    recorded as the waiter's admission time, so scheduling jitter in waking it up does not shift its
+    timeline.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.running = 0
+        self._waiters: deque[_Waiter] = deque()
+
+    @property
+    def queued(self) -> int:
+        return len(self._waiters)
+
+    def acquire(self) -> float:
+        """Block until admitted; return the admission time on :data:`clock`."""
+        if self.running < self.capacity and not self._waiters:
+            self.running += 1
+            return clock()
+        waiter = _Waiter()
+        self._waiters.append(waiter)
+        try:
+            waiter.event.wait()
+        except BaseException:
+            # Killed while queued: give back a slot that was already handed over, else leave the queue.
+            if waiter.event.is_set():
+                self.release()
+            else:
+                self._waiters.remove(waiter)
+            raise
+        return waiter.admitted_at
+
+    def release(self) -> None:
+        if self._waiters:
+            waiter = self._waiters.popleft()
+            waiter.admitted_at = clock()
+            waiter.event.set()
+        else:
+            self.running -= 1
+
+
+class FixedEngine(Engine):
+    """Fixed TTFT and inter-token latency behind a cap on running requests.
+
+    Timeline of one request (every duration multiplied by ``time_scale``): wait in FIFO order for one
+    of ``max_running`` slots; the first token (one token, as from prefill) is due at
+    ``admit + ttft_s + prefill_per_token_s * prompt_tokens``; token ``i`` (1-based) is due at
+    ``first + (i - 1) * itl_s``. Tokens are emitted ``tokens_per_chunk`` at a time when the last token
+    of the chunk is due, so a short last chunk comes proportionally sooner and, whatever the chunking,
+    ``e2e = ttft + (max_tokens - 1) * itl`` exactly. Deadlines are absolute, so sleep overshoot on one
+    chunk is not carried into the next.
+    """
+
+    def __init__(
+        self,
+        ttft_s: float,
+        itl_s: float,
+        max_running: int,
+        prefill_per_token_s: float = 0.0,
+        tokens_per_chunk: int = 1,
+        time_scale: float = 1.0,
+    ) -> None:
+        if min(ttft_s, itl_s, prefill_per_token_s) < 0:
+            raise ValueError("ttft_s, itl_s and prefill_per_token_s must be >= 0")
+        if tokens_per_chunk < 1:
+            raise ValueError(f"tokens_per_chunk must be >= 1, got {tokens_per_chunk}")
+        if time_scale <= 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.max_running = max_running
+        self.prefill_per_token_s = prefill_per_token_s
+        self.tokens_per_chunk = tokens_per_chunk
+        self.time_scale = time_scale
+        self._slots = FifoSlots(max_running)
+
+    @property
+    def running(self) -> int:
+        return self._slots.running
+
+    @property
+    def queued(self) -> int:
+        return self._slots.queued
+
+    def generate(self, prompt_tokens: int, max_tokens: int) -> Iterator[Chunk]:
+        admitted_at = self._slots.acquire()
+        try:
+            yield ADMITTED
+            if max_tokens <= 0:
+                return
+            scale = self.time_scale
+            first = admitted_at + (self.ttft_s + self.prefill_per_token_s * prompt_tokens) * scale
+            itl = self.itl_s * scale
+            per_chunk = self.tokens_per_chunk
+            sleep_until(first)
+            yield Chunk(1, 1)
+            done = 1
+            while done < max_tokens:
+                n = min(per_chunk, max_tokens - done)
+                done += n
+                sleep_until(first + (done - 1) * itl)
+                yield Chunk(n, n)
+        finally:
+            self._slots.release()
+
+    def server_info(self) -> dict[str, Any]:
+        return {
+            "max_running_requests": self.max_running,
+            "speculative_algorithm": None,
+            "speculative_num_steps": None,
+            "speculative_num_draft_tokens": None,
+            "sim_engine": "fixed",
+            "sim_timing": {
+                "ttft_s": self.ttft_s,
+                "itl_s": self.itl_s,
+                "prefill_per_token_s": self.prefill_per_token_s,
+                "tokens_per_chunk": self.tokens_per_chunk,
+                "time_scale": self.time_scale,
+            },
+        }

@@ -1,0 +1,260 @@
+"""One streaming generation request, timed, turned into a RequestRecord.
+
+This is the load generator's hot path. Per SSE line it does: one ``readline`` from the socket
+buffer, one ``perf_counter``, a prefix check and the backend parser's single ``orjson.loads``.
+Timestamps are taken as soon as a line is read, before it is parsed, so parse cost never shows
+up in TTFT or inter-token gaps. Every outcome, including every failure, produces exactly one
+record: the sweep's request budget relies on it.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from gevent import GreenletExit
+from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
+
+from specload.backends import Backend, MalformedEvent
+from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, derived, now
+
+_DONE = b"[DONE]"
+_ERROR_BODY_LIMIT = 2000
+
+
+class Interrupted(Exception):
+    """The request was cut short because the test is stopping; carries what was measured."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        super().__init__(record.reason)
+        self.record = record
+
+
+@dataclass(frozen=True, slots=True)
+class RequestSpec:
+    """Where a request belongs in the sweep; copied into its record."""
+
+    level: int
+    concurrency: int
+    phase: str
+    seq: int
+    repeat: int
+    requested_output_tokens: int
+    requested_prompt_tokens: int
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def server_message(status: int, raw: bytes) -> str:
+    """The human part of an HTTP error body (OpenAI/vLLM/SGLang error JSON, or plain text)."""
+    try:
+        obj = orjson.loads(raw)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            if isinstance(err, dict):
+                msg = err.get("message") or err.get("detail") or err.get("msg")
+                if msg:
+                    return shorten(str(msg))
+            elif isinstance(err, str):
+                return shorten(err)
+            if "detail" in obj:
+                return shorten(str(obj["detail"]))
+    except orjson.JSONDecodeError:
+        pass
+    return shorten(raw.decode("utf-8", "replace")) or "(empty body)"
+
+
+def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
+    if isinstance(e, TimeoutError | socket.timeout):
+        return f"no data for {read_timeout:g} s (read timeout) after {tokens} tokens"
+    if isinstance(e, HTTPConnectionClosed | HTTPParseError | ConnectionError) or (
+        isinstance(e, OSError) and e.errno in (errno.ECONNRESET, errno.EPIPE)
+    ):
+        return f"stream cut after {tokens} tokens ({type(e).__name__}: {shorten(str(e), 80)})"
+    return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
+
+
+def describe_connect_error(e: BaseException, timeout: float) -> str:
+    if isinstance(e, TimeoutError | socket.timeout):
+        return f"no response for {timeout:g} s (timeout before the response headers)"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    return f"{type(e).__name__}: {shorten(str(e), 120)}"
+
+
+def stream_request(
+    client: HTTPClient,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    backend: Backend,
+    spec: RequestSpec,
+    worker: str,
+    read_timeout: float,
+) -> RequestRecord:
+    payload = orjson.dumps(body)
+    parser = backend.parser()
+    feed = parser.feed
+    perf = time.perf_counter
+    http_status: int | None = None
+    reason: str | None = None
+    done = False
+    chunks = 0
+    tokens_seen = 0
+    t_first_p: float | None = None
+    last_p = 0.0
+    itl_max = 0.0
+    t_send_wall = now()
+    t0 = perf()
+    resp = None
+    interrupted = False
+    try:
+        resp = client.request("POST", path, body=payload, headers=headers)
+    except GreenletExit:
+        reason, interrupted = "interrupted (test stopped) before the response", True
+    except Exception as e:  # noqa: BLE001 - every failure becomes a record
+        reason = describe_connect_error(e, read_timeout)
+    t_end_p: float | None = None
+    if resp is not None:
+        http_status = resp.status_code
+        if http_status != 200:
+            try:
+                raw = resp.read(_ERROR_BODY_LIMIT)
+            except Exception:  # noqa: BLE001
+                raw = b""
+            reason = f"HTTP {http_status}: {server_message(http_status, raw)}"
+            resp.release()
+        else:
+            readline = resp.readline
+            line = b""
+            try:
+                while True:
+                    line = readline(b"\n")
+                    t = perf()
+                    if not line:
+                        break  # end of body
+                    if line[:5] != b"data:":
+                        continue  # blank separators, comments, event:/id: fields
+                    data = line[5:].strip()
+                    if data == _DONE:
+                        done = True
+                        break
+                    n = feed(data)
+                    if n:
+                        if t_first_p is None:
+                            t_first_p = t
+                        else:
+                            gap = (t - last_p) / n
+                            if gap > itl_max:
+                                itl_max = gap
+                        last_p = t
+                        chunks += 1
+                        tokens_seen += n
+                    elif parser.error is not None:
+                        reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                        break
+            except MalformedEvent as e:
+                reason = f"malformed event after {tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(line.decode('utf-8', 'replace'), 100)!r}"
+            except GreenletExit:
+                reason, interrupted = f"interrupted (test stopped) after {tokens_seen} tokens", True
+            except Exception as e:  # noqa: BLE001
+                reason = _describe_read_error(e, tokens_seen, read_timeout)
+            t_end_p = perf()
+            _finish(resp, done and reason is None)
+    if t_end_p is None:
+        t_end_p = perf()
+    rec = _record(
+        spec, backend, parser, worker, http_status, reason, done, chunks, tokens_seen,
+        t_send_wall, t0, t_first_p, last_p, t_end_p, itl_max,
+    )  # fmt: skip
+    if interrupted:
+        raise Interrupted(rec)
+    return rec
+
+
+def _finish(resp: Any, clean: bool) -> None:
+    """Give the connection back for reuse only when the HTTP message really ended."""
+    if clean and not resp.message_complete:
+        sock = resp._sock
+        if sock is not None:
+            # The terminating chunk follows [DONE] at once on every server we know; do not wait
+            # a full read timeout for one that lingers.
+            sock.settimeout(1.0)
+            try:
+                while resp.readline(b"\n"):
+                    pass
+            except Exception:  # noqa: BLE001
+                pass
+    resp.release()
+
+
+def _record(
+    spec: RequestSpec,
+    backend: Backend,
+    parser: Any,
+    worker: str,
+    http_status: int | None,
+    reason: str | None,
+    done: bool,
+    chunks: int,
+    tokens_seen: int,
+    t_send_wall: float,
+    t0: float,
+    t_first_p: float | None,
+    last_p: float,
+    t_end_p: float,
+    itl_max: float,
+) -> RequestRecord:
+    if parser.output_tokens is not None:
+        out, source = parser.output_tokens, backend.token_source
+    else:
+        out, source = tokens_seen, SRC_CHUNKS
+    if reason is not None:
+        status = FAILED
+    elif not done:
+        status, reason = SHORT, f"stream ended without its terminator after {out} tokens"
+    elif source != SRC_CHUNKS and out < spec.requested_output_tokens:
+        status, reason = SHORT, f"server counted {out} of {spec.requested_output_tokens} tokens asked for"
+    else:
+        status = OK
+    t_first = None if t_first_p is None else t_send_wall + (t_first_p - t0)
+    t_last = None if t_first_p is None else t_send_wall + (last_p - t0)
+    t_end = t_send_wall + (t_end_p - t0)
+    ttft, e2e, tpot, per_req, decode = derived(t_send_wall, t_first, t_last, t_end, out)
+    return RequestRecord(
+        level=spec.level,
+        concurrency=spec.concurrency,
+        phase=spec.phase,
+        seq=spec.seq,
+        backend=backend.name,
+        status=status,
+        reason=reason,
+        http_status=http_status,
+        t_send=t_send_wall,
+        t_first=t_first,
+        t_last=t_last,
+        t_end=t_end,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        output_tokens=out,
+        output_tokens_source=source,
+        prompt_tokens=parser.prompt_tokens,
+        requested_output_tokens=spec.requested_output_tokens,
+        requested_prompt_tokens=spec.requested_prompt_tokens,
+        chunks=chunks,
+        tpot_s=tpot,
+        itl_max_s=itl_max if chunks > 1 else None,
+        per_request_tok_s=per_req,
+        decode_tok_s=decode,
+        spec_verify_ct=parser.spec_verify_ct,
+        worker=worker,
+        repeat=spec.repeat,
+    )

@@ -1,0 +1,73 @@
+"""A "specload levels" tab in Locust's web UI: each level's live progress, from the sweep owner.
+
+Uses Locust's extended-tab mechanism (template args plus an ``extended_stats`` entry added to the
+UI's regular ``/stats/requests`` poll), so no custom JavaScript is needed, and a CSV download.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from specload.records import level_label
+
+_KEY = "specload-levels"
+_COLUMNS = [
+    ("level", "Level"), ("concurrency", "C"), ("phase", "Phase"), ("requests", "Requests"),
+    ("ok", "Ok"), ("failed", "Fail"), ("short", "Short"), ("tokens", "Tokens"), ("agg_tok_s", "Agg tok/s"),
+]  # fmt: skip
+
+
+def level_rows(coord: Any) -> list[dict[str, Any]]:
+    ctrl = coord.ctrl
+    if ctrl is None:
+        return []
+    rows = []
+    for lv in ctrl.levels:
+        budget = lv.plan.budget if lv.plan.budget is not None else "-"
+        agg = lv.agg_tok_s()
+        rows.append({
+            "level": level_label(lv.plan.concurrency, lv.plan.repeat),
+            "concurrency": lv.plan.concurrency,
+            "phase": lv.phase if lv.status in ("running", "pending") else lv.status,
+            "requests": f"{lv.received}/{budget}",
+            "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
+            "agg_tok_s": "-" if agg is None else round(agg, 1),
+        })  # fmt: skip
+    return rows
+
+
+def extend_web_ui(environment: Any, coord: Any) -> None:
+    from flask import Response, request
+
+    web_ui = environment.web_ui
+    web_ui.template_args["extended_tabs"] = [{"title": "specload levels", "key": _KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
+    ]
+    web_ui.template_args["extended_csv_files"] = [{"href": "./specload/levels.csv", "title": "specload levels (CSV)"}]
+
+    @web_ui.app.after_request
+    def _add_levels(response: Any) -> Any:
+        if request.path == "/stats/requests" and response.is_json:
+            data = response.get_json()
+            data["extended_stats"] = [{"key": _KEY, "data": level_rows(coord)}]
+            response.set_data(json.dumps(data))
+        return response
+
+    @web_ui.app.route("/specload/levels.csv")
+    @web_ui.auth_required_if_enabled
+    def _levels_csv() -> Any:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=[k for k, _ in _COLUMNS])
+        writer.writeheader()
+        writer.writerows(level_rows(coord))
+        return Response(buf.getvalue(), mimetype="text/csv")
+
+    @web_ui.app.route("/specload/run")
+    @web_ui.auth_required_if_enabled
+    def _run() -> Any:
+        return {"run_dir": coord.run_dir, "active": coord.active, "status": coord.meta.get("status"),
+                "levels": level_rows(coord)}  # fmt: skip

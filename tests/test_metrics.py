@@ -1,0 +1,312 @@
+"""Hand-computed cases for specload.metrics: every expected value below is worked out in comments."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from specload.metrics import (
+    LevelStats,
+    combine_repeats,
+    group_repeats,
+    percentile,
+    steady_tok_s,
+    steady_window,
+    summarize_level,
+    summarize_run,
+)
+from specload.records import (
+    FAILED,
+    OK,
+    PHASE_MEASURE,
+    PHASE_WARMUP,
+    SHORT,
+    SRC_CHUNKS,
+    SRC_USAGE,
+    RequestRecord,
+    derived,
+)
+
+T0 = 1_764_475_200.0  # epoch base; offsets below are exact binary fractions
+
+
+def rec(
+    t_send: float,
+    t_first: float | None,
+    t_end: float,
+    tokens: int = 10,
+    *,
+    status: str = OK,
+    concurrency: int = 2,
+    level: int = 0,
+    repeat: int = 0,
+    phase: str = PHASE_MEASURE,
+    seq: int = 0,
+    requested: int = 10,
+    prompt: int | None = 100,
+    requested_prompt: int = 100,
+    source: str = SRC_USAGE,
+    reason: str | None = None,
+) -> RequestRecord:
+    """A record with the client's own arithmetic (records.derived) for the per-request fields."""
+    ts, tf, te = T0 + t_send, None if t_first is None else T0 + t_first, T0 + t_end
+    ttft, e2e, tpot, per_req, decode = derived(ts, tf, te if tf is not None else None, te, tokens)
+    return RequestRecord(
+        level=level,
+        concurrency=concurrency,
+        phase=phase,
+        seq=seq,
+        backend="openai",
+        status=status,
+        reason=reason,
+        http_status=200,
+        t_send=ts,
+        t_first=tf,
+        t_last=te if tf is not None else None,
+        t_end=te,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        output_tokens=tokens,
+        output_tokens_source=source,
+        prompt_tokens=prompt,
+        requested_output_tokens=requested,
+        requested_prompt_tokens=requested_prompt,
+        chunks=tokens,
+        tpot_s=tpot,
+        itl_max_s=None,
+        per_request_tok_s=per_req,
+        decode_tok_s=decode,
+        spec_verify_ct=None,
+        worker="local",
+        repeat=repeat,
+    )
+
+
+def four_requests() -> list[RequestRecord]:
+    """C=2, two users, two requests each, 10 tokens each.
+
+    user A: r0 [0, 5] first 0.5   then r3 [5, 10]  first 5.5
+    user B: r1 [0, 4] first 1.0   then r2 [4, 8]   first 4.5
+    """
+    return [
+        rec(0.0, 0.5, 5.0, seq=0),
+        rec(0.0, 1.0, 4.0, seq=1),
+        rec(4.0, 4.5, 8.0, seq=2),
+        rec(5.0, 5.5, 10.0, seq=3),
+    ]
+
+
+# ---------------------------------------------------------------- percentile
+
+
+def test_percentile_empty_and_none_only() -> None:
+    assert percentile([], 50) is None
+    assert percentile([None, None], 99) is None
+
+
+def test_percentile_single_value() -> None:
+    assert percentile([7.0], 0) == 7.0
+    assert percentile([7.0], 50) == 7.0
+    assert percentile([7.0], 100) == 7.0
+
+
+def test_percentile_linear_interpolation_like_numpy() -> None:
+    xs = [4.0, 1.0, 3.0, 2.0]  # unsorted on purpose; sorted 1 2 3 4
+    assert percentile(xs, 0) == 1.0
+    assert percentile(xs, 100) == 4.0
+    assert percentile(xs, 50) == pytest.approx(2.5)  # pos 1.5
+    assert percentile(xs, 99) == pytest.approx(3.97)  # pos 2.97 -> 3 + 0.97
+    assert percentile(xs, 25) == pytest.approx(1.75)  # pos 0.75
+
+
+def test_percentile_ignores_none_and_rejects_bad_q() -> None:
+    assert percentile([1.0, None, 3.0], 50) == 2.0
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+    with pytest.raises(ValueError):
+        percentile([1.0], -1)
+
+
+# ---------------------------------------------------------------- one level
+
+
+def test_level_exact_figures() -> None:
+    s = summarize_level(four_requests(), 2)
+    assert (s.label, s.sent, s.ok, s.short, s.failed, s.warmup) == ("c002", 4, 4, 0, 0, 0)
+    assert s.output_tokens == 40
+    assert s.wall_s == pytest.approx(10.0)
+    assert s.agg_tok_s == pytest.approx(4.0)  # 40 / 10
+    # per request: 10/5, 10/4, 10/4, 10/5 -> mean 2.25
+    assert s.per_req_tok_s == pytest.approx(2.25)
+    # TTFT sorted 0.5 0.5 0.5 1.0 s: p50 pos 1.5 -> 0.5; p99 pos 2.97 -> 0.5 + 0.97*0.5
+    assert s.ttft_p50_ms == pytest.approx(500.0)
+    assert s.ttft_p99_ms == pytest.approx(985.0)
+    # TPOT = (e2e - ttft) / 9: 4.5/9, 3/9, 3.5/9, 4.5/9 -> sorted 3, 3.5, 4.5, 4.5 (/9)
+    assert s.tpot_p50_ms == pytest.approx(4.0 / 9 * 1000)
+    assert s.tpot_p99_ms == pytest.approx(4.5 / 9 * 1000)
+    # E2E sorted 4 4 5 5
+    assert s.e2e_p50_s == pytest.approx(4.5)
+    assert s.e2e_p99_s == pytest.approx(5.0)
+    # decode = 9 / (e2e - ttft): 2, 3, 9/3.5, 2
+    assert s.decode_tok_s_mean == pytest.approx((2 + 3 + 9 / 3.5 + 2) / 4)
+    assert s.prompt_tokens_mean == pytest.approx(100.0)
+    # sum(e2e) = 18 over wall 10
+    assert s.mean_concurrency == pytest.approx(1.8)
+    assert s.token_note is None and s.output_mismatch == 0 and s.prompt_mismatch == 0
+    assert s.reasons == {}
+
+
+def test_steady_state_window_and_rate() -> None:
+    recs = four_requests()
+    # two in flight from 0; hand-offs at 4 and 5 are same-instant; first real drop at 8 (r2 ends)
+    assert steady_window(recs, 2) == pytest.approx((T0 + 0.0, T0 + 8.0))
+    # tokens in [0, 8]: r0 10, r1 10, r2 10, r3 1 + 9 * (8 - 5.5) / 4.5 = 6 -> 36 / 8
+    rate, length = steady_tok_s(recs, 2)
+    assert length == pytest.approx(8.0)
+    assert rate == pytest.approx(4.5)
+    assert summarize_level(recs, 2).steady_tok_s == pytest.approx(4.5)
+
+
+def test_steady_state_tolerates_short_handoff_dip_but_not_long_one() -> None:
+    # user B sends its second request 0.2 s after its first ended: a hand-off, not the end
+    recs = [rec(0.0, 0.5, 4.0), rec(0.0, 0.5, 6.0), rec(4.2, 4.7, 9.0), rec(6.0, 6.5, 12.0)]
+    assert steady_window(recs, 2) == pytest.approx((T0, T0 + 9.0))
+    # a 2 s gap ends the window at the first drop
+    recs[2] = rec(6.0, 6.5, 9.0)
+    recs[1] = rec(0.0, 0.5, 4.0)
+    assert steady_window(recs, 2) == pytest.approx((T0, T0 + 4.0))
+
+
+def test_steady_state_none_when_window_never_forms_or_too_short() -> None:
+    assert steady_tok_s([rec(0.0, 0.5, 5.0)], 2) == (None, None)  # fewer requests than C
+    # both in flight only during [0.9, 1.0]: window 0.1 s < 1 s
+    short = [rec(0.0, 0.1, 1.0), rec(0.9, 1.0, 3.0)]
+    rate, length = steady_tok_s(short, 2)
+    assert rate is None and length == pytest.approx(0.1)
+    assert summarize_level(short, 2).steady_tok_s is None
+    # sequential requests never overlap
+    assert steady_window([rec(0.0, 0.5, 1.0), rec(1.5, 2.0, 3.0)], 2) is None
+
+
+def test_failures_shorts_and_token_sum() -> None:
+    recs = four_requests() + [
+        rec(1.0, 1.5, 3.0, tokens=6, status=SHORT, reason="stream ended without [DONE]", seq=4),
+        rec(2.0, None, 2.5, tokens=0, status=FAILED, reason="HTTP 503: overloaded", seq=5),
+    ]
+    s = summarize_level(recs, 2)
+    assert (s.sent, s.ok, s.short, s.failed) == (6, 4, 1, 1)
+    assert s.output_tokens == 46  # the short request's 6 tokens count, as in the reference's Tokens
+    assert s.agg_tok_s == pytest.approx(4.6)
+    assert s.per_req_tok_s == pytest.approx(2.25)  # OK requests only
+    assert s.ttft_p50_ms == pytest.approx(500.0)  # OK requests only
+    assert s.output_mismatch == 1  # the short one; the failed one is not counted twice
+    assert s.reasons == {"short: stream ended without [DONE]": 1, "failed: HTTP 503: overloaded": 1}
+    # in flight: e2e 5 4 4 5 2 0.5 = 20.5 over 10 s
+    assert s.mean_concurrency == pytest.approx(2.05)
+
+
+def test_warmup_excluded_everywhere() -> None:
+    warm = rec(-3.0, -2.9, -0.5, tokens=3, requested=3, phase=PHASE_WARMUP, status=OK)
+    s = summarize_level([warm, *four_requests()], 2)
+    assert s.warmup == 1
+    assert s.sent == 4 and s.output_tokens == 40
+    assert s.wall_s == pytest.approx(10.0)  # starts at the first measured send, not the warmup's
+
+
+def test_other_levels_filtered_out() -> None:
+    other = rec(0.0, 0.1, 50.0, tokens=99, concurrency=4, level=1)
+    again = rec(0.0, 0.1, 50.0, tokens=99, repeat=1)
+    s = summarize_level([other, again, *four_requests()], 2)
+    assert s.sent == 4 and s.output_tokens == 40
+
+
+def test_chunk_fallback_note_and_prompt_mismatch() -> None:
+    recs = four_requests()
+    recs[0] = rec(0.0, 0.5, 5.0, source=SRC_CHUNKS)
+    recs[1] = rec(0.0, 1.0, 4.0, prompt=103)
+    s = summarize_level(recs, 2)
+    assert s.chunk_fallback_ok == 1
+    assert s.token_note is not None and "1 of 4" in s.token_note and "chunks" in s.token_note
+    assert s.token_sources == {SRC_CHUNKS: 1, SRC_USAGE: 3}
+    assert s.prompt_mismatch == 1
+    assert s.prompt_tokens_mean == pytest.approx(100.75)
+
+
+def test_empty_level_has_zero_counts_and_no_values() -> None:
+    s = summarize_level([], 16)
+    assert (s.label, s.sent, s.ok, s.output_tokens) == ("c016", 0, 0, 0)
+    assert s.wall_s is None and s.agg_tok_s is None and s.steady_tok_s is None
+
+
+# ---------------------------------------------------------------- run
+
+
+def meta(index: int, c: int, repeat: int = 0, status: str = "completed") -> dict[str, Any]:
+    return {
+        "index": index,
+        "concurrency": c,
+        "repeat": repeat,
+        "budget": 2 * c,
+        "warmup": 0,
+        "status": status,
+    }
+
+
+def test_run_keeps_missing_levels_and_unplanned_levels() -> None:
+    recs = four_requests() + [rec(0.0, 0.5, 2.0, concurrency=8, level=5)]
+    levels = summarize_run(recs, [meta(0, 2), meta(1, 16, status="incomplete")])
+    assert [(s.label, s.sent, s.planned) for s in levels] == [
+        ("c002", 4, True),
+        ("c016", 0, True),
+        ("c008", 1, False),
+    ]
+    assert levels[1].status == "incomplete" and levels[1].agg_tok_s is None
+    assert levels[2].index == 5
+
+
+def test_run_ignores_malformed_meta_levels() -> None:
+    levels = summarize_run(four_requests(), [{"index": 0}, meta(0, 2)])
+    assert [(s.label, s.sent, s.planned) for s in levels] == [("c002", 4, True)]
+
+
+def test_run_without_meta_groups_records() -> None:
+    recs = four_requests() + [rec(0.0, 0.5, 2.0, concurrency=1, level=1)]
+    levels = summarize_run(recs, None)
+    assert [(s.concurrency, s.sent, s.planned) for s in levels] == [(2, 4, False), (1, 1, False)]
+
+
+# ---------------------------------------------------------------- repeats
+
+
+def test_combine_repeats_mean_and_sample_std() -> None:
+    a = LevelStats(concurrency=4, repeat=0, label="c004", agg_tok_s=10.0, per_req_tok_s=2.0)
+    b = LevelStats(concurrency=4, repeat=1, label="c004.r1", agg_tok_s=14.0, per_req_tok_s=4.0)
+    empty = LevelStats(concurrency=4, repeat=2, label="c004.r2")
+    r = combine_repeats([a, b, empty])
+    assert r.repeats == [0, 1, 2] and r.n == 2
+    assert r.agg_tok_s_mean == pytest.approx(12.0)
+    assert r.agg_tok_s_std == pytest.approx(math.sqrt(8.0))  # ((2^2 + 2^2) / 1) ** 0.5
+    assert r.per_req_tok_s_mean == pytest.approx(3.0)
+    assert r.per_req_tok_s_std == pytest.approx(math.sqrt(2.0))
+
+
+def test_combine_repeats_single_and_errors() -> None:
+    one = combine_repeats([LevelStats(concurrency=1, repeat=0, label="c001", agg_tok_s=5.0)])
+    assert one.agg_tok_s_mean == 5.0 and one.agg_tok_s_std is None
+    with pytest.raises(ValueError):
+        combine_repeats([])
+    with pytest.raises(ValueError):
+        combine_repeats([LevelStats(1, 0, "c001"), LevelStats(2, 0, "c002")])
+
+
+def test_group_repeats_from_records() -> None:
+    recs = four_requests() + [
+        rec(t.t_send - T0, (t.t_first or 0) - T0, t.t_end - T0 + 10.0, repeat=1, level=1)
+        for t in four_requests()
+    ]
+    levels = summarize_run(recs, [meta(0, 2), meta(1, 2, repeat=1)])
+    assert [s.label for s in levels] == ["c002", "c002.r1"]
+    (g,) = group_repeats(levels)
+    assert g.n == 2 and g.agg_tok_s_std is not None and g.agg_tok_s_mean is not None

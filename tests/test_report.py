@@ -1,0 +1,348 @@
+"""specload.report against hand-written run directories (no server, no Locust run)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_USAGE, RequestRecord, derived
+from specload.report import COLUMNS, NotARunDir, load_run, main, render_levels, write_report_md
+
+T0 = 1_764_475_200.0  # 2025-11-30T04:00:00Z
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def rec(
+    level: int,
+    c: int,
+    seq: int,
+    t_send: float,
+    t_end: float,
+    *,
+    tokens: int = 10,
+    status: str = OK,
+    phase: str = PHASE_MEASURE,
+    reason: str | None = None,
+) -> RequestRecord:
+    ts, tf, te = T0 + t_send, T0 + t_send + 0.5, T0 + t_end
+    ttft, e2e, tpot, per_req, decode = derived(ts, tf, te, te, tokens)
+    return RequestRecord(
+        level=level,
+        concurrency=c,
+        phase=phase,
+        seq=seq,
+        backend="openai",
+        status=status,
+        reason=reason,
+        http_status=200,
+        t_send=ts,
+        t_first=tf,
+        t_last=te,
+        t_end=te,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        output_tokens=tokens,
+        output_tokens_source=SRC_USAGE,
+        prompt_tokens=100,
+        requested_output_tokens=10,
+        requested_prompt_tokens=100,
+        chunks=tokens,
+        tpot_s=tpot,
+        itl_max_s=None,
+        per_request_tok_s=per_req,
+        decode_tok_s=decode,
+        spec_verify_ct=None,
+        worker="local",
+    )
+
+
+def sample_records() -> list[RequestRecord]:
+    """C=1: warmup + 2 requests; C=2: 4 requests, one short and one failed."""
+    return [
+        rec(0, 1, 0, -2.0, -1.0, tokens=3, phase=PHASE_WARMUP),
+        rec(0, 1, 0, 0.0, 2.0),
+        rec(0, 1, 1, 2.0, 4.0),
+        rec(1, 2, 0, 10.0, 12.0),
+        rec(1, 2, 1, 10.0, 13.0),
+        rec(1, 2, 2, 12.0, 14.0, tokens=4, status=SHORT, reason="stream ended without terminator"),
+        rec(1, 2, 3, 13.0, 13.5, tokens=0, status=FAILED, reason="HTTP 503: " + "x" * 300),
+    ]
+
+
+def sample_meta() -> dict[str, Any]:
+    return {
+        "specload_version": "0.1.0",
+        "locust_version": "2.47.0",
+        "label": "baseline",
+        "host": "http://127.0.0.1:30000",
+        "backend": "openai",
+        "model": "m",
+        "scenario_file": "scenarios/smoke.toml",
+        "scenario": {"name": "smoke"},
+        "started_at": T0,
+        "ended_at": T0 + 20,
+        "status": "completed",
+        "levels": [
+            {"index": 0, "concurrency": 1, "repeat": 0, "budget": 2, "warmup": 1, "status": "completed"},
+            {"index": 1, "concurrency": 2, "repeat": 0, "budget": 4, "warmup": 0, "status": "completed"},
+            {
+                "index": 2,
+                "concurrency": 4,
+                "repeat": 0,
+                "budget": 8,
+                "warmup": 0,
+                "status": "incomplete",
+                "granted": 0,
+                "received": 0,
+            },
+        ],
+        "server": {},
+        "simulated": True,
+    }
+
+
+def locust_entries(c1: int = 2, c2: int = 4) -> list[dict[str, Any]]:
+    return [
+        {"name": "c001 warmup /v1/completions", "method": "POST", "num_requests": 1, "num_failures": 0},
+        {"name": "c001 /v1/completions", "method": "POST", "num_requests": c1, "num_failures": 0},
+        {"name": "c001 ttft", "method": "METRIC", "num_requests": 2, "num_failures": 0},
+        {"name": "c002 /v1/completions", "method": "POST", "num_requests": c2, "num_failures": 1},
+        {"name": "c002 tok/s", "method": "METRIC", "num_requests": 2, "num_failures": 0},
+    ]
+
+
+def write_run(
+    d: Path,
+    records: list[RequestRecord] | None = None,
+    meta: dict[str, Any] | None = None,
+    locust_json: list[dict[str, Any]] | None = None,
+    locust_csv: list[dict[str, Any]] | None = None,
+) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    if meta is not None:
+        (d / "run.json").write_text(json.dumps(meta))
+    if records is not None:
+        (d / "records.jsonl").write_bytes(b"".join(r.to_json() + b"\n" for r in records))
+    if locust_json is not None:
+        (d / "locust.json").write_text(json.dumps(locust_json))
+    if locust_csv is not None:
+        with (d / "locust_stats.csv").open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["Type", "Name", "Request Count", "Failure Count", "Median Response Time"])
+            for e in locust_csv:
+                w.writerow([e["method"], e["name"], e["num_requests"], e["num_failures"], 100])
+            w.writerow(["", "Aggregated", 99, 1, 100])
+    return d
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    return write_run(tmp_path / "run", sample_records(), sample_meta(), locust_json=locust_entries())
+
+
+# ---------------------------------------------------------------- load_run
+
+
+def test_load_run(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    assert run.meta["label"] == "baseline"
+    assert len(run.records) == 7
+    assert [(s.label, s.sent, s.ok, s.short, s.failed, s.warmup) for s in run.levels] == [
+        ("c001", 2, 2, 0, 0, 1),
+        ("c002", 4, 2, 1, 1, 0),
+        ("c004", 0, 0, 0, 0, 0),
+    ]
+    c1 = run.levels[0]
+    assert c1.output_tokens == 20 and c1.wall_s == pytest.approx(4.0) and c1.agg_tok_s == pytest.approx(5.0)
+    assert run.crosscheck == []  # locust.json agrees (warmup and METRIC rows ignored)
+    assert run.notices == []
+
+
+def test_crosscheck_note_when_counts_differ(tmp_path: Path) -> None:
+    d = write_run(tmp_path / "r", sample_records(), sample_meta(), locust_json=locust_entries(c2=3))
+    assert load_run(d).crosscheck == [
+        "c002: records 4 requests, Locust counted 3 (records are authoritative)"
+    ]
+
+
+def test_crosscheck_falls_back_to_csv(tmp_path: Path) -> None:
+    same = write_run(tmp_path / "same", sample_records(), sample_meta(), locust_csv=locust_entries())
+    assert load_run(same).crosscheck == []
+    off = write_run(tmp_path / "off", sample_records(), sample_meta(), locust_csv=locust_entries(c1=1))
+    assert load_run(off).crosscheck == [
+        "c001: records 2 requests, Locust counted 1 "
+        "(Locust's _stats.csv can miss the last second; records are authoritative)"
+    ]
+
+
+def test_crosscheck_skipped_without_locust_files(tmp_path: Path) -> None:
+    d = write_run(tmp_path / "r", sample_records(), sample_meta())
+    (note,) = load_run(d).crosscheck
+    assert "skipped" in note
+
+
+def test_crosscheck_unreadable_json_uses_csv(tmp_path: Path) -> None:
+    d = write_run(tmp_path / "r", sample_records(), sample_meta(), locust_csv=locust_entries())
+    (d / "locust.json").write_text("[{not json")
+    notes = load_run(d).crosscheck
+    assert len(notes) == 1 and notes[0].startswith("could not read locust.json")
+
+
+# ---------------------------------------------------------------- formats
+
+
+def test_github_table_columns_and_rounding(run_dir: Path) -> None:
+    text = render_levels(load_run(run_dir).levels, "github")
+    header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
+    assert header == list(COLUMNS)
+    row1 = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
+    # C=1: 20 tokens / 4 s; per-req 10/2; TTFT 0.5 s; TPOT 1.5/9 s; e2e 2 s; steady window [0, 4]; conc 4/4
+    assert row1 == [
+        "1",
+        "5.0",
+        "5.0",
+        "20",
+        "4.0",
+        "2",
+        "0",
+        "0",
+        "500.0",
+        "500.0",
+        "166.7",
+        "166.7",
+        "2.00",
+        "5.0",
+        "1.0",
+    ]
+    row3 = [c.strip() for c in text.splitlines()[4].strip("|").split("|")]
+    assert row3[0] == "4" and row3[1] == "-" and row3[3] == "0"
+
+
+def test_plain_format(run_dir: Path) -> None:
+    text = render_levels(load_run(run_dir).levels, "plain")
+    assert "Agg tok/s" in text and "|" not in text
+
+
+def test_csv_parses_back(run_dir: Path) -> None:
+    rows = list(csv.DictReader(io.StringIO(render_levels(load_run(run_dir).levels, "csv"))))
+    assert list(rows[0]) == list(COLUMNS)
+    assert [r["C"] for r in rows] == ["1", "2", "4"]
+    assert rows[1]["Tokens"] == "24" and rows[1]["Fail"] == "1" and rows[1]["Short"] == "1"
+    assert rows[2]["Agg tok/s"] == ""
+
+
+def test_json_parses_back_full_precision(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    data = json.loads(render_levels(run.levels, "json"))
+    assert data == [asdict(s) for s in run.levels]
+    assert data[1]["agg_tok_s"] == pytest.approx(24 / 4)  # sends 10..13, last end 14
+
+
+def test_unknown_format_rejected(run_dir: Path) -> None:
+    with pytest.raises(ValueError):
+        render_levels(load_run(run_dir).levels, "nope")
+    assert main([str(run_dir), "--format", "nope", "--no-write"]) == 2
+
+
+@pytest.mark.parametrize("fmt", ["github", "plain", "csv", "json", "grid"])
+def test_main_every_format(run_dir: Path, fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(run_dir), "--format", fmt, "--no-write"]) == 0
+    out = capsys.readouterr().out
+    if fmt == "json":
+        assert len(json.loads(out)) == 3
+    elif fmt == "csv":
+        assert len(list(csv.reader(io.StringIO(out)))) == 4
+    else:
+        assert "TTFT p50 (ms)" in out and "baseline" in out
+    assert not (run_dir / "report.md").exists()
+
+
+# ---------------------------------------------------------------- report text
+
+
+def test_report_md_written_with_header_and_notes(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(run_dir)]) == 0
+    md = (run_dir / "report.md").read_text()
+    assert md == capsys.readouterr().out
+    for expected in [
+        "# specload report: baseline",
+        "SIMULATED SERVER",
+        "- host: http://127.0.0.1:30000",
+        "- backend: openai",
+        "- model: m",
+        "- scenario: smoke",
+        "- status: completed",
+        "- started: 2025-11-30T04:00:00Z",
+        "|   C |",
+        "c004: level marked incomplete in run.json (budget 8, granted 0, received 0)",
+        "c002: 1 of 4 requests got an output token count different from the 10 requested",
+        "warmup requests excluded from all figures: c001 1",
+        "1 x short: stream ended without terminator (first at c002)",
+    ]:
+        assert expected in md, expected
+    failure = next(line for line in md.splitlines() if "HTTP 503" in line)
+    assert "x" * 200 not in failure and "..." in failure  # reason shortened to 120 chars
+
+
+def test_write_report_md_returns_path(run_dir: Path) -> None:
+    path = write_report_md(load_run(run_dir))
+    assert path == run_dir / "report.md" and path.read_text().startswith("# specload report")
+
+
+def test_missing_run_json_still_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = write_run(tmp_path / "orphan", sample_records())
+    run = load_run(d)
+    assert run.meta == {}
+    assert any("no run.json" in n for n in run.notices)
+    assert [(s.label, s.sent, s.planned) for s in run.levels] == [("c001", 2, False), ("c002", 4, False)]
+    assert main([str(d), "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "NOTICE: no run.json" in out and "c001: records found for a level run.json does not list" in out
+
+
+def test_run_json_without_records(tmp_path: Path) -> None:
+    d = write_run(tmp_path / "fresh", meta=sample_meta())
+    run = load_run(d)
+    assert [s.sent for s in run.levels] == [0, 0, 0]
+    assert any("no records.jsonl" in n for n in run.notices)
+
+
+def test_empty_dir_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "neither run.json nor records.jsonl" in capsys.readouterr().err
+    assert main([str(tmp_path / "does-not-exist")]) == 2
+    with pytest.raises(NotARunDir):
+        load_run(tmp_path / "empty")
+
+
+def test_torn_last_line_tolerated(run_dir: Path) -> None:
+    with (run_dir / "records.jsonl").open("ab") as f:
+        f.write(b'{"level": 1, "concurrency": 2, "phase": "meas')
+    run = load_run(run_dir)
+    assert len(run.records) == 7 and run.levels[1].sent == 4
+
+
+def test_interrupted_run_noted(tmp_path: Path) -> None:
+    m = sample_meta() | {"status": "interrupted", "simulated": False}
+    d = write_run(tmp_path / "r", sample_records(), m, locust_json=locust_entries())
+    md = write_report_md(load_run(d)).read_text()
+    assert "- status: interrupted" in md and "run status is interrupted" in md
+    assert "SIMULATED" not in md
+
+
+def test_sample_fixture_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tests/fixtures/sample_run is a small checked-in run dir for trying `specload report` by hand."""
+    d = shutil.copytree(FIXTURES / "sample_run", tmp_path / "sample_run")
+    assert main([str(d)]) == 0
+    out = capsys.readouterr().out
+    assert "|   C |" in out and (d / "report.md").exists()
+    run = load_run(d)
+    assert run.crosscheck == [] and all(s.sent > 0 for s in run.levels)
