@@ -159,8 +159,8 @@ class Coordinator:
         return self.ctrl.desired_users()
 
     def spawn_rate(self) -> float:
-        lv = self.ctrl.current if self.ctrl else None
-        return float(max(lv.plan.concurrency if lv else 1, 1)) * 100.0
+        """Any rate works: a level opens only once all C users exist, so they start together."""
+        return 100.0
 
     # messages ---------------------------------------------------------------------------------
     def broadcast(self) -> None:

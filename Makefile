@@ -1,0 +1,62 @@
+# specload: every target makes its own virtual environment (.venv) and installs what it needs.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SPECLOAD := $(BIN)/specload
+
+HOST ?=
+SCENARIO ?= scenarios/mtp-sweep.toml
+LABEL ?=
+OUT ?= results
+BACKEND ?=
+PROCESSES ?=
+WORKERS ?=
+MASTER ?=
+RUN ?=
+PORT ?= 30000
+ARGS ?=
+
+SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
+
+.PHONY: install test demo sweep ui report sim master worker clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,plot]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+demo: install
+	$(SPECLOAD) demo --out $(OUT)
+
+sweep: install
+	@test -n "$(HOST)" || { echo "usage: make sweep HOST=http://server:port [SCENARIO=...] [LABEL=...] [OUT=...] [BACKEND=...]"; exit 2; }
+	$(SPECLOAD) sweep --host $(HOST) $(SWEEP_FLAGS) $(ARGS)
+
+ui: install
+	@test -n "$(HOST)" || { echo "usage: make ui HOST=http://server:port [SCENARIO=...]"; exit 2; }
+	$(SPECLOAD) ui --host $(HOST) --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(ARGS)
+
+report: install
+	@test -n "$(RUN)" || { echo "usage: make report RUN=results/<run-dir>"; exit 2; }
+	$(SPECLOAD) report $(RUN)
+
+sim: install
+	$(SPECLOAD) sim --port $(PORT) $(ARGS)
+
+master: install
+	@test -n "$(HOST)" || { echo "usage: make master HOST=http://server:port WORKERS=N [SCENARIO=...]"; exit 2; }
+	$(SPECLOAD) sweep --host $(HOST) $(SWEEP_FLAGS) --workers $(or $(WORKERS),1) $(ARGS)
+
+worker: install
+	@test -n "$(MASTER)" || { echo "usage: make worker MASTER=master-host [PROCESSES=N]"; exit 2; }
+	$(SPECLOAD) worker --master-host $(MASTER) $(if $(PROCESSES),--processes $(PROCESSES)) $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,5 @@
+import sys
+
+from specload.cli import main
+
+sys.exit(main())

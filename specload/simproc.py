@@ -1,0 +1,65 @@
+"""Start and stop the built-in simulated server as a child process (for the demo and the tests).
+
+The simulator prints one line with its URL once it listens; waiting for that line (not for a
+fixed sleep) is what makes callers start load only when the server is up.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+
+@dataclass
+class SimProcess:
+    proc: subprocess.Popen[str]
+    url: str
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Terminate by PID; kill if it does not exit in time. Safe to call twice."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_sim(args: list[str], timeout: float = 20.0) -> SimProcess:
+    """Run ``python -m specload.sim --port 0 ARGS`` and return once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specload.sim", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    found: list[str] = []
+    seen: list[str] = []
+
+    def _read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "listening on " in line:
+                found.append(line.strip().rsplit("listening on ", 1)[1])
+                return
+
+    reader = threading.Thread(target=_read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not found:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"simulator did not start: {''.join(seen)[-2000:]}")
+    # Keep draining its output so a chatty simulator never blocks on a full pipe.
+    threading.Thread(target=lambda: [None for _ in proc.stdout or []], daemon=True).start()
+    return SimProcess(proc, found[0])
