@@ -46,6 +46,14 @@ _SCENARIO_FLAGS: list[tuple[str, str, Any, str]] = [
 ]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _die(code: int, message: str) -> int:
     print(f"specload: {message}", file=sys.stderr)
     return code
@@ -126,7 +134,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.insecure:
         cmd.append("--insecure")
     if args.processes is not None:
-        cmd += ["--processes", str(args.processes)]
+        # A private port: a stray worker of another run on the default 5557 must never join this one.
+        port = str(_free_port())
+        cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
     if args.workers is not None:
         cmd += ["--master", "--expect-workers", str(args.workers), "--master-bind-host", args.master_bind_host,
                 "--master-bind-port", str(args.master_bind_port)]  # fmt: skip
@@ -169,7 +179,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
     if args.label:
         cmd += ["--label", args.label]
     if args.processes is not None:
-        cmd += ["--processes", str(args.processes)]
+        port = str(_free_port())
+        cmd += ["--processes", str(args.processes), "--master-bind-port", port, "--master-port", port]
     if args.workers is not None:
         cmd += ["--master", "--master-bind-host", args.master_bind_host, "--master-bind-port", str(args.master_bind_port)]
     cmd += args.locust_args

@@ -175,6 +175,8 @@ def load_scenario(path: str) -> Scenario:
         raise ScenarioError(f"{path}: scenario file not found") from None
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read scenario file: {e}") from None
     # A [scenario] table is accepted as well as top-level keys.
     if set(data) == {"scenario"} and isinstance(data["scenario"], dict):
         data = data["scenario"]

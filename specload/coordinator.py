@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -17,7 +18,7 @@ from specload import __version__
 from specload.config import Scenario, ScenarioError
 from specload.http import check_host
 from specload.levels import SweepController, plan_levels
-from specload.options import scenario_from_options
+from specload.options import explicit_options, launch_values, scenario_from_options
 from specload.probe import ServerUnreachable, discover_model
 from specload.records import level_label
 from specload.rundir import RUN_JSON, RecordWriter, claim_run_dir, new_run_dir, write_json_atomic
@@ -49,6 +50,9 @@ class Coordinator:
         self.scenario: Scenario | None = None
         self.failure: str | None = None
         self._run_dir_used = False
+        # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
+        self._explicit = explicit_options(sys.argv[1:])
+        self._launch = launch_values(environment.parsed_options) if environment.parsed_options else None
 
     # lifecycle --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -62,7 +66,7 @@ class Coordinator:
         opts = self.env.parsed_options
         self.failure = None
         try:
-            sc = scenario_from_options(opts)
+            sc = scenario_from_options(opts, self._explicit, self._launch)
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             return self._fail(str(e))

@@ -50,6 +50,21 @@ def endpoint(host: str, path: str) -> str:
     return prefix + path
 
 
+def warm_up(client: HTTPClient) -> None:
+    """Open the user's keep-alive connection before its first timed request.
+
+    Name resolution (a thread pool under gevent: several ms when many users start at once), the
+    TCP and the TLS handshake are then outside every TTFT, as for a long-running client. A failure
+    here is ignored: the timed request will meet it again and record it.
+    """
+    pool = client._connection_pool
+    try:
+        sock = pool.get_socket()
+    except Exception:  # noqa: BLE001
+        return
+    pool.return_socket(sock)
+
+
 def make_client(
     host: str, read_timeout: float, connect_timeout: float, insecure: bool = False, concurrency: int = 1
 ) -> HTTPClient:

@@ -21,7 +21,7 @@ _OPTIONS: list[tuple[str, str, Any, str, Callable[[Any], Any], str, bool]] = [
     ("results_dir", "--results-dir", "results", "", str, "Where new run directories are made", False),
     ("label", "--label", "", "", str, "Run label, first part of the run directory name (default: scenario name)", True),
     ("backend", "--backend", "openai", "backend", str, "Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)", True),
-    ("model", "--model", "", "model", str, "Model name to send (default: the first one /v1/models lists)", True),
+    ("model", "--model", "", "model", lambda v: v or None, "Model name to send (default: the first one /v1/models lists)", True),
     ("levels", "--levels", ",".join(map(str, REFERENCE_LEVELS)), "levels", str, "Concurrency levels, comma-separated", True),
     ("requests_per_level", "--requests-per-level", 0, "requests", lambda v: v or None, "Measured requests per level (0: reference rule max(4, 2*C))", True),
     ("level_duration", "--level-duration", 0.0, "duration_s", lambda v: v or None, "Seconds per level instead of a request budget (0: use budgets)", True),
@@ -56,17 +56,42 @@ def add_arguments(parser: Any) -> None:
     )  # fmt: skip
 
 
-def scenario_from_options(opts: Namespace) -> Scenario:
-    """The Scenario a Locust run uses: file (if any) plus every non-default option."""
+def explicit_options(argv: list[str]) -> set[str]:
+    """Option dests given on a command line, whatever their value (``--flag v`` or ``--flag=v``)."""
+    by_flag = {o[1]: o[0] for o in _OPTIONS}
+    return {by_flag[tok.split("=", 1)[0]] for tok in argv if tok.split("=", 1)[0] in by_flag}
+
+
+def scenario_from_options(
+    opts: Namespace, explicit: set[str] | frozenset[str] = frozenset(), launch: dict[str, Any] | None = None
+) -> Scenario:
+    """The Scenario a Locust run uses: the file (if any), overridden by each option that was set.
+
+    An option counts as set when it was given on the command line (``explicit``, even at its
+    default value), differs from its default (config files, environment), or was edited in the
+    web UI since launch (differs from ``launch``).
+    """
     sc = load_scenario(opts.scenario) if getattr(opts, "scenario", "") else Scenario()
     overrides: dict[str, Any] = {}
     for dest, _flag, default, field_name, conv, _help, _ui in _OPTIONS:
         if not field_name:
             continue
         value = getattr(opts, dest, default)
-        if value != default and value is not None:
-            overrides[field_name] = conv(value)
+        if value is None:
+            continue
+        edited = launch is not None and value != launch.get(dest, default)
+        if dest in explicit or value != default or edited:
+            overrides[field_name] = conv(value) if value != default else _field_default(field_name, value, conv)
     return apply_overrides(sc, overrides) if overrides else sc
+
+
+def _field_default(field_name: str, value: Any, conv: Callable[[Any], Any]) -> Any:
+    """An option at its default value means the Scenario's default for that field."""
+    return getattr(Scenario(), field_name) if conv(value) is None else conv(value)
+
+
+def launch_values(opts: Namespace) -> dict[str, Any]:
+    return {o[0]: getattr(opts, o[0], o[2]) for o in _OPTIONS}
 
 
 def option_flags(overrides: dict[str, Any]) -> list[str]:

@@ -82,8 +82,17 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
 
 
-def describe_connect_error(e: BaseException, timeout: float) -> str:
+def describe_connect_error(
+    e: BaseException, timeout: float, connect_timeout: float | None = None, elapsed: float | None = None
+) -> str:
+    """Why no response arrived. Both timeouts raise the same error; the time it took tells which fired."""
     if isinstance(e, TimeoutError | socket.timeout):
+        if (
+            connect_timeout is not None
+            and elapsed is not None
+            and abs(elapsed - connect_timeout) < abs(elapsed - timeout)
+        ):
+            return f"no connection within {connect_timeout:g} s (connect timeout)"
         return f"no response for {timeout:g} s (timeout before the response headers)"
     if isinstance(e, ConnectionRefusedError):
         return "connection refused"
@@ -99,6 +108,7 @@ def stream_request(
     spec: RequestSpec,
     worker: str,
     read_timeout: float,
+    connect_timeout: float | None = None,
 ) -> RequestRecord:
     payload = orjson.dumps(body)
     parser = backend.parser()
@@ -121,7 +131,7 @@ def stream_request(
     except GreenletExit:
         reason, interrupted = "interrupted (test stopped) before the response", True
     except Exception as e:  # noqa: BLE001 - every failure becomes a record
-        reason = describe_connect_error(e, read_timeout)
+        reason = describe_connect_error(e, read_timeout, connect_timeout, perf() - t0)
     t_end_p: float | None = None
     if resp is not None:
         http_status = resp.status_code
@@ -186,13 +196,16 @@ def _finish(resp: Any, clean: bool) -> None:
         sock = resp._sock
         if sock is not None:
             # The terminating chunk follows [DONE] at once on every server we know; do not wait
-            # a full read timeout for one that lingers.
+            # a full read timeout for one that lingers, and give the socket back as it was.
+            old = sock.gettimeout()
             sock.settimeout(1.0)
             try:
                 while resp.readline(b"\n"):
                     pass
             except Exception:  # noqa: BLE001
                 pass
+            finally:
+                sock.settimeout(old)
     resp.release()
 
 

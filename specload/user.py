@@ -19,7 +19,7 @@ from locust.runners import WorkerRunner
 
 from specload.backends import Backend, get_backend
 from specload.events import fire_record
-from specload.http import base_headers, endpoint, make_client
+from specload.http import base_headers, endpoint, make_client, warm_up
 from specload.prompts import prompt_ids, prompt_text
 from specload.records import PHASE_WARMUP
 from specload.stream import Interrupted, RequestSpec, stream_request
@@ -138,6 +138,7 @@ class SpecloadUser(User):
                 self._client.close()
             self._client = make_client(cfg["host"], sc["read_timeout_s"], sc["connect_timeout_s"], key[3])
             self._client_key = key
+            warm_up(self._client)
         return self._client
 
     @task
@@ -170,7 +171,10 @@ class SpecloadUser(User):
         path = endpoint(cfg["host"], backend.path)
         headers = base_headers(stream=True)
         try:
-            rec = stream_request(self._http(cfg), path, body, headers, backend, spec, side.worker, sc["read_timeout_s"])
+            rec = stream_request(
+                self._http(cfg), path, body, headers, backend, spec, side.worker, sc["read_timeout_s"],
+                sc["connect_timeout_s"],
+            )  # fmt: skip
         except Interrupted as stop:
             side.ship(asdict(stop.record))
             raise gevent.GreenletExit from None

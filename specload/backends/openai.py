@@ -28,17 +28,18 @@ class CompletionsParser(StreamParser):
             if usage:
                 self.take_usage(usage)
             choices = ev.get("choices")
-        except (orjson.JSONDecodeError, AttributeError, TypeError) as e:
-            raise MalformedEvent(str(e)) from None
-        if not choices:
-            return 0  # usage-only event
-        choice = choices[0]
-        fr = choice.get("finish_reason")
+            if not choices:
+                return 0  # usage-only event
+            choice = choices[0]
+            fr = choice.get("finish_reason")
+            text = choice.get("text")
+        except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError) as e:
+            raise MalformedEvent(f"{type(e).__name__}: {e}") from None
         if fr:
             self.finish_reason = fr
         # Every choice event is one decode step, even when its text is empty (a token can be
         # half a UTF-8 character); an event that only closes the stream carries no token.
-        return 0 if fr and not choice.get("text") else 1
+        return 0 if fr and not text else 1
 
 
 class OpenAICompletions(Backend):

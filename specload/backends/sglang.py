@@ -31,6 +31,8 @@ class GenerateParser(StreamParser):
             self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
             fr = meta.get("finish_reason")
             svc = meta.get("spec_verify_ct")
+            if not isinstance(count, int):
+                raise TypeError(f"completion_tokens is {count!r}, not an integer")
         except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
             raise MalformedEvent(f"{type(e).__name__}: {e}") from None
         if svc is not None:

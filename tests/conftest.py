@@ -1,0 +1,88 @@
+"""Shared fixtures: real processes (simulator, Locust) on ephemeral ports, always stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from specload.simproc import SimProcess, start_sim
+
+REPO = Path(__file__).resolve().parent.parent
+LOCUSTFILE = REPO / "locustfiles" / "specload_sweep.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def sim() -> Iterator[Callable[..., SimProcess]]:
+    """Factory: sim("--ttft-ms", "100", ...) starts a simulator process; all are stopped at teardown."""
+    started: list[SimProcess] = []
+
+    def _start(*args: str) -> SimProcess:
+        proc = start_sim(list(args))
+        started.append(proc)
+        return proc
+
+    yield _start
+    for proc in started:
+        proc.stop()
+
+
+class Procs:
+    """Child processes of one test, stopped (SIGINT, then kill) at teardown whatever happened."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def popen(self, cmd: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        kw.setdefault("cwd", str(REPO))
+        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stderr", subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def procs() -> Iterator[Procs]:
+    p = Procs()
+    yield p
+    p.stop_all()
+
+
+def locust_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args]
+
+
+def specload_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "specload", *args]
+
+
+@pytest.fixture(autouse=True)
+def _no_api_key_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run without the developer's real keys in the environment."""
+    for name in ("SPECLOAD_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")

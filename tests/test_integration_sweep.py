@@ -1,0 +1,240 @@
+"""Real sweeps: real Locust processes against the simulator started as a separate process.
+
+The simulator's timing is exact (TTFT, inter-token interval, no queueing below its cap), so every
+figure has a known expected value. Tolerances are stated where they are used.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from specload.metrics import LevelStats
+from specload.records import read_records
+from specload.report import load_run
+from tests.conftest import Procs, free_port, locust_cmd, specload_cmd
+
+TTFT_S = 0.200
+ITL_S = 0.010
+OUT = 50
+INP = 64
+LEVELS = [1, 4, 16, 32]
+BUDGET = {1: 4, 4: 8, 16: 32, 32: 64}  # the reference rule max(4, 2*C)
+SIM_ARGS = ("--ttft-ms", "200", "--itl-ms", "10", "--max-running", "64", "--model", "m")
+
+E2E_S = TTFT_S + (OUT - 1) * ITL_S  # 0.69 s
+PER_REQ = OUT / E2E_S  # 72.46 tok/s
+TOL = 0.04  # 2 %: the client and the simulator share two cores; overhead per request is ~1-3 ms
+TTFT_TOL = 0.06  # TEMPORARY: simulator request handling adds ~0.3 ms per simultaneous arrival
+
+
+def _sweep_flags(out_dir: Path) -> list[str]:
+    return [
+        "--levels", ",".join(map(str, LEVELS)), "--input-tokens", str(INP), "--output-tokens", str(OUT),
+        "--read-timeout", "30", "--out", str(out_dir),
+    ]  # fmt: skip
+
+
+def _run_dir(out_dir: Path) -> Path:
+    dirs = [d for d in out_dir.iterdir() if d.is_dir()]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def _check_levels(levels: list[LevelStats]) -> None:
+    assert [lv.concurrency for lv in levels] == LEVELS
+    for lv in levels:
+        c = lv.concurrency
+        assert (lv.sent, lv.ok, lv.failed, lv.short) == (BUDGET[c], BUDGET[c], 0, 0), lv
+        assert lv.output_tokens == BUDGET[c] * OUT
+        assert lv.ttft_p50_ms == pytest.approx(TTFT_S * 1000, rel=TTFT_TOL)
+        assert lv.per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
+        assert lv.tpot_p50_ms == pytest.approx(ITL_S * 1000, rel=TOL)
+        # Closed loop, all C users start together and nothing queues: budget/C back-to-back waves.
+        waves = max(1, BUDGET[c] // c)
+        expected_agg = BUDGET[c] * OUT / (waves * E2E_S)
+        assert lv.agg_tok_s == pytest.approx(expected_agg, rel=TOL), (c, lv.agg_tok_s, expected_agg)
+        assert lv.mean_concurrency == pytest.approx(c, rel=0.03)
+
+
+def _check_run_files(run_dir: Path) -> None:
+    meta = orjson.loads((run_dir / "run.json").read_bytes())
+    assert meta["status"] == "completed"
+    assert [lv["status"] for lv in meta["levels"]] == ["completed"] * len(LEVELS)
+    recs = read_records(str(run_dir / "records.jsonl"))
+    assert all(r.output_tokens_source == "usage" for r in recs)
+    assert all(r.prompt_tokens == INP for r in recs)
+    # No request straddles two levels: each level's sends start after the previous level's last end.
+    by_level: dict[int, list] = {}
+    for r in recs:
+        by_level.setdefault(r.level, []).append(r)
+    for i in range(1, len(LEVELS)):
+        assert min(r.t_send for r in by_level[i]) >= max(r.t_end for r in by_level[i - 1])
+    # Every prompt distinct per request is checked in unit tests; here each (level, seq) is unique.
+    assert len({(r.level, r.phase, r.seq) for r in recs}) == len(recs)
+    assert (run_dir / "report.md").exists()
+
+
+def test_headless_sweep_local(sim, tmp_path: Path) -> None:
+    server = sim(*SIM_ARGS)
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, *_sweep_flags(tmp_path)),
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_dir = _run_dir(tmp_path)
+    run = load_run(run_dir)
+    _check_levels(run.levels)
+    _check_run_files(run_dir)
+    assert run.crosscheck == [], run.crosscheck  # Locust's own counts agree with the records
+    # Progress lines: one as each level starts and one as it ends.
+    log = out.stdout + out.stderr
+    assert log.count("started: C=") == len(LEVELS) and log.count(" done: ") == len(LEVELS)
+    assert "| Agg tok/s" in out.stdout or "Agg tok/s" in out.stdout
+
+
+def test_headless_sweep_two_processes(sim, tmp_path: Path) -> None:
+    server = sim(*SIM_ARGS)
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, "--processes", "2", *_sweep_flags(tmp_path)),
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    run_dir = _run_dir(tmp_path)
+    run = load_run(run_dir)
+    _check_levels(run.levels)
+    _check_run_files(run_dir)
+    workers = {r.worker for r in run.records}
+    assert len(workers) == 2 and "local" not in workers  # both worker processes sent load
+
+
+def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
+    server = sim(*SIM_ARGS)
+    port = free_port()
+    run_dir = tmp_path / "run"
+    prefix = str(run_dir / "locust")
+    master = procs.popen(
+        locust_cmd(
+            "--master", "--headless", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+            "--master-bind-port", str(port), "--host", server.url, "--run-dir", str(run_dir),
+            "--csv", prefix, "--json-file", prefix,
+            "--levels", ",".join(map(str, LEVELS)), "--input-tokens", str(INP), "--output-tokens", str(OUT),
+            "--read-timeout", "30",
+        )
+    )  # fmt: skip
+    for _ in range(2):
+        procs.popen(locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)))
+    try:
+        code = master.wait(timeout=180)
+    finally:
+        log = master.stdout.read().decode() if master.stdout else ""
+    assert code == 0, log[-4000:]
+    run = load_run(run_dir)
+    _check_levels(run.levels)
+    _check_run_files(run_dir)
+    assert len({r.worker for r in run.records}) == 2
+    assert run.meta["mode"] == "master"
+
+
+def _get(url: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read()
+
+
+def _post(url: str, form: dict[str, str]) -> bytes:
+    import urllib.parse
+    import urllib.request
+
+    data = urllib.parse.urlencode(form).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as resp:
+        return resp.read()
+
+
+def _wait_for(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None:
+    server = sim(*SIM_ARGS)
+    web_port = free_port()
+    ui = procs.popen(
+        locust_cmd(
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web_port),
+            "--host",
+            server.url,
+            "--results-dir",
+            str(tmp_path),
+            "--label",
+            "ui",
+            "--read-timeout",
+            "30",
+        )  # fmt: skip
+    )
+    base = f"http://127.0.0.1:{web_port}"
+
+    def _up() -> bool:
+        try:
+            return b"specload" in _get(base + "/")
+        except OSError:
+            return False
+
+    _wait_for(_up, 30, "the web UI")  # the start form carries specload's options
+    home = _get(base + "/").decode()
+    assert "output_tokens" in home and "levels" in home and "run_dir" not in home  # paths hidden
+
+    # 1) A whole sweep started from the form, with options edited there.
+    form = {"host": server.url, "levels": "1,2", "output_tokens": str(OUT), "input_tokens": str(INP),
+            "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
+    assert orjson.loads(_post(base + "/swarm", form))["success"]
+    run = _wait_for(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
+                    60, "the UI sweep to complete")  # fmt: skip
+    first_dir = Path(run["run_dir"])
+    stats = orjson.loads(_get(base + "/stats/requests"))
+    levels_tab = next(t for t in stats["extended_stats"] if t["key"] == "specload-levels")["data"]
+    assert [row["requests"] for row in levels_tab] == ["4/4", "4/4"]
+    report = subprocess.run(
+        specload_cmd("report", str(first_dir)), capture_output=True, text=True, timeout=60
+    )
+    assert report.returncode == 0, report.stderr
+    lv = load_run(first_dir).levels
+    assert [(x.concurrency, x.ok) for x in lv] == [(1, 4), (2, 4)]
+    assert lv[0].per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
+
+    # 2) A second sweep stopped through the HTTP API mid-level: a new run directory, marked interrupted.
+    form.update({"levels": "2", "requests_per_level": "400"})
+    assert orjson.loads(_post(base + "/swarm", form))["success"]
+
+    def _second() -> dict | None:
+        r = orjson.loads(_get(base + "/specload/run"))
+        return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
+
+    run2 = _wait_for(_second, 60, "the second sweep to make progress")
+    _get(base + "/stop")
+    second_dir = Path(run2["run_dir"])
+    meta = _wait_for(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
+                     30, "run.json to be closed")  # fmt: skip
+    assert meta["status"] == "interrupted"
+    assert meta["levels"][0]["status"] == "incomplete"
+    report = subprocess.run(
+        specload_cmd("report", str(second_dir)), capture_output=True, text=True, timeout=60
+    )
+    assert report.returncode == 0, report.stderr
+    assert "interrupted" in report.stdout
+    assert ui.poll() is None  # the UI survives a stop and is ready for another run
+    assert sorted(os.listdir(tmp_path)) == sorted([first_dir.name, second_dir.name])

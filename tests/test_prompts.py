@@ -1,0 +1,112 @@
+"""specload.prompts: exact-length, reproducible prompts that no prefix cache can serve."""
+
+from __future__ import annotations
+
+import pytest
+
+from specload.prompts import prompt_ids, prompt_text
+
+
+@pytest.mark.parametrize("length", [1, 2, 32, 1000, 4097])
+def test_prompt_ids_has_exact_length(length: int) -> None:
+    assert len(prompt_ids(0, 7, length, 1000, 30000)) == length
+
+
+@pytest.mark.parametrize("shared", [1, 16, 999])
+def test_prompt_ids_exact_length_with_shared_prefix(shared: int) -> None:
+    assert len(prompt_ids(0, 7, 1000, 1000, 30000, shared_prefix=shared)) == 1000
+
+
+def test_prompt_ids_within_half_open_range() -> None:
+    # A narrow range with many draws: both ends of [5, 8) must show up, 8 never.
+    ids = prompt_ids(3, 1, 3000, 5, 8)
+    assert set(ids) == {5, 6, 7}
+    wide = prompt_ids(3, 2, 5000, 1000, 30000, shared_prefix=100)
+    assert min(wide) >= 1000
+    assert max(wide) < 30000
+    assert all(isinstance(x, int) for x in wide)
+
+
+def test_prompt_ids_differ_per_request_number() -> None:
+    prompts = [prompt_ids(0, n, 64, 1000, 30000) for n in range(50)]
+    assert len({tuple(p) for p in prompts}) == 50
+    # Distinct from the very first token on: no prefix cache can share even one block.
+    assert len({p[0] for p in prompts}) > 40
+
+
+def test_prompt_ids_reproducible_for_same_seed_and_number() -> None:
+    assert prompt_ids(42, 17, 500, 1000, 30000) == prompt_ids(42, 17, 500, 1000, 30000)
+    assert prompt_ids(42, 17, 500, 1000, 30000, 100) == prompt_ids(42, 17, 500, 1000, 30000, 100)
+
+
+def test_prompt_ids_differ_across_seeds() -> None:
+    a = prompt_ids(0, 5, 200, 1000, 30000)
+    b = prompt_ids(1, 5, 200, 1000, 30000)
+    assert a != b
+    # Not merely a permutation or a shifted copy: most positions differ.
+    assert sum(x != y for x, y in zip(a, b, strict=True)) > 190
+
+
+def test_prompt_ids_seed_and_number_do_not_alias() -> None:
+    # "seed 1, n 23" and "seed 12, n 3" must not be the same stream.
+    assert prompt_ids(1, 23, 100, 1000, 30000) != prompt_ids(12, 3, 100, 1000, 30000)
+
+
+def test_shared_prefix_identical_rest_distinct() -> None:
+    k = 48
+    prompts = [prompt_ids(9, n, 128, 1000, 30000, shared_prefix=k) for n in range(20)]
+    prefixes = {tuple(p[:k]) for p in prompts}
+    assert len(prefixes) == 1
+    rests = [tuple(p[k:]) for p in prompts]
+    assert len(set(rests)) == 20
+    # The first token after the prefix already differs for (nearly) every prompt.
+    assert len({r[0] for r in rests}) > 15
+
+
+def test_shared_prefix_depends_on_seed() -> None:
+    a = prompt_ids(1, 0, 64, 1000, 30000, shared_prefix=32)
+    b = prompt_ids(2, 0, 64, 1000, 30000, shared_prefix=32)
+    assert a[:32] != b[:32]
+
+
+def test_no_shared_prefix_means_no_common_start() -> None:
+    a = prompt_ids(0, 0, 64, 1000, 30000)
+    b = prompt_ids(0, 1, 64, 1000, 30000)
+    common = 0
+    for x, y in zip(a, b, strict=True):
+        if x != y:
+            break
+        common += 1
+    assert common < 3
+
+
+@pytest.mark.parametrize("length", [1, 2, 10, 1000])
+def test_prompt_text_word_count(length: int) -> None:
+    text = prompt_text(0, 12, length)
+    assert len(text.split()) == length
+    assert text == text.strip()
+    assert "  " not in text
+
+
+@pytest.mark.parametrize("shared", [1, 5, 63])
+def test_prompt_text_word_count_with_shared_prefix(shared: int) -> None:
+    assert len(prompt_text(0, 12, 64, shared_prefix=shared).split()) == 64
+
+
+def test_prompt_text_starts_with_request_number_and_differs() -> None:
+    texts = [prompt_text(0, n, 40) for n in range(30)]
+    assert len(set(texts)) == 30
+    assert [t.split()[0] for t in texts] == [str(n) for n in range(30)]
+
+
+def test_prompt_text_reproducible_and_seeded() -> None:
+    assert prompt_text(5, 3, 100) == prompt_text(5, 3, 100)
+    assert prompt_text(5, 3, 100) != prompt_text(6, 3, 100)
+
+
+def test_prompt_text_shared_prefix_identical_rest_distinct() -> None:
+    k = 10
+    texts = [prompt_text(2, n, 50, shared_prefix=k).split() for n in range(10)]
+    assert len({tuple(t[:k]) for t in texts}) == 1
+    assert [t[k] for t in texts] == [str(n) for n in range(10)]
+    assert len({tuple(t[k:]) for t in texts}) == 10
