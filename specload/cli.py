@@ -43,6 +43,7 @@ _SCENARIO_FLAGS: list[tuple[str, str, Any, str]] = [
     ("--shared-prefix", "shared_prefix_tokens", int, "tokens shared by all prompts"),
     ("--read-timeout", "read_timeout_s", float, "seconds of silence before a request fails"),
     ("--level-timeout", "level_timeout_s", float, "seconds before an unfinished level is marked incomplete"),
+    ("--metrics-interval", "metrics_interval_s", float, "seconds between samples of the server's /metrics (0: off)"),
 ]
 
 

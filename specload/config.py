@@ -54,6 +54,7 @@ class Scenario:
     read_timeout_s: float = 600.0  # per socket read: longest silence tolerated (TTFT under queueing)
     connect_timeout_s: float = 10.0
     level_timeout_s: float = 3600.0  # a level still unfinished after this is marked incomplete
+    metrics_interval_s: float = 1.0  # sampling period of the server's /metrics (0: do not sample)
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
 
     def budget(self, concurrency: int) -> int | None:
@@ -137,7 +138,7 @@ def _check_field(source: str, name: str, value: Any) -> Any:
         return _number(source, name, value, strict=True)
     if name == "duration_s":
         return None if value is None else _number(source, name, value, strict=True)
-    if name in ("pause_s", "stagger_s", "temperature"):
+    if name in ("pause_s", "stagger_s", "temperature", "metrics_interval_s"):
         return _number(source, name, value)
     if name == "extra_body":
         if not isinstance(value, dict):

@@ -17,6 +17,7 @@ import locust
 from specload import __version__
 from specload.config import Scenario, ScenarioError
 from specload.http import check_host
+from specload.introspect import MetricsSampler, max_running, server_config
 from specload.levels import SweepController, plan_levels
 from specload.options import explicit_options, launch_values, scenario_from_options
 from specload.probe import ServerUnreachable, discover_model
@@ -49,6 +50,7 @@ class Coordinator:
         self.config: dict[str, Any] = {}
         self.scenario: Scenario | None = None
         self.failure: str | None = None
+        self.sampler: MetricsSampler | None = None
         self._run_dir_used = False
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
@@ -82,6 +84,13 @@ class Coordinator:
             if model is None and sc.backend != "sglang":
                 return self._fail(f"no model name: {how}; pass --model NAME")
         self.scenario = sc
+        server = server_config(host, sc.connect_timeout_s, insecure)
+        cap = max_running(server)
+        if cap is not None and max(sc.levels) > cap:
+            logger.warning(
+                "specload: the server runs at most %d requests at once (max_running_requests); "
+                "levels above C=%d will queue the excess", cap, cap,
+            )  # fmt: skip
         label = opts.label or sc.name
         try:
             if opts.run_dir and not self._run_dir_used:
@@ -110,9 +119,13 @@ class Coordinator:
             "reason": None,
             "mode": type(self.env.runner).__name__.replace("Runner", "").lower(),
             "levels": self.ctrl.levels_meta(),
-            "server": {},
-            "simulated": False,
+            "server": server,
+            "simulated": bool(server.get("simulated", False)),
+            "server_metrics": "off",
         }
+        if sc.metrics_interval_s > 0:
+            self.sampler = MetricsSampler(host, self.run_dir, self._level_index, sc.metrics_interval_s, insecure)
+            self.meta["server_metrics"] = "sampled" if self.sampler.start() else "unavailable"
         self.write_meta()
         self.active = True
         n = len(self.ctrl.levels)
@@ -121,6 +134,10 @@ class Coordinator:
             label, redact_host(host), sc.backend, model, n, ",".join(map(str, sc.levels)), self.run_dir,
         )  # fmt: skip
         return True
+
+    def _level_index(self) -> int | None:
+        lv = self.ctrl.current if self.ctrl is not None else None
+        return None if lv is None else lv.plan.index
 
     def _fail(self, reason: str) -> bool:
         self.failure = reason
@@ -140,6 +157,9 @@ class Coordinator:
         if not self.active or self.ctrl is None:
             return
         self.active = False
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler = None
         if status is None:
             status = {"completed": "completed", "aborted": "failed"}.get(self.ctrl.outcome, "interrupted")
         if status == "interrupted":

@@ -36,6 +36,7 @@ _OPTIONS: list[tuple[str, str, Any, str, Callable[[Any], Any], str, bool]] = [
     ("shared_prefix", "--shared-prefix", 0, "shared_prefix_tokens", int, "Tokens shared by every prompt's start (0: all distinct)", True),
     ("read_timeout", "--read-timeout", 600.0, "read_timeout_s", float, "Seconds of silence before a request fails (covers TTFT under queueing)", True),
     ("level_timeout", "--level-timeout", 3600.0, "level_timeout_s", float, "Seconds after which an unfinished level is marked incomplete", True),
+    ("metrics_interval", "--metrics-interval", 1.0, "metrics_interval_s", float, "Seconds between samples of the server's /metrics (0: off)", True),
 ]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,18 +41,28 @@ def sim() -> Iterator[Callable[..., SimProcess]]:
 
 
 class Procs:
-    """Child processes of one test, stopped (SIGINT, then kill) at teardown whatever happened."""
+    """Child processes of one test, stopped (SIGINT, then kill) at teardown whatever happened.
+
+    Output goes to a file, never a pipe: a chatty process must not block on a pipe nobody reads.
+    """
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: dict[int, tempfile._TemporaryFileWrapper[bytes]] = {}
 
     def popen(self, cmd: list[str], **kw: object) -> subprocess.Popen[bytes]:
+        log = tempfile.NamedTemporaryFile(prefix="specload-test-", suffix=".log")  # noqa: SIM115
         kw.setdefault("cwd", str(REPO))
-        kw.setdefault("stdout", subprocess.PIPE)
+        kw.setdefault("stdout", log)
         kw.setdefault("stderr", subprocess.STDOUT)
         proc = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
         self.procs.append(proc)
+        self.logs[proc.pid] = log
         return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        with open(self.logs[proc.pid].name, "rb") as f:
+            return f.read().decode("utf-8", "replace")
 
     def stop_all(self) -> None:
         for proc in self.procs:
@@ -63,6 +74,8 @@ class Procs:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
+        for log in self.logs.values():
+            log.close()
 
 
 @pytest.fixture

@@ -129,11 +129,8 @@ def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
     )  # fmt: skip
     for _ in range(2):
         procs.popen(locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)))
-    try:
-        code = master.wait(timeout=180)
-    finally:
-        log = master.stdout.read().decode() if master.stdout else ""
-    assert code == 0, log[-4000:]
+    code = master.wait(timeout=180)
+    assert code == 0, procs.log(master)[-4000:]
     run = load_run(run_dir)
     _check_levels(run.levels)
     _check_run_files(run_dir)
@@ -217,6 +214,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert lv[0].per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
 
     # 2) A second sweep stopped through the HTTP API mid-level: a new run directory, marked interrupted.
+    _wait_for(lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop")
     form.update({"levels": "2", "requests_per_level": "400"})
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
@@ -225,7 +223,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
     run2 = _wait_for(_second, 60, "the second sweep to make progress")
-    _get(base + "/stop")
+    _post(base + "/stop", {})
     second_dir = Path(run2["run_dir"])
     meta = _wait_for(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
                      30, "run.json to be closed")  # fmt: skip

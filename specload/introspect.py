@@ -1,0 +1,177 @@
+"""What the server says about itself: its configuration before a sweep, its queue during it.
+
+Everything here is optional and failure-tolerant: a server without ``/get_server_info`` or
+``/metrics`` is simply not introspected, and the report leaves those columns empty. Prometheus
+text is parsed with ``prometheus_client``'s parser, after keeping only the few metric lines we
+read, so that parsing a large ``/metrics`` page never stalls the load-generating process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
+
+from specload.http import base_headers, endpoint, make_client
+from specload.probe import ServerUnreachable, get_json
+
+logger = logging.getLogger("specload")
+
+SAMPLES = "server_samples.jsonl"
+
+# sample key -> metric sample names, SGLang and vLLM spellings (summed over label sets: DP ranks, engines)
+METRICS: dict[str, tuple[str, ...]] = {
+    "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
+    "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
+    "spec_num_drafts": ("vllm:spec_decode_num_drafts_total",),
+    "spec_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
+    "spec_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
+}
+_WANTED = {name: key for key, names in METRICS.items() for name in names}
+_PREFIXES = tuple({n.rsplit("_total", 1)[0] for n in _WANTED})
+
+# /get_server_info fields worth a column or a sentence; everything else is kept under "raw".
+SGLANG_FIELDS = (
+    "model_path", "served_model_name", "max_running_requests", "max_total_num_tokens", "context_length",
+    "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "speculative_draft_model_path", "tp_size", "dp_size", "chunked_prefill_size", "mem_fraction_static",
+    "disable_overlap_schedule", "cuda_graph_max_bs", "version", "simulated",
+)  # fmt: skip
+
+
+def parse_metrics(text: str) -> dict[str, float | None]:
+    """The sample values we read from a Prometheus text page (None when absent)."""
+    kept: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP") and parts[2].startswith(_PREFIXES):
+                kept.append(line)
+        elif line.startswith(_PREFIXES):
+            kept.append(line)
+    out: dict[str, float | None] = dict.fromkeys(METRICS)
+    if not kept:
+        return out
+    try:
+        families = list(text_string_to_metric_families("\n".join(kept) + "\n"))
+    except Exception as e:  # noqa: BLE001 - a page we cannot parse is a page without these numbers
+        logger.debug("specload: unparseable /metrics (%s)", e)
+        return out
+    for fam in families:
+        for s in fam.samples:
+            key = _WANTED.get(s.name)  # `_created` samples never match: they are not counts
+            if key is not None:
+                out[key] = (out[key] or 0.0) + float(s.value)
+    return out
+
+
+def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> dict[str, Any]:
+    """The server's own account of its configuration; {} for a server that gives none."""
+    cfg: dict[str, Any] = {}
+    try:
+        status, info = get_json(host, "/get_server_info", timeout, insecure)
+        if status == 200 and isinstance(info, dict):
+            cfg["engine"] = "sglang"
+            for k in SGLANG_FIELDS:
+                if k in info:
+                    cfg[k] = info[k]
+            states = info.get("internal_states")
+            if isinstance(states, list) and states and isinstance(states[0], dict):
+                # The effective cap (SGLang resets it for speculative decoding) lives here when present.
+                eff = states[0].get("max_running_requests") or states[0].get("max_running_reqs")
+                if isinstance(eff, int):
+                    cfg["max_running_requests_effective"] = eff
+            cfg["raw"] = {k: v for k, v in info.items() if k not in SGLANG_FIELDS}
+        status, models = get_json(host, "/v1/models", timeout, insecure)
+        if status == 200 and isinstance(models, dict) and models.get("data"):
+            first = models["data"][0]
+            if isinstance(first, dict) and "max_model_len" in first:
+                cfg.setdefault("engine", "vllm")
+                cfg["max_model_len"] = first["max_model_len"]
+        status, version = get_json(host, "/version", timeout, insecure)
+        if status == 200 and isinstance(version, dict) and "version" in version:
+            cfg["version"] = version["version"]
+    except ServerUnreachable as e:
+        logger.warning("specload: server introspection stopped: %s", e)
+    return cfg
+
+
+def max_running(cfg: dict[str, Any]) -> int | None:
+    value = cfg.get("max_running_requests_effective") or cfg.get("max_running_requests")
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class MetricsSampler:
+    """Samples ``/metrics`` every ``interval`` s into server_samples.jsonl until stopped."""
+
+    def __init__(
+        self, host: str, run_dir: str, level_of: Callable[[], int | None], interval: float = 1.0,
+        insecure: bool = False,
+    ) -> None:  # fmt: skip
+        self.host, self.interval, self.level_of = host, interval, level_of
+        self.path = os.path.join(run_dir, SAMPLES)
+        self.client = make_client(host, 10.0, 5.0, insecure)
+        self.greenlet: gevent.Greenlet | None = None
+        self.samples = 0
+        self.status = "starting"
+
+    def fetch(self) -> dict[str, float | None] | None:
+        resp = self.client.get(endpoint(self.host, "/metrics"), headers=base_headers(stream=False))
+        body = resp.read()
+        resp.release()
+        if resp.status_code != 200:
+            return None
+        return parse_metrics(body.decode("utf-8", "replace"))
+
+    def start(self) -> bool:
+        """False (and no sampling) when the server has no usable /metrics."""
+        try:
+            first = self.fetch()
+        except Exception as e:  # noqa: BLE001
+            logger.info("specload: no server metrics (%s)", e)
+            first = None
+        if first is None or all(v is None for v in first.values()):
+            self.status = "unavailable"
+            self.client.close()
+            return False
+        self.status = "sampling"
+        self._write(first)
+        self.greenlet = gevent.spawn(self._loop)
+        return True
+
+    def _write(self, values: dict[str, float | None]) -> None:
+        from specload.records import now
+
+        line = {"t": now(), "level": self.level_of(), **values}
+        with open(self.path, "ab") as f:
+            f.write(orjson.dumps(line) + b"\n")
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while True:
+            gevent.sleep(self.interval)
+            try:
+                values = self.fetch()
+            except Exception:  # noqa: BLE001 - a missed sample is not worth a failed sweep
+                continue
+            if values is not None:
+                self._write(values)
+
+    def stop(self) -> None:
+        if self.greenlet is not None:
+            self.greenlet.kill(block=False)
+            self.greenlet = None
+        if self.status == "sampling":
+            try:
+                values = self.fetch()
+                if values is not None:
+                    self._write(values)
+            except Exception:  # noqa: BLE001
+                pass
+            self.status = "stopped"
+        self.client.close()
