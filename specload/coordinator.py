@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import locust
+from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.config import Scenario, ScenarioError
@@ -51,6 +52,8 @@ class Coordinator:
         self.scenario: Scenario | None = None
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
+        # Tickets granted and not yet back as records, per Locust process, to write off a dead worker's.
+        self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
         self._run_dir_used = False
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
@@ -101,6 +104,7 @@ class Coordinator:
         except OSError as e:
             return self._fail(f"cannot create the run directory: {e}")
         self.writer = RecordWriter(self.run_dir)
+        self.outstanding = {}
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s)
         self.config = {"scenario": sc.to_dict(), "model": model, "host": host, "insecure": insecure}
         self.meta = {
@@ -176,8 +180,11 @@ class Coordinator:
     def tick(self, user_count: int) -> int | None:
         """Desired user count, or None when the sweep is over."""
         assert self.ctrl is not None
+        self._check_workers()
         changes = self.ctrl.tick(user_count)
         self._after(changes)
+        if not changes:
+            self.write_meta()  # keep run.json's live counts at most a second old
         if self.ctrl.finished:
             return None
         return self.ctrl.desired_users()
@@ -201,6 +208,7 @@ class Coordinator:
             g = self.ctrl.grant()
             if g is not None:
                 grant = {k: getattr(g, k) for k in ("level", "concurrency", "repeat", "phase", "seq", "max_tokens")}
+                self.outstanding.setdefault(msg.node_id, {})[(g.level, g.phase, g.seq)] = time.time()
                 if not self.ctrl.is_open:
                     changes.append("closed")
         if changes:
@@ -208,16 +216,39 @@ class Coordinator:
         self.env.runner.send_message(MSG_TICKET, {"uid": msg.data["uid"], "grant": grant}, client_id=msg.node_id)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.outstanding.get(msg.node_id, {}).pop((msg.data["level"], msg.data["phase"], msg.data["seq"]), None)
         if self.ctrl is not None:
             self.ctrl.give_back(msg.data["level"], msg.data["phase"])
             self.broadcast()
 
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
         rec = msg.data
+        self.outstanding.get(msg.node_id, {}).pop((rec.get("level"), rec.get("phase"), rec.get("seq")), None)
         if self.writer is not None:
             self.writer.write(rec)
-        if self.ctrl is not None and self.active:
-            self._after(self.ctrl.receive(rec))
+        if self.ctrl is not None:
+            changes = self.ctrl.receive(rec)  # counted even after the run closed (grace-period records)
+            if self.active:
+                self._after(changes)
+
+    def _check_workers(self) -> None:
+        """Write off the tickets of workers the master lost (missing heartbeats, or gone)."""
+        runner = self.env.runner
+        if not isinstance(runner, MasterRunner) or self.ctrl is None:
+            return
+        alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
+        for node, tickets in list(self.outstanding.items()):
+            if node in alive or not tickets:
+                continue
+            logger.error("specload: worker %s was lost with %d request(s) in flight; they are written off",
+                         node, len(tickets))  # fmt: skip
+            by_kind: dict[tuple[int, str], int] = {}
+            for level, phase, _seq in tickets:
+                by_kind[(level, phase)] = by_kind.get((level, phase), 0) + 1
+            tickets.clear()
+            for (level, phase), n in by_kind.items():
+                why = f"lost a worker ({node}): {n} request(s) in flight never reported"
+                self._after(self.ctrl.write_off(level, phase, n, why))
 
     # progress ---------------------------------------------------------------------------------
     def _after(self, changes: list[str]) -> None:

@@ -78,6 +78,7 @@ class LevelProgress:
     t_start: float | None = None
     t_measure_start: float | None = None
     t_end: float | None = None
+    lost: int = 0  # granted requests whose records can never arrive (their worker died)
     status: str = "pending"  # pending | running | completed | incomplete
     note: str | None = None
 
@@ -107,8 +108,26 @@ class LevelProgress:
             "received": self.received,
             "granted_warmup": self.granted_warmup,
             "received_warmup": self.received_warmup,
+            "lost": self.lost,
             "note": self.note,
         }
+
+
+def failure_class(rec: dict[str, Any]) -> str | None:
+    """The kind of failure that, repeated, means no request can succeed; None for any other outcome.
+
+    Client errors (4xx but 408 and 429) are deterministic: the same request will be rejected again.
+    A refused connection means the server is gone. Server errors, rate limits, timeouts and cut
+    streams can be transient and do not count.
+    """
+    if rec.get("status") != FAILED:
+        return None
+    code = rec.get("http_status")
+    if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
+        return f"HTTP {code}"
+    if code is None and "connection refused" in (rec.get("reason") or ""):
+        return "connection refused"
+    return None
 
 
 @dataclass
@@ -117,11 +136,15 @@ class SweepController:
     pause_s: float = 0.0
     level_timeout_s: float = 3600.0
     clock: Callable[[], float] = time.time
+    # Stop after this many consecutive requests failed the same hopeless way (failure_class).
+    breaker: int = 5
     levels: list[LevelProgress] = field(init=False)
     cursor: int = 0  # index of the current level
     finished: bool = False
     outcome: str = "running"  # running | completed | aborted
     abort_reason: str | None = None
+    _streak: int = 0
+    _streak_class: str | None = None
 
     def __post_init__(self) -> None:
         self.levels = [LevelProgress(p) for p in self.plans]
@@ -228,6 +251,16 @@ class SweepController:
             lv.tokens += rec.get("output_tokens") or 0
             lv.first_send = rec["t_send"] if lv.first_send is None else min(lv.first_send, rec["t_send"])
             lv.last_end = rec["t_end"] if lv.last_end is None else max(lv.last_end, rec["t_end"])
+        cls = failure_class(rec)
+        if cls is None:
+            self._streak, self._streak_class = 0, None
+        elif cls == self._streak_class:
+            self._streak += 1
+        else:
+            self._streak, self._streak_class = 1, cls
+        if self._streak >= self.breaker and not self.finished:
+            self.abort(f"{self._streak} requests in a row failed with {cls}; last: {rec.get('reason')}")
+            return ["abort"]
         if lv is not self.current:
             return []
         changes: list[str] = []
@@ -250,6 +283,24 @@ class SweepController:
             self.finished, self.outcome = True, "completed"
             changes.append("finished")
         return changes
+
+    def write_off(self, level: int, phase: str, n: int, why: str) -> list[str]:
+        """Count ``n`` granted requests as lost (their records will never come), so the level can end."""
+        lv = self.levels[level]
+        if phase == PHASE_WARMUP:
+            lv.received_warmup += n
+        else:
+            lv.received += n
+            lv.lost += n
+        lv.note = why
+        if lv is not self.current:
+            return []
+        changes: list[str] = []
+        now = self.clock()
+        if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
+            lv.phase, lv.t_measure_start = MEASURE, now
+            changes.append(MEASURE)
+        return changes + self._maybe_finish_level(lv, now)
 
     def abort(self, reason: str) -> None:
         if self.finished:

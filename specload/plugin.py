@@ -7,8 +7,10 @@ checks which kind of process it is in (local, master, worker) and does only that
 from __future__ import annotations
 
 import logging
+import signal
 from typing import Any
 
+import gevent
 import locust.runners
 from locust import events
 from locust.runners import LocalRunner, MasterRunner
@@ -57,10 +59,24 @@ def on_init(environment: Any, **_: Any) -> None:
         coordinator(environment).register()
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
+        if environment.parsed_options is not None and environment.parsed_options.headless:
+            _install_sigterm(environment)
         if environment.web_ui is not None:
             from specload.webui import extend_web_ui
 
             extend_web_ui(environment, coordinator(environment))
+
+
+def _install_sigterm(environment: Any) -> None:
+    """SIGTERM stops a sweep like Ctrl-C does: in-flight requests get the grace period, run.json says
+    "interrupted". (Locust installs its own SIGTERM handler only after a headless shape run ends.)"""
+
+    def _on_sigterm() -> None:
+        logger.warning("specload: SIGTERM: stopping; in-flight requests get up to %g s", environment.stop_timeout)
+        # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
+        gevent.get_hub().parent.throw(KeyboardInterrupt)
+
+    gevent.signal_handler(signal.SIGTERM, _on_sigterm)
 
 
 def on_test_stop(environment: Any, **_: Any) -> None:
@@ -73,6 +89,7 @@ def on_quitting(environment: Any, **_: Any) -> None:
         return
     coord = coordinator(environment)
     coord.finish()
+    coord.write_meta()  # counts now include records that arrived during the grace period
     if coord.run_dir is not None:
         _write_report(environment, coord)
     elif coord.failure is not None:

@@ -68,7 +68,7 @@ class UserSide:
             waiter.set(data.get("grant"))
         elif data.get("grant"):
             g = data["grant"]
-            self.runner.send_message(MSG_TICKET_RETURN, {"level": g["level"], "phase": g["phase"]})
+            self.runner.send_message(MSG_TICKET_RETURN, {"level": g["level"], "phase": g["phase"], "seq": g["seq"]})
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
