@@ -13,12 +13,15 @@ PROCESSES ?=
 WORKERS ?=
 MASTER ?=
 RUN ?=
+A ?=
+B ?=
+C ?=
 PORT ?= 30000
 ARGS ?=
 
 SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
 
-.PHONY: install test demo sweep ui report sim master worker clean
+.PHONY: install test demo sweep ui report compare sim master worker clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +49,10 @@ ui: install
 report: install
 	@test -n "$(RUN)" || { echo "usage: make report RUN=results/<run-dir>"; exit 2; }
 	$(SPECLOAD) report $(RUN)
+
+compare: install
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=results/<baseline-run> B=results/<other-run> [C=...]"; exit 2; }
+	$(SPECLOAD) compare $(A) $(B) $(C) $(ARGS)
 
 sim: install
 	$(SPECLOAD) sim --port $(PORT) $(ARGS)

@@ -265,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help="do not (re)write report.md")
 
     sub.add_parser("sim", help="run the built-in simulated server (see `specload sim --help`)", add_help=False)
+    sub.add_parser("compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False)
 
     p = sub.add_parser("demo", help="sweep the built-in simulated server and print the table")
     p.add_argument("--out", default="results")
@@ -276,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "sim":
         return cmd_sim(argv[1:])
+    if argv and argv[0] == "compare":
+        from specload.compare import main as compare_main
+
+        return compare_main(argv[1:])
     args = build_parser().parse_args(argv)
     handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "report": cmd_report, "demo": cmd_demo}
     return handler[args.command](args)
