@@ -25,6 +25,10 @@ from specload.records import (
     level_label,
 )
 
+# Where LevelStats.accept_length came from.
+ACCEPT_FROM_RECORDS = "meta_info"  # SGLang per-request meta_info.spec_verify_ct
+ACCEPT_FROM_COUNTERS = "server_counters"  # vLLM /metrics spec_decode counters, sampled
+
 # A closed-loop user hands its slot from a finished request to its next one in (milli)seconds; a
 # dip below C shorter than this is that hand-off, not the end of the steady state.
 STEADY_MAX_DIP_S = 0.5
@@ -97,6 +101,16 @@ class LevelStats:
     steady_window_s: float | None = None
     mean_concurrency: float | None = None  # sum(e2e) / wall_s
     reasons: dict[str, int] = field(default_factory=dict)  # "failed: <reason>" / "short: <reason>"
+    # speculative decoding: tokens per verify step (bonus token included), see accept_length_*()
+    accept_length: float | None = None
+    accept_length_source: str | None = None  # ACCEPT_FROM_RECORDS | ACCEPT_FROM_COUNTERS
+    accept_length_requests: int = 0  # OK records that carried spec_verify_ct > 0
+    # the server's own gauges (server_samples.jsonl) inside the level's measured window
+    server_samples: int = 0  # samples with t inside [first measured t_send, last measured t_end]
+    server_running_max: float | None = None
+    server_running_mean: float | None = None
+    server_queued_max: float | None = None
+    server_queued_mean: float | None = None
 
 
 @dataclass
@@ -111,6 +125,101 @@ class RepeatedLevelStats:
     per_req_tok_s_mean: float | None
     per_req_tok_s_std: float | None
     levels: list[LevelStats]
+
+
+def _num(v: Any) -> float | None:
+    """A JSON number as float; None for null, booleans, strings and non-finite values."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSample:
+    """One line of server_samples.jsonl: the server's gauges and counters at wall-clock time ``t``.
+
+    ``running``/``queued`` are gauges (requests being decoded / waiting in the server's queue);
+    ``spec_*`` are vLLM's cumulative speculative-decoding counters (None on servers without them).
+    """
+
+    t: float
+    running: float | None = None
+    queued: float | None = None
+    spec_num_drafts: float | None = None
+    spec_num_draft_tokens: float | None = None
+    spec_num_accepted_tokens: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: Any) -> ServerSample | None:
+        """None when ``d`` is not an object with a numeric ``t``; unknown keys are ignored."""
+        if not isinstance(d, Mapping):
+            return None
+        t = _num(d.get("t"))
+        if t is None:
+            return None
+        return cls(
+            t=t,
+            running=_num(d.get("running")),
+            queued=_num(d.get("queued")),
+            spec_num_drafts=_num(d.get("spec_num_drafts")),
+            spec_num_draft_tokens=_num(d.get("spec_num_draft_tokens")),
+            spec_num_accepted_tokens=_num(d.get("spec_num_accepted_tokens")),
+        )
+
+
+def accept_length_from_records(records: Iterable[RequestRecord]) -> tuple[float | None, int]:
+    """(accept length, requests used) from SGLang's per-request ``spec_verify_ct``.
+
+    Over OK records with ``spec_verify_ct > 0``: sum(output_tokens) / sum(spec_verify_ct), i.e. the
+    mean of each request's completion_tokens / spec_verify_ct weighted by its verify steps.
+    """
+    used = [r for r in records if r.status == OK and r.spec_verify_ct is not None and r.spec_verify_ct > 0]
+    if not used:
+        return None, 0
+    verify = sum(r.spec_verify_ct or 0 for r in used)
+    return sum(r.output_tokens for r in used) / verify, len(used)
+
+
+def accept_length_from_counters(samples: Sequence[ServerSample], start: float, end: float) -> float | None:
+    """1 + Δaccepted / Δdrafts of vLLM's cumulative counters over [start, end]; None if not measurable.
+
+    The deltas run from the last sample at or before ``start`` (or, when sampling began later, the
+    first sample inside the window) to the last sample at or before ``end``. None when the counters
+    are absent, the two samples are the same, or Δdrafts <= 0 (no drafts, or a counter reset).
+    """
+    usable = sorted(
+        (s for s in samples if s.spec_num_drafts is not None and s.spec_num_accepted_tokens is not None),
+        key=lambda s: s.t,
+    )
+    before = [s for s in usable if s.t <= start]
+    first = before[-1] if before else next((s for s in usable if start <= s.t <= end), None)
+    upto = [s for s in usable if s.t <= end]
+    last = upto[-1] if upto else None
+    if first is None or last is None or last.t <= first.t:
+        return None
+    drafts = (last.spec_num_drafts or 0.0) - (first.spec_num_drafts or 0.0)
+    if drafts <= 0:
+        return None
+    accepted = (last.spec_num_accepted_tokens or 0.0) - (first.spec_num_accepted_tokens or 0.0)
+    return 1.0 + accepted / drafts
+
+
+def _max_mean(values: list[float]) -> tuple[float | None, float | None]:
+    return (max(values), sum(values) / len(values)) if values else (None, None)
+
+
+def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, end: float) -> None:
+    inside = [x for x in samples if start <= x.t <= end]
+    s.server_samples = len(inside)
+    running = [x.running for x in inside if x.running is not None]
+    queued = [x.queued for x in inside if x.queued is not None]
+    s.server_running_max, s.server_running_mean = _max_mean(running)
+    s.server_queued_max, s.server_queued_mean = _max_mean(queued)
+    if s.accept_length is None:
+        s.accept_length = accept_length_from_counters(samples, start, end)
+        if s.accept_length is not None:
+            s.accept_length_source = ACCEPT_FROM_COUNTERS
 
 
 def _is_measured(r: RequestRecord) -> bool:
@@ -261,6 +370,9 @@ def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
     s.prompt_tokens_mean = _mean(r.prompt_tokens for r in ok)
     s.chunk_fallback_ok = sum(r.output_tokens_source == SRC_CHUNKS for r in ok)
     s.token_note = _token_note(s.chunk_fallback_ok, len(ok))
+    s.accept_length, s.accept_length_requests = accept_length_from_records(ok)
+    if s.accept_length is not None:
+        s.accept_length_source = ACCEPT_FROM_RECORDS
 
 
 def summarize_level(
@@ -270,11 +382,13 @@ def summarize_level(
     *,
     index: int | None = None,
     meta: Mapping[str, Any] | None = None,
+    samples: Sequence[ServerSample] | None = None,
 ) -> LevelStats:
     """Stats of one level from any set of records (those of other levels are filtered out).
 
     ``index`` narrows the match to one run.json level when the same (C, repeat) occurs twice;
-    ``meta`` is that level's run.json entry, used only for its status.
+    ``meta`` is that level's run.json entry, used only for its status. ``samples`` are the run's
+    server samples (any order; those outside the level's measured window are ignored).
     """
     mine = [r for r in records if _belongs(r, concurrency, repeat, index)]
     measured = [r for r in mine if _is_measured(r)]
@@ -291,6 +405,8 @@ def summarize_level(
     _fill_outcomes(s, measured)
     _fill_throughput(s, measured)
     _fill_latency(s, [r for r in measured if r.status == OK])
+    if samples:
+        _fill_server(s, samples, min(r.t_send for r in measured), max(r.t_end for r in measured))
     return s
 
 
@@ -304,22 +420,26 @@ def _claimed(r: RequestRecord, keys: list[tuple[int | None, int, int]]) -> bool:
 
 
 def summarize_run(
-    records: Sequence[RequestRecord], levels_meta: Sequence[Mapping[str, Any]] | None
+    records: Sequence[RequestRecord],
+    levels_meta: Sequence[Mapping[str, Any]] | None,
+    samples: Sequence[ServerSample] | None = None,
 ) -> list[LevelStats]:
     """One row per run.json level (in sweep order, even without records), then any unplanned levels.
 
     Rows for levels that run.json does not list are kept rather than dropped: records are the
-    ground truth, and a missing or stale run.json must not hide measurements.
+    ground truth, and a missing or stale run.json must not hide measurements. ``samples`` (the
+    run's server_samples.jsonl) add the server-side columns and, on vLLM, the accept length.
     """
+    samples = sorted(samples or [], key=lambda x: x.t)
     metas = [m for m in (levels_meta or []) if isinstance(m, Mapping) and "concurrency" in m]
     keys = [_meta_key(m) for m in metas]
     out = [
-        summarize_level(records, c, rep, index=idx, meta=m)
+        summarize_level(records, c, rep, index=idx, meta=m, samples=samples)
         for (idx, c, rep), m in zip(keys, metas, strict=True)
     ]
     extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, keys)})
     for idx, c, rep in extra:
-        s = summarize_level(records, c, rep, index=idx)
+        s = summarize_level(records, c, rep, index=idx, samples=samples)
         s.planned = False
         out.append(s)
     return out

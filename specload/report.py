@@ -1,6 +1,7 @@
 """The per-level report of one run directory: ``specload report RUN_DIR``.
 
-Reads only the run directory (run.json, records.jsonl, Locust's locust.json / locust_stats.csv),
+Reads only the run directory (run.json, records.jsonl, server_samples.jsonl when the server's
+/metrics were sampled, Locust's locust.json / locust_stats.csv),
 so a report can be re-made at any time, on any machine, from what a run left behind. Figures come
 from the records (specload.metrics); Locust's counts are only cross-checked.
 """
@@ -18,13 +19,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
 from tabulate import tabulate, tabulate_formats
 
-from specload.metrics import LevelStats, summarize_run
+from specload.metrics import LevelStats, ServerSample, summarize_run
 from specload.records import RequestRecord, level_label, read_records
 
 RUN_JSON = "run.json"
 RECORDS = "records.jsonl"
+SERVER_SAMPLES = "server_samples.jsonl"
 LOCUST_JSON = "locust.json"
 LOCUST_CSV = "locust_stats.csv"
 REPORT_MD = "report.md"
@@ -46,6 +49,14 @@ COLUMNS = (
     "Steady tok/s",
     "Mean conc",
 )
+# Shown after COLUMNS only when some level has a value: (column, LevelStats field, decimals).
+OPTIONAL_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("Accept len", "accept_length", 2),
+    ("Srv run max", "server_running_max", 0),
+    ("Srv run mean", "server_running_mean", 1),
+    ("Srv queue max", "server_queued_max", 0),
+    ("Srv queue mean", "server_queued_mean", 1),
+)
 MISSING = "-"
 REASON_WIDTH = 120
 EXTRA_FORMATS = ("csv", "json")
@@ -59,6 +70,7 @@ class Run:
     levels: list[LevelStats]
     crosscheck: list[str] = field(default_factory=list)  # record counts vs Locust's counts
     notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
+    samples: list[ServerSample] = field(default_factory=list)  # server_samples.jsonl ([] when absent)
 
 
 class NotARunDir(Exception):
@@ -89,6 +101,28 @@ def _read_records(run_dir: Path, notices: list[str]) -> list[RequestRecord]:
     return read_records(str(path))
 
 
+def read_server_samples(path: str | Path) -> list[ServerSample]:
+    """server_samples.jsonl in time order; [] when absent. Torn or malformed lines are skipped."""
+    out: list[ServerSample] = []
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below; missing file is not an error
+    except OSError:
+        return out
+    with f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                sample = ServerSample.from_dict(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+            if sample is not None:
+                out.append(sample)
+    out.sort(key=lambda x: x.t)
+    return out
+
+
 def load_run(run_dir: str | Path) -> Run:
     """Everything the report needs from one run directory; raises NotARunDir when there is nothing."""
     d = Path(run_dir)
@@ -97,8 +131,60 @@ def load_run(run_dir: str | Path) -> Run:
     notices: list[str] = []
     meta = _read_meta(d, notices)
     records = _read_records(d, notices)
-    levels = summarize_run(records, meta.get("levels") or [])
-    return Run(d, meta, records, levels, crosscheck(d, levels), notices)
+    samples = read_server_samples(d / SERVER_SAMPLES)
+    levels = summarize_run(records, meta.get("levels") or [], samples)
+    return Run(d, meta, records, levels, crosscheck(d, levels), notices, samples)
+
+
+# ---------------------------------------------------------------- server configuration (run.json "server")
+
+
+def _int_cap(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def max_running_requests(meta: dict[str, Any]) -> int | None:
+    """The server's cap on requests decoded at once, from run.json ``server``; None when unknown.
+
+    The effective value (SGLang lowers it for speculative decoding, e.g. to 48) wins over the
+    configured one.
+    """
+    server = meta.get("server")
+    if not isinstance(server, dict):
+        return None
+    effective = _int_cap(server.get("max_running_requests_effective"))
+    return effective or _int_cap(server.get("max_running_requests"))
+
+
+def server_summary(meta: dict[str, Any]) -> str | None:
+    """The server's configuration in one line, from run.json ``server``; None if it says nothing.
+
+    E.g. ``engine sglang, speculative_algorithm NEXTN, max_running_requests 48 (configured 64)``.
+    """
+    server = meta.get("server")
+    if not isinstance(server, dict):
+        return None
+    parts: list[str] = []
+    if "engine" in server:
+        parts.append(f"engine {server['engine']}")
+    if "speculative_algorithm" in server:
+        parts.append(f"speculative_algorithm {server['speculative_algorithm'] or 'none'}")
+    cap = max_running_requests(meta)
+    if cap is not None:
+        configured = _int_cap(server.get("max_running_requests"))
+        parts.append(
+            f"max_running_requests {cap}" + (f" (configured {configured})" if configured not in (None, cap) else "")
+        )
+    return ", ".join(parts) or None
+
+
+def max_running_notes(meta: dict[str, Any], levels: Sequence[LevelStats]) -> list[str]:
+    """One note per concurrency above the server's max_running_requests."""
+    cap = max_running_requests(meta)
+    if cap is None:
+        return []
+    over = sorted({s.concurrency for s in levels if s.concurrency > cap})
+    return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
 
 
 # ---------------------------------------------------------------- Locust cross-check
@@ -186,7 +272,16 @@ def _c_cell(s: LevelStats) -> str:
     return str(s.concurrency) if s.repeat == 0 else f"{s.concurrency} r{s.repeat}"
 
 
-def _row(s: LevelStats) -> list[str]:
+def _optional(levels: Sequence[LevelStats]) -> list[tuple[str, str, int]]:
+    return [col for col in OPTIONAL_COLUMNS if any(getattr(s, col[1]) is not None for s in levels)]
+
+
+def columns(levels: Sequence[LevelStats]) -> list[str]:
+    """COLUMNS, then the optional columns some level has a value for."""
+    return list(COLUMNS) + [name for name, _, _ in _optional(levels)]
+
+
+def _row(s: LevelStats, optional: Sequence[tuple[str, str, int]] = ()) -> list[str]:
     return [
         _c_cell(s),
         _fmt(s.agg_tok_s, 1),
@@ -203,16 +298,17 @@ def _row(s: LevelStats) -> list[str]:
         _fmt(s.e2e_p50_s, 2),
         _fmt(s.steady_tok_s, 1),
         _fmt(s.mean_concurrency, 1),
-    ]
+    ] + [_fmt(getattr(s, attr), digits) for _, attr, digits in optional]
 
 
 def _render_csv(levels: Sequence[LevelStats]) -> str:
     """CSV with the table's columns and rounding; missing values are empty cells, as CSV readers expect."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(COLUMNS)
+    w.writerow(columns(levels))
+    optional = _optional(levels)
     for s in levels:
-        w.writerow(["" if c == MISSING else c for c in _row(s)])
+        w.writerow(["" if c == MISSING else c for c in _row(s, optional)])
     return buf.getvalue()
 
 
@@ -233,12 +329,14 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github") -> str:
     if fmt not in tabulate_formats:
         raise ValueError(f"unknown format {fmt!r}; use csv, json or one of: {', '.join(tabulate_formats)}")
     # Cells are pre-formatted strings so the rounding above is exactly what is printed.
+    optional = _optional(levels)
+    headers = columns(levels)
     return tabulate(
-        [_row(s) for s in levels],
-        headers=list(COLUMNS),
+        [_row(s, optional) for s in levels],
+        headers=headers,
         tablefmt=fmt,
         disable_numparse=True,
-        colalign=["right"] * len(COLUMNS),
+        colalign=["right"] * len(headers),
     )
 
 
@@ -274,6 +372,7 @@ def _header_lines(run: Run) -> list[str]:
         ("model", m.get("model")),
         ("scenario", _scenario_name(m)),
         ("status", m.get("status")),
+        ("server", server_summary(m)),
         ("started", _utc(m.get("started_at"))),
         ("run dir", str(run.run_dir)),
     ]
@@ -315,6 +414,15 @@ def _level_meta_notes(run: Run) -> list[str]:
     return notes
 
 
+def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
+    sources = sorted({s.accept_length_source for s in levels if s.accept_length_source})
+    names = {
+        "meta_info": "SGLang's per-request meta_info (output tokens / spec_verify_ct)",
+        "server_counters": "the server's spec_decode counters (1 + accepted / drafts over the level's window)",
+    }
+    return [f"Accept len from {' and '.join(names.get(x, x) for x in sources)}"] if sources else []
+
+
 def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
     parts = [f"{s.label} {s.warmup}" for s in levels if s.warmup]
     return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
@@ -345,6 +453,8 @@ def _notes(run: Run) -> list[str]:
     for s in run.levels:
         notes += _level_notes(s)
     notes += _level_meta_notes(run)
+    notes += max_running_notes(run.meta, run.levels)
+    notes += _accept_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
     return notes

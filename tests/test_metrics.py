@@ -8,7 +8,12 @@ from typing import Any
 import pytest
 
 from specload.metrics import (
+    ACCEPT_FROM_COUNTERS,
+    ACCEPT_FROM_RECORDS,
     LevelStats,
+    ServerSample,
+    accept_length_from_counters,
+    accept_length_from_records,
     combine_repeats,
     group_repeats,
     percentile,
@@ -49,6 +54,7 @@ def rec(
     requested_prompt: int = 100,
     source: str = SRC_USAGE,
     reason: str | None = None,
+    verify: int | None = None,
 ) -> RequestRecord:
     """A record with the client's own arithmetic (records.derived) for the per-request fields."""
     ts, tf, te = T0 + t_send, None if t_first is None else T0 + t_first, T0 + t_end
@@ -78,7 +84,7 @@ def rec(
         itl_max_s=None,
         per_request_tok_s=per_req,
         decode_tok_s=decode,
-        spec_verify_ct=None,
+        spec_verify_ct=verify,
         worker="local",
         repeat=repeat,
     )
@@ -310,3 +316,105 @@ def test_group_repeats_from_records() -> None:
     assert [s.label for s in levels] == ["c002", "c002.r1"]
     (g,) = group_repeats(levels)
     assert g.n == 2 and g.agg_tok_s_std is not None and g.agg_tok_s_mean is not None
+
+
+# ---------------------------------------------------------------- speculative accept length
+
+
+def test_accept_length_from_records_weighted_by_verify_steps() -> None:
+    recs = [
+        rec(0.0, 0.5, 5.0, tokens=10, verify=5, seq=0),  # 2.0 per step
+        rec(0.0, 1.0, 4.0, tokens=12, requested=12, verify=4, seq=1),  # 3.0 per step
+        rec(4.0, 4.5, 8.0, tokens=10, verify=None, seq=2),  # not a speculative reply
+        rec(5.0, 5.5, 10.0, tokens=10, verify=0, seq=3),  # no verify steps: ignored
+        rec(5.0, 5.5, 6.0, tokens=3, verify=1, status=SHORT, seq=4),  # not OK: ignored
+    ]
+    # (10 + 12) / (5 + 4) = 22 / 9, not the unweighted mean (2 + 3) / 2
+    assert accept_length_from_records(recs) == (pytest.approx(22 / 9), 2)
+    s = summarize_level(recs, 2)
+    assert s.accept_length == pytest.approx(22 / 9)
+    assert s.accept_length_source == ACCEPT_FROM_RECORDS and s.accept_length_requests == 2
+    assert accept_length_from_records(four_requests()) == (None, 0)
+    plain = summarize_level(four_requests(), 2)
+    assert plain.accept_length is None and plain.accept_length_source is None
+
+
+def counter_samples() -> list[ServerSample]:
+    """Around four_requests' window [T0, T0 + 10]: one sample before, two inside, one after."""
+    return [
+        ServerSample(T0 - 1.0, running=0.0, queued=0.0, spec_num_drafts=100.0, spec_num_accepted_tokens=50.0),
+        ServerSample(T0 + 3.0, running=2.0, queued=None, spec_num_drafts=150.0, spec_num_accepted_tokens=100.0),
+        ServerSample(T0 + 9.0, running=4.0, queued=1.0, spec_num_drafts=200.0, spec_num_accepted_tokens=170.0),
+        ServerSample(T0 + 11.0, running=9.0, queued=9.0, spec_num_drafts=300.0, spec_num_accepted_tokens=400.0),
+    ]
+
+
+def test_accept_length_from_counters_window() -> None:
+    samples = counter_samples()
+    # from the last sample at/before T0 (T0-1) to the last at/before T0+10 (T0+9):
+    # 1 + (170 - 50) / (200 - 100) = 2.2
+    assert accept_length_from_counters(samples, T0, T0 + 10.0) == pytest.approx(2.2)
+    # sampling started inside the window: from the first sample inside it (T0+3) to T0+9
+    assert accept_length_from_counters(samples[1:], T0, T0 + 10.0) == pytest.approx(1 + 70 / 50)
+    # one usable sample only, or none: not measurable
+    assert accept_length_from_counters(samples[:1], T0, T0 + 10.0) is None
+    assert accept_length_from_counters([], T0, T0 + 10.0) is None
+    # counter reset (server restart): Δdrafts <= 0
+    reset = [samples[0], ServerSample(T0 + 5.0, spec_num_drafts=20.0, spec_num_accepted_tokens=10.0)]
+    assert accept_length_from_counters(reset, T0, T0 + 10.0) is None
+    # samples without counters (SGLang) are not used
+    gauges = [ServerSample(T0 + 1.0, running=1.0), ServerSample(T0 + 2.0, running=1.0)]
+    assert accept_length_from_counters(gauges, T0, T0 + 10.0) is None
+
+
+def test_server_samples_inside_measured_window() -> None:
+    s = summarize_level(four_requests(), 2, samples=counter_samples())
+    # inside [T0, T0+10]: the samples at T0+3 and T0+9 only
+    assert s.server_samples == 2
+    assert s.server_running_max == 4.0 and s.server_running_mean == pytest.approx(3.0)
+    assert s.server_queued_max == 1.0 and s.server_queued_mean == pytest.approx(1.0)  # null is skipped
+    assert s.accept_length == pytest.approx(2.2) and s.accept_length_source == ACCEPT_FROM_COUNTERS
+    assert s.accept_length_requests == 0
+
+
+def test_records_accept_length_wins_over_counters() -> None:
+    recs = four_requests()
+    recs[0] = rec(0.0, 0.5, 5.0, verify=4)
+    s = summarize_level(recs, 2, samples=counter_samples())
+    assert s.accept_length == pytest.approx(2.5) and s.accept_length_source == ACCEPT_FROM_RECORDS
+
+
+def test_no_samples_no_server_figures() -> None:
+    s = summarize_level(four_requests(), 2, samples=[])
+    assert s.server_samples == 0
+    assert (s.server_running_max, s.server_running_mean, s.server_queued_max, s.server_queued_mean) == (
+        None, None, None, None,
+    )  # fmt: skip
+    outside = [ServerSample(T0 + 20.0, running=5.0, queued=5.0)]
+    assert summarize_level(four_requests(), 2, samples=outside).server_running_max is None
+    assert summarize_level([], 2, samples=counter_samples()).server_samples == 0  # no records, no window
+
+
+def test_summarize_run_splits_samples_by_level_window() -> None:
+    later = [
+        rec(t.t_send - T0 + 20.0, (t.t_first or 0) - T0 + 20.0, t.t_end - T0 + 20.0, concurrency=4, level=1)
+        for t in four_requests()
+    ]
+    samples = [ServerSample(T0 + 25.0, running=4.0, queued=2.0), *reversed(counter_samples())]  # any order
+    levels = summarize_run(four_requests() + later, [meta(0, 2), meta(1, 4)], samples)
+    assert [(s.label, s.server_samples, s.server_running_max, s.server_queued_max) for s in levels] == [
+        ("c002", 2, 4.0, 1.0),
+        ("c004", 1, 4.0, 2.0),
+    ]
+    # level 2's window [T0+20, T0+30] has no counter samples after T0+11: not measurable
+    assert levels[1].accept_length is None
+
+
+def test_server_sample_from_dict() -> None:
+    d = {"t": T0, "level": 3, "running": 4, "queued": None, "spec_num_drafts": 10.5, "extra": "x"}
+    assert ServerSample.from_dict(d) == ServerSample(T0, running=4.0, queued=None, spec_num_drafts=10.5)
+    assert ServerSample.from_dict({"running": 1}) is None  # no time
+    assert ServerSample.from_dict({"t": "soon"}) is None
+    assert ServerSample.from_dict([1, 2]) is None
+    assert ServerSample.from_dict({"t": T0, "running": True, "queued": "3"}) == ServerSample(T0)
+    assert ServerSample.from_dict({"t": T0, "running": float("nan")}) == ServerSample(T0)

@@ -13,7 +13,17 @@ from typing import Any
 import pytest
 
 from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_USAGE, RequestRecord, derived
-from specload.report import COLUMNS, NotARunDir, load_run, main, render_levels, write_report_md
+from specload.report import (
+    COLUMNS,
+    NotARunDir,
+    load_run,
+    main,
+    max_running_requests,
+    read_server_samples,
+    render_levels,
+    server_summary,
+    write_report_md,
+)
 
 T0 = 1_764_475_200.0  # 2025-11-30T04:00:00Z
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -30,6 +40,7 @@ def rec(
     status: str = OK,
     phase: str = PHASE_MEASURE,
     reason: str | None = None,
+    verify: int | None = None,
 ) -> RequestRecord:
     ts, tf, te = T0 + t_send, T0 + t_send + 0.5, T0 + t_end
     ttft, e2e, tpot, per_req, decode = derived(ts, tf, te, te, tokens)
@@ -58,7 +69,7 @@ def rec(
         itl_max_s=None,
         per_request_tok_s=per_req,
         decode_tok_s=decode,
-        spec_verify_ct=None,
+        spec_verify_ct=verify,
         worker="local",
     )
 
@@ -346,3 +357,78 @@ def test_sample_fixture_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert "|   C |" in out and (d / "report.md").exists()
     run = load_run(d)
     assert run.crosscheck == [] and all(s.sent > 0 for s in run.levels)
+
+
+# ---------------------------------------------------------------- server samples and configuration
+
+
+def server_lines() -> str:
+    """Samples over C=1's window [0, 4] and C=2's [10, 14]; a torn last line (crash mid-write)."""
+    rows = [
+        {"t": T0 - 1.0, "level": 0, "running": 0, "queued": 0},
+        {"t": T0 + 1.0, "level": 0, "running": 1, "queued": 0},
+        {"t": T0 + 3.0, "level": 0, "running": 1, "queued": None},
+        {"t": T0 + 11.0, "level": 1, "running": 2, "queued": 1},
+        {"t": T0 + 12.0, "level": 1, "running": 2, "queued": 3},
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rows) + "not json\n" + '{"t": 1764475213.0, "runn'
+
+
+def test_server_samples_columns(run_dir: Path) -> None:
+    (run_dir / "server_samples.jsonl").write_text(server_lines())
+    run = load_run(run_dir)
+    assert len(run.samples) == 5 and run.notices == []
+    c1, c2, c4 = run.levels
+    assert (c1.server_samples, c1.server_running_max, c1.server_running_mean) == (2, 1.0, 1.0)
+    assert (c1.server_queued_max, c1.server_queued_mean) == (0.0, 0.0)
+    assert (c2.server_running_max, c2.server_queued_max, c2.server_queued_mean) == (2.0, 3.0, 2.0)
+    assert c4.server_samples == 0 and c4.server_running_max is None
+    text = render_levels(run.levels, "github")
+    header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
+    assert header == [*COLUMNS, "Srv run max", "Srv run mean", "Srv queue max", "Srv queue mean"]
+    row2 = [c.strip() for c in text.splitlines()[3].strip("|").split("|")]
+    assert row2[-4:] == ["2", "2.0", "3", "2.0"]
+    rows = list(csv.DictReader(io.StringIO(render_levels(run.levels, "csv"))))
+    assert rows[0]["Srv run max"] == "1" and rows[2]["Srv queue mean"] == ""
+    assert json.loads(render_levels(run.levels, "json"))[1]["server_queued_max"] == 3.0
+
+
+def test_read_server_samples_missing_file(tmp_path: Path) -> None:
+    assert read_server_samples(tmp_path / "nope.jsonl") == []
+
+
+def test_accept_len_column_from_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recs = sample_records()
+    recs[1] = rec(0, 1, 0, 0.0, 2.0, verify=4)  # 10 tokens / 4 verify steps
+    recs[2] = rec(0, 1, 1, 2.0, 4.0, verify=6)  # (10 + 10) / (4 + 6) = 2.0
+    d = write_run(tmp_path / "r", recs, sample_meta(), locust_json=locust_entries())
+    run = load_run(d)
+    assert run.levels[0].accept_length == pytest.approx(2.0) and run.levels[1].accept_length is None
+    text = render_levels(run.levels, "github")
+    header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
+    assert header == [*COLUMNS, "Accept len"]
+    assert text.splitlines()[2].rstrip("|").rsplit("|", 1)[1].strip() == "2.00"
+    assert main([str(d), "--no-write"]) == 0
+    assert "Accept len from SGLang's per-request meta_info" in capsys.readouterr().out
+
+
+def test_max_running_note_and_server_header(tmp_path: Path) -> None:
+    m = sample_meta() | {"server": {"engine": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 1}}
+    d = write_run(tmp_path / "r", sample_records(), m, locust_json=locust_entries())
+    md = write_report_md(load_run(d)).read_text()
+    assert "- server: engine sglang, speculative_algorithm NEXTN, max_running_requests 1" in md
+    assert "C=2 exceeds the server's max_running_requests (1): the excess requests queue" in md
+    assert "C=4 exceeds the server's max_running_requests (1): the excess requests queue" in md
+    assert "C=1 exceeds" not in md
+    assert "Accept len" not in md and "Srv run" not in md  # no values, no columns
+
+
+def test_max_running_requests_effective_wins() -> None:
+    assert max_running_requests({"server": {"max_running_requests": 64, "max_running_requests_effective": 48}}) == 48
+    assert max_running_requests({"server": {"max_running_requests": 64}}) == 64
+    assert max_running_requests({"server": {"max_running_requests": "64"}}) is None
+    assert max_running_requests({"server": {"max_running_requests": True}}) is None
+    assert max_running_requests({"server": {}}) is None and max_running_requests({}) is None
+    both = {"server": {"speculative_algorithm": None, "max_running_requests": 64, "max_running_requests_effective": 48}}
+    assert server_summary(both) == "speculative_algorithm none, max_running_requests 48 (configured 64)"
+    assert server_summary({"server": {}}) is None and server_summary({}) is None

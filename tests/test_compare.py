@@ -1,0 +1,429 @@
+"""specload.compare and specload.plot against generated run directories shaped like the reference."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from specload.compare import (
+    Change,
+    Crossover,
+    build_comparison,
+    change_pct,
+    ci_change,
+    crossover,
+    crossover_sentence,
+    fmt_pct,
+    main,
+    render_table,
+    t_quantile_975,
+    table_columns,
+    table_rows,
+    unique_labels,
+)
+from specload.plot import MISSING_NOTICE, plot_comparison
+from specload.report import load_run
+from tests.fixtures.make_compare_runs import (
+    BASE_AGG,
+    BASE_PER,
+    CAP,
+    LEVELS,
+    MTP_ACCEPT,
+    MTP_AGG,
+    MTP_PER,
+    write_reference_pair,
+    write_run,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# the reference's aggregate changes at C = 1, 4, 16, 32, 64, 128
+REF_AGG = [change_pct(BASE_AGG[c], MTP_AGG[c]) for c in LEVELS]
+REF_PER = [change_pct(BASE_PER[c], MTP_PER[c]) for c in LEVELS]
+Y32, Y64 = REF_AGG[3], REF_AGG[4]
+REF_CROSS = 2 ** (5 + Y32 / (Y32 - Y64))  # log2-linear between C=32 (x=5) and C=64 (x=6): ≈ 37.9
+
+REF_SENTENCE = (
+    "mtp raises aggregate tok/s up to C=32 (+11%) and lowers it from C=64 (-32%), crossover near "
+    "C≈38 (between C=32 and C=64); per-request speed stays higher at every level (+57% at C=128). "
+    "At C>=64 the server queued requests: its max_running_requests is 48."
+)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_reference_pair(tmp_path_factory.mktemp("runs"))
+
+
+def cells(text: str, line: int) -> list[str]:
+    return [c.strip() for c in text.splitlines()[line].strip("|").split("|")]
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def test_change_pct() -> None:
+    assert change_pct(100.0, 112.0) == pytest.approx(12.0)
+    assert change_pct(2327.0, 1571.1) == pytest.approx(-32.4839, abs=1e-4)
+    assert change_pct(None, 1.0) is None and change_pct(1.0, None) is None
+    assert change_pct(0.0, 5.0) is None  # no baseline rate to compare with
+
+
+def test_fmt_pct() -> None:
+    assert [fmt_pct(x) for x in (12.4, -32.48, 0.3, -0.4, None)] == ["+12%", "-32%", "0%", "0%", "-"]
+
+
+def test_t_quantile_table() -> None:
+    assert t_quantile_975(1) == 12.706
+    assert t_quantile_975(2) == 4.303
+    assert t_quantile_975(4.9) == 2.776  # floored: conservative
+    assert t_quantile_975(30) == 2.042
+    assert t_quantile_975(30.5) == 2.042  # floor(30.5) = 30
+    assert t_quantile_975(31) == 1.96 and t_quantile_975(1000) == 1.96
+    assert t_quantile_975(0.5) == 12.706
+    assert t_quantile_975(3.9999999) == 2.776  # float noise in Welch's df is not a lost degree
+
+
+def test_ci_change_welch_hand_computed() -> None:
+    # means 105 and 125 (+19.05%); variances 50 and 50, n = 2 each: se² = 25 + 25 = 50;
+    # df = 50² / (25²/1 + 25²/1) = 2 -> t = 4.303; half-width = 4.303 * sqrt(50) / 105 = 28.98%
+    pct, hw = ci_change([100.0, 110.0], [120.0, 130.0])  # type: ignore[misc]
+    assert pct == pytest.approx(20 / 105 * 100)
+    assert hw == pytest.approx(4.303 * math.sqrt(50) / 105 * 100)
+    # n = 3, variances 1 and 1: se² = 2/3, df = (4/9) / ((1/9)/2 + (1/9)/2) = 4 -> t = 2.776
+    pct, hw = ci_change([100.0, 101.0, 99.0], [120.0, 121.0, 119.0])  # type: ignore[misc]
+    assert pct == pytest.approx(20.0)
+    assert hw == pytest.approx(2.776 * math.sqrt(2 / 3))
+    # unequal variances: base var 0 -> df = n_new - 1 = 2
+    pct, hw = ci_change([100.0, 100.0], [110.0, 120.0, 130.0])  # type: ignore[misc]
+    assert pct == pytest.approx(20.0) and hw == pytest.approx(4.303 * math.sqrt(100 / 3))
+    assert ci_change([100.0, 100.0], [110.0, 110.0]) == (pytest.approx(10.0), 0.0)
+    assert ci_change([100.0], [110.0, 120.0]) is None
+    assert ci_change([0.0, 0.0], [1.0, 2.0]) is None
+
+
+def test_change_cell_and_noise() -> None:
+    assert Change(12.2).cell() == "+12%" and not Change(12.2).noise
+    assert Change(12.2, 3.4).cell() == "+12% (±3%)"
+    assert Change(2.0, 5.0).cell() == "+2% (±5%) ~" and Change(2.0, 5.0).noise
+    assert Change(-1.0, 0.4).cell() == "-1% (±0.4%)"
+    assert Change(None, None).cell() == "-"
+
+
+def test_crossover_reference() -> None:
+    (x,) = crossover(list(LEVELS), REF_AGG)
+    assert (x.low, x.high, x.direction) == (32, 64, "down")
+    assert x.at == pytest.approx(REF_CROSS) and x.at == pytest.approx(37.93, abs=0.01)
+    assert crossover(list(LEVELS), REF_PER) == []
+
+
+def test_crossover_interpolates_in_log2() -> None:
+    # C=1 (x=0) +10%, C=4 (x=2) -10%: zero halfway in log2 -> x=1 -> C=2
+    assert crossover([1, 4], [10.0, -10.0]) == [Crossover(1, 4, pytest.approx(2.0), "down")]  # type: ignore[arg-type]
+    # a missing level is skipped: between C=1 and C=4, x = 2 * 10/40 = 0.5
+    (x,) = crossover([1, 2, 4], [10.0, None, -30.0])
+    assert (x.low, x.high) == (1, 4) and x.at == pytest.approx(math.sqrt(2))
+    # an exact zero is skipped too
+    (x,) = crossover([1, 2, 4], [10.0, 0.0, -10.0])
+    assert (x.low, x.high) == (1, 4) and x.at == pytest.approx(2.0)
+
+
+def test_crossover_several_and_up() -> None:
+    xs = crossover([1, 2, 4, 8], [5.0, -5.0, 5.0, -5.0])
+    assert [(x.low, x.high, x.direction) for x in xs] == [(1, 2, "down"), (2, 4, "up"), (4, 8, "down")]
+    assert [x.at for x in xs] == pytest.approx([math.sqrt(2), 2 * math.sqrt(2), 4 * math.sqrt(2)])
+    assert crossover([1, 2], [None, None]) == []
+    with pytest.raises(ValueError):
+        crossover([1, 2], [1.0])
+
+
+def test_sentence_reference() -> None:
+    s = crossover_sentence("mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48)
+    assert s == REF_SENTENCE
+
+
+def test_sentence_never_crosses() -> None:
+    up = crossover_sentence("mtp", [1, 4, 16], [12.0, 40.0, 38.0], [20.0, 10.0, 5.0])
+    assert up == (
+        "mtp raises aggregate tok/s at every level measured (+12% to +40%); "
+        "per-request speed stays higher at every level (+5% at C=16)."
+    )
+    down = crossover_sentence("eagle", [1, 4], [-3.0, -20.0], [-1.0, -2.0])
+    assert down == (
+        "eagle lowers aggregate tok/s at every level measured (-20% to -3%); "
+        "per-request speed stays lower at every level (-2% at C=4)."
+    )
+    one = crossover_sentence("x", [1, 4], [12.0, None], [None, None])
+    assert one == "x raises aggregate tok/s at every level measured (+12%)."
+
+
+def test_sentence_per_request_flips_and_queue_variants() -> None:
+    # per-request crossover: log2 C = 2 + 2 * 2 / (2 + 4) = 2.667 -> C = 6.35
+    s = crossover_sentence("mtp", [1, 4, 16], [-5.0, -6.0, -7.0], [10.0, 2.0, -4.0], queue_from=16)
+    assert s == (
+        "mtp lowers aggregate tok/s at every level measured (-7% to -5%); per-request speed is higher up "
+        "to C=4 (+2%) and lower from C=16 (-4%), crossover near C≈6.3 (between C=4 and C=16). "
+        "At C>=16 the server queued requests."
+    )
+    # queueing below the cap (e.g. KV cache full): the cap is named but not blamed
+    s = crossover_sentence("mtp", [1, 4], [5.0, 6.0], [1.0, 1.0], queue_from=4, max_running=48)
+    assert s.endswith("At C>=4 the server queued requests (its max_running_requests is 48).")
+    assert crossover_sentence("x", [1], [None], [None]) == (
+        "x: no level was measured in both runs, so there is nothing to compare."
+    )
+
+
+def test_unique_labels() -> None:
+    assert unique_labels(["mtp", "mtp", "base", "mtp"]) == ["mtp", "mtp-2", "base", "mtp-3"]
+
+
+# ---------------------------------------------------------------- the reference pair
+
+
+def test_reference_table(pair: tuple[Path, Path]) -> None:
+    comp = build_comparison([load_run(p) for p in pair])
+    assert comp.levels == list(LEVELS)
+    cols = table_columns(comp)
+    assert cols == [
+        "C",
+        "Agg tok/s baseline", "Agg tok/s mtp", "Δ agg mtp",
+        "Per-req tok/s baseline", "Per-req tok/s mtp", "Δ per-req mtp",
+        "TTFT p50 (ms) baseline", "TTFT p50 (ms) mtp",
+        "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp",
+        "Accept len baseline", "Accept len mtp",
+        "Srv run/queue baseline", "Srv run/queue mtp",
+    ]  # fmt: skip
+    rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
+    expected_agg = {"1": "+12%", "4": "+40%", "16": "+39%", "32": "+11%", "64": "-32%", "128": "-42%"}
+    for c, change in expected_agg.items():
+        assert rows[c]["Δ agg mtp"] == change, c
+        assert rows[c]["Δ per-req mtp"].startswith("+"), c  # mtp faster per request everywhere
+    assert (rows["64"]["Agg tok/s baseline"], rows["64"]["Agg tok/s mtp"]) == ("2327.0", "1571.1")
+    assert (rows["128"]["Per-req tok/s baseline"], rows["128"]["Per-req tok/s mtp"]) == ("41.0", "64.5")
+    assert rows["128"]["Δ per-req mtp"] == "+57%"
+    assert rows["1"]["Accept len mtp"] == "2.00" and rows["64"]["Accept len mtp"] == "1.60"
+    assert rows["1"]["Accept len baseline"] == "-"
+    assert rows["32"]["Srv run/queue mtp"] == "32 / 0"
+    assert rows["128"]["Srv run/queue mtp"] == f"{CAP} / 80"
+    assert rows["128"]["Srv run/queue baseline"] == "-"
+    assert rows["1"]["TTFT p50 (ms) mtp"] == "100.0"
+    assert comp.sentences == [REF_SENTENCE]
+    assert any("C=64 exceeds the server's max_running_requests (48)" in n for n in comp.notes)
+    # spec_verify_ct = round(1000 / accept): 1000 / 526 = 1.901 at C=16
+    accept = [comp.runs[1].figures[c].accept_length for c in LEVELS]
+    assert accept == pytest.approx([MTP_ACCEPT[c] for c in LEVELS], abs=0.002)
+
+
+def test_queue_from_samples_alone(tmp_path: Path) -> None:
+    """No max_running_requests in run.json: the sampled queue alone names the level."""
+    base = write_run(tmp_path / "b", "baseline", BASE_AGG, BASE_PER)
+    mtp = write_run(tmp_path / "m", "mtp", MTP_AGG, MTP_PER, cap=CAP)
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    assert comp.sentences[0].endswith("(+57% at C=128). At C>=64 the server queued requests.")
+    # and no queue part at all without samples or a cap
+    plain = write_run(tmp_path / "p", "mtp", MTP_AGG, MTP_PER)
+    comp = build_comparison([load_run(base), load_run(plain)])
+    assert comp.sentences[0].endswith("(+57% at C=128).")
+    assert not any(c.startswith("Srv") for c in table_columns(comp))
+    assert not any(c.startswith("Accept") for c in table_columns(comp))
+
+
+def test_missing_level_shown_not_dropped(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "b", "baseline", BASE_AGG, BASE_PER)
+    agg = {c: v for c, v in MTP_AGG.items() if c != 128} | {256: 1700.0}
+    per = {c: v for c, v in MTP_PER.items() if c != 128} | {256: 60.0}
+    mtp = write_run(tmp_path / "m", "mtp", agg, per)
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    assert comp.levels == [1, 4, 16, 32, 64, 128, 256]
+    cols = table_columns(comp)
+    rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
+    assert rows["128"]["Agg tok/s baseline"] == "2800.0"
+    assert rows["128"]["Agg tok/s mtp"] == "-" and rows["128"]["Δ agg mtp"] == "-"
+    assert rows["256"]["Agg tok/s baseline"] == "-" and rows["256"]["Agg tok/s mtp"] == "1700.0"
+    assert "C=128: no measured requests in mtp; shown as -" in comp.notes
+    assert "C=256: no measured requests in baseline; shown as -" in comp.notes
+    assert "(+64% at C=64)" in comp.sentences[0]  # the last level both runs have
+
+
+def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
+    # C=1: agg 100/110 vs 120/130 -> +19% ± 29% (contains 0: ~); C=4: 3 tight repeats -> +20% (±2%)
+    base = write_run(tmp_path / "b", "baseline", {1: [100.0, 110.0], 4: [300.0, 303.0, 297.0], 16: 800.0},
+                     {1: [110.0, 110.0], 4: [80.0, 80.0, 80.0], 16: 60.0})  # fmt: skip
+    mtp = write_run(tmp_path / "m", "mtp", {1: [120.0, 130.0], 4: [360.0, 363.0, 357.0], 16: 900.0},
+                    {1: [120.0, 121.0], 4: [88.0, 88.0, 88.0], 16: 70.0})  # fmt: skip
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    cols = table_columns(comp)
+    rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
+    assert rows["1"]["Agg tok/s baseline"] == "105.0" and rows["1"]["Agg tok/s mtp"] == "125.0"
+    assert rows["1"]["Δ agg mtp"] == "+19% (±29%) ~"
+    assert rows["4"]["Δ agg mtp"] == "+20% (±2%)"
+    assert rows["4"]["Δ per-req mtp"] == "+10% (±0.0%)"
+    assert rows["16"]["Δ agg mtp"] == "+12%"  # single repeat: no interval
+    agg = comp.agg["mtp"]
+    assert agg[0].ci == pytest.approx(4.303 * math.sqrt(50) / 105 * 100, rel=1e-6)
+    # variances 9 and 9, n = 3: se² = 3 + 3, df = 36 / (9/2 + 9/2) = 4 -> t = 2.776
+    assert agg[1].ci == pytest.approx(2.776 * math.sqrt(6) / 300 * 100, rel=1e-6)
+    assert agg[0].noise and not agg[1].noise
+    assert comp.sentences[0].endswith("The changes marked ~ (C=1) are inside the noise of the repeats.")
+    assert any("~ means the interval contains 0: the change is inside the noise" in n for n in comp.notes)
+    assert any("repeats per run (baseline/mtp): C=1 2/2, C=4 3/3" in n for n in comp.notes)
+
+
+def test_labels_made_unique_and_dir_fallback(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", "mtp", {1: 100.0}, {1: 100.0})
+    b = write_run(tmp_path / "b", "mtp", {1: 110.0}, {1: 110.0})
+    comp = build_comparison([load_run(a), load_run(b)])
+    assert [r.label for r in comp.runs] == ["mtp", "mtp-2"]
+    assert "Δ agg mtp-2" in table_columns(comp)
+    meta = json.loads((a / "run.json").read_text())
+    del meta["label"]
+    (a / "run.json").write_text(json.dumps(meta))
+    assert build_comparison([load_run(a), load_run(b)]).runs[0].label == "a"
+
+
+def test_three_runs(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "b", "baseline", {1: 100.0, 4: 300.0}, {1: 100.0, 4: 80.0})
+    mtp = write_run(tmp_path / "m", "mtp", {1: 120.0, 4: 270.0}, {1: 120.0, 4: 90.0})
+    eagle = write_run(tmp_path / "e", "eagle", {1: 110.0, 4: 330.0}, {1: 110.0, 4: 85.0})
+    comp = build_comparison([load_run(p) for p in (base, mtp, eagle)])
+    cols = table_columns(comp)
+    assert cols[:6] == ["C", "Agg tok/s baseline", "Agg tok/s mtp", "Agg tok/s eagle", "Δ agg mtp", "Δ agg eagle"]
+    assert len(comp.sentences) == 2
+    assert comp.sentences[0].startswith("mtp raises aggregate tok/s up to C=1 (+20%) and lowers it from C=4 (-10%)")
+    assert comp.sentences[1].startswith("eagle raises aggregate tok/s at every level measured (+10%)")
+
+
+def test_config_differences_noted(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "b", "baseline", {1: 100.0}, {1: 100.0})
+    mtp = write_run(tmp_path / "m", "mtp", {1: 120.0}, {1: 120.0}, simulated=False, status="interrupted")
+    meta = json.loads((mtp / "run.json").read_text())
+    meta["model"] = "other-model"
+    (mtp / "run.json").write_text(json.dumps(meta))
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    assert any(n.startswith("the runs differ in model (baseline qwen-122b, mtp other-model)") for n in comp.notes)
+    assert "mtp: run status is interrupted: the last levels may be partial" in comp.notes
+
+
+# ---------------------------------------------------------------- formats and CLI
+
+
+@pytest.mark.parametrize("fmt", ["github", "plain", "grid", "simple", "csv", "json"])
+def test_every_format(pair: tuple[Path, Path], fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert main([str(pair[0]), str(pair[1]), "--format", fmt, "--out", str(out), "--no-plot"]) == 0
+    captured = capsys.readouterr()
+    text = captured.out
+    if fmt == "json":
+        data = json.loads(text)
+        assert [r["label"] for r in data["runs"]] == ["baseline", "mtp"] and data["runs"][0]["baseline"]
+        assert [lv["concurrency"] for lv in data["levels"]] == list(LEVELS)
+        c64 = data["levels"][4]
+        assert c64["changes"]["mtp"]["agg"]["pct"] == pytest.approx(Y64)
+        assert c64["runs"]["mtp"]["server_queued_max"] == 16
+        (x,) = data["crossovers"]["mtp"]["agg"]
+        assert x["low"] == 32 and x["high"] == 64 and x["at"] == pytest.approx(REF_CROSS)
+        assert data["sentences"] == [REF_SENTENCE]
+        assert REF_SENTENCE in captured.err
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(text)))
+        assert [r["C"] for r in rows] == [str(c) for c in LEVELS]
+        assert rows[4]["Δ agg mtp"] == "-32%" and rows[0]["Accept len baseline"] == ""
+    else:
+        assert "Agg tok/s mtp" in text and REF_SENTENCE in text and "SIMULATED" in text
+        assert "server: engine sglang, speculative_algorithm NEXTN, max_running_requests 48" in text
+    md = (out / "comparison.md").read_text()
+    assert md.startswith("# specload comparison: baseline vs mtp") and REF_SENTENCE in md
+    assert "Δ agg mtp" in md
+    assert "![" not in md  # --no-plot
+    assert f"wrote {out / 'comparison.md'}" in captured.err
+
+
+def test_render_table_rejects_unknown_format(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    comp = build_comparison([load_run(p) for p in pair])
+    with pytest.raises(ValueError):
+        render_table(comp, "nope")
+    assert main([str(pair[0]), str(pair[1]), "--format", "nope"]) == 2
+    assert "unknown format" in capsys.readouterr().err
+
+
+def test_bad_paths_exit_2(pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(pair[0]), str(tmp_path / "nowhere")]) == 2
+    assert "nowhere: not a directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main([str(pair[0]), str(tmp_path / "empty")]) == 2
+    assert "not a specload run directory" in capsys.readouterr().err
+    assert main([str(pair[0])]) == 2
+    assert "at least two run directories" in capsys.readouterr().err
+    f = tmp_path / "file.txt"
+    f.write_text("x")
+    assert main([str(f), str(pair[1])]) == 2
+
+
+def test_default_out_dir_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    base, mtp = write_reference_pair(tmp_path / "results")
+    assert main([str(base), str(mtp)]) == 0
+    (out,) = (tmp_path / "results").glob("compare-baseline-vs-mtp-*Z")
+    assert len(out.name) == len("compare-baseline-vs-mtp-") + len("20250101T000000Z")
+    png = out / "comparison.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    md = (out / "comparison.md").read_text()
+    assert "(comparison.png)" in md
+    err = capsys.readouterr().err
+    assert f"wrote {out / 'comparison.md'}" in err and f"wrote {png}" in err
+
+
+def test_plot_path_option(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "pics" / "cmp.png"
+    assert main([str(pair[0]), str(pair[1]), "--out", str(tmp_path / "o"), "--plot", str(target)]) == 0
+    assert target.read_bytes()[:8] == PNG_MAGIC
+    assert not (tmp_path / "o" / "comparison.png").exists()
+    assert str(target.resolve()) in (tmp_path / "o" / "comparison.md").read_text()
+
+
+# ---------------------------------------------------------------- plot
+
+
+def test_plot_comparison_writes_png_with_simulated_title(
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    titles: list[str] = []
+    vlines: list[float] = []
+    orig_suptitle, orig_axvline = Figure.suptitle, Axes.axvline
+    monkeypatch.setattr(Figure, "suptitle", lambda self, t, **kw: titles.append(t) or orig_suptitle(self, t, **kw))
+    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_axvline(self, x, *a, **kw))
+    runs = [(label, load_run(p).levels) for label, p in zip(("baseline", "mtp"), pair, strict=True)]
+    path = plot_comparison(runs, tmp_path / "sub" / "p.png", simulated=True)
+    assert path == tmp_path / "sub" / "p.png"
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    assert titles == ["specload: baseline vs mtp (SIMULATED)"]
+    assert vlines == [pytest.approx(REF_CROSS)]  # aggregate crossover only; per-request never crosses
+
+
+def test_plot_without_matplotlib(
+    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    runs = [("baseline", load_run(pair[0]).levels), ("mtp", load_run(pair[1]).levels)]
+    assert plot_comparison(runs, tmp_path / "p.png") is None
+    assert not (tmp_path / "p.png").exists()
+    captured = capsys.readouterr()
+    assert captured.err == MISSING_NOTICE + "\n" and captured.out == ""
+    assert MISSING_NOTICE == "plot skipped: matplotlib is not installed (pip install 'specload[plot]')"
+    # the command carries on: table, markdown, exit 0, no image link
+    out = tmp_path / "out"
+    assert main([str(pair[0]), str(pair[1]), "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count(MISSING_NOTICE) == 1 and REF_SENTENCE in captured.out
+    assert not (out / "comparison.png").exists() and "![" not in (out / "comparison.md").read_text()
