@@ -78,6 +78,7 @@ class LevelStats:
     ok: int = 0
     short: int = 0
     failed: int = 0
+    rate_limited: int = 0  # of the failed: HTTP 429 answers (the server shedding load, not an error of ours)
     output_tokens: int = 0  # sum over all measured records, whatever their outcome
     wall_s: float | None = None  # last measured t_end - first measured t_send
     agg_tok_s: float | None = None  # output_tokens / wall_s
@@ -340,6 +341,7 @@ def _fill_outcomes(s: LevelStats, measured: list[RequestRecord]) -> None:
     s.ok = sum(r.status == OK for r in measured)
     s.short = sum(r.status == SHORT for r in measured)
     s.failed = sum(r.status == FAILED for r in measured)
+    s.rate_limited = sum(r.status == FAILED and r.http_status == 429 for r in measured)
     s.output_tokens = sum(max(r.output_tokens, 0) for r in measured)
     s.token_sources = dict(Counter(r.output_tokens_source for r in measured))
     s.output_mismatch = sum(_output_mismatch(r) for r in measured)

@@ -51,6 +51,7 @@ COLUMNS = (
 )
 # Shown after COLUMNS only when some level has a value: (column, LevelStats field, decimals).
 OPTIONAL_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("429", "rate_limited", 0),
     ("Accept len", "accept_length", 2),
     ("Srv run max", "server_running_max", 0),
     ("Srv run mean", "server_running_mean", 1),
@@ -273,7 +274,16 @@ def _c_cell(s: LevelStats) -> str:
 
 
 def _optional(levels: Sequence[LevelStats]) -> list[tuple[str, str, int]]:
-    return [col for col in OPTIONAL_COLUMNS if any(getattr(s, col[1]) is not None for s in levels)]
+    return [col for col in OPTIONAL_COLUMNS if _shown(col[1], levels)]
+
+
+def _shown(attr: str, levels: Sequence[LevelStats]) -> bool:
+    """A count column appears when something was counted; a figure column when some level has one."""
+    values = [getattr(s, attr) for s in levels]
+    return any(values) if attr in _COUNT_COLUMNS else any(v is not None for v in values)
+
+
+_COUNT_COLUMNS = frozenset({"rate_limited"})
 
 
 def columns(levels: Sequence[LevelStats]) -> list[str]:
