@@ -38,12 +38,16 @@ def build_body(backend: str, n: int) -> bytes:
         ev = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
               "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": None}]}  # fmt: skip
         events = [sse(ev)] * n
-        events.append(sse({"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}}))
+        events.append(
+            sse({"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}})
+        )
     elif backend == "chat":
         ev = {"id": "c-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
               "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}  # fmt: skip
         events = [sse(ev)] * n
-        events.append(sse({"id": "c-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}}))
+        events.append(
+            sse({"id": "c-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}})
+        )
     else:  # sglang: cumulative text, the O(n^2) bytes case
         text = ""
         for k in range(1, n + 1):
@@ -93,7 +97,9 @@ def run(backend_name: str, events: int, streams: int) -> tuple[float, float]:
     spec = RequestSpec(0, streams, "measure", 0, 0, events, 8)
 
     def one(c):  # type: ignore[no-untyped-def]
-        rec = stream_request(c, backend.path, backend.body([1] * 8, events, "m", 0.0, {}), {}, backend, spec, "b", 30)
+        rec = stream_request(
+            c, backend.path, backend.body([1] * 8, events, "m", 0.0, {}), {}, backend, spec, "b", 30
+        )
         assert rec.status == "ok" and rec.output_tokens == events, rec.reason
         return rec
 

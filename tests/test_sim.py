@@ -9,6 +9,8 @@ from __future__ import annotations
 import http.client
 import json
 import select
+import selectors
+import socket
 import subprocess
 import sys
 import threading
@@ -20,9 +22,10 @@ from typing import Any
 import gevent
 import pytest
 
+from specload.sim import hrtimer
 from specload.sim.faults import FaultInjector, Faults
 from specload.sim.server import DIE_EXIT_CODE, build_faults, build_parser
-from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock
+from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
 
 # Measured-vs-configured tolerances (seconds). Deadlines are absolute, so a token is never early
 # (LATE_MAX covers client wake-up and scheduling noise on a busy 2-core box).
@@ -122,6 +125,54 @@ def test_slot_released_on_early_close_and_when_killed_in_queue() -> None:
     gen.close()  # client gone mid-stream (GeneratorExit)
     assert (eng.running, eng.queued) == (0, 0)
     assert list(eng.generate(1, 2)) == [ADMITTED, Chunk(1, 1), Chunk(1, 1)]
+
+
+def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
+    slots = FifoSlots(1)
+    t0 = clock()
+    assert slots.acquire(arrival=t0 - 0.005) == t0 - 0.005  # free since long before it arrived
+    before = clock()
+    slots.release()
+    after = clock()
+    # the gate was full until the release, so a request that arrived before that is admitted then
+    assert before <= slots.acquire(arrival=before - 0.005) <= after
+    slots.release()
+    assert slots.acquire(arrival=clock() + 1) <= clock()  # never in the future
+    slots.release()
+    eng = FixedEngine(ttft_s=0.02, itl_s=0.01, max_running=4)
+    arrival = clock() - 0.015  # e.g. arrived while 15 ms of other requests were being parsed
+    out: list[tuple[float, Chunk]] = []
+    for chunk in eng.generate(1, 2, arrival=arrival):
+        out.append((clock(), chunk))
+    assert 0.02 - EARLY_MAX <= out[1][0] - arrival <= 0.02 + LATE_MAX
+    assert 0.03 - EARLY_MAX <= out[2][0] - arrival <= 0.03 + LATE_MAX
+
+
+def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
+    woke: list[tuple[float, float]] = []
+
+    def sleeper(deadline: float) -> None:
+        sleep_until(deadline)
+        woke.append((deadline, clock()))
+
+    t0 = clock() + 0.01
+    deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
+    greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
+    victim = gevent.spawn(sleeper, t0 + 0.005)
+    gevent.sleep(0)
+    victim.kill()  # killed while asleep: its timer entry must wake no one else
+    gevent.joinall(greenlets, timeout=5, raise_error=True)
+    assert [d for d, _ in woke] == sorted(deadlines)
+    late = sorted(t - d for d, t in woke)
+    assert late[0] >= 0  # never early
+    assert late[len(late) // 2] < 0.002 and late[-1] < LATE_MAX, late
+    if hrtimer.sleeper() is not None:  # timerfd: a short sleep is not rounded up to a millisecond
+        lates = []
+        for _ in range(20):
+            d = clock() + 0.0003
+            sleep_until(d)
+            lates.append(clock() - d)
+        assert sorted(lates)[10] < 0.0005, lates
 
 
 def test_engine_rejects_nonsense() -> None:
@@ -634,3 +685,273 @@ def test_sigterm_exits_cleanly(start_sim: Callable[..., Sim]) -> None:
     s = start_sim()
     s.proc.terminate()
     assert s.proc.wait(timeout=5) == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# The HTTP layer (specload.sim.httpd), byte by byte over raw sockets
+
+
+def _conn(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # so split writes stay split
+    return s
+
+
+def _post(path: str, body: Any, extra: str = "", version: str = "HTTP/1.1") -> bytes:
+    data = json.dumps(body).encode()
+    head = f"POST {path} {version}\r\nHost: x\r\nContent-Length: {len(data)}\r\n{extra}\r\n"
+    return head.encode() + data
+
+
+def _read_response(
+    sock: socket.socket, buf: bytes = b"", head_only: bool = False
+) -> tuple[int, dict[str, str], bytes, bytes]:
+    """One response from ``sock``: (status, lower-cased headers, decoded body, bytes read past it)."""
+
+    def more() -> bytes:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed")
+        return data
+
+    while b"\r\n\r\n" not in buf:
+        buf += more()
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    first, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+    status = int(first.split(" ")[1])
+    if head_only or status < 200:  # a response to HEAD, or an interim response: no body
+        return status, headers, b"", buf
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n:
+            buf += more()
+        return status, headers, buf[:n], buf[n:]
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                buf += more()
+            size_line, buf = buf.split(b"\r\n", 1)
+            size = int(size_line, 16)
+            while len(buf) < size + 2:
+                buf += more()
+            body, buf = body + buf[:size], buf[size + 2 :]
+            if size == 0:
+                return status, headers, body, buf
+    while True:  # no framing: the body ends when the server closes
+        try:
+            buf += more()
+        except ConnectionError:
+            return status, headers, buf, b""
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+STREAM_3 = {"prompt": [1], "max_tokens": 3, "stream": True}
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(shared: Sim) -> None:
+    with _conn(shared.port) as s:
+        rest = b""
+        for _ in range(2):
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, headers, body, rest = _read_response(s, rest)
+            assert (status, body) == (200, b"ok") and "connection" not in headers and "date" in headers
+            s.sendall(_post("/v1/completions", STREAM_3))
+            status, headers, body, rest = _read_response(s, rest)
+            assert status == 200 and headers["transfer-encoding"] == "chunked"
+            assert body.count(b"data: ") == 4 and body.endswith(b"data: [DONE]\n\n")
+            s.sendall(_post("/v1/completions", {"prompt": [1], "max_tokens": 2}))
+            status, headers, body, rest = _read_response(s, rest)
+            assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 2
+            s.sendall(_post("/nowhere", {}))  # an application error keeps the connection
+            status, headers, body, rest = _read_response(s, rest)
+            assert status == 404 and json.loads(body)["error"]["code"] == 404
+            s.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")  # 405, head only, no body bytes
+            status, headers, _, rest = _read_response(s, rest, head_only=True)
+            assert status == 405 and int(headers["content-length"]) > 0
+        assert rest == b""
+
+
+def test_pipelined_requests_are_answered_in_order(shared: Sim) -> None:
+    with _conn(shared.port) as s:
+        s.sendall(
+            _post("/v1/completions", STREAM_3)
+            + b"\r\n"  # a stray CRLF between requests is ignored
+            + b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            + _post("/v1/completions", {"prompt": [1], "max_tokens": 1})
+        )
+        status, _, body, rest = _read_response(s)
+        assert status == 200 and body.count(b"data: ") == 4
+        status, _, body, rest = _read_response(s, rest)
+        assert (status, body) == (200, b"ok")
+        status, _, body, rest = _read_response(s, rest)
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 1
+
+
+def test_connection_close_is_honoured(shared: Sim) -> None:
+    with _conn(shared.port) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        status, headers, body, rest = _read_response(s)
+        assert (status, body, headers["connection"]) == (200, b"ok", "close")
+        assert rest == b"" and _closed_by_server(s)
+    with _conn(shared.port) as s:
+        s.sendall(_post("/v1/completions", STREAM_3, "Connection: keep-alive, Close\r\n"))
+        status, headers, body, rest = _read_response(s)
+        assert status == 200 and headers["connection"] == "close" and body.endswith(b"[DONE]\n\n")
+        assert _closed_by_server(s)
+
+
+def test_request_split_across_many_writes(shared: Sim) -> None:
+    req = _post("/v1/completions", STREAM_3)
+    cuts = [0, 3, 17, req.index(b"\r\n\r\n") + 1, req.index(b"\r\n\r\n") + 3, len(req) - 5, len(req)]
+    with _conn(shared.port) as s:
+        for a, b in zip(cuts, cuts[1:], strict=False):
+            s.sendall(req[a:b])
+            time.sleep(0.02)
+        status, _, body, _ = _read_response(s)
+        assert status == 200 and body.count(b"data: ") == 4
+
+
+def test_body_after_head_and_ttft_from_the_whole_request(shared: Sim) -> None:
+    req = _post("/v1/completions", STREAM_3)
+    split = req.index(b"\r\n\r\n") + 4
+    with _conn(shared.port) as s:
+        s.sendall(req[:split])
+        time.sleep(0.1)
+        t_body = time.perf_counter()
+        s.sendall(req[split:])
+        s.settimeout(5)
+        data = b""
+        while b"data: " not in data:
+            data += s.recv(65536)
+        # TTFT (40 ms + 1 prompt token * 0.1 ms) counts from when the request was complete
+        assert 0.0401 - EARLY_MAX <= time.perf_counter() - t_body <= 0.0401 + LATE_MAX
+        status, _, body, _ = _read_response(s, data)
+        assert status == 200 and body.count(b"data: ") == 4
+
+
+def test_expect_100_continue(shared: Sim) -> None:
+    req = _post("/v1/completions", {"prompt": [1], "max_tokens": 1}, "Expect: 100-continue\r\n")
+    split = req.index(b"\r\n\r\n") + 4
+    with _conn(shared.port) as s:
+        s.sendall(req[:split])
+        status, _, _, rest = _read_response(s)  # "100 Continue" has no body
+        assert status == 100
+        s.sendall(req[split:])
+        status, _, body, _ = _read_response(s, rest)
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 1
+
+
+def test_unknown_method_is_405_and_keeps_the_connection(shared: Sim) -> None:
+    with _conn(shared.port) as s:
+        s.sendall(b"BREW /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, body, rest = _read_response(s)
+        assert status == 405 and headers["content-type"] == "application/json"
+        assert json.loads(body)["error"] == {
+            "message": "Method BREW not allowed on /health",
+            "type": "MethodNotAllowedError",
+            "param": None,
+            "code": 405,
+        }
+        s.sendall(b"PUT /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        status, _, _, rest = _read_response(s, rest)
+        assert status == 405
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert _read_response(s, rest)[:3:2] == (200, b"ok")
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "needle"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "malformed request line"),
+        (b"GET  /health HTTP/1.1\r\n\r\n", 400, "malformed request line"),
+        (b"G(T /health HTTP/1.1\r\n\r\n", 400, "malformed request line"),
+        (b"GET /health SPDY/3\r\n\r\n", 400, "malformed request line"),
+        (b"GET /health HTTP/2.0\r\n\r\n", 505, "not supported"),
+        (b"GET /health HTTP/1.1\r\nno colon here\r\n\r\n", 400, "malformed header"),
+        (b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", 400, "malformed header"),
+        (b"POST /v1/completions HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", 400, "Content-Length"),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n",
+            400,
+            "Content-Length",
+        ),
+        (
+            b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+            411,
+            "Content-Length",
+        ),
+    ],
+)
+def test_malformed_requests_get_an_error_and_a_closed_connection(
+    shared: Sim, raw: bytes, status: int, needle: str
+) -> None:
+    with _conn(shared.port) as s:
+        s.sendall(raw)
+        got, headers, body, _ = _read_response(s)
+        assert got == status and headers["connection"] == "close"
+        err = json.loads(body)["error"]
+        assert needle in err["message"] and err["code"] == status
+        assert _closed_by_server(s)
+
+
+def test_http10_minimal(shared: Sim) -> None:
+    with _conn(shared.port) as s:
+        s.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+        status, headers, body, _ = _read_response(s)
+        assert (status, body, headers["connection"]) == (200, b"ok", "close")
+        assert _closed_by_server(s)
+    with _conn(shared.port) as s:  # a stream without chunked encoding: the close ends it
+        s.sendall(_post("/v1/completions", STREAM_3, version="HTTP/1.0"))
+        status, headers, body, _ = _read_response(s)
+        assert status == 200 and "transfer-encoding" not in headers and headers["connection"] == "close"
+        assert body.count(b"data: ") == 4 and body.endswith(b"data: [DONE]\n\n")
+
+
+def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[..., Sim]) -> None:
+    """C requests sent at once on open connections: none is shifted by those handled before it."""
+    sim = start_sim("--ttft-ms", "100", "--itl-ms", "10", "--max-running", "256")
+    n = 48
+    socks = [_conn(sim.port) for _ in range(n)]
+    try:
+        time.sleep(0.2)  # all accepted
+        payload = _post("/v1/completions", {"prompt": [1] * 16, "max_tokens": 2, "stream": True})
+        sent: dict[socket.socket, float] = {}
+        for s in socks:
+            sent[s] = time.perf_counter()
+            s.sendall(payload)
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        bufs = dict.fromkeys(socks, b"")
+        first: dict[socket.socket, float] = {}
+        done = 0
+        deadline = time.monotonic() + 10
+        while done < n:
+            assert time.monotonic() < deadline, "responses did not complete"
+            for key, _ in sel.select(timeout=1):
+                s = key.fileobj  # type: ignore[assignment]
+                t = time.perf_counter()
+                data = s.recv(65536)
+                assert data, "server closed the connection"
+                bufs[s] += data
+                if s not in first and b"data: " in bufs[s]:
+                    first[s] = t
+                if bufs[s].endswith(b"\r\n0\r\n\r\n"):
+                    sel.unregister(s)
+                    done += 1
+        late = sorted(first[s] - sent[s] - 0.100 for s in socks)
+        assert late[0] >= -EARLY_MAX
+        # pywsgi's ~0.25 ms per request before admission made these ~6 ms and ~12 ms
+        assert late[n // 2] < 0.004 and late[-1] < LATE_MAX, [round(x * 1000, 2) for x in late]
+    finally:
+        for s in socks:
+            s.close()

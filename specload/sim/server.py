@@ -4,8 +4,11 @@ It exists so the load generator can be tested end to end against figures it must
 engine (specload.sim.timing) decides when each token is due, this module only turns the engine's
 chunks into the byte formats real servers use and applies the fault switches (specload.sim.faults).
 
-Served by gevent's pywsgi: a streaming response is a WSGI generator, written with chunked transfer
-encoding one yielded event at a time, so each event leaves the process the moment it is due. The
+Served by specload.sim.httpd, a minimal HTTP/1.1 server: a streaming response is a generator,
+written with chunked transfer encoding one yielded event at a time, so each event leaves the process
+the moment it is due. Simultaneous requests are handled one after another, so the engine is given
+each request's arrival time (the kernel's receive timestamp, which httpd reads) and counts from it,
+not from whenever the request's turn came; what happens before admission is kept short anyway. The
 per-event path is kept to byte concatenation (plus one orjson call for SGLang's cumulative events)
 because the simulator shares a small box with the load generator and must not become the bottleneck.
 """
@@ -13,25 +16,22 @@ because the simulator shares a small box with the load generator and must not be
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from http import HTTPStatus
 from typing import Any
 
 import gevent
 import orjson
 from gevent.event import Event
-from gevent.pywsgi import WSGIHandler, WSGIServer
 
 from specload import __version__
 from specload.sim.faults import HTTP_ERROR_STATUSES, FaultInjector, Faults, RequestFaults
+from specload.sim.httpd import HTTPServer, Request, Response, Stream, StreamHead
 from specload.sim.timing import Engine, FixedEngine, clock
 
 TOKEN_TEXT = " tok"  # the text of every generated token: one whitespace-separated word per token
@@ -42,21 +42,25 @@ METRICS_STYLES = ("sglang", "vllm", "none")
 
 _TOK = TOKEN_TEXT.encode()
 _FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"'}
-_SSE_HEADERS = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
+_SSE = StreamHead(200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")])
 _ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
     405: "MethodNotAllowedError",
+    411: "LengthRequiredError",
+    413: "RequestTooLargeError",
     429: "RateLimitError",
+    431: "RequestHeaderFieldsTooLargeError",
     500: "InternalServerError",
     503: "ServiceUnavailableError",
+    505: "HTTPVersionNotSupportedError",
 }
 _METRIC_NAMES = {
     "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:"),
     "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:"),
 }
 
-StartResponse = Callable[..., Callable[[bytes], Any]]
+Handler = Callable[[Request], "Response | Stream | None"]
 
 
 class HTTPError(Exception):
@@ -72,10 +76,6 @@ def error_body(status: int, message: str) -> bytes:
     """OpenAI's error envelope, which OpenAI-compatible clients know how to surface."""
     err = {"message": message, "type": _ERROR_TYPES.get(status, "Error"), "param": None, "code": status}
     return orjson.dumps({"error": err})
-
-
-def _status_line(status: int) -> str:
-    return f"{status} {HTTPStatus(status).phrase}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -390,20 +390,12 @@ class _Mishaps:
         return extra, False
 
 
-def _cut(environ: dict[str, Any]) -> None:
-    """Drop the connection without finishing the HTTP body (no terminating chunk)."""
-    sock = environ.get("specload.socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-
-
 # ---------------------------------------------------------------------------------------------------
-# The WSGI application.
+# The application.
 
 
 class SimApp:
-    """The WSGI app: routing, validation, streaming, metrics. Timing is entirely the engine's."""
+    """The httpd app: routing, validation, streaming, metrics. Timing is entirely the engine's."""
 
     def __init__(
         self,
@@ -424,7 +416,7 @@ class SimApp:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._model_json = orjson.dumps(model)
-        self._routes: dict[str, tuple[str, Callable[..., Iterable[bytes]]]] = {
+        self._routes: dict[str, tuple[str, Handler]] = {
             "/health": ("GET", self._health),
             "/v1/models": ("GET", self._models),
             "/v1/completions": ("POST", self._completions),
@@ -436,44 +428,36 @@ class SimApp:
             self._routes["/get_server_info"] = ("GET", self._server_info)
             self._routes["/server_info"] = ("GET", self._server_info)
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
+    def __call__(self, request: Request) -> Response | Stream | None:
+        path = request.path
         route = self._routes.get(path)
         try:
             if route is None:
                 raise HTTPError(404, f"Not found: {path}")
             method, handler = route
-            if environ["REQUEST_METHOD"] != method:
-                raise HTTPError(405, f"Method {environ['REQUEST_METHOD']} not allowed on {path}")
-            return handler(environ, start_response)
+            if request.method != method:
+                raise HTTPError(405, f"Method {request.method} not allowed on {path}")
+            return handler(request)
         except HTTPError as e:
-            return self._send(start_response, e.status, error_body(e.status, e.message))
+            return Response(e.status, error_body(e.status, e.message))
 
     @staticmethod
-    def _send(
-        start_response: StartResponse, status: int, body: bytes, content_type: str = "application/json"
-    ) -> list[bytes]:
-        start_response(
-            _status_line(status), [("Content-Type", content_type), ("Content-Length", str(len(body)))]
-        )
-        return [body]
-
-    def _json(self, start_response: StartResponse, obj: Any) -> list[bytes]:
-        return self._send(start_response, 200, orjson.dumps(obj))
+    def _json(obj: Any) -> Response:
+        return Response(200, orjson.dumps(obj))
 
     # -- informational endpoints ---------------------------------------------------------------------
 
-    def _health(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        return self._send(start_response, 200, b"ok", "text/plain; charset=utf-8")
+    def _health(self, request: Request) -> Response:
+        return Response(200, b"ok", "text/plain; charset=utf-8")
 
-    def _models(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    def _models(self, request: Request) -> Response:
         card = {
             "id": self.model,
             "object": "model",
             "owned_by": "specload-sim",
             "max_model_len": self.max_model_len,
         }
-        return self._json(start_response, {"object": "list", "data": [card]})
+        return self._json({"object": "list", "data": [card]})
 
     def server_info(self) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -490,8 +474,8 @@ class SimApp:
         ]
         return info
 
-    def _server_info(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
-        return self._json(start_response, self.server_info())
+    def _server_info(self, request: Request) -> Response:
+        return self._json(self.server_info())
 
     def metrics_text(self) -> str:
         running, waiting, prefix = _METRIC_NAMES[self.metrics_style]
@@ -516,16 +500,16 @@ class SimApp:
             ]
         return "\n".join(lines) + "\n"
 
-    def _metrics(self, environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+    def _metrics(self, request: Request) -> Response:
         body = self.metrics_text().encode()
-        return self._send(start_response, 200, body, "text/plain; version=0.0.4; charset=utf-8")
+        return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
 
     # -- generation endpoints ----------------------------------------------------------------------------
 
-    def _body(self, environ: dict[str, Any]) -> dict[str, Any]:
-        raw = environ["wsgi.input"].read()
+    @staticmethod
+    def _body(request: Request) -> dict[str, Any]:
         try:
-            body = orjson.loads(raw)
+            body = orjson.loads(request.body)
         except orjson.JSONDecodeError as e:
             raise HTTPError(400, f"Invalid JSON body: {e}") from None
         if not isinstance(body, dict):
@@ -547,43 +531,39 @@ class SimApp:
                 f"the completion). Please reduce the length of the messages or completion.",
             )
 
-    def _completions(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        t0 = clock()
-        body = self._body(environ)
+    def _completions(self, request: Request) -> Response | Stream | None:
+        body = self._body(request)
         self._check_model(body)
         req = parse_completion(body, self.max_model_len)
         r = CompletionRenderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
-        return self._serve(environ, start_response, req, r, t0)
+        return self._serve(request, req, r)
 
-    def _chat(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        t0 = clock()
-        body = self._body(environ)
+    def _chat(self, request: Request) -> Response | Stream | None:
+        body = self._body(request)
         self._check_model(body)
         req = parse_chat(body, self.max_model_len)
         r = ChatRenderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
-        return self._serve(environ, start_response, req, r, t0)
+        return self._serve(request, req, r)
 
-    def _generate(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        t0 = clock()
-        req = parse_generate(self._body(environ), self.max_model_len)
-        r = GenerateRenderer(req.prompt_tokens, t0, self.engine.speculative)
-        return self._serve(environ, start_response, req, r, t0)
+    def _generate(self, request: Request) -> Response | Stream | None:
+        req = parse_generate(self._body(request), self.max_model_len)
+        r = GenerateRenderer(req.prompt_tokens, request.arrived, self.engine.speculative)
+        return self._serve(request, req, r)
 
-    def _serve(
-        self, environ: dict[str, Any], start_response: StartResponse, req: GenRequest, r: Renderer, t0: float
-    ) -> Iterable[bytes]:
+    def _serve(self, request: Request, req: GenRequest, r: Renderer) -> Response | Stream | None:
         self._check_context(req)
         plan = self.injector.next_request()
         if plan.http_error is not None:
             status = plan.http_error
             msg = f"simulated fault: HTTP {status} on request {self.injector.requests}"
-            return self._send(start_response, status, error_body(status, msg))
+            return Response(status, error_body(status, msg))
         target = max(0, req.max_tokens - plan.short_by)
         finish = "length" if target == req.max_tokens else "stop"
         if req.stream:
-            write = start_response("200 OK", _SSE_HEADERS)
-            return self._stream(environ, write, req, r, plan, target, finish)
-        return self._whole(environ, start_response, req, r, plan, target, finish)
+            # httpd sends the status line and headers before asking for the first event, so they go
+            # out before the request queues for a slot, as Starlette-based servers do.
+            return Stream(_SSE, self._stream(request, req, r, plan, target, finish))
+        return self._whole(request, req, r, plan, target, finish)
 
     def _admit(self, req: GenRequest) -> None:
         if self.injector.on_admit():
@@ -596,17 +576,15 @@ class SimApp:
 
     def _stream(
         self,
-        environ: dict[str, Any],
-        write: Callable[[bytes], Any],
+        request: Request,
         req: GenRequest,
         r: Renderer,
         plan: RequestFaults,
         target: int,
         finish: str,
     ) -> Iterator[bytes]:
-        # Status line and headers go out now, before queueing, as Starlette-based servers do.
-        write(b"")
-        chunks = self.engine.generate(req.prompt_tokens, target)
+        # The engine counts from the request's arrival, not from when this generator got its turn.
+        chunks = self.engine.generate(req.prompt_tokens, target, arrival=request.arrived)
         mishaps = _Mishaps(plan, target)
         sent = verify = 0
         try:
@@ -617,7 +595,7 @@ class SimApp:
                 yield event
             extra, cut = mishaps.after(0)
             if cut:
-                _cut(environ)
+                request.abort()
                 return
             for chunk in chunks:
                 sent += chunk.tokens
@@ -633,7 +611,7 @@ class SimApp:
                 if extra is not None:
                     yield extra
                 if cut:
-                    _cut(environ)
+                    request.abort()
                     return
             if target == 0:
                 yield r.content(0, 0, 0, finish)
@@ -650,15 +628,14 @@ class SimApp:
 
     def _whole(
         self,
-        environ: dict[str, Any],
-        start_response: StartResponse,
+        request: Request,
         req: GenRequest,
         r: Renderer,
         plan: RequestFaults,
         target: int,
         finish: str,
-    ) -> list[bytes]:
-        chunks = self.engine.generate(req.prompt_tokens, target)
+    ) -> Response | None:
+        chunks = self.engine.generate(req.prompt_tokens, target, arrival=request.arrived)
         mishaps = _Mishaps(plan, target)
         sent = verify = 0
         cut = False
@@ -677,43 +654,26 @@ class SimApp:
         finally:
             chunks.close()
         if cut:
-            _cut(environ)
-            start_response("200 OK", [("Content-Type", "application/json")])
-            return []
+            request.abort()  # no response at all
+            return None
         if plan.malformed:
-            return self._send(start_response, 200, b"{not json")
-        return self._json(start_response, r.body(sent, verify, finish))
+            return Response(200, b"{not json")
+        return self._json(r.body(sent, verify, finish))
 
 
 # ---------------------------------------------------------------------------------------------------
 # Server process.
 
 
-class _Handler(WSGIHandler):
-    """pywsgi handler with Nagle off (each event must leave at once) and the socket exposed for cuts."""
-
-    def handle(self) -> None:
-        with contextlib.suppress(OSError):
-            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        super().handle()
-
-    def get_environ(self) -> dict[str, Any]:
-        env = super().get_environ()
-        env["specload.socket"] = self.socket
-        return env
-
-
-def make_server(app: SimApp, host: str = "127.0.0.1", port: int = 0, access_log: bool = False) -> WSGIServer:
-    """A bound-on-start pywsgi server for ``app``; ``port=0`` picks a free port (see ``server_port``)."""
-    return WSGIServer(
+def make_server(app: SimApp, host: str = "127.0.0.1", port: int = 0, access_log: bool = False) -> HTTPServer:
+    """A bound-on-start server for ``app``; ``port=0`` picks a free port (see ``server_port``)."""
+    return HTTPServer(
         (host, port),
         app,
-        handler_class=_Handler,
+        clock=clock,  # Request.arrived on the engine's clock
+        error_body=error_body,
         log=sys.stderr if access_log else None,
         backlog=1024,
-        # Preset so pywsgi skips its reverse-DNS getfqdn(), which would start gevent's thread pool
-        # (slow start on some hosts, and an idle worker that delays process exit by a second).
-        environ={"SERVER_NAME": host},
     )
 
 

@@ -5,7 +5,7 @@ each one as soon as the engine hands it over. Everything that decides *when* a t
 (queueing, prefill, decode pace, later batching and speculative decoding) lives behind that one
 method, so a new model (a ``BatchEngine``) can be dropped in without touching the server.
 
-Engines block with gevent sleeps, so they must run inside gevent greenlets (the simulator's WSGI
+Engines block with gevent sleeps, so they must run inside gevent greenlets (the simulator's HTTP
 server does this; unit tests may simply iterate from the main greenlet or spawn greenlets).
 """
 
@@ -20,6 +20,8 @@ from typing import Any
 
 import gevent
 from gevent.event import Event
+
+from specload.sim import hrtimer
 
 clock = time.perf_counter  # the one clock engines schedule against (monotonic, sub-microsecond)
 
@@ -47,11 +49,19 @@ rather than a callback. Every later chunk carries at least one token.
 
 
 def sleep_until(deadline: float) -> None:
-    """Sleep until ``clock() >= deadline``, never returning early.
+    """Sleep until ``clock() >= deadline``, never returning early, and as little late as possible.
 
-    gevent's timers are armed against the loop's cached time, which can be stale by however long the
-    current loop iteration has been running, so one sleep may wake slightly early; loop until due.
+    On Linux a timerfd wakes the sleeper within tens of microseconds of the deadline (see
+    specload.sim.hrtimer); gevent's own timers may wake up to ~1 ms late. Elsewhere, gevent's timers:
+    they are armed against the loop's cached time, which can be stale by however long the current
+    loop iteration has been running, so one sleep may wake slightly early; loop until due.
     """
+    if deadline <= clock():
+        return
+    precise = hrtimer.sleeper()
+    if precise is not None:
+        precise.sleep_until(deadline)
+        return
     while True:
         left = deadline - clock()
         if left <= 0:
@@ -66,11 +76,17 @@ class Engine(ABC):
     speculative: bool = False
 
     @abstractmethod
-    def generate(self, prompt_tokens: int, max_tokens: int) -> Iterator[Chunk]:
+    def generate(self, prompt_tokens: int, max_tokens: int, arrival: float | None = None) -> Iterator[Chunk]:
         """Yield :data:`ADMITTED` once admitted, then chunks summing to exactly ``max_tokens`` tokens.
 
         Each item is yielded only when it is due (the generator sleeps), so the caller just iterates
         and writes. Closing the generator early (client gone) must free whatever the request held.
+
+        ``arrival`` is when the request arrived, on :data:`clock` (the HTTP layer takes the kernel's
+        receive timestamp of its last bytes); None means now. The caller may start the generator a
+        little later (simultaneous requests are parsed one after another), and the engine decides
+        what that gap means: a request that would have been admitted on arrival should count from
+        its arrival.
         """
 
     @property
@@ -102,7 +118,8 @@ class FifoSlots:
     A freed slot is handed straight to the oldest waiter (``running`` never dips), so a newcomer can
     never overtake a queued request, which gevent's Semaphore does not promise. The hand-over time is
     recorded as the waiter's admission time, so scheduling jitter in waking it up does not shift its
-    timeline.
+    timeline. Likewise a request that finds a free slot is admitted as of its arrival (when the caller
+    gives one), or as of when a slot last came free if that was later.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -111,16 +128,24 @@ class FifoSlots:
         self.capacity = capacity
         self.running = 0
         self._waiters: deque[_Waiter] = deque()
+        self._freed_at = float("-inf")  # when the gate last went from full to not full
 
     @property
     def queued(self) -> int:
         return len(self._waiters)
 
-    def acquire(self) -> float:
-        """Block until admitted; return the admission time on :data:`clock`."""
+    def acquire(self, arrival: float | None = None) -> float:
+        """Block until admitted; return the admission time on :data:`clock`.
+
+        Admitted at once: the later of ``arrival`` (default now) and the moment a slot came free,
+        never later than now. Queued: the moment a slot was handed over.
+        """
         if self.running < self.capacity and not self._waiters:
             self.running += 1
-            return clock()
+            now = clock()
+            if arrival is None:
+                return now
+            return min(now, max(arrival, self._freed_at))
         waiter = _Waiter()
         self._waiters.append(waiter)
         try:
@@ -140,6 +165,8 @@ class FifoSlots:
             waiter.admitted_at = clock()
             waiter.event.set()
         else:
+            if self.running == self.capacity:
+                self._freed_at = clock()
             self.running -= 1
 
 
@@ -147,12 +174,12 @@ class FixedEngine(Engine):
     """Fixed TTFT and inter-token latency behind a cap on running requests.
 
     Timeline of one request (every duration multiplied by ``time_scale``): wait in FIFO order for one
-    of ``max_running`` slots; the first token (one token, as from prefill) is due at
-    ``admit + ttft_s + prefill_per_token_s * prompt_tokens``; token ``i`` (1-based) is due at
-    ``first + (i - 1) * itl_s``. Tokens are emitted ``tokens_per_chunk`` at a time when the last token
-    of the chunk is due, so a short last chunk comes proportionally sooner and, whatever the chunking,
-    ``e2e = ttft + (max_tokens - 1) * itl`` exactly. Deadlines are absolute, so sleep overshoot on one
-    chunk is not carried into the next.
+    of ``max_running`` slots (admitted as of its arrival if one is free then); the first token (one
+    token, as from prefill) is due at ``admit + ttft_s + prefill_per_token_s * prompt_tokens``; token
+    ``i`` (1-based) is due at ``first + (i - 1) * itl_s``. Tokens are emitted ``tokens_per_chunk`` at
+    a time when the last token of the chunk is due, so a short last chunk comes proportionally sooner
+    and, whatever the chunking, ``e2e = ttft + (max_tokens - 1) * itl`` exactly. Deadlines are
+    absolute, so sleep overshoot on one chunk is not carried into the next.
     """
 
     def __init__(
@@ -186,8 +213,8 @@ class FixedEngine(Engine):
     def queued(self) -> int:
         return self._slots.queued
 
-    def generate(self, prompt_tokens: int, max_tokens: int) -> Iterator[Chunk]:
-        admitted_at = self._slots.acquire()
+    def generate(self, prompt_tokens: int, max_tokens: int, arrival: float | None = None) -> Iterator[Chunk]:
+        admitted_at = self._slots.acquire(arrival)
         try:
             yield ADMITTED
             if max_tokens <= 0:
