@@ -59,8 +59,12 @@ def on_init(environment: Any, **_: Any) -> None:
         coordinator(environment).register()
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
-        if environment.parsed_options is not None and environment.parsed_options.headless:
+        opts = environment.parsed_options
+        if opts is not None and opts.headless:
             _install_sigterm(environment)
+            if str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
+                # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
+                logging.getLogger("locust.runners").setLevel(logging.WARNING)
         if environment.web_ui is not None:
             from specload.webui import extend_web_ui
 
