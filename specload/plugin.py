@@ -7,6 +7,7 @@ checks which kind of process it is in (local, master, worker) and does only that
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import Any
 
@@ -85,7 +86,11 @@ def _install_sigterm(environment: Any) -> None:
 
 def on_test_stop(environment: Any, **_: Any) -> None:
     if _owns_sweep(environment):
-        coordinator(environment).finish()
+        coord = coordinator(environment)
+        was_active = coord.active
+        coord.finish()
+        if was_active and coord.run_dir is not None:
+            _write_locust_stats(environment, coord)  # web UI: each run keeps its own Locust counts
 
 
 def on_quitting(environment: Any, **_: Any) -> None:
@@ -95,9 +100,24 @@ def on_quitting(environment: Any, **_: Any) -> None:
     coord.finish()
     coord.write_meta()  # counts now include records that arrived during the grace period
     if coord.run_dir is not None:
+        _write_locust_stats(environment, coord)
         _write_report(environment, coord)
     elif coord.failure is not None:
         environment.process_exit_code = 2
+
+
+def _write_locust_stats(environment: Any, coord: Coordinator) -> None:
+    """Locust's per-row counts into the run directory, for the report's cross-check, when the run was
+    started without ``--json-file RUN/locust`` (Locust writes that one itself, later, at shutdown)."""
+    import json
+
+    opts = environment.parsed_options
+    target = os.path.join(coord.run_dir, "locust")
+    if opts is None or getattr(opts, "json_file", None) == target or environment.runner is None:
+        return
+    entries = [e.serialize() for e in environment.runner.stats.entries.values() if e.num_requests or e.num_failures]
+    with open(target + ".json", "w") as f:
+        json.dump(entries, f)
 
 
 def _write_report(environment: Any, coord: Coordinator) -> None:

@@ -1,0 +1,54 @@
+"""The speculation story end to end: server introspection, simulator presets, compare."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import orjson
+
+from specload.report import load_run
+from tests.conftest import specload_cmd
+
+SMALL = ("--levels", "1,2", "--input-tokens", "16", "--output-tokens", "8", "--requests-per-level", "2")
+
+
+def _only_run(out: Path) -> Path:
+    (run,) = [d for d in out.iterdir() if d.is_dir()]
+    return run
+
+
+def test_server_without_metrics_or_server_info_still_reports(sim, tmp_path: Path) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "5", "--metrics-style", "none")
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, *SMALL, "--backend", "sglang", "--out", str(tmp_path)),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    run_dir = _only_run(tmp_path)
+    meta = orjson.loads((run_dir / "run.json").read_bytes())
+    assert meta["server_metrics"] == "unavailable"
+    assert "max_running_requests" not in meta["server"]
+    assert not (run_dir / "server_samples.jsonl").exists()
+    run = load_run(run_dir)
+    assert [lv.ok for lv in run.levels] == [2, 2]
+    assert all(lv.server_running_max is None and lv.accept_length is None for lv in run.levels)
+    assert "Srv run max" not in out.stdout and "Accept len" not in out.stdout
+
+
+def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
+    server = sim("--ttft-ms", "20", "--itl-ms", "5", "--max-running", "1")
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, *SMALL, "--out", str(tmp_path), "--metrics-interval", "0.1"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    meta = orjson.loads((_only_run(tmp_path) / "run.json").read_bytes())
+    assert meta["server"]["max_running_requests"] == 1 and meta["simulated"] is True
+    assert "levels above C=1 will queue" in out.stderr + out.stdout
+    run = load_run(_only_run(tmp_path))
+    c2 = run.levels[1]
+    assert c2.server_running_max == 1 and c2.server_queued_max == 1  # the second request waited
+    assert any("exceeds the server's max_running_requests (1)" in n for n in run.crosscheck + run.notices) or (
+        "exceeds the server's max_running_requests (1)" in out.stdout
+    )
