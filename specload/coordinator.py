@@ -185,6 +185,7 @@ class Coordinator:
         self._after(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
+            self.broadcast()  # and let a worker that joined late learn the current level
         if self.ctrl.finished:
             return None
         return self.ctrl.desired_users()
