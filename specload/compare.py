@@ -39,6 +39,8 @@ from specload.report import (
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
 NOISE_MARK = "~"
+# A change smaller than this (in percent) is no direction: it neither makes nor breaks a crossover.
+NEGLIGIBLE_PCT = 1.0
 
 # Two-sided 95% quantiles of Student's t (t_{0.975, df}) for df = 1..30; above 30, the normal 1.96.
 T_975 = (
@@ -300,6 +302,12 @@ class Change:
     pct: float | None  # change of the means, percent
     ci: float | None = None  # 95% half-width, percent (None without >= 2 repeats in both runs)
 
+    def directional(self) -> float | None:
+        """The change as a direction: 0 when it is inside the noise or under NEGLIGIBLE_PCT."""
+        if self.pct is None:
+            return None
+        return 0.0 if self.noise or abs(self.pct) < NEGLIGIBLE_PCT else self.pct
+
     @property
     def noise(self) -> bool:
         """The confidence interval contains 0: the change is inside the repeats' noise."""
@@ -409,8 +417,8 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
         text = crossover_sentence(
             t.label,
             levels,
-            [ch.pct for ch in agg[t.label]],
-            [ch.pct for ch in per[t.label]],
+            [ch.directional() for ch in agg[t.label]],
+            [ch.directional() for ch in per[t.label]],
             queue_from=t.queue_from(),
             max_running=t.max_running,
         )
@@ -524,8 +532,8 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         )
     crossovers = {
         t.label: {
-            "agg": [asdict(x) for x in crossover(comp.levels, [ch.pct for ch in comp.agg[t.label]])],
-            "per_req": [asdict(x) for x in crossover(comp.levels, [ch.pct for ch in comp.per_req[t.label]])],
+            "agg": [asdict(x) for x in crossover(comp.levels, [ch.directional() for ch in comp.agg[t.label]])],
+            "per_req": [asdict(x) for x in crossover(comp.levels, [ch.directional() for ch in comp.per_req[t.label]])],
         }
         for t in comp.treatments
     }

@@ -427,3 +427,15 @@ def test_plot_without_matplotlib(
     captured = capsys.readouterr()
     assert captured.err.count(MISSING_NOTICE) == 1 and REF_SENTENCE in captured.out
     assert not (out / "comparison.png").exists() and "![" not in (out / "comparison.md").read_text()
+
+
+def test_changes_inside_the_noise_or_negligible_make_no_crossover() -> None:
+    assert Change(0.4).directional() == 0.0  # under 1%: no direction
+    assert Change(-3.0, ci=5.0).directional() == 0.0  # interval contains 0
+    assert Change(-3.0, ci=1.0).directional() == -3.0
+    assert Change(None).directional() is None
+    levels = [1, 2, 4]
+    changes = [Change(0.4).directional(), Change(-0.3).directional(), Change(-3.0, ci=5.0).directional()]
+    assert crossover(levels, changes) == []
+    text = crossover_sentence("b", levels, changes, changes)
+    assert "unchanged at every level" in text and "crossover" not in text
