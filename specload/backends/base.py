@@ -10,6 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+import orjson
+
 
 class MalformedEvent(ValueError):
     """A stream event that is not the JSON the API promises."""
@@ -27,13 +29,24 @@ class StreamParser(ABC):
         self.error: str | None = None  # an error object sent inside the stream
         self.spec_verify_ct: int | None = None
 
-    @abstractmethod
     def feed(self, payload: bytes) -> int:
         """Digest one event; return how many output tokens it carries (0: not a content event).
 
         When the server does not say per event how many tokens it carried, a content event
         counts as 1 here; the final figure then comes from the server's usage count.
         """
+        try:
+            ev = orjson.loads(payload)
+            if "error" in ev:
+                self.take_error(ev)
+                return 0
+            return self.read(ev)
+        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
+            raise MalformedEvent(f"{type(e).__name__}: {e}") from None
+
+    @abstractmethod
+    def read(self, ev: dict[str, Any]) -> int:
+        """The API-specific part of ``feed``; a missing key or a wrong type means a malformed event."""
 
     def take_usage(self, usage: Any) -> None:
         if usage:

@@ -10,41 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from specload.backends.base import Backend, MalformedEvent, StreamParser
+from specload.backends.base import Backend, StreamParser
+from specload.backends.openai import CompletionsParser
 from specload.records import SRC_USAGE
 
 
-class ChatParser(StreamParser):
+class ChatParser(CompletionsParser):
     __slots__ = ()
 
-    def feed(self, payload: bytes) -> int:
-        try:
-            ev = orjson.loads(payload)
-            if "error" in ev:
-                self.take_error(ev)
-                return 0
-            usage = ev.get("usage")
-            if usage:
-                self.take_usage(usage)
-            choices = ev.get("choices")
-            if not choices:
-                return 0
-            choice = choices[0]
-            fr = choice.get("finish_reason")
-            if fr:
-                self.finish_reason = fr
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-        except (orjson.JSONDecodeError, AttributeError, TypeError) as e:
-            raise MalformedEvent(str(e)) from None
-        if reasoning:
+    def read(self, ev: dict[str, Any]) -> int:
+        choice = self.choice(ev)
+        if choice is None:
+            return 0
+        delta = choice.get("delta") or {}
+        if delta.get("reasoning_content") or delta.get("reasoning"):
             return 1
+        content = delta.get("content")
         if content is None:
             return 0
-        if content == "" and ("role" in delta or fr):
+        if content == "" and ("role" in delta or choice.get("finish_reason")):
             return 0  # role-only opening event, or a closing event with no token
         return 1
 

@@ -9,37 +9,34 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from specload.backends.base import Backend, MalformedEvent, StreamParser
+from specload.backends.base import Backend, StreamParser
 from specload.records import SRC_USAGE
 
 
 class CompletionsParser(StreamParser):
     __slots__ = ()
 
-    def feed(self, payload: bytes) -> int:
-        try:
-            ev = orjson.loads(payload)
-            if "error" in ev:
-                self.take_error(ev)
-                return 0
-            usage = ev.get("usage")
-            if usage:
-                self.take_usage(usage)
-            choices = ev.get("choices")
-            if not choices:
-                return 0  # usage-only event
-            choice = choices[0]
-            fr = choice.get("finish_reason")
-            text = choice.get("text")
-        except (orjson.JSONDecodeError, AttributeError, TypeError, KeyError) as e:
-            raise MalformedEvent(f"{type(e).__name__}: {e}") from None
+    def choice(self, ev: dict[str, Any]) -> dict[str, Any] | None:
+        """The event's first choice (None for a usage-only event), after taking usage and finish reason."""
+        usage = ev.get("usage")
+        if usage:
+            self.take_usage(usage)
+        choices = ev.get("choices")
+        if not choices:
+            return None
+        choice = choices[0]
+        fr = choice.get("finish_reason")
         if fr:
             self.finish_reason = fr
+        return choice
+
+    def read(self, ev: dict[str, Any]) -> int:
+        choice = self.choice(ev)
+        if choice is None:
+            return 0
         # Every choice event is one decode step, even when its text is empty (a token can be
         # half a UTF-8 character); an event that only closes the stream carries no token.
-        return 0 if fr and not text else 1
+        return 0 if choice.get("finish_reason") and not choice.get("text") else 1
 
 
 class OpenAICompletions(Backend):

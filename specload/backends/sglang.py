@@ -11,32 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from specload.backends.base import Backend, MalformedEvent, StreamParser
+from specload.backends.base import Backend, StreamParser
 from specload.records import SRC_META
 
 
 class GenerateParser(StreamParser):
     __slots__ = ()
 
-    def feed(self, payload: bytes) -> int:
-        try:
-            ev = orjson.loads(payload)
-            if "error" in ev:
-                self.take_error(ev)
-                return 0
-            meta = ev["meta_info"]
-            count = meta["completion_tokens"]
-            self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
-            fr = meta.get("finish_reason")
-            svc = meta.get("spec_verify_ct")
-            if not isinstance(count, int):
-                raise TypeError(f"completion_tokens is {count!r}, not an integer")
-        except (orjson.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
-            raise MalformedEvent(f"{type(e).__name__}: {e}") from None
+    def read(self, ev: dict[str, Any]) -> int:
+        meta = ev["meta_info"]
+        count = meta["completion_tokens"]
+        if not isinstance(count, int):
+            raise TypeError(f"completion_tokens is {count!r}, not an integer")
+        self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+        svc = meta.get("spec_verify_ct")
         if svc is not None:
             self.spec_verify_ct = svc
+        fr = meta.get("finish_reason")
         if fr:
             self.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)
         new = count - (self.output_tokens or 0)
