@@ -67,13 +67,13 @@ def _add_scenario_flags(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario file (or defaults) with each given flag applied; an error names the flag typed."""
     sc = load_scenario(args.scenario) if args.scenario else Scenario()
-    overrides = {
-        field: getattr(args, f"sc_{field}")
-        for _flag, field, _t, _h in _SCENARIO_FLAGS
-        if getattr(args, f"sc_{field}") is not None
-    }
-    return apply_overrides(sc, overrides) if overrides else sc
+    for flag, field, _t, _h in _SCENARIO_FLAGS:
+        value = getattr(args, f"sc_{field}")
+        if value is not None:
+            sc = apply_overrides(sc, {field: value}, source=f"flag {flag}")
+    return sc
 
 
 def _scenario_locust_flags(args: argparse.Namespace) -> list[str]:
@@ -91,9 +91,12 @@ def preflight(host: str, sc: Scenario, insecure: bool) -> str | None:
     from specload.probe import ServerUnreachable, get_json
 
     try:
-        get_json(host, "/v1/models", timeout=sc.connect_timeout_s, insecure=insecure)
+        status, body = get_json(host, "/v1/models", timeout=sc.connect_timeout_s, insecure=insecure)
     except ServerUnreachable as e:
         return f"cannot reach the server before the sweep: {e}"
+    if status in (401, 403) and not sc.model:
+        # Without a model name the sweep cannot even start; with one, the rejections are recorded.
+        return f"{host}/v1/models answered HTTP {status}: {body}; set SPECLOAD_API_KEY (or OPENAI_API_KEY) to the server's key"
     return None
 
 
@@ -121,8 +124,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _die(EXIT_USAGE, str(e))
     if args.processes is not None and args.workers is not None:
         return _die(EXIT_USAGE, "--processes and --workers are exclusive (one machine vs several)")
+    if args.processes is not None and args.processes != -1 and args.processes < 1:
+        return _die(EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {args.processes}")
+    if args.workers is not None and args.workers < 1:
+        return _die(EXIT_USAGE, f"--workers: expected a count >= 1, got {args.workers}")
     if (reason := preflight(host, sc, args.insecure)) is not None:
-        return _die(EXIT_UNREACHABLE, reason)
+        return _die(EXIT_UNREACHABLE if reason.startswith("cannot reach") else EXIT_USAGE, reason)
     run_dir = new_run_dir(args.out, args.label or sc.name)
     prefix = os.path.join(run_dir, LOCUST_PREFIX)
     cmd = [

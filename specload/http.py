@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 from urllib.parse import urlsplit
 
+from gevent import ssl as gevent_ssl
 from geventhttpclient import HTTPClient
 
 logger = logging.getLogger("specload")
@@ -65,14 +67,24 @@ def warm_up(client: HTTPClient) -> None:
     pool.return_socket(sock)
 
 
+def _unverified_context(*_args: object, **_kwargs: object) -> ssl.SSLContext:
+    ctx = gevent_ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 def make_client(
     host: str, read_timeout: float, connect_timeout: float, insecure: bool = False, concurrency: int = 1
 ) -> HTTPClient:
     parts = urlsplit(host)
-    kwargs = {}
+    kwargs: dict[str, object] = {}
     if parts.scheme == "https":
         kwargs["ssl"] = True
-        kwargs["insecure"] = insecure
+        if insecure:
+            # geventhttpclient's own `insecure` only skips the host-name check, not the chain.
+            kwargs["insecure"] = True
+            kwargs["ssl_context_factory"] = _unverified_context
     return HTTPClient(
         parts.hostname,
         port=parts.port or (443 if parts.scheme == "https" else 80),

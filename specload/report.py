@@ -415,10 +415,15 @@ def _level_meta_notes(run: Run) -> list[str]:
     """Levels run.json does not mark completed, with their budget vs what came back."""
     notes: list[str] = []
     for m in run.meta.get("levels") or []:
-        status = m.get("status")
-        if status in (None, "completed") or "concurrency" not in m:
+        if "concurrency" not in m:
             continue
         label = level_label(int(m["concurrency"]), int(m.get("repeat", 0) or 0))
+        if m.get("lost"):
+            why = f" ({m['note']})" if m.get("note") else ""
+            notes.append(f"{label}: {m['lost']} request(s) lost with a worker, no record can exist for them{why}")
+        status = m.get("status")
+        if status in (None, "completed"):
+            continue
         counts = ", ".join(f"{k} {m[k]}" for k in ("budget", "granted", "received") if k in m)
         notes.append(f"{label}: level marked {status} in {RUN_JSON}" + (f" ({counts})" if counts else ""))
     return notes

@@ -38,8 +38,10 @@ def test_server_without_metrics_or_server_info_still_reports(sim, tmp_path: Path
 
 def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
     server = sim("--ttft-ms", "20", "--itl-ms", "5", "--max-running", "1")
+    # 60 tokens at 5 ms: each request holds the single slot ~0.3 s, three 0.1-s samples see the queue.
+    flags = (*SMALL[:4], "--output-tokens", "60", *SMALL[6:])
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, *SMALL, "--out", str(tmp_path), "--metrics-interval", "0.1"),
+        specload_cmd("sweep", "--host", server.url, *flags, "--out", str(tmp_path), "--metrics-interval", "0.1"),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

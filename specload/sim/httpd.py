@@ -24,6 +24,11 @@ What it supports, and nothing more:
 - Responses with a Content-Length (:class:`Response`) or streamed with chunked transfer encoding
   (:class:`Stream`: one chunk, one ``sendall`` per item of the iterator, as soon as it is yielded).
   TCP_NODELAY is set on every connection, so a chunk leaves at once.
+- TLS when given an ``ssl_context`` (https): the handshake runs in the connection's greenlet, and a
+  failed one (a client that rejects the certificate) just drops that connection. Kernel receive
+  timestamps cannot be read through TLS, so there a request arrives when its last bytes are read.
+- Of the request headers, only ``Authorization`` is kept (:attr:`Request.authorization`), for an
+  application that checks API keys.
 
 The application is a callable ``app(request) -> Response | Stream | None``; None (or having called
 :meth:`Request.abort`) means "send nothing, drop the connection".
@@ -96,7 +101,9 @@ class Request:
     """One parsed request: ``path`` percent-decoded, ``arrived`` when its last bytes came in (on the
     server's clock, see the module docstring)."""
 
-    __slots__ = ("method", "path", "query", "version", "body", "arrived", "keep_alive", "aborted", "_sock")
+    __slots__ = (
+        "method", "path", "query", "version", "body", "arrived", "keep_alive", "aborted", "authorization", "_sock",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -108,6 +115,7 @@ class Request:
         arrived: float,
         keep_alive: bool,
         sock: Any,
+        authorization: bytes | None = None,
     ) -> None:
         self.method = method
         self.path = path
@@ -117,6 +125,7 @@ class Request:
         self.arrived = arrived
         self.keep_alive = keep_alive
         self.aborted = False
+        self.authorization = authorization  # the raw Authorization header value, None when absent
         self._sock = sock
 
     def abort(self) -> None:
@@ -191,6 +200,7 @@ class HTTPServer(StreamServer):
 
     ``error_body(status, message)`` renders the server's own errors (malformed request, 411, ...)
     in the application's error format, as JSON; ``clock`` stamps :attr:`Request.arrived`.
+    ``ssl_context`` (a ``gevent.ssl.SSLContext`` holding the certificate) serves https instead.
     """
 
     def __init__(
@@ -203,8 +213,15 @@ class HTTPServer(StreamServer):
         log: TextIO | None = None,
         backlog: int = 1024,
         kernel_timestamps: bool = True,
+        ssl_context: Any = None,
     ) -> None:
-        super().__init__(listener, backlog=backlog)
+        if ssl_context is not None:
+            # Handshake in handle(), where a client that rejects the certificate is an OSError like any.
+            super().__init__(
+                listener, backlog=backlog, ssl_context=ssl_context, do_handshake_on_connect=False
+            )
+        else:
+            super().__init__(listener, backlog=backlog)
         self.app = app
         self.clock = clock
         self.kernel_timestamps = kernel_timestamps
@@ -218,13 +235,16 @@ class HTTPServer(StreamServer):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         stamped = False
-        if _SO_TIMESTAMPNS is not None and self.kernel_timestamps:
+        # recvmsg (and so the kernel's timestamps) is not available through TLS.
+        if _SO_TIMESTAMPNS is not None and self.kernel_timestamps and not self.ssl_enabled:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
                 stamped = True
             except OSError:
                 pass
         try:
+            if self.ssl_enabled:
+                sock.do_handshake()  # ssl.SSLError (an OSError) when the client rejects the certificate
             self._serve(sock, address, stamped)
         except OSError:
             pass  # the client went away (or the connection was aborted)
@@ -285,6 +305,7 @@ class HTTPServer(StreamServer):
 
             length = -1
             expect_continue = False
+            authorization = None
             for line in lines[1:]:
                 name, sep, value = line.partition(b":")
                 if not sep or not name or name[:1] in b" \t" or name[-1:] in b" \t":
@@ -306,6 +327,8 @@ class HTTPServer(StreamServer):
                         keep_alive = False
                 elif n == b"expect":
                     expect_continue = value.strip().lower() == b"100-continue"
+                elif n == b"authorization":
+                    authorization = value.strip()
 
             # Body.
             if length > 0:
@@ -358,6 +381,7 @@ class HTTPServer(StreamServer):
                 arrived,
                 keep_alive,
                 sock,
+                authorization,
             )
             if not self._respond(sock, request, address):
                 return

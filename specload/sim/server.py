@@ -469,9 +469,11 @@ class SimApp:
         }
         info.update(self.engine.server_info())
         info["sim_faults"] = asdict(self.faults)
-        info["internal_states"] = [
-            {"num_running_reqs": self.engine.running, "num_queue_reqs": self.engine.queued}
-        ]
+        state = {"num_running_reqs": self.engine.running, "num_queue_reqs": self.engine.queued}
+        internal = getattr(self.engine, "internal_state", None)  # e.g. the effective running cap
+        if internal is not None:
+            state.update(internal())
+        info["internal_states"] = [state]
         return info
 
     def _server_info(self, request: Request) -> Response:
@@ -491,6 +493,18 @@ class SimApp:
                 self.generation_tokens_total,
             ),
         ]
+        spec = getattr(self.engine, "spec_counters", None) if self.engine.speculative else None
+        if spec is not None:
+            c = spec()
+            if self.metrics_style == "vllm":  # vLLM's names, which specload's sampler reads
+                rows += [
+                    (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c["num_drafts"]),
+                    (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c["num_draft_tokens"]),
+                    (prefix + "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", c["num_accepted_tokens"]),
+                ]  # fmt: skip
+            else:  # SGLang's gauge; here the average since start, bonus token included (0 before any step)
+                accept = c["accept_length"] or 0.0
+                rows.append((prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept))
         lines = []
         for name, kind, help_text, value in rows:
             lines += [
@@ -665,15 +679,70 @@ class SimApp:
 # Server process.
 
 
-def make_server(app: SimApp, host: str = "127.0.0.1", port: int = 0, access_log: bool = False) -> HTTPServer:
-    """A bound-on-start server for ``app``; ``port=0`` picks a free port (see ``server_port``)."""
+# Paths that need the API key when one is set (as vLLM's --api-key guards /v1): generation and models.
+_KEYED_PATHS = ("/v1/", "/generate")
+
+
+def _auth_error(message: str) -> Response:
+    err = {"message": message, "type": "AuthenticationError", "param": None, "code": 401}
+    return Response(401, orjson.dumps({"error": err}))
+
+
+def require_api_key(app: Handler, api_key: str) -> Handler:
+    """``app`` behind ``Authorization: Bearer <api_key>``; 401 otherwise. The key is never echoed."""
+    import hmac
+
+    expected = api_key.encode()
+
+    def guarded(request: Request) -> Response | Stream | None:
+        if request.path.startswith(_KEYED_PATHS):
+            value = request.authorization
+            if value is None:
+                return _auth_error("Missing API key: send it in an 'Authorization: Bearer <key>' header")
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), expected):
+                return _auth_error("Incorrect API key provided")
+        return app(request)
+
+    return guarded
+
+
+def tls_context(cert_file: str, key_file: str) -> Any:
+    """A server-side TLS context holding the certificate and key.
+
+    gevent's own SSLContext class: ``gevent.ssl.create_default_context`` is the standard library's
+    and makes blocking sockets, one of which idle on keep-alive would stall the whole server.
+    """
+    import gevent.ssl
+
+    ctx = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def make_server(
+    app: SimApp,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    access_log: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    api_key: str | None = None,
+) -> HTTPServer:
+    """A bound-on-start server for ``app``; ``port=0`` picks a free port (see ``server_port``).
+
+    ``tls_cert`` + ``tls_key`` (PEM files): serve https. ``api_key``: generation and model endpoints
+    answer 401 unless the request carries ``Authorization: Bearer <api_key>``.
+    """
+    handler: Handler = app if not api_key else require_api_key(app, api_key)
     return HTTPServer(
         (host, port),
-        app,
+        handler,
         clock=clock,  # Request.arrived on the engine's clock
         error_body=error_body,
         log=sys.stderr if access_log else None,
         backlog=1024,
+        ssl_context=tls_context(tls_cert, tls_key) if tls_cert and tls_key else None,
     )
 
 
@@ -689,8 +758,24 @@ def build_parser() -> argparse.ArgumentParser:
     a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
     a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
     a("--access-log", action="store_true", help="log every request to stderr")
-    t = p.add_argument_group("timing (FixedEngine)")
-    t.add_argument("--engine", choices=("fixed",), default="fixed", help="timing model (default fixed)")
+    t = p.add_argument_group(
+        "timing",
+        "--engine fixed (default): fixed TTFT and ITL behind --max-running (the flags below). --engine batch: "
+        "continuous batching with optional speculative decoding, parameters from --preset (docs/simulator.md).",
+    )
+    t.add_argument("--engine", choices=("fixed", "batch"), default="fixed", help="timing model")
+    t.add_argument(
+        "--preset",
+        default=None,
+        help="batch engine parameters: baseline, mtp, or a TOML file of them (default baseline)",
+    )
+    t.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="batch engine: override one preset parameter (a TOML value), e.g. spec_max_running_requests=128",
+    )
     t.add_argument("--ttft-ms", type=float, default=50.0, help="time to first token after admission")
     t.add_argument("--itl-ms", type=float, default=10.0, help="time between tokens")
     t.add_argument("--prefill-us-per-token", type=float, default=0.0, help="extra TTFT per prompt token")
@@ -731,10 +816,27 @@ def build_parser() -> argparse.ArgumentParser:
     fa("--fault-short-every", type=int, default=None)
     fa("--fault-short-rate", type=float, default=None)
     fa("--fault-die-after", type=int, default=0, metavar="N", help="exit the process at the Nth admission")
+    s = p.add_argument_group("server", "TLS and API key, as a production server would have them.")
+    s.add_argument(
+        "--tls-cert", default=None, metavar="FILE", help="PEM certificate: serve https (with --tls-key)"
+    )
+    s.add_argument("--tls-key", default=None, metavar="FILE", help="PEM private key of --tls-cert")
+    s.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on /v1/* and /generate (else HTTP 401)",
+    )
     return p
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
+    if args.engine == "batch":
+        from specload.sim.batch import BatchEngine
+
+        return BatchEngine.from_preset(args.preset or "baseline", args.param, time_scale=args.time_scale)
+    if args.preset is not None or args.param:
+        raise ValueError("--preset and --param need --engine batch")
     return FixedEngine(
         ttft_s=args.ttft_ms / 1e3,
         itl_s=args.itl_ms / 1e3,
@@ -792,7 +894,16 @@ def main(argv: list[str] | None = None) -> int:
         app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults)
     except ValueError as e:
         parser.error(str(e))
-    server = make_server(app, args.host, args.port, args.access_log)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.api_key is not None and not args.api_key:
+        parser.error("--api-key must not be empty")
+    try:
+        server = make_server(
+            app, args.host, args.port, args.access_log, args.tls_cert, args.tls_key, args.api_key
+        )
+    except OSError as e:  # unreadable or mismatched certificate / key (ssl.SSLError is an OSError)
+        parser.error(f"cannot load --tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {e}")
     try:
         server.start()
     except OSError as e:
@@ -802,7 +913,8 @@ def main(argv: list[str] | None = None) -> int:
     stop = Event()
     handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGTERM, signal.SIGINT)]
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"specload-sim listening on http://{host}:{server.server_port}", flush=True)
+    scheme = "https" if server.ssl_enabled else "http"
+    print(f"specload-sim listening on {scheme}://{host}:{server.server_port}", flush=True)
     try:
         stop.wait()
     finally:
