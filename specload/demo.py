@@ -56,4 +56,11 @@ def run_demo(args: argparse.Namespace) -> int:
             return code or 1
         runs.append(run_dir)
     print("\n=== specload demo: baseline vs MTP ===", flush=True)
-    return compare_main([*runs])
+    code = compare_main([*runs])
+    print(
+        f"\nspecload demo: SIMULATED at {1 / DEMO_TIME_SCALE:g}x real time, so absolute tok/s are "
+        f"{1 / DEMO_TIME_SCALE:g}x the simulated deployment's;\nthe changes and the crossover do not depend on "
+        "the time scale. Against a real server: make sweep HOST=http://server:port LABEL=... (README).",
+        flush=True,
+    )
+    return code

@@ -54,3 +54,38 @@ def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
     assert any("exceeds the server's max_running_requests (1)" in n for n in run.crosscheck + run.notices) or (
         "exceeds the server's max_running_requests (1)" in out.stdout
     )
+
+
+def test_presets_tell_the_story(tmp_path: Path) -> None:
+    """Baseline and MTP presets, shortened (150 output tokens, time x2 faster, C = 32, 64): the
+    comparison must name the crossover between C=32 and C=64 and the MTP server's cap of 48."""
+    from specload.demo import sim_args
+    from specload.simproc import start_sim
+
+    runs = []
+    for preset in ("baseline", "mtp"):
+        server = start_sim(sim_args(preset))
+        try:
+            out = subprocess.run(
+                specload_cmd("sweep", "--host", server.url, "--scenario", "scenarios/demo.toml", "--levels", "32,64",
+                             "--output-tokens", "150", "--warmup-requests", "0", "--label", preset,
+                             "--out", str(tmp_path / preset)),
+                capture_output=True, text=True, timeout=240,
+            )  # fmt: skip
+        finally:
+            server.stop()
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        runs.append(_only_run(tmp_path / preset))
+    base, mtp = (load_run(r) for r in runs)
+    assert [lv.ok for lv in mtp.levels] == [64, 128]
+    assert all(lv.accept_length is not None and 1.9 < lv.accept_length <= 2.0 for lv in mtp.levels)
+    assert mtp.levels[1].server_running_max == 48 and mtp.levels[1].server_queued_max > 0
+    cmp = subprocess.run(
+        specload_cmd("compare", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp"), "--no-plot"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert cmp.returncode == 0, cmp.stderr
+    assert "raises aggregate tok/s up to C=32" in cmp.stdout, cmp.stdout and "lowers it from C=64" in cmp.stdout
+    assert "between C=32 and C=64" in cmp.stdout
+    assert "max_running_requests is 48" in cmp.stdout
+    assert (tmp_path / "cmp" / "comparison.md").exists()
