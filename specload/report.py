@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 from tabulate import tabulate, tabulate_formats
 
-from specload.metrics import LevelStats, ServerSample, summarize_run
+from specload.metrics import LevelStats, ServerSample, group_repeats, summarize_run
 from specload.records import RequestRecord, level_label, read_records
 
 RUN_JSON = "run.json"
@@ -486,9 +486,27 @@ def _notes_block(run: Run) -> list[str]:
     return lines
 
 
+def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
+    groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
+    if not groups:
+        return None
+    headers = ["C", "Repeats", "Agg tok/s mean", "Agg tok/s sd", "Per-req tok/s mean", "Per-req tok/s sd"]
+    rows = [
+        [g.concurrency, g.n, _fmt(g.agg_tok_s_mean, 1), _fmt(g.agg_tok_s_std, 1),
+         _fmt(g.per_req_tok_s_mean, 1), _fmt(g.per_req_tok_s_std, 1)]
+        for g in groups
+    ]  # fmt: skip
+    return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+
+
 def render_report(run: Run, fmt: str = "github") -> str:
-    """Header, table and notes as one text (markdown when fmt is github)."""
-    lines = _header_lines(run) + ["", render_levels(run.levels, fmt)] + _notes_block(run)
+    """Header, table(s) and notes as one text (markdown when fmt is github)."""
+    lines = _header_lines(run) + ["", render_levels(run.levels, fmt)]
+    repeats = render_repeats(run.levels, fmt)
+    if repeats is not None:
+        lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
+    lines += _notes_block(run)
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from specload.report import (
     max_running_requests,
     read_server_samples,
     render_levels,
+    render_report,
     server_summary,
     write_report_md,
 )
@@ -432,3 +433,19 @@ def test_max_running_requests_effective_wins() -> None:
     both = {"server": {"speculative_algorithm": None, "max_running_requests": 64, "max_running_requests_effective": 48}}
     assert server_summary(both) == "speculative_algorithm none, max_running_requests 48 (configured 64)"
     assert server_summary({"server": {}}) is None and server_summary({}) is None
+
+
+def test_repeats_combined_table(tmp_path: Path) -> None:
+    # C=2 run three times: walls 1.0, 2.0 and 3.0 s for 2 x 10 tokens -> agg 20, 10 and 6.67 tok/s.
+    records = [
+        replace(rec(r, 2, seq, 10.0 * r, 10.0 * r + 1.0 + r), repeat=r) for r in range(3) for seq in range(2)
+    ]
+    meta = {"levels": [{"index": r, "concurrency": 2, "repeat": r, "status": "completed"} for r in range(3)]}
+    run = load_run(write_run(tmp_path / "run", records, meta))
+    text = render_report(run)
+    assert "Repeats combined" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 2 ") and "| 3 " in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:4] == ["2", "3", "12.2", "6.9"]  # mean (20+10+6.67)/3; sample sd sqrt(96.3/2)
+    single = load_run(write_run(tmp_path / "one", records[:2], {"levels": meta["levels"][:1]}))
+    assert "Repeats combined" not in render_report(single)
