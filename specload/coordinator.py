@@ -91,7 +91,7 @@ class Coordinator:
         cap = max_running(server)
         if cap is not None and max(sc.levels) > cap:
             logger.warning(
-                "specload: the server runs at most %d requests at once (max_running_requests); "
+                "the server runs at most %d requests at once (max_running_requests); "
                 "levels above C=%d will queue the excess", cap, cap,
             )  # fmt: skip
         label = opts.label or sc.name
@@ -134,7 +134,7 @@ class Coordinator:
         self.active = True
         n = len(self.ctrl.levels)
         logger.info(
-            "specload: sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
+            "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
             label, redact_host(host), sc.backend, model, n, ",".join(map(str, sc.levels)), self.run_dir,
         )  # fmt: skip
         return True
@@ -145,7 +145,7 @@ class Coordinator:
 
     def _fail(self, reason: str) -> bool:
         self.failure = reason
-        logger.error("specload: %s", reason)
+        logger.error("%s", reason)
         self.env.process_exit_code = 2
         return False
 
@@ -173,7 +173,7 @@ class Coordinator:
         self.meta["ended_at"] = time.time()
         self.write_meta()
         self.env.process_exit_code = 0 if status == "completed" else 1
-        logger.info("specload: sweep %s%s; results in %s", status,
+        logger.info("sweep %s%s; results in %s", status,
                     f" ({self.meta['reason']})" if self.meta["reason"] else "", self.run_dir)  # fmt: skip
 
     # shape hook -------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class Coordinator:
         for node, tickets in list(self.outstanding.items()):
             if node in alive or not tickets:
                 continue
-            logger.error("specload: worker %s was lost with %d request(s) in flight; they are written off",
+            logger.error("worker %s was lost with %d request(s) in flight; they are written off",
                          node, len(tickets))  # fmt: skip
             by_kind: dict[tuple[int, str], int] = {}
             for level, phase, _seq in tickets:
@@ -262,7 +262,7 @@ class Coordinator:
                 assert lv is not None
                 what = f"{lv.plan.budget} requests" if lv.plan.budget is not None else f"{lv.plan.duration_s:g} s"
                 warm = f" after {lv.plan.warmup} warmup" if lv.plan.warmup else ""
-                logger.info("specload: level %d/%d %s started: C=%d, %s%s",
+                logger.info("level %d/%d %s started: C=%d, %s%s",
                             lv.plan.index + 1, n, level_label(lv.plan.concurrency, lv.plan.repeat),
                             lv.plan.concurrency, what, warm)  # fmt: skip
             elif change == "done":
@@ -270,12 +270,12 @@ class Coordinator:
                 agg = lv.agg_tok_s()
                 wall = (lv.last_end - lv.first_send) if lv.first_send and lv.last_end else 0.0
                 budget = lv.plan.budget if lv.plan.budget is not None else lv.granted
-                logger.info("specload: level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
+                logger.info("level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
                             "%d tokens, agg %s tok/s over %.1f s",
                             lv.plan.index + 1, n, level_label(lv.plan.concurrency, lv.plan.repeat), lv.received,
                             budget, lv.ok, lv.failed, lv.short, lv.tokens,
                             f"{agg:.1f}" if agg is not None else "-", wall)  # fmt: skip
             elif change in ("abort", "timeout"):
-                logger.error("specload: stopping the sweep: %s", self.ctrl.abort_reason)
+                logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()

@@ -60,7 +60,7 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     try:
         families = list(text_string_to_metric_families("\n".join(kept) + "\n"))
     except Exception as e:  # noqa: BLE001 - a page we cannot parse is a page without these numbers
-        logger.debug("specload: unparseable /metrics (%s)", e)
+        logger.debug("unparseable /metrics (%s)", e)
         return out
     for fam in families:
         for s in fam.samples:
@@ -97,7 +97,7 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
         if status == 200 and isinstance(version, dict) and "version" in version:
             cfg["version"] = version["version"]
     except ServerUnreachable as e:
-        logger.warning("specload: server introspection stopped: %s", e)
+        logger.warning("server introspection stopped: %s", e)
     return cfg
 
 
@@ -133,7 +133,7 @@ class MetricsSampler:
         try:
             first = self.fetch()
         except Exception as e:  # noqa: BLE001
-            logger.info("specload: no server metrics (%s)", e)
+            logger.info("no server metrics (%s)", e)
             first = None
         if first is None or all(v is None for v in first.values()):
             self.status = "unavailable"

@@ -77,7 +77,7 @@ def _install_sigterm(environment: Any) -> None:
     "interrupted". (Locust installs its own SIGTERM handler only after a headless shape run ends.)"""
 
     def _on_sigterm() -> None:
-        logger.warning("specload: SIGTERM: stopping; in-flight requests get up to %g s", environment.stop_timeout)
+        logger.warning("SIGTERM: stopping; in-flight requests get up to %g s", environment.stop_timeout)
         # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
         gevent.get_hub().parent.throw(KeyboardInterrupt)
 
@@ -130,7 +130,7 @@ def _write_report(environment: Any, coord: Coordinator) -> None:
         if opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
             print(render_report(run, "github"), flush=True)
     except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
-        logger.warning("specload: could not write report.md (%s); run `specload report %s`", e, coord.run_dir)
+        logger.warning("could not write report.md (%s); run `specload report %s`", e, coord.run_dir)
 
 
 _installed = False
