@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.backends.base import Backend, StreamParser
-from specload.backends.openai import CompletionsParser
-from specload.records import SRC_USAGE
+from specload.backends.base import StreamParser
+from specload.backends.openai import CompletionsParser, OpenAICompletions
 
 
 class ChatParser(CompletionsParser):
@@ -33,27 +32,13 @@ class ChatParser(CompletionsParser):
         return 1
 
 
-class ChatCompletions(Backend):
+class ChatCompletions(OpenAICompletions):
     name = "chat"
     path = "/v1/chat/completions"
-    token_source = SRC_USAGE
     takes_token_ids = False
 
-    def body(
-        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "min_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": temperature,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        body.update(extra)
-        return body
+    def prompt_fields(self, prompt: list[int] | str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": prompt}]}
 
     def parser(self) -> StreamParser:
         return ChatParser()

@@ -49,7 +49,7 @@ class OpenAICompletions(Backend):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
-            "prompt": prompt,
+            **self.prompt_fields(prompt),
             "max_tokens": max_tokens,
             "min_tokens": max_tokens,
             "ignore_eos": True,
@@ -59,6 +59,9 @@ class OpenAICompletions(Backend):
         }
         body.update(extra)
         return body
+
+    def prompt_fields(self, prompt: list[int] | str) -> dict[str, Any]:
+        return {"prompt": prompt}
 
     def parser(self) -> StreamParser:
         return CompletionsParser()
