@@ -209,6 +209,25 @@ def _per_req_part(levels: Sequence[int], changes: Sequence[float | None]) -> str
     return f"{text}, {_where(crossover(levels, changes))}"
 
 
+def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:
+    """How the time between tokens of running requests changed: speculation's per-step gain,
+    which queueing (in E2E, hence in Per-req tok/s) can hide at high concurrency."""
+    pts = [(c, y) for c, y in zip(levels, changes, strict=False) if y is not None]
+    if not pts:
+        return None
+    top_c, top_y = pts[-1]
+    faster = [c for c, y in pts if y <= -NEGLIGIBLE_PCT]
+    slower = [c for c, y in pts if y >= NEGLIGIBLE_PCT]
+    if len(faster) == len(pts):
+        return f"Running requests decode faster at every level (TPOT {fmt_pct(top_y)} at C={top_c})"
+    if len(slower) == len(pts):
+        return f"Running requests decode slower at every level (TPOT {fmt_pct(top_y)} at C={top_c})"
+    if faster and slower:
+        return (f"Running requests decode faster at C={', '.join(map(str, faster))} and slower at "
+                f"C={', '.join(map(str, slower))} (TPOT {fmt_pct(top_y)} at C={top_c})")  # fmt: skip
+    return None
+
+
 def crossover_sentence(
     label: str,
     levels: Sequence[int],
@@ -217,6 +236,7 @@ def crossover_sentence(
     *,
     queue_from: int | None = None,
     max_running: int | None = None,
+    tpot_changes: Sequence[float | None] = (),
 ) -> str:
     """The verdict for one treatment run vs the baseline, in plain words.
 
@@ -232,6 +252,9 @@ def crossover_sentence(
         text = f"{label}: no aggregate tok/s to compare; {per}."
     else:
         text = f"{label} {agg}" + (f"; {per}." if per else ".")
+    decode = _tpot_part(levels, tpot_changes)
+    if decode:
+        text += f" {decode}."
     if queue_from is not None:
         text += f" At C>={queue_from} the server queued requests"
         if max_running is not None and queue_from > max_running:
@@ -421,6 +444,7 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
             [ch.directional() for ch in per[t.label]],
             queue_from=t.queue_from(),
             max_running=t.max_running,
+            tpot_changes=[change_pct(base.figures[c].tpot_p50_ms, t.figures[c].tpot_p50_ms) for c in levels],
         )
         noisy = [c for c, a, p in zip(levels, agg[t.label], per[t.label], strict=True) if a.noise or p.noise]
         if noisy:
@@ -454,7 +478,7 @@ def table_columns(comp: Comparison) -> list[str]:
     cols += [f"Agg tok/s {r.label}" for r in comp.runs] + [f"Δ agg {t.label}" for t in comp.treatments]
     cols += [f"Per-req tok/s {r.label}" for r in comp.runs] + [f"Δ per-req {t.label}" for t in comp.treatments]
     cols += [f"TTFT p50 (ms) {r.label}" for r in comp.runs]
-    cols += [f"TPOT p50 (ms) {r.label}" for r in comp.runs]
+    cols += [f"TPOT p50 (ms) {r.label}" for r in comp.runs] + [f"Δ TPOT {t.label}" for t in comp.treatments]
     if _has(comp, "accept_length"):
         cols += [f"Accept len {r.label}" for r in comp.runs]
     if _has(comp, "server_running_max") or _has(comp, "server_queued_max"):
@@ -475,6 +499,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
         row += [comp.per_req[t.label][i].cell() for t in comp.treatments]
         row += [_num(f.ttft_p50_ms, 1) for f in figs]
         row += [_num(f.tpot_p50_ms, 1) for f in figs]
+        row += [fmt_pct(change_pct(figs[0].tpot_p50_ms, f.tpot_p50_ms)) for f in figs[1:]]
         if accept:
             row += [_num(f.accept_length, 2) for f in figs]
         if server:

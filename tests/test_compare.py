@@ -52,6 +52,7 @@ REF_CROSS = 2 ** (5 + Y32 / (Y32 - Y64))  # log2-linear between C=32 (x=5) and C
 REF_SENTENCE = (
     "mtp raises aggregate tok/s up to C=32 (+11%) and lowers it from C=64 (-32%), crossover near "
     "C≈38 (between C=32 and C=64); per-request speed stays higher at every level (+57% at C=128). "
+    "Running requests decode faster at every level (TPOT -37% at C=128). "
     "At C>=64 the server queued requests: its max_running_requests is 48."
 )
 
@@ -144,7 +145,8 @@ def test_crossover_several_and_up() -> None:
 
 
 def test_sentence_reference() -> None:
-    s = crossover_sentence("mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48)
+    tpot = [-37.0] * len(LEVELS)
+    s = crossover_sentence("mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48, tpot_changes=tpot)
     assert s == REF_SENTENCE
 
 
@@ -195,7 +197,7 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
         "Agg tok/s baseline", "Agg tok/s mtp", "Δ agg mtp",
         "Per-req tok/s baseline", "Per-req tok/s mtp", "Δ per-req mtp",
         "TTFT p50 (ms) baseline", "TTFT p50 (ms) mtp",
-        "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp",
+        "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp", "Δ TPOT mtp",
         "Accept len baseline", "Accept len mtp",
         "Srv run/queue baseline", "Srv run/queue mtp",
     ]  # fmt: skip
@@ -225,11 +227,11 @@ def test_queue_from_samples_alone(tmp_path: Path) -> None:
     base = write_run(tmp_path / "b", "baseline", BASE_AGG, BASE_PER)
     mtp = write_run(tmp_path / "m", "mtp", MTP_AGG, MTP_PER, cap=CAP)
     comp = build_comparison([load_run(base), load_run(mtp)])
-    assert comp.sentences[0].endswith("(+57% at C=128). At C>=64 the server queued requests.")
+    assert comp.sentences[0].endswith("(TPOT -37% at C=128). At C>=64 the server queued requests.")
     # and no queue part at all without samples or a cap
     plain = write_run(tmp_path / "p", "mtp", MTP_AGG, MTP_PER)
     comp = build_comparison([load_run(base), load_run(plain)])
-    assert comp.sentences[0].endswith("(+57% at C=128).")
+    assert comp.sentences[0].endswith("(+57% at C=128). Running requests decode faster at every level (TPOT -37% at C=128).")
     assert not any(c.startswith("Srv") for c in table_columns(comp))
     assert not any(c.startswith("Accept") for c in table_columns(comp))
 
@@ -439,3 +441,13 @@ def test_changes_inside_the_noise_or_negligible_make_no_crossover() -> None:
     assert crossover(levels, changes) == []
     text = crossover_sentence("b", levels, changes, changes)
     assert "unchanged at every level" in text and "crossover" not in text
+
+
+def test_tpot_clause() -> None:
+    from specload.compare import _tpot_part
+
+    assert _tpot_part([1, 2], [-20.0, -10.0]) == "Running requests decode faster at every level (TPOT -10% at C=2)"
+    assert _tpot_part([1, 2], [5.0, 3.0]) == "Running requests decode slower at every level (TPOT +3% at C=2)"
+    mixed = _tpot_part([1, 2, 4], [-20.0, 0.2, 6.0])
+    assert mixed == "Running requests decode faster at C=1 and slower at C=4 (TPOT +6% at C=4)"
+    assert _tpot_part([1], [None]) is None and _tpot_part([1], [0.3]) is None
