@@ -100,6 +100,17 @@ def derived(
     return ttft, e2e, tpot, per_req, decode
 
 
+def make_record(
+    *, t_send: float, t_first: float | None, t_last: float | None, t_end: float, output_tokens: int, **fields: Any
+) -> RequestRecord:
+    """A record whose per-request figures come from ``derived``, the one place they are computed."""
+    ttft, e2e, tpot, per_req, decode = derived(t_send, t_first, t_last, t_end, output_tokens)
+    return RequestRecord(
+        t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=output_tokens,
+        ttft_s=ttft, e2e_s=e2e, tpot_s=tpot, per_request_tok_s=per_req, decode_tok_s=decode, **fields,
+    )  # fmt: skip
+
+
 def read_records(path: str) -> list[RequestRecord]:
     """Read records.jsonl; a torn last line (crash mid-write) is skipped, not fatal."""
     out: list[RequestRecord] = []

@@ -21,7 +21,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.backends import Backend, MalformedEvent
-from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, derived, now
+from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, make_record, now
 
 _DONE = b"[DONE]"
 _ERROR_BODY_LIMIT = 2000
@@ -238,11 +238,12 @@ def _record(
         status, reason = SHORT, f"server counted {out} of {spec.requested_output_tokens} tokens asked for"
     else:
         status = OK
-    t_first = None if t_first_p is None else t_send_wall + (t_first_p - t0)
-    t_last = None if t_first_p is None else t_send_wall + (last_p - t0)
-    t_end = t_send_wall + (t_end_p - t0)
-    ttft, e2e, tpot, per_req, decode = derived(t_send_wall, t_first, t_last, t_end, out)
-    return RequestRecord(
+    return make_record(
+        t_send=t_send_wall,
+        t_first=None if t_first_p is None else t_send_wall + (t_first_p - t0),
+        t_last=None if t_first_p is None else t_send_wall + (last_p - t0),
+        t_end=t_send_wall + (t_end_p - t0),
+        output_tokens=out,
         level=spec.level,
         concurrency=spec.concurrency,
         phase=spec.phase,
@@ -251,22 +252,12 @@ def _record(
         status=status,
         reason=reason,
         http_status=http_status,
-        t_send=t_send_wall,
-        t_first=t_first,
-        t_last=t_last,
-        t_end=t_end,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        output_tokens=out,
         output_tokens_source=source,
         prompt_tokens=parser.prompt_tokens,
         requested_output_tokens=spec.requested_output_tokens,
         requested_prompt_tokens=spec.requested_prompt_tokens,
         chunks=chunks,
-        tpot_s=tpot,
         itl_max_s=itl_max if chunks > 1 else None,
-        per_request_tok_s=per_req,
-        decode_tok_s=decode,
         spec_verify_ct=parser.spec_verify_ct,
         worker=worker,
         repeat=spec.repeat,

@@ -31,7 +31,7 @@ from specload.records import (
     SRC_CHUNKS,
     SRC_USAGE,
     RequestRecord,
-    derived,
+    make_record,
 )
 
 T0 = 1_764_475_200.0  # epoch base; offsets below are exact binary fractions
@@ -57,37 +57,14 @@ def rec(
     verify: int | None = None,
 ) -> RequestRecord:
     """A record with the client's own arithmetic (records.derived) for the per-request fields."""
-    ts, tf, te = T0 + t_send, None if t_first is None else T0 + t_first, T0 + t_end
-    ttft, e2e, tpot, per_req, decode = derived(ts, tf, te if tf is not None else None, te, tokens)
-    return RequestRecord(
-        level=level,
-        concurrency=concurrency,
-        phase=phase,
-        seq=seq,
-        backend="openai",
-        status=status,
-        reason=reason,
-        http_status=200,
-        t_send=ts,
-        t_first=tf,
-        t_last=te if tf is not None else None,
-        t_end=te,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        output_tokens=tokens,
-        output_tokens_source=source,
-        prompt_tokens=prompt,
-        requested_output_tokens=requested,
-        requested_prompt_tokens=requested_prompt,
-        chunks=tokens,
-        tpot_s=tpot,
-        itl_max_s=None,
-        per_request_tok_s=per_req,
-        decode_tok_s=decode,
-        spec_verify_ct=verify,
-        worker="local",
-        repeat=repeat,
-    )
+    tf = None if t_first is None else T0 + t_first
+    return make_record(
+        t_send=T0 + t_send, t_first=tf, t_last=None if tf is None else T0 + t_end, t_end=T0 + t_end,
+        output_tokens=tokens, level=level, concurrency=concurrency, phase=phase, seq=seq, backend="openai",
+        status=status, reason=reason, http_status=200, output_tokens_source=source, prompt_tokens=prompt,
+        requested_output_tokens=requested, requested_prompt_tokens=requested_prompt, chunks=tokens,
+        itl_max_s=None, spec_verify_ct=verify, worker="local", repeat=repeat,
+    )  # fmt: skip
 
 
 def four_requests() -> list[RequestRecord]:

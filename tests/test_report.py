@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_USAGE, RequestRecord, derived
+from specload.records import (
+    FAILED,
+    OK,
+    PHASE_MEASURE,
+    PHASE_WARMUP,
+    SHORT,
+    SRC_USAGE,
+    RequestRecord,
+    make_record,
+)
 from specload.report import (
     COLUMNS,
     NotARunDir,
@@ -43,36 +52,12 @@ def rec(
     reason: str | None = None,
     verify: int | None = None,
 ) -> RequestRecord:
-    ts, tf, te = T0 + t_send, T0 + t_send + 0.5, T0 + t_end
-    ttft, e2e, tpot, per_req, decode = derived(ts, tf, te, te, tokens)
-    return RequestRecord(
-        level=level,
-        concurrency=c,
-        phase=phase,
-        seq=seq,
-        backend="openai",
-        status=status,
-        reason=reason,
-        http_status=200,
-        t_send=ts,
-        t_first=tf,
-        t_last=te,
-        t_end=te,
-        ttft_s=ttft,
-        e2e_s=e2e,
-        output_tokens=tokens,
-        output_tokens_source=SRC_USAGE,
-        prompt_tokens=100,
-        requested_output_tokens=10,
-        requested_prompt_tokens=100,
-        chunks=tokens,
-        tpot_s=tpot,
-        itl_max_s=None,
-        per_request_tok_s=per_req,
-        decode_tok_s=decode,
-        spec_verify_ct=verify,
-        worker="local",
-    )
+    return make_record(
+        t_send=T0 + t_send, t_first=T0 + t_send + 0.5, t_last=T0 + t_end, t_end=T0 + t_end, output_tokens=tokens,
+        level=level, concurrency=c, phase=phase, seq=seq, backend="openai", status=status, reason=reason,
+        http_status=200, output_tokens_source=SRC_USAGE, prompt_tokens=100, requested_output_tokens=10,
+        requested_prompt_tokens=100, chunks=tokens, itl_max_s=None, spec_verify_ct=verify, worker="local",
+    )  # fmt: skip
 
 
 def sample_records() -> list[RequestRecord]:
