@@ -34,6 +34,8 @@ from dataclasses import dataclass  # noqa: E402
 
 import gevent  # noqa: E402
 
+from specload.simproc import stop_process  # noqa: E402
+
 clock = time.perf_counter
 TTFT_MS = 200.0
 ITL_MS = 10.0
@@ -60,15 +62,7 @@ def start_sim(extra: list[str]) -> Sim:
 
 
 def stop_sim(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-    if proc.stdout:
-        proc.stdout.close()
+    stop_process(proc, 5)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -10,6 +10,21 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from typing import Any
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int | None:
+    """Terminate by PID, kill if it does not exit in time, close its stdout; the exit code. Idempotent."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+    if proc.stdout is not None:
+        proc.stdout.close()
+    return proc.returncode
 
 
 @dataclass
@@ -22,16 +37,7 @@ class SimProcess:
         return int(self.url.rsplit(":", 1)[1])
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Terminate by PID; kill if it does not exit in time. Safe to call twice."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=timeout)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        stop_process(self.proc, timeout)
 
 
 def start_sim(args: list[str], timeout: float = 20.0) -> SimProcess:

@@ -26,6 +26,7 @@ from specload.sim import hrtimer
 from specload.sim.faults import FaultInjector, Faults
 from specload.sim.server import DIE_EXIT_CODE, build_faults, build_parser
 from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
+from specload.simproc import stop_process
 
 # Measured-vs-configured tolerances (seconds). Deadlines are absolute, so a token is never early
 # (LATE_MAX covers client wake-up and scheduling noise on a busy 2-core box).
@@ -276,16 +277,7 @@ def _start(args: list[str], log_path: Any) -> Sim:
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int | None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-    if proc.stdout:
-        proc.stdout.close()
-    return proc.returncode
+    return stop_process(proc, 5)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from specload.sim.batch import (
 )
 from specload.sim.server import SimApp, build_engine, build_parser
 from specload.sim.timing import ADMITTED, Chunk, clock
+from specload.simproc import stop_process
 
 LATE_MAX = 0.010  # real-time tolerance on a busy 2-core box (tokens are never early)
 
@@ -457,14 +458,7 @@ def test_simulator_process_with_the_mtp_preset(tmp_path: Path) -> None:
         assert 'sglang:spec_accept_length{model_name="specload-sim"} 2.0' in metrics
         assert 'sglang:num_running_reqs{model_name="specload-sim"} 0' in metrics
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop_process(proc, 5)
 
 
 def test_queued_counts_only_requests_the_last_admission_left_waiting() -> None:
