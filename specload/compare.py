@@ -15,7 +15,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -166,6 +166,24 @@ def _where(xs: Sequence[Crossover]) -> str:
     return "crossovers near " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def _crossing_text(
+    levels: Sequence[int],
+    changes: Sequence[float | None],
+    segs: list[list[tuple[int, float]]],
+    *,
+    first: Callable[[bool], str],
+    later: Callable[[bool], str],
+) -> str:
+    """'<first> up to C=a (x%), <later> from C=b (y%) …, crossover near …' for changes that change sign."""
+    head = segs[0]
+    parts = [f"{first(head[0][1] > 0)} up to C={head[-1][0]} ({fmt_pct(head[-1][1])})"]
+    for i, seg in enumerate(segs[1:]):
+        again = " again" if i > 0 else ""
+        parts.append(f"{later(seg[0][1] > 0)}{again} from C={seg[0][0]} ({fmt_pct(seg[0][1])})")
+    text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
+    return f"{text}, {_where(crossover(levels, changes))}"
+
+
 def _agg_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:
     present = [y for y in changes if y is not None]
     if not present:
@@ -176,15 +194,11 @@ def _agg_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | N
     if len(segs) == 1:
         verb = "raises" if segs[0][0][1] > 0 else "lowers"
         return f"{verb} aggregate tok/s at every level measured ({_range(present)})"
-    first = segs[0]
-    verb = "raises" if first[0][1] > 0 else "lowers"
-    parts = [f"{verb} aggregate tok/s up to C={first[-1][0]} ({fmt_pct(first[-1][1])})"]
-    for i, seg in enumerate(segs[1:]):
-        v = "raises" if seg[0][1] > 0 else "lowers"
-        again = " again" if i > 0 else ""
-        parts.append(f"{v} it{again} from C={seg[0][0]} ({fmt_pct(seg[0][1])})")
-    text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
-    return f"{text}, {_where(crossover(levels, changes))}"
+    return _crossing_text(
+        levels, changes, segs,
+        first=lambda up: f"{'raises' if up else 'lowers'} aggregate tok/s",
+        later=lambda up: f"{'raises' if up else 'lowers'} it",
+    )  # fmt: skip
 
 
 def _per_req_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:
@@ -198,15 +212,11 @@ def _per_req_part(levels: Sequence[int], changes: Sequence[float | None]) -> str
     if len(segs) == 1:
         word = "higher" if segs[0][0][1] > 0 else "lower"
         return f"per-request speed stays {word} at every level ({fmt_pct(top_y)} at C={top_c})"
-    first = segs[0]
-    word = "higher" if first[0][1] > 0 else "lower"
-    parts = [f"per-request speed is {word} up to C={first[-1][0]} ({fmt_pct(first[-1][1])})"]
-    for i, seg in enumerate(segs[1:]):
-        w = "higher" if seg[0][1] > 0 else "lower"
-        again = " again" if i > 0 else ""
-        parts.append(f"{w}{again} from C={seg[0][0]} ({fmt_pct(seg[0][1])})")
-    text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
-    return f"{text}, {_where(crossover(levels, changes))}"
+    return _crossing_text(
+        levels, changes, segs,
+        first=lambda up: f"per-request speed is {'higher' if up else 'lower'}",
+        later=lambda up: "higher" if up else "lower",
+    )  # fmt: skip
 
 
 def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:

@@ -16,7 +16,7 @@ import pytest
 
 from specload.metrics import LevelStats
 from specload.records import read_records
-from specload.report import load_run
+from specload.report import Run, load_run
 from tests.conftest import Procs, free_port, locust_cmd, specload_cmd
 
 TTFT_S = 0.200
@@ -80,10 +80,11 @@ def _check_run_files(run_dir: Path) -> None:
     assert (run_dir / "report.md").exists()
 
 
-def test_headless_sweep_local(sim, tmp_path: Path) -> None:
+def _sweep_and_check(sim, tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
+    """`specload sweep` against the exact simulator, then every figure and file checked."""
     server = sim(*SIM_ARGS)
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, *_sweep_flags(tmp_path)),
+        specload_cmd("sweep", "--host", server.url, *extra, *_sweep_flags(tmp_path)),
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -91,6 +92,11 @@ def test_headless_sweep_local(sim, tmp_path: Path) -> None:
     run = load_run(run_dir)
     _check_levels(run.levels)
     _check_run_files(run_dir)
+    return out, run
+
+
+def test_headless_sweep_local(sim, tmp_path: Path) -> None:
+    out, run = _sweep_and_check(sim, tmp_path)
     assert run.crosscheck == [], run.crosscheck  # Locust's own counts agree with the records
     # Progress lines: one as each level starts and one as it ends.
     log = out.stdout + out.stderr
@@ -99,16 +105,7 @@ def test_headless_sweep_local(sim, tmp_path: Path) -> None:
 
 
 def test_headless_sweep_two_processes(sim, tmp_path: Path) -> None:
-    server = sim(*SIM_ARGS)
-    out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, "--processes", "2", *_sweep_flags(tmp_path)),
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    run_dir = _run_dir(tmp_path)
-    run = load_run(run_dir)
-    _check_levels(run.levels)
-    _check_run_files(run_dir)
+    _out, run = _sweep_and_check(sim, tmp_path, "--processes", "2")
     workers = {r.worker for r in run.records}
     assert len(workers) == 2 and "local" not in workers  # both worker processes sent load
 

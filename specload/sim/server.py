@@ -546,18 +546,17 @@ class SimApp:
             )
 
     def _completions(self, request: Request) -> Response | Stream | None:
-        body = self._body(request)
-        self._check_model(body)
-        req = parse_completion(body, self.max_model_len)
-        r = CompletionRenderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
-        return self._serve(request, req, r)
+        return self._openai(request, parse_completion, CompletionRenderer)
 
     def _chat(self, request: Request) -> Response | Stream | None:
+        return self._openai(request, parse_chat, ChatRenderer)
+
+    def _openai(self, request: Request, parse: Any, renderer: Any) -> Response | Stream | None:
+        """The OpenAI endpoints differ only in how the body is read and how events are written."""
         body = self._body(request)
         self._check_model(body)
-        req = parse_chat(body, self.max_model_len)
-        r = ChatRenderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
-        return self._serve(request, req, r)
+        req = parse(body, self.max_model_len)
+        return self._serve(request, req, renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage))
 
     def _generate(self, request: Request) -> Response | Stream | None:
         req = parse_generate(self._body(request), self.max_model_len)
