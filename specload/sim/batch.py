@@ -39,7 +39,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from specload.sim.timing import ADMITTED, Chunk, Engine, clock, sleep_until
+from specload.sim.timing import ADMITTED, Chunk, Engine, SpecCounters, clock, sleep_until
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -562,14 +562,11 @@ class BatchEngine(Engine):
                 if req.event is not None:
                     req.event.set()
 
-    def spec_counters(self) -> dict[str, float | int | None]:
+    def spec_counters(self) -> SpecCounters | None:
+        if not self.speculative:
+            return None
         s = self.sched
-        return {
-            "num_drafts": s.num_drafts,
-            "num_draft_tokens": s.num_draft_tokens,
-            "num_accepted_tokens": s.num_accepted_tokens,
-            "accept_length": s.accept_length,
-        }
+        return SpecCounters(s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, s.accept_length)
 
     def internal_state(self) -> dict[str, Any]:
         """Extra ``internal_states[0]`` fields of /get_server_info (SGLang reports the effective cap there)."""

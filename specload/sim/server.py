@@ -470,9 +470,7 @@ class SimApp:
         info.update(self.engine.server_info())
         info["sim_faults"] = asdict(self.faults)
         state = {"num_running_reqs": self.engine.running, "num_queue_reqs": self.engine.queued}
-        internal = getattr(self.engine, "internal_state", None)  # e.g. the effective running cap
-        if internal is not None:
-            state.update(internal())
+        state.update(self.engine.internal_state())  # e.g. the effective running cap
         info["internal_states"] = [state]
         return info
 
@@ -493,17 +491,16 @@ class SimApp:
                 self.generation_tokens_total,
             ),
         ]
-        spec = getattr(self.engine, "spec_counters", None) if self.engine.speculative else None
-        if spec is not None:
-            c = spec()
+        c = self.engine.spec_counters()
+        if c is not None:
             if self.metrics_style == "vllm":  # vLLM's names, which specload's sampler reads
                 rows += [
-                    (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c["num_drafts"]),
-                    (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c["num_draft_tokens"]),
-                    (prefix + "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", c["num_accepted_tokens"]),
+                    (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c.num_drafts),
+                    (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c.num_draft_tokens),
+                    (prefix + "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", c.num_accepted_tokens),
                 ]  # fmt: skip
             else:  # SGLang's gauge; here the average since start, bonus token included (0 before any step)
-                accept = c["accept_length"] or 0.0
+                accept = c.accept_length or 0.0
                 rows.append((prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept))
         lines = []
         for name, kind, help_text, value in rows:

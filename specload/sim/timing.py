@@ -39,6 +39,21 @@ class Chunk:
     verify_steps: int
 
 
+@dataclass(frozen=True, slots=True)
+class SpecCounters:
+    """Speculative-decoding totals since the engine started, as /metrics reports them.
+
+    ``num_drafts`` counts verify steps (one per request per step), ``num_draft_tokens`` the draft
+    tokens proposed and ``num_accepted_tokens`` those accepted; ``accept_length`` is tokens per verify
+    step, bonus token included, or None before any step.
+    """
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accept_length: float | None
+
+
 ADMITTED = Chunk(0, 0)
 """First item of every :meth:`Engine.generate` stream: the request just got a running slot.
 
@@ -102,6 +117,17 @@ class Engine(ABC):
     @abstractmethod
     def server_info(self) -> dict[str, Any]:
         """Engine-specific ``/get_server_info`` fields (capacity, speculative settings, timing)."""
+
+    # Optional hooks: an engine that has something to report overrides them.
+
+    def spec_counters(self) -> SpecCounters | None:
+        """Speculative-decoding totals for /metrics; None (the default) when there is no speculation."""
+        return None
+
+    def internal_state(self) -> dict[str, Any]:
+        """Extra fields of /get_server_info's ``internal_states[0]``, next to the running and queued
+        counts (SGLang reports the effective running cap there); none by default."""
+        return {}
 
 
 class _Waiter:
