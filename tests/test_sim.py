@@ -23,8 +23,9 @@ import gevent
 import pytest
 
 from specload.sim import hrtimer
+from specload.sim.app import DIE_EXIT_CODE
+from specload.sim.cli import build_faults, build_parser
 from specload.sim.faults import FaultInjector, Faults
-from specload.sim.server import DIE_EXIT_CODE, build_faults, build_parser
 from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
 from specload.simproc import stop_process
 

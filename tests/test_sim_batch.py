@@ -18,6 +18,7 @@ import gevent
 import pytest
 
 from specload.introspect import parse_metrics
+from specload.sim.app import SimApp
 from specload.sim.batch import (
     DONE,
     PREFILL,
@@ -30,7 +31,7 @@ from specload.sim.batch import (
     load_preset,
     params_from_dict,
 )
-from specload.sim.server import SimApp, build_engine, build_parser
+from specload.sim.cli import build_engine, build_parser
 from specload.sim.timing import ADMITTED, Chunk, clock
 from specload.simproc import stop_process
 

@@ -1,5 +1,5 @@
 """``python -m specload.sim``: same as ``specload sim``."""
 
-from specload.sim.server import main
+from specload.sim.cli import main
 
 raise SystemExit(main())

@@ -17,6 +17,8 @@ import random
 from dataclasses import dataclass
 
 HTTP_ERROR_STATUSES = (400, 429, 500, 503)
+#: The faults picked by the selection rule: each has ``<name>_every`` and ``<name>_rate`` fields.
+FAULT_NAMES = ("http_error", "cut", "stall", "malformed", "omit_done", "short")
 
 
 @dataclass
@@ -48,7 +50,7 @@ class Faults:
         """Reject settings that would silently do nothing or something else than asked."""
         if self.http_error_status and self.http_error_status not in HTTP_ERROR_STATUSES:
             raise ValueError(f"http_error_status must be one of {HTTP_ERROR_STATUSES}")
-        for name in ("http_error", "cut", "stall", "malformed", "omit_done", "short"):
+        for name in FAULT_NAMES:
             every = getattr(self, f"{name}_every")
             rate = getattr(self, f"{name}_rate")
             if every < 0:

@@ -1,0 +1,347 @@
+"""The simulator's HTTP application: routing, the generation endpoints and the fault switches.
+
+The engine (specload.sim.timing) decides when each token is due; this module only drives it, hands
+its progress to the endpoint's renderer (specload.sim.render) and applies the faults a request was
+picked for (specload.sim.faults). One engine loop serves both response kinds: a streamed response
+writes an event per chunk as it comes, a whole one waits for the last chunk.
+
+Served by specload.sim.httpd, a minimal HTTP/1.1 server: a streaming response is a generator,
+written with chunked transfer encoding one yielded event at a time, so each event leaves the process
+the moment it is due. Simultaneous requests are handled one after another, so the engine is given
+each request's arrival time (the kernel's receive timestamp, which httpd reads) and counts from it,
+not from whenever the request's turn came; what happens before admission is kept short anyway.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import orjson
+
+from specload.sim.faults import FaultInjector, Faults, RequestFaults
+from specload.sim.httpd import App, Request, Response, Stream
+from specload.sim.info import METRICS_STYLES, metrics_text, server_info
+from specload.sim.protocol import (
+    GenRequest,
+    HTTPError,
+    Parse,
+    check_context,
+    check_model,
+    error_body,
+    parse_chat,
+    parse_completion,
+    parse_generate,
+    read_json_object,
+)
+from specload.sim.render import (
+    MALFORMED_EVENT,
+    SSE_HEAD,
+    ChatRenderer,
+    CompletionRenderer,
+    GenerateRenderer,
+    OpenAIRendererType,
+    Renderer,
+)
+from specload.sim.timing import Engine
+
+DIE_EXIT_CODE = 3  # exit status when the die_after_requests fault fires
+
+
+def _json(obj: Any) -> Response:
+    return Response(200, orjson.dumps(obj))
+
+
+class _Mishaps:
+    """Tracks one request's mid-stream faults against the running token count."""
+
+    def __init__(self, plan: RequestFaults, target: int) -> None:
+        self.cut_after = plan.cut_after
+        self.stall_after = plan.stall_after
+        self.stall_s = plan.stall_s
+        self.malformed_at = max(1, target // 2) if plan.malformed else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing left to do for this request (the fast path may then batch its last writes)."""
+        return self.cut_after is None and self.stall_after is None and self.malformed_at is None
+
+    def after(self, sent: int) -> tuple[bytes | None, bool]:
+        """Called after each event; returns (extra event to send, whether to cut now).
+
+        A stall only holds this request's bytes back: the engine's deadlines are absolute, so chunks
+        that came due meanwhile go out back to back afterwards, as after a network hiccup.
+        """
+        extra = None
+        if self.malformed_at is not None and sent >= self.malformed_at:
+            extra, self.malformed_at = MALFORMED_EVENT, None
+        if self.cut_after is not None and sent >= self.cut_after:
+            return extra, True
+        if self.stall_after is not None and sent >= self.stall_after:
+            self.stall_after = None
+            gevent.sleep(self.stall_s)
+        return extra, False
+
+
+@dataclass(slots=True)
+class _Job:
+    """One valid generation request, with the faults it was picked for."""
+
+    request: Request
+    req: GenRequest
+    renderer: Renderer
+    plan: RequestFaults
+    target: int  # tokens to generate: max_tokens, less a short_by fault
+    finish: str  # "length", or "stop" when a fault makes the output short
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How far one request's generation got: tokens of the last chunk, tokens and verify steps so far."""
+
+    tokens: int = 0
+    sent: int = 0
+    verify: int = 0
+
+
+class SimApp:
+    """The httpd app: routing, validation, streaming, metrics. Timing is entirely the engine's."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: str = "specload-sim",
+        max_model_len: int = 8192,
+        metrics_style: str = "sglang",
+        faults: Faults | None = None,
+    ) -> None:
+        if metrics_style not in METRICS_STYLES:
+            raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
+        self.engine = engine
+        self.model = model
+        self.max_model_len = max_model_len
+        self.metrics_style = metrics_style
+        self.faults = faults or Faults()
+        self.injector = FaultInjector(self.faults)
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self._model_json = orjson.dumps(model)
+        self._routes: dict[str, tuple[str, App]] = {
+            "/health": ("GET", self._health),
+            "/v1/models": ("GET", self._models),
+            "/v1/completions": ("POST", self._completions),
+            "/v1/chat/completions": ("POST", self._chat),
+            "/generate": ("POST", self._generate),
+        }
+        if metrics_style != "none":
+            self._routes["/metrics"] = ("GET", self._metrics)
+            self._routes["/get_server_info"] = ("GET", self._server_info)
+            self._routes["/server_info"] = ("GET", self._server_info)
+
+    def __call__(self, request: Request) -> Response | Stream | None:
+        path = request.path
+        route = self._routes.get(path)
+        try:
+            if route is None:
+                raise HTTPError(404, f"Not found: {path}")
+            method, handler = route
+            if request.method != method:
+                raise HTTPError(405, f"Method {request.method} not allowed on {path}")
+            return handler(request)
+        except HTTPError as e:
+            return Response(e.status, error_body(e.status, e.message))
+
+    # -- informational endpoints ---------------------------------------------------------------------
+
+    def _health(self, request: Request) -> Response:
+        return Response(200, b"ok", "text/plain; charset=utf-8")
+
+    def _models(self, request: Request) -> Response:
+        card = {
+            "id": self.model,
+            "object": "model",
+            "owned_by": "specload-sim",
+            "max_model_len": self.max_model_len,
+        }
+        return _json({"object": "list", "data": [card]})
+
+    def server_info(self) -> dict[str, Any]:
+        return server_info(self.engine, self.model, self.max_model_len, self.faults)
+
+    def _server_info(self, request: Request) -> Response:
+        return _json(self.server_info())
+
+    def metrics_text(self) -> str:
+        return metrics_text(
+            self.engine,
+            self.metrics_style,
+            self.model,
+            self.prompt_tokens_total,
+            self.generation_tokens_total,
+        )
+
+    def _metrics(self, request: Request) -> Response:
+        body = self.metrics_text().encode()
+        return Response(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+    # -- generation endpoints ----------------------------------------------------------------------------
+
+    def _completions(self, request: Request) -> Response | Stream | None:
+        return self._openai(request, parse_completion, CompletionRenderer)
+
+    def _chat(self, request: Request) -> Response | Stream | None:
+        return self._openai(request, parse_chat, ChatRenderer)
+
+    def _openai(
+        self, request: Request, parse: Parse, renderer: OpenAIRendererType
+    ) -> Response | Stream | None:
+        """The OpenAI endpoints differ only in how the body is read and how events are written."""
+        body = read_json_object(request.body)
+        check_model(body, self.model)
+        req = parse(body, self.max_model_len)
+        r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
+        return self._respond(request, req, r)
+
+    def _generate(self, request: Request) -> Response | Stream | None:
+        req = parse_generate(read_json_object(request.body), self.max_model_len)
+        r = GenerateRenderer(req.prompt_tokens, request.arrived, self.engine.speculative)
+        return self._respond(request, req, r)
+
+    def _respond(self, request: Request, req: GenRequest, r: Renderer) -> Response | Stream | None:
+        """Pick the request's faults, then answer with an error, a stream or a whole response."""
+        check_context(req, self.max_model_len)
+        plan = self.injector.next_request()
+        if plan.http_error is not None:
+            status = plan.http_error
+            msg = f"simulated fault: HTTP {status} on request {self.injector.requests}"
+            return Response(status, error_body(status, msg))
+        target = max(0, req.max_tokens - plan.short_by)
+        finish = "length" if target == req.max_tokens else "stop"
+        job = _Job(request, req, r, plan, target, finish)
+        if req.stream:
+            # httpd sends the status line and headers before asking for the first event, so they go
+            # out before the request queues for a slot, as Starlette-based servers do.
+            return Stream(SSE_HEAD, self._stream(job))
+        return self._whole(job)
+
+    def _admit(self, req: GenRequest) -> None:
+        if self.injector.on_admit():
+            sys.stderr.write(
+                f"specload-sim: fault die_after_requests={self.faults.die_after_requests} reached, exiting\n"
+            )
+            sys.stderr.flush()
+            os._exit(DIE_EXIT_CODE)
+        self.prompt_tokens_total += req.prompt_tokens
+
+    def _engine_loop(self, job: _Job, progress: _Progress) -> Iterator[_Progress]:
+        """Run ``job`` through the engine: yield ``progress`` once admitted, then after each chunk.
+
+        The one engine loop of both response kinds. The engine counts from the request's arrival,
+        not from when this generator got its turn. Closing this generator (the client went away, a
+        fault cut the request) closes the engine's, which frees the engine slot.
+        """
+        chunks = self.engine.generate(job.req.prompt_tokens, job.target, arrival=job.request.arrived)
+        try:
+            next(chunks)  # ADMITTED; blocks while queued
+            self._admit(job.req)
+            yield progress
+            for chunk in chunks:
+                progress.tokens = chunk.tokens
+                progress.sent += chunk.tokens
+                progress.verify += chunk.verify_steps
+                self.generation_tokens_total += chunk.tokens
+                yield progress
+        finally:
+            chunks.close()
+
+    def _stream(self, job: _Job) -> Iterator[bytes]:
+        """A streamed response's events, each yielded the moment it is due."""
+        r, target, done = job.renderer, job.target, not job.plan.omit_done
+        mishaps = _Mishaps(job.plan, target)
+        progress = _Progress()
+        loop = self._engine_loop(job, progress)
+        try:
+            next(loop)
+            event = r.admitted()
+            if event is not None:
+                yield event
+            _, cut = mishaps.after(0)  # (no malformed event before the first token)
+            if cut:
+                job.request.abort()
+                return
+            for p in loop:
+                last = p.sent >= target
+                event = r.content(p.tokens, p.sent, p.verify, job.finish if last else None)
+                if last and mishaps.idle:
+                    # One write (one syscall) for the last event and its usage / [DONE] tail.
+                    yield event + r.tail(p.sent, done)
+                    return
+                yield event
+                extra, cut = mishaps.after(p.sent)
+                if extra is not None:
+                    yield extra
+                if cut:
+                    job.request.abort()
+                    return
+            if target == 0:
+                yield r.content(0, 0, 0, job.finish)
+            tail = r.tail(progress.sent, done)
+            if tail:
+                yield tail
+        finally:
+            loop.close()
+
+    def _whole(self, job: _Job) -> Response | None:
+        """The whole response, once the engine produced the last token; None if a fault cut it."""
+        mishaps = _Mishaps(job.plan, job.target)
+        progress = _Progress()
+        loop = self._engine_loop(job, progress)
+        cut = False
+        try:
+            for p in loop:
+                _, cut = mishaps.after(p.sent)  # stalls and cuts; the malformed fault is the body below
+                if cut:
+                    break
+        finally:
+            loop.close()
+        if cut:
+            job.request.abort()  # no response at all
+            return None
+        if job.plan.malformed:
+            return Response(200, b"{not json")
+        return _json(job.renderer.body(progress.sent, progress.verify, job.finish))
+
+
+# ---------------------------------------------------------------------------------------------------
+# API key
+
+
+# Paths that need the API key when one is set (as vLLM's --api-key guards /v1): generation and models.
+_KEYED_PATHS = ("/v1/", "/generate")
+
+
+def _auth_error(message: str) -> Response:
+    err = {"message": message, "type": "AuthenticationError", "param": None, "code": 401}
+    return Response(401, orjson.dumps({"error": err}))
+
+
+def require_api_key(app: App, api_key: str) -> App:
+    """``app`` behind ``Authorization: Bearer <api_key>``; 401 otherwise. The key is never echoed."""
+    expected = api_key.encode()
+
+    def guarded(request: Request) -> Response | Stream | None:
+        if request.path.startswith(_KEYED_PATHS):
+            value = request.authorization
+            if value is None:
+                return _auth_error("Missing API key: send it in an 'Authorization: Bearer <key>' header")
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), expected):
+                return _auth_error("Incorrect API key provided")
+        return app(request)
+
+    return guarded

@@ -1,0 +1,287 @@
+"""``specload sim`` / ``python -m specload.sim``: flags -> engine, faults, app, server; then serve.
+
+Every ``--fault-*`` flag stores into ``fault_<field>`` of :class:`~specload.sim.faults.Faults`, so
+:func:`build_faults` is a loop over the fields; the per-fault ``*-every`` / ``*-rate`` flags default
+to None, meaning "use --fault-every / --fault-rate".
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from dataclasses import fields
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from specload.sim.app import SimApp, require_api_key
+from specload.sim.faults import FAULT_NAMES, HTTP_ERROR_STATUSES, Faults
+from specload.sim.httpd import App, HTTPServer
+from specload.sim.info import METRICS_STYLES
+from specload.sim.protocol import error_body
+from specload.sim.timing import Engine, FixedEngine, clock
+
+_FAULT_DEST = "fault_"  # argparse dest prefix of a Faults field
+
+
+# ---------------------------------------------------------------------------------------------------
+# Flags
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specload sim",
+        description="Simulated LLM inference server (OpenAI / vLLM / SGLang endpoints) with exactly known timing.",
+    )
+    _add_basic_flags(p)
+    _add_timing_flags(p)
+    _add_fault_flags(p)
+    _add_security_flags(p)
+    return p
+
+
+def _add_basic_flags(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    a("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
+    a("--model", default="specload-sim", help="served model name (default specload-sim)")
+    a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
+    a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
+    a("--access-log", action="store_true", help="log every request to stderr")
+
+
+def _add_timing_flags(p: argparse.ArgumentParser) -> None:
+    t = p.add_argument_group(
+        "timing",
+        "--engine fixed (default): fixed TTFT and ITL behind --max-running (the flags below). --engine batch: "
+        "continuous batching with optional speculative decoding, parameters from --preset (docs/simulator.md).",
+    )
+    t.add_argument("--engine", choices=("fixed", "batch"), default="fixed", help="timing model")
+    t.add_argument(
+        "--preset",
+        default=None,
+        help="batch engine parameters: baseline, mtp, or a TOML file of them (default baseline)",
+    )
+    t.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="batch engine: override one preset parameter (a TOML value), e.g. spec_max_running_requests=128",
+    )
+    t.add_argument("--ttft-ms", type=float, default=50.0, help="time to first token after admission")
+    t.add_argument("--itl-ms", type=float, default=10.0, help="time between tokens")
+    t.add_argument("--prefill-us-per-token", type=float, default=0.0, help="extra TTFT per prompt token")
+    t.add_argument("--max-running", type=int, default=48, help="running-request cap; the rest queue FIFO")
+    t.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per stream event after the first")
+    t.add_argument("--time-scale", type=float, default=1.0, help="multiply every engine duration")
+
+
+def _add_fault_flags(p: argparse.ArgumentParser) -> None:
+    f = p.add_argument_group(
+        "faults",
+        "Each fault hits every Nth generation request (--fault-X-every), else a random fraction "
+        "(--fault-X-rate), else the --fault-every / --fault-rate defaults, else every request.",
+    )
+    fa = f.add_argument
+    # Every flag stores into fault_<Faults field>; dest is given where the flag's name is shorter.
+    fa("--fault-every", type=int, default=0, help="default every-Nth for the faults below")
+    fa("--fault-rate", type=float, default=0.0, help="default probability for the faults below")
+    fa("--fault-seed", type=int, default=0, help="seed of the fault RNG")
+    fa(
+        "--fault-http-status",
+        dest="fault_http_error_status",
+        type=int,
+        choices=HTTP_ERROR_STATUSES,
+        default=0,
+        help="answer with this status",
+    )
+    fa(
+        "--fault-http-every",
+        dest="fault_http_error_every",
+        metavar="FAULT_HTTP_EVERY",
+        type=int,
+        default=None,
+    )
+    fa("--fault-http-rate", dest="fault_http_error_rate", metavar="FAULT_HTTP_RATE", type=float, default=None)
+    fa(
+        "--fault-cut-after",
+        dest="fault_cut_after_tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="drop the connection after K tokens",
+    )
+    fa("--fault-cut-every", type=int, default=None)
+    fa("--fault-cut-rate", type=float, default=None)
+    fa(
+        "--fault-stall-after",
+        dest="fault_stall_after_tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="stop sending after K tokens ...",
+    )
+    fa("--fault-stall-s", type=float, default=1.0, help="... for this many seconds (default 1, unscaled)")
+    fa("--fault-stall-every", type=int, default=None)
+    fa("--fault-stall-rate", type=float, default=None)
+    fa("--fault-malformed-every", type=int, default=0, help="every Nth stream gets 'data: {not json' mid-way")
+    fa("--fault-malformed-rate", type=float, default=0.0)
+    fa("--fault-omit-done", action="store_true", help="end streams without 'data: [DONE]'")
+    fa("--fault-omit-done-every", type=int, default=None)
+    fa("--fault-omit-done-rate", type=float, default=None)
+    fa("--fault-short-by", type=int, default=0, metavar="N", help="finish N tokens short (honest usage)")
+    fa("--fault-short-every", type=int, default=None)
+    fa("--fault-short-rate", type=float, default=None)
+    fa(
+        "--fault-die-after",
+        dest="fault_die_after_requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit the process at the Nth admission",
+    )
+
+
+def _add_security_flags(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("server", "TLS and API key, as a production server would have them.")
+    s.add_argument(
+        "--tls-cert", default=None, metavar="FILE", help="PEM certificate: serve https (with --tls-key)"
+    )
+    s.add_argument("--tls-key", default=None, metavar="FILE", help="PEM private key of --tls-cert")
+    s.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on /v1/* and /generate (else HTTP 401)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Flags -> objects
+
+
+def build_engine(args: argparse.Namespace) -> Engine:
+    if args.engine == "batch":
+        from specload.sim.batch import BatchEngine
+
+        return BatchEngine.from_preset(args.preset or "baseline", args.param, time_scale=args.time_scale)
+    if args.preset is not None or args.param:
+        raise ValueError("--preset and --param need --engine batch")
+    return FixedEngine(
+        ttft_s=args.ttft_ms / 1e3,
+        itl_s=args.itl_ms / 1e3,
+        max_running=args.max_running,
+        prefill_per_token_s=args.prefill_us_per_token / 1e6,
+        tokens_per_chunk=args.tokens_per_chunk,
+        time_scale=args.time_scale,
+    )
+
+
+def build_faults(args: argparse.Namespace) -> Faults:
+    """The ``--fault-*`` flags as :class:`Faults`; a fault with neither its own every nor rate set
+    takes ``--fault-every`` / ``--fault-rate``."""
+    values = {f.name: getattr(args, _FAULT_DEST + f.name) for f in fields(Faults)}
+    for name in FAULT_NAMES:
+        every, rate = values[f"{name}_every"], values[f"{name}_rate"]
+        if every is None and rate is None:
+            every, rate = args.fault_every, args.fault_rate
+        values[f"{name}_every"], values[f"{name}_rate"] = every or 0, rate or 0.0
+    faults = Faults(**values)
+    faults.validate()
+    return faults
+
+
+def tls_context(cert_file: str, key_file: str) -> Any:
+    """A server-side TLS context holding the certificate and key.
+
+    gevent's own SSLContext class: ``gevent.ssl.create_default_context`` is the standard library's
+    and makes blocking sockets, one of which idle on keep-alive would stall the whole server.
+    """
+    import gevent.ssl
+
+    ctx = gevent.ssl.SSLContext(gevent.ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx
+
+
+def make_server(
+    app: SimApp,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    access_log: bool = False,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    api_key: str | None = None,
+) -> HTTPServer:
+    """A bound-on-start server for ``app``; ``port=0`` picks a free port (see ``server_port``).
+
+    ``tls_cert`` + ``tls_key`` (PEM files): serve https. ``api_key``: generation and model endpoints
+    answer 401 unless the request carries ``Authorization: Bearer <api_key>``.
+    """
+    handler: App = app if not api_key else require_api_key(app, api_key)
+    return HTTPServer(
+        (host, port),
+        handler,
+        clock=clock,  # Request.arrived on the engine's clock
+        error_body=error_body,
+        log=sys.stderr if access_log else None,
+        backlog=1024,
+        ssl_context=tls_context(tls_cert, tls_key) if tls_cert and tls_key else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The process
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the simulator until SIGTERM / SIGINT; prints one 'listening' line for parent processes."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    server = _server_from_args(parser, args)
+    try:
+        server.start()
+    except OSError as e:
+        print(f"specload-sim: cannot listen on {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 1
+    _serve_until_signalled(server, args.host)
+    return 0
+
+
+def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HTTPServer:
+    """The configured server, not yet listening; a bad flag exits through ``parser.error``."""
+    try:
+        engine = build_engine(args)
+        faults = build_faults(args)
+        app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults)
+    except ValueError as e:
+        parser.error(str(e))
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.api_key is not None and not args.api_key:
+        parser.error("--api-key must not be empty")
+    try:
+        return make_server(
+            app, args.host, args.port, args.access_log, args.tls_cert, args.tls_key, args.api_key
+        )
+    except OSError as e:  # unreadable or mismatched certificate / key (ssl.SSLError is an OSError)
+        parser.error(f"cannot load --tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {e}")
+
+
+def _serve_until_signalled(server: HTTPServer, host: str) -> None:
+    """Announce the address, then serve until SIGTERM / SIGINT."""
+    # Handlers first: a parent may send SIGTERM the moment it reads the listening line.
+    stop = Event()
+    handlers = [gevent.signal_handler(sig, stop.set) for sig in (signal.SIGTERM, signal.SIGINT)]
+    shown = f"[{host}]" if ":" in host else host
+    scheme = "https" if server.ssl_enabled else "http"
+    print(f"specload-sim listening on {scheme}://{shown}:{server.server_port}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        for h in handlers:
+            h.cancel()
+        server.stop(timeout=0.5)

@@ -1,0 +1,80 @@
+"""What the simulator says about itself: ``/get_server_info`` and ``/metrics``.
+
+Both mimic the real servers closely enough for specload's own readers (``specload.introspect``):
+SGLang's server-info fields and ``internal_states``, and SGLang's or vLLM's Prometheus gauge and
+counter names, including the speculative-decoding counters when the engine models speculation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from specload import __version__
+from specload.sim.faults import Faults
+from specload.sim.timing import Engine, SpecCounters
+
+METRICS_STYLES = ("sglang", "vllm", "none")
+
+# style -> (running gauge, waiting gauge, prefix of the other names)
+_METRIC_NAMES = {
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:"),
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:"),
+}
+
+# One Prometheus sample: (name, type, help text, value).
+_Row = tuple[str, str, str, float]
+
+
+def server_info(engine: Engine, model: str, max_model_len: int, faults: Faults) -> dict[str, Any]:
+    """The ``/get_server_info`` document: served model, the engine's settings, faults, live state."""
+    info: dict[str, Any] = {
+        "model_path": model,
+        "served_model_name": model,
+        "context_length": max_model_len,
+        "version": f"specload-sim {__version__}",
+        "simulated": True,
+    }
+    info.update(engine.server_info())
+    info["sim_faults"] = asdict(faults)
+    state = {"num_running_reqs": engine.running, "num_queue_reqs": engine.queued}
+    state.update(engine.internal_state())  # e.g. the effective running cap
+    info["internal_states"] = [state]
+    return info
+
+
+def metrics_text(
+    engine: Engine, style: str, model: str, prompt_tokens_total: int, generation_tokens_total: int
+) -> str:
+    """Prometheus text exposition in ``style``'s names (``sglang`` or ``vllm``)."""
+    running, waiting, prefix = _METRIC_NAMES[style]
+    rows: list[_Row] = [
+        (running, "gauge", "Number of requests running now.", engine.running),
+        (waiting, "gauge", "Number of requests waiting for a slot.", engine.queued),
+        (prefix + "prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_total),
+        (prefix + "generation_tokens_total", "counter", "Tokens generated.", generation_tokens_total),
+    ]
+    counters = engine.spec_counters()
+    if counters is not None:
+        rows += _spec_rows(style, prefix, counters)
+    label = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    lines = []
+    for name, kind, help_text, value in rows:
+        lines += [
+            f"# HELP {name} {help_text}",
+            f"# TYPE {name} {kind}",
+            f'{name}{{model_name="{label}"}} {value}',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
+    if style == "vllm":  # vLLM's names, which specload's sampler reads
+        return [
+            (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c.num_drafts),
+            (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c.num_draft_tokens),
+            (prefix + "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", c.num_accepted_tokens),
+        ]  # fmt: skip
+    # SGLang's gauge; here the average since start, bonus token included (0 before any step)
+    accept = c.accept_length or 0.0
+    return [(prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept)]

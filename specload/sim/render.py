@@ -1,0 +1,182 @@
+"""The bytes real servers send: one :class:`Renderer` per endpoint, per request.
+
+A renderer turns the engine's progress (tokens in this event, tokens so far, verify steps so far)
+into one server-sent event, or into the whole response body. The per-event path is kept to byte
+concatenation of pre-encoded pieces (plus one orjson call for SGLang's cumulative events), because
+the simulator shares a small box with the load generator and must not become the bottleneck.
+``finish`` is None (more to come), ``"length"`` or ``"stop"``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from specload.sim.httpd import StreamHead
+from specload.sim.timing import clock
+
+TOKEN_TEXT = " tok"  # the text of every generated token: one whitespace-separated word per token
+DONE_EVENT = b"data: [DONE]\n\n"
+MALFORMED_EVENT = b"data: {not json\n\n"
+#: Status and headers of every streamed response.
+SSE_HEAD = StreamHead(200, [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")])
+
+_TOK = TOKEN_TEXT.encode()
+_FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"'}
+
+
+class Renderer:
+    """Per-request event builder; the stream loop is shared, only the wire format differs."""
+
+    def admitted(self) -> bytes | None:
+        """Event to send the moment the engine admits the request (vLLM chat: the role-only delta)."""
+        return None
+
+    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        """The event carrying ``n`` new tokens, ``total`` so far after ``verify`` verify steps."""
+        raise NotImplementedError
+
+    def usage(self, completion_tokens: int) -> bytes | None:
+        """The usage event after the last content event, when the request asked for one."""
+        return None
+
+    def tail(self, completion_tokens: int, done: bool) -> bytes:
+        """What follows the last content event: the usage event if any, then ``[DONE]`` if ``done``."""
+        usage = self.usage(completion_tokens)
+        return (usage or b"") + (DONE_EVENT if done else b"")
+
+    def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
+        """The whole (non-streamed) response."""
+        raise NotImplementedError
+
+
+class OpenAIRenderer(Renderer):
+    """vLLM's OpenAI events, built from pre-encoded pieces: head + token text + finish + tail."""
+
+    object_name = ""
+    text_open = b""
+    text_close = b""
+
+    def __init__(
+        self, prefix: str, model: str, model_json: bytes, prompt_tokens: int, include_usage: bool
+    ) -> None:
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.include_usage = include_usage
+        self._envelope = b'{"id":"%s","object":"%s","created":%d,"model":%s' % (
+            self.id.encode(),
+            self.object_name.encode(),
+            self.created,
+            model_json,
+        )
+        self._head = b"data: " + self._envelope + b',"choices":[{"index":0,' + self.text_open
+
+    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        return b"".join((self._head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
+
+    def _usage_dict(self, completion_tokens: int) -> dict[str, int]:
+        p = self.prompt_tokens
+        return {
+            "prompt_tokens": p,
+            "completion_tokens": completion_tokens,
+            "total_tokens": p + completion_tokens,
+        }
+
+    def usage(self, completion_tokens: int) -> bytes | None:
+        if not self.include_usage:
+            return None
+        usage = orjson.dumps(self._usage_dict(completion_tokens))
+        return b"data: " + self._envelope + b',"choices":[],"usage":' + usage + b"}\n\n"
+
+    def _base(self, object_name: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": object_name,
+            "created": self.created,
+            "model": self.model,
+        }
+
+
+class CompletionRenderer(OpenAIRenderer):
+    """``/v1/completions``."""
+
+    object_name = "text_completion"
+    text_open = b'"text":"'
+    text_close = b'","logprobs":null,"finish_reason":'
+
+    def __init__(self, model: str, model_json: bytes, prompt_tokens: int, include_usage: bool) -> None:
+        super().__init__("cmpl", model, model_json, prompt_tokens, include_usage)
+
+    def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
+        out = self._base("text_completion")
+        out["choices"] = [{"index": 0, "text": TOKEN_TEXT * total, "logprobs": None, "finish_reason": finish}]
+        out["usage"] = self._usage_dict(total)
+        return out
+
+
+class ChatRenderer(OpenAIRenderer):
+    """``/v1/chat/completions``: a role-only delta at admission, then content deltas."""
+
+    object_name = "chat.completion.chunk"
+    text_open = b'"delta":{"content":"'
+    text_close = b'"},"logprobs":null,"finish_reason":'
+
+    def __init__(self, model: str, model_json: bytes, prompt_tokens: int, include_usage: bool) -> None:
+        super().__init__("chatcmpl", model, model_json, prompt_tokens, include_usage)
+
+    def admitted(self) -> bytes | None:
+        return self._head[: -len(self.text_open)] + (
+            b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+        )
+
+    def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
+        out = self._base("chat.completion")
+        message = {"role": "assistant", "content": TOKEN_TEXT * total}
+        out["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
+        out["usage"] = self._usage_dict(total)
+        return out
+
+
+#: An OpenAI endpoint's renderer class: (model, model as JSON, prompt tokens, include_usage) -> renderer.
+OpenAIRendererType = Callable[[str, bytes, int, bool], OpenAIRenderer]
+
+
+class GenerateRenderer(Renderer):
+    """SGLang /generate: cumulative text and meta_info in every event."""
+
+    def __init__(self, prompt_tokens: int, t_arrival: float, speculative: bool) -> None:
+        self.id = uuid.uuid4().hex
+        self.prompt_tokens = prompt_tokens
+        self.t_arrival = t_arrival
+        self.speculative = speculative
+
+    def _obj(self, total: int, verify: int, finish: str | None) -> dict[str, Any]:
+        if finish == "length":
+            reason: dict[str, Any] | None = {"type": "length", "length": total}
+        elif finish == "stop":
+            reason = {"type": "stop", "matched": 0}
+        else:
+            reason = None
+        meta: dict[str, Any] = {
+            "id": self.id,
+            "finish_reason": reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": total,
+            "cached_tokens": 0,
+        }
+        if self.speculative:
+            meta["spec_verify_ct"] = verify
+        meta["e2e_latency"] = clock() - self.t_arrival
+        return {"text": TOKEN_TEXT * total, "meta_info": meta, "index": 0}
+
+    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        return b"data: " + orjson.dumps(self._obj(total, verify, finish)) + b"\n\n"
+
+    def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
+        return self._obj(total, verify, finish)
