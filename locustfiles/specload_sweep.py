@@ -6,10 +6,8 @@
 Everything lives in the ``specload`` package; this file only wires it into Locust.
 """
 
-from specload import plugin
-from specload.shape import SteppedConcurrencyShape
-from specload.user import SpecloadUser
-
-plugin.install()
+import specload.locust.plugin  # noqa: F401 - registers specload's Locust event listeners
+from specload.locust.shape import SteppedConcurrencyShape
+from specload.locust.user import SpecloadUser
 
 __all__ = ["SpecloadUser", "SteppedConcurrencyShape"]

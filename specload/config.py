@@ -1,15 +1,19 @@
-"""Sweep definitions: the Scenario dataclass, TOML loading and validation, flag overrides.
+"""Sweep definitions: the Scenario, its one table of fields, TOML loading and validation.
 
 A scenario is the whole description of a sweep. It comes from a TOML file in ``scenarios/``
-(read with the standard library), and command-line flags override single fields. Every field is
-checked here, before any traffic is sent, with an error naming the file, the field and the
-expected form: a typo in a 20-minute sweep must fail in the first second, not the last.
+(read with the standard library), and command-line flags or the web UI's start form override
+single fields. Each field is declared once, on the dataclass, with its help text, its check and its
+flag (``FieldSpec``); the ``specload`` flags, Locust's options (and so the web UI's form) and the
+validation are all made from that table, so a new field is added in one place. Every value is
+checked before any traffic is sent, with an error naming the file, the field and the expected
+form: a typo in a 20-minute sweep must fail in the first second, not the last.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -26,72 +30,64 @@ class ScenarioError(ValueError):
     """A scenario field (from a file or a flag) is unusable; the message says where and why."""
 
 
-@dataclass
-class Scenario:
-    name: str = "default"
-    description: str = ""
-    backend: str = "openai"
-    model: str | None = None  # None: discovered from /v1/models
-    input_tokens: int = 1000
-    output_tokens: int = 1000
-    levels: list[int] = field(default_factory=lambda: list(REFERENCE_LEVELS))
-    # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
-    # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
-    requests: int | None = None
-    requests_per_user: float = 2.0
-    min_requests: int = 4
-    duration_s: float | None = None  # time-boxed levels instead of request budgets
-    warmup_requests: int = 0  # per level, run before the measured requests, excluded from the table
-    warmup_output_tokens: int | None = None  # None: same as output_tokens
-    pause_s: float = 0.0  # idle time between levels
-    stagger_s: float = 0.0  # 0: a level's users start together (as in the reference); >0: spread over this
-    repeat: int = 1  # run every level this many times
-    seed: int = 0
-    token_id_min: int = 1000
-    token_id_max: int = 30000  # exclusive
-    shared_prefix_tokens: int = 0  # 0: every prompt is distinct, so no prefix cache can serve it
-    temperature: float = 0.0
-    read_timeout_s: float = 600.0  # per socket read: longest silence tolerated (TTFT under queueing)
-    connect_timeout_s: float = 10.0
-    level_timeout_s: float = 3600.0  # a level still unfinished after this is marked incomplete
-    metrics_interval_s: float = 1.0  # sampling period of the server's /metrics (0: do not sample)
-    extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
+# checks: (source, field name, value) -> the value in canonical form, or ScenarioError ------------------
 
-    def budget(self, concurrency: int) -> int | None:
-        """Measured requests for a level; None for time-boxed levels."""
-        if self.duration_s is not None:
-            return None
-        if self.requests is not None:
-            return self.requests
-        return max(self.min_requests, math.ceil(self.requests_per_user * concurrency))
-
-    @property
-    def warmup_tokens(self) -> int:
-        return self.output_tokens if self.warmup_output_tokens is None else self.warmup_output_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Scenario)}
+Check = Callable[[str, str, Any], Any]
 
 
 def _expect(source: str, name: str, expected: str, value: Any) -> ScenarioError:
     return ScenarioError(f"{source}: field '{name}': expected {expected}, got {value!r}")
 
 
-def _positive_int(source: str, name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _expect(source, name, f"an integer >= {minimum}", value)
+def _integer(minimum: int = 1) -> Check:
+    def check(source: str, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _expect(source, name, f"an integer >= {minimum}", value)
+        return value
+
+    return check
+
+
+def _number(minimum: float = 0.0, strict: bool = False) -> Check:
+    def check(source: str, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise _expect(source, name, "a number", value)
+        if value < minimum or (strict and value == minimum):
+            raise _expect(source, name, f"a number {'>' if strict else '>='} {minimum}", value)
+        return float(value)
+
+    return check
+
+
+def _optional(inner: Check) -> Check:
+    def check(source: str, name: str, value: Any) -> Any:
+        return None if value is None else inner(source, name, value)
+
+    return check
+
+
+def _text(source: str, name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _expect(source, name, "a string", value)
     return value
 
 
-def _number(source: str, name: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise _expect(source, name, "a number", value)
-    if value < minimum or (strict and value == minimum):
-        raise _expect(source, name, f"a number {'>' if strict else '>='} {minimum}", value)
-    return float(value)
+def _model(source: str, name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _expect(source, name, "a non-empty string", value)
+    return value
+
+
+def _backend(source: str, name: str, value: Any) -> str:
+    if value not in BACKENDS:
+        raise _expect(source, name, f"one of {', '.join(BACKENDS)}", value)
+    return value
+
+
+def _table(source: str, name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _expect(source, name, "a table of request-body fields", value)
+    return value
 
 
 def parse_levels(source: str, value: Any) -> list[int]:
@@ -110,41 +106,185 @@ def parse_levels(source: str, value: Any) -> list[int]:
     return list(items)
 
 
+def _levels(source: str, name: str, value: Any) -> list[int]:
+    return parse_levels(source, value)
+
+
+# the table ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One scenario field as every surface sees it.
+
+    ``flag`` is the command-line flag of both ``specload sweep`` and Locust (None: scenario files
+    only). ``web`` puts it in the web UI's start form. Locust's form keeps each option's type from
+    its default, so an optional field appears there as 0 (or an empty string) meaning "unset".
+    """
+
+    name: str
+    help: str
+    check: Check
+    flag: str | None = None
+    web: bool = True
+    choices: tuple[str, ...] | None = None
+    default: Any = None  # filled from the dataclass
+
+    @property
+    def dest(self) -> str:
+        """The option's name in Locust's parsed options and the web form."""
+        assert self.flag is not None
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def option_type(self) -> type:
+        """The type of the option's value in Locust's parser and form (int, float or str)."""
+        d = self.default
+        if isinstance(d, bool) or d is None or isinstance(d, str | list):
+            return _OPTION_TYPES.get(self.name, str)
+        return type(d)
+
+    @property
+    def option_default(self) -> Any:
+        """The option value that stands for the field's default (0 or "" for an unset optional)."""
+        d = self.default
+        if d is None:
+            return self.option_type()
+        return ",".join(map(str, d)) if isinstance(d, list) else d
+
+    def from_option(self, value: Any) -> Any:
+        """The field value an option value means: an unset optional's 0 or "" is None."""
+        return value if self.default is not None else (value or None)
+
+    def to_option(self, value: Any) -> Any:
+        """The option value that reproduces a field value (inverse of ``from_option``)."""
+        if value is None:
+            return self.option_type()
+        return ",".join(map(str, value)) if isinstance(value, list) else value
+
+
+# Optional fields carry no typed default; their option type is declared here.
+_OPTION_TYPES: dict[str, type] = {"requests": int, "duration_s": float, "warmup_output_tokens": int}
+
+
+def _f(default: Any = None, *, help: str, check: Check, flag: str | None = None, web: bool = True,
+       choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None) -> Any:  # fmt: skip
+    spec = {"help": help, "check": check, "flag": flag, "web": web, "choices": choices}
+    if factory is not None:
+        return field(default_factory=factory, metadata={"spec": spec})
+    return field(default=default, metadata={"spec": spec})
+
+
+@dataclass
+class Scenario:
+    """The whole description of a sweep; the defaults are the reference benchmark's."""
+
+    name: str = _f("default", help="Scenario name (the default run label)", check=_text)
+    description: str = _f("", help="What the scenario is for", check=_text)
+    backend: str = _f(
+        "openai", help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
+        check=_backend, flag="--backend", choices=BACKENDS,
+    )  # fmt: skip
+    model: str | None = _f(
+        None, help="Model name to send (default: the first one /v1/models lists)", check=_model, flag="--model"
+    )
+    input_tokens: int = _f(1000, help="Prompt length in tokens", check=_integer(), flag="--input-tokens")
+    output_tokens: int = _f(
+        1000, help="Output tokens asked for (ignore_eos)", check=_integer(), flag="--output-tokens"
+    )
+    levels: list[int] = _f(
+        help="Concurrency levels, comma-separated", check=_levels, flag="--levels",
+        factory=lambda: list(REFERENCE_LEVELS),
+    )  # fmt: skip
+    # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
+    # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
+    requests: int | None = _f(
+        None, help="Measured requests per level (0: reference rule max(4, 2*C))",
+        check=_optional(_integer()), flag="--requests-per-level",
+    )  # fmt: skip
+    requests_per_user: float = _f(
+        2.0, help="Measured requests per concurrent user when no fixed budget is set",
+        check=_number(strict=True), flag="--requests-per-user",
+    )  # fmt: skip
+    min_requests: int = _f(
+        4, help="Smallest per-level budget when no fixed budget is set", check=_integer(), flag="--min-requests"
+    )
+    duration_s: float | None = _f(
+        None, help="Seconds per level instead of a request budget (0: use budgets)",
+        check=_optional(_number(strict=True)), flag="--level-duration",
+    )  # fmt: skip
+    warmup_requests: int = _f(
+        0, help="Warmup requests per level, run first and left out of the table",
+        check=_integer(0), flag="--warmup-requests",
+    )  # fmt: skip
+    warmup_output_tokens: int | None = _f(
+        None, help="Output tokens of warmup requests (0: same as --output-tokens)",
+        check=_optional(_integer()), flag="--warmup-output-tokens",
+    )  # fmt: skip
+    pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
+    stagger_s: float = _f(
+        0.0, help="Spread each level's first requests over this many seconds (0: all at once)",
+        check=_number(), flag="--stagger",
+    )  # fmt: skip
+    repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
+    seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
+    token_id_min: int = _f(1000, help="Smallest prompt token id", check=_integer(0))
+    token_id_max: int = _f(30000, help="Prompt token ids are below this", check=_integer())
+    shared_prefix_tokens: int = _f(
+        0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
+    )
+    temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")
+    read_timeout_s: float = _f(
+        600.0, help="Seconds of silence before a request fails (covers TTFT under queueing)",
+        check=_number(strict=True), flag="--read-timeout",
+    )  # fmt: skip
+    connect_timeout_s: float = _f(
+        10.0, help="Seconds to wait for a connection", check=_number(strict=True), flag="--connect-timeout"
+    )
+    level_timeout_s: float = _f(
+        3600.0, help="Seconds after which an unfinished level is marked incomplete",
+        check=_number(strict=True), flag="--level-timeout",
+    )  # fmt: skip
+    metrics_interval_s: float = _f(
+        1.0, help="Seconds between samples of the server's /metrics (0: off)",
+        check=_number(), flag="--metrics-interval",
+    )  # fmt: skip
+    extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
+
+    def budget(self, concurrency: int) -> int | None:
+        """Measured requests for a level; None for time-boxed levels."""
+        if self.duration_s is not None:
+            return None
+        if self.requests is not None:
+            return self.requests
+        return max(self.min_requests, math.ceil(self.requests_per_user * concurrency))
+
+    @property
+    def warmup_tokens(self) -> int:
+        return self.output_tokens if self.warmup_output_tokens is None else self.warmup_output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _specs() -> dict[str, FieldSpec]:
+    defaults = Scenario()
+    return {
+        f.name: FieldSpec(name=f.name, default=getattr(defaults, f.name), **f.metadata["spec"])
+        for f in fields(Scenario)
+    }
+
+
+FIELDS: dict[str, FieldSpec] = _specs()
+FLAG_FIELDS: tuple[FieldSpec, ...] = tuple(s for s in FIELDS.values() if s.flag)
+
+
 def _check_field(source: str, name: str, value: Any) -> Any:
     """Validate one field's value and return it in canonical form."""
-    if name == "levels":
-        return parse_levels(source, value)
-    if name == "backend":
-        if value not in BACKENDS:
-            raise _expect(source, name, f"one of {', '.join(BACKENDS)}", value)
-        return value
-    if name in ("name", "description"):
-        if not isinstance(value, str):
-            raise _expect(source, name, "a string", value)
-        return value
-    if name == "model":
-        if value is not None and (not isinstance(value, str) or not value):
-            raise _expect(source, name, "a non-empty string", value)
-        return value
-    if name in ("input_tokens", "output_tokens", "repeat", "min_requests", "token_id_max"):
-        return _positive_int(source, name, value)
-    if name in ("requests", "warmup_output_tokens"):
-        return None if value is None else _positive_int(source, name, value)
-    if name in ("warmup_requests", "seed", "token_id_min", "shared_prefix_tokens"):
-        return _positive_int(source, name, value, minimum=0)
-    if name in ("requests_per_user",):
-        return _number(source, name, value, strict=True)
-    if name in ("read_timeout_s", "connect_timeout_s", "level_timeout_s"):
-        return _number(source, name, value, strict=True)
-    if name == "duration_s":
-        return None if value is None else _number(source, name, value, strict=True)
-    if name in ("pause_s", "stagger_s", "temperature", "metrics_interval_s"):
-        return _number(source, name, value)
-    if name == "extra_body":
-        if not isinstance(value, dict):
-            raise _expect(source, name, "a table of request-body fields", value)
-        return value
-    raise ScenarioError(f"{source}: unknown field '{name}'; known fields: {', '.join(sorted(_FIELD_TYPES))}")
+    spec = FIELDS.get(name)
+    if spec is None:
+        raise ScenarioError(f"{source}: unknown field '{name}'; known fields: {', '.join(sorted(FIELDS))}")
+    return spec.check(source, name, value)
 
 
 def _check_whole(source: str, sc: Scenario) -> Scenario:

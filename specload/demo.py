@@ -10,10 +10,9 @@ simulator is stopped by PID whatever happens.
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
+from specload.launch import LaunchError, SweepSettings, run_sweep
 from specload.simproc import start_sim
 
 # Time runs DEMO_TIME_SCALE times faster than in the reference deployment, so both sweeps fit in
@@ -26,21 +25,19 @@ def sim_args(preset: str) -> list[str]:
 
 
 def _sweep(preset: str, scenario: str, out: str) -> tuple[int, str | None]:
-    from specload.cli import main as cli_main
-
     print(f"\n=== specload demo: {preset.upper()} (SIMULATED server, preset '{preset}') ===", flush=True)
     sim = start_sim(sim_args(preset))
     try:
-        before = set(Path(out).glob(f"{preset}-*")) if Path(out).exists() else set()
-        code = cli_main(["sweep", "--host", sim.url, "--scenario", scenario, "--label", preset, "--out", out])
-        after = set(Path(out).glob(f"{preset}-*"))
-        new = sorted(after - before)
-        return code, str(new[-1]) if new else None
+        outcome = run_sweep(SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=out))
+    except LaunchError as e:
+        print(f"specload demo: {e}", file=sys.stderr)
+        return e.code, None
     finally:
         sim.stop()
+    return outcome.exit_code, outcome.run_dir
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(scenario: str, out: str) -> int:
     from specload.compare import main as compare_main
 
     print(
@@ -50,7 +47,7 @@ def run_demo(args: argparse.Namespace) -> int:
     )
     runs: list[str] = []
     for preset in ("baseline", "mtp"):
-        code, run_dir = _sweep(preset, args.scenario, args.out)
+        code, run_dir = _sweep(preset, scenario, out)
         if code != 0 or run_dir is None:
             print(f"specload demo: the {preset} sweep did not complete (exit {code})", file=sys.stderr)
             return code or 1

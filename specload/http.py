@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import ssl
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 from gevent import ssl as gevent_ssl
 from geventhttpclient import HTTPClient
 
@@ -44,6 +46,17 @@ def check_host(host: str | None) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"host {host!r} is not an http:// or https:// URL")
     return host.rstrip("/")
+
+
+def redact_host(host: str) -> str:
+    """The host URL without any user:password part, for files and logs."""
+    parts = urlsplit(host)
+    if parts.username or parts.password:
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return host
 
 
 def endpoint(host: str, path: str) -> str:
@@ -93,3 +106,47 @@ def make_client(
         concurrency=concurrency,
         **kwargs,
     )
+
+
+# what went wrong, in words -----------------------------------------------------------------------
+
+
+def shorten(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def server_message(status: int, raw: bytes) -> str:
+    """The human part of an HTTP error body (OpenAI/vLLM/SGLang error JSON, or plain text)."""
+    try:
+        obj = orjson.loads(raw)
+        if isinstance(obj, dict):
+            err = obj.get("error", obj)
+            if isinstance(err, dict):
+                msg = err.get("message") or err.get("detail") or err.get("msg")
+                if msg:
+                    return shorten(str(msg))
+            elif isinstance(err, str):
+                return shorten(err)
+            if "detail" in obj:
+                return shorten(str(obj["detail"]))
+    except orjson.JSONDecodeError:
+        pass
+    return shorten(raw.decode("utf-8", "replace")) or "(empty body)"
+
+
+def describe_connect_error(
+    e: BaseException, timeout: float, connect_timeout: float | None = None, elapsed: float | None = None
+) -> str:
+    """Why no response arrived. Both timeouts raise the same error; the time it took tells which fired."""
+    if isinstance(e, TimeoutError | socket.timeout):
+        if (
+            connect_timeout is not None
+            and elapsed is not None
+            and abs(elapsed - connect_timeout) < abs(elapsed - timeout)
+        ):
+            return f"no connection within {connect_timeout:g} s (connect timeout)"
+        return f"no response for {timeout:g} s (timeout before the response headers)"
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
+    return f"{type(e).__name__}: {shorten(str(e), 120)}"

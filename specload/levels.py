@@ -15,13 +15,54 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from specload.config import Scenario
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT
+from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord
 
-PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = "pending", "ramping", "warmup", "measure", "draining", "done"
+
+class Phase(str, Enum):
+    """Where a level is in its life (a ``str`` so that it travels in messages and run.json as is)."""
+
+    PENDING = "pending"
+    RAMPING = "ramping"
+    WARMUP = "warmup"
+    MEASURE = "measure"
+    DRAINING = "draining"
+    DONE = "done"
+
+
+class Change(str, Enum):
+    """A transition the controller reports, so the owner can log it and tell the users."""
+
+    START = "start"  # the level began ramping its users
+    WARMUP = "warmup"  # its tickets opened, warmup first
+    MEASURE = "measure"  # its measured tickets opened
+    DRAINING = "draining"  # no more tickets; waiting for the records in flight
+    DONE = "done"  # every record is back
+    FINISHED = "finished"  # that was the last level
+    ABORT = "abort"  # the sweep stopped (breaker, every request failed)
+    TIMEOUT = "timeout"  # the level ran out of time
+
+
+class LevelStatus(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+
+
+class Outcome(str, Enum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
+PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = (
+    Phase.PENDING, Phase.RAMPING, Phase.WARMUP, Phase.MEASURE, Phase.DRAINING, Phase.DONE,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -49,9 +90,9 @@ def plan_levels(sc: Scenario) -> list[LevelPlan]:
     return plans
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Grant:
-    """Permission to send one request."""
+    """Permission to send one request (a ticket)."""
 
     level: int
     concurrency: int
@@ -64,7 +105,7 @@ class Grant:
 @dataclass
 class LevelProgress:
     plan: LevelPlan
-    phase: str = PENDING
+    phase: Phase = Phase.PENDING
     granted_warmup: int = 0
     received_warmup: int = 0
     granted: int = 0
@@ -79,7 +120,7 @@ class LevelProgress:
     t_measure_start: float | None = None
     t_end: float | None = None
     lost: int = 0  # granted requests whose records can never arrive (their worker died)
-    status: str = "pending"  # pending | running | completed | incomplete
+    status: LevelStatus = LevelStatus.PENDING
     note: str | None = None
 
     @property
@@ -113,19 +154,19 @@ class LevelProgress:
         }
 
 
-def failure_class(rec: dict[str, Any]) -> str | None:
+def failure_class(rec: RequestRecord) -> str | None:
     """The kind of failure that, repeated, means no request can succeed; None for any other outcome.
 
     Client errors (4xx but 408 and 429) are deterministic: the same request will be rejected again.
     A refused connection means the server is gone. Server errors, rate limits, timeouts and cut
     streams can be transient and do not count.
     """
-    if rec.get("status") != FAILED:
+    if rec.status != FAILED:
         return None
-    code = rec.get("http_status")
+    code = rec.http_status
     if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
         return f"HTTP {code}"
-    if code is None and "connection refused" in (rec.get("reason") or ""):
+    if code is None and "connection refused" in (rec.reason or ""):
         return "connection refused"
     return None
 
@@ -141,7 +182,7 @@ class SweepController:
     levels: list[LevelProgress] = field(init=False)
     cursor: int = 0  # index of the current level
     finished: bool = False
-    outcome: str = "running"  # running | completed | aborted
+    outcome: Outcome = Outcome.RUNNING
     abort_reason: str | None = None
     _streak: int = 0
     _streak_class: str | None = None
@@ -169,9 +210,9 @@ class SweepController:
         lv = self.current
         return 0 if lv is None or lv.phase == PENDING else lv.plan.concurrency
 
-    def tick(self, user_count: int) -> list[str]:
+    def tick(self, user_count: int) -> list[Change]:
         """Advance time-driven transitions; returns the transitions that happened (for logs)."""
-        changes: list[str] = []
+        changes: list[Change] = []
         lv = self.current
         if lv is None:
             return changes
@@ -179,11 +220,11 @@ class SweepController:
         if lv.phase == PENDING:
             prev = self.levels[self.cursor - 1] if self.cursor else None
             if prev is None or prev.t_end is None or now - prev.t_end >= self.pause_s:
-                lv.phase, lv.status, lv.t_start = RAMPING, "running", now
-                changes.append("start")
+                lv.phase, lv.status, lv.t_start = RAMPING, LevelStatus.RUNNING, now
+                changes.append(Change.START)
         if lv.phase == RAMPING and user_count >= lv.plan.concurrency:
             self._open(lv, now)
-            changes.append(lv.phase)
+            changes.append(Change(lv.phase.value))
         if (
             lv.phase == MEASURE
             and lv.plan.duration_s is not None
@@ -191,13 +232,13 @@ class SweepController:
             and now - lv.t_measure_start >= lv.plan.duration_s
         ):
             lv.phase = DRAINING
-            changes.append(DRAINING)
+            changes.append(Change.DRAINING)
         changes += self._maybe_finish_level(lv, now)
         if lv.phase not in (DONE, PENDING) and lv.t_start is not None and now - lv.t_start > self.level_timeout_s:
-            lv.status, lv.t_end = "incomplete", now
+            lv.status, lv.t_end = LevelStatus.INCOMPLETE, now
             lv.note = f"level timed out after {self.level_timeout_s:g} s with {lv.in_flight} requests in flight"
             self.abort(lv.note)
-            changes.append("timeout")
+            changes.append(Change.TIMEOUT)
         return changes
 
     def _open(self, lv: LevelProgress, now: float) -> None:
@@ -231,26 +272,25 @@ class SweepController:
             if lv.phase == DRAINING and lv.plan.budget is not None:
                 lv.phase = MEASURE
 
-    def receive(self, rec: dict[str, Any]) -> list[str]:
+    def receive(self, rec: RequestRecord) -> list[Change]:
         """Account one finished request's record; returns transitions it caused."""
-        if not 0 <= rec.get("level", -1) < len(self.levels):
+        if not 0 <= rec.level < len(self.levels):
             return []
-        lv = self.levels[rec["level"]]
-        now = self.clock()
-        if rec["phase"] == PHASE_WARMUP:
+        lv = self.levels[rec.level]
+        if rec.phase == PHASE_WARMUP:
             lv.received_warmup += 1
         else:
             lv.received += 1
-            status = rec["status"]
+            status = rec.status
             if status == OK:
                 lv.ok += 1
             elif status == SHORT:
                 lv.short += 1
             elif status == FAILED:
                 lv.failed += 1
-            lv.tokens += rec.get("output_tokens") or 0
-            lv.first_send = rec["t_send"] if lv.first_send is None else min(lv.first_send, rec["t_send"])
-            lv.last_end = rec["t_end"] if lv.last_end is None else max(lv.last_end, rec["t_end"])
+            lv.tokens += rec.output_tokens or 0
+            lv.first_send = rec.t_send if lv.first_send is None else min(lv.first_send, rec.t_send)
+            lv.last_end = rec.t_end if lv.last_end is None else max(lv.last_end, rec.t_end)
         cls = failure_class(rec)
         if cls is None:
             self._streak, self._streak_class = 0, None
@@ -259,32 +299,37 @@ class SweepController:
         else:
             self._streak, self._streak_class = 1, cls
         if self._streak >= self.breaker and not self.finished:
-            self.abort(f"{self._streak} requests in a row failed with {cls}; last: {rec.get('reason')}")
-            return ["abort"]
+            self.abort(f"{self._streak} requests in a row failed with {cls}; last: {rec.reason}")
+            return [Change.ABORT]
+        return self._settle(lv)
+
+    def _settle(self, lv: LevelProgress) -> list[Change]:
+        """After a record (or a written-off one) came back: warmup over? level over?"""
         if lv is not self.current:
             return []
-        changes: list[str] = []
+        now = self.clock()
+        changes: list[Change] = []
         if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
             lv.phase, lv.t_measure_start = MEASURE, now
-            changes.append(MEASURE)
+            changes.append(Change.MEASURE)
         return changes + self._maybe_finish_level(lv, now)
 
-    def _maybe_finish_level(self, lv: LevelProgress, now: float) -> list[str]:
+    def _maybe_finish_level(self, lv: LevelProgress, now: float) -> list[Change]:
         if lv.phase != DRAINING or lv.in_flight > 0:
             return []
-        lv.phase, lv.status, lv.t_end = DONE, "completed", now
-        changes = ["done"]
+        lv.phase, lv.status, lv.t_end = DONE, LevelStatus.COMPLETED, now
+        changes = [Change.DONE]
         if lv.received > 0 and lv.ok == 0 and lv.short == 0:
             self.abort(f"every measured request of level C={lv.plan.concurrency} failed")
-            changes.append("abort")
+            changes.append(Change.ABORT)
             return changes
         self.cursor += 1
         if self.cursor >= len(self.levels):
-            self.finished, self.outcome = True, "completed"
-            changes.append("finished")
+            self.finished, self.outcome = True, Outcome.COMPLETED
+            changes.append(Change.FINISHED)
         return changes
 
-    def write_off(self, level: int, phase: str, n: int, why: str) -> list[str]:
+    def write_off(self, level: int, phase: str, n: int, why: str) -> list[Change]:
         """Count ``n`` granted requests as lost (their records will never come), so the level can end."""
         lv = self.levels[level]
         if phase == PHASE_WARMUP:
@@ -293,43 +338,38 @@ class SweepController:
             lv.received += n
             lv.lost += n
         lv.note = why
-        if lv is not self.current:
-            return []
-        changes: list[str] = []
-        now = self.clock()
-        if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
-            lv.phase, lv.t_measure_start = MEASURE, now
-            changes.append(MEASURE)
-        return changes + self._maybe_finish_level(lv, now)
+        return self._settle(lv)
 
     def abort(self, reason: str) -> None:
         if self.finished:
             return
-        self.finished, self.outcome, self.abort_reason = True, "aborted", reason
+        self.finished, self.outcome, self.abort_reason = True, Outcome.ABORTED, reason
         for lv in self.levels:
-            if lv.status == "running":
-                lv.status = "incomplete"
+            if lv.status == LevelStatus.RUNNING:
+                lv.status = LevelStatus.INCOMPLETE
                 lv.note = lv.note or reason
                 if lv.t_end is None:
                     lv.t_end = self.clock()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> SweepState:
         """What users need to know: the current level and whether tickets are available."""
         lv = self.current
         if lv is None:
-            return {"level": None, "open": False, "finished": True}
-        return {
-            "level": lv.plan.index,
-            "concurrency": lv.plan.concurrency,
-            "repeat": lv.plan.repeat,
-            "phase": lv.phase,
-            "open": self.is_open,
-            "finished": False,
-        }
+            return SweepState(finished=True)
+        p = lv.plan
+        return SweepState(p.index, p.concurrency, p.repeat, lv.phase, self.is_open, False)
 
     def levels_meta(self) -> list[dict[str, Any]]:
         return [lv.meta() for lv in self.levels]
 
 
-def plan_dict(p: LevelPlan) -> dict[str, Any]:
-    return asdict(p)
+@dataclass(frozen=True, slots=True)
+class SweepState:
+    """The sweep as the users see it: the current level and whether tickets are available now."""
+
+    level: int | None = None
+    concurrency: int | None = None
+    repeat: int | None = None
+    phase: Phase | None = None
+    open: bool = False
+    finished: bool = False

@@ -9,8 +9,7 @@ from typing import Any
 
 import orjson
 
-from specload.http import base_headers, endpoint, make_client
-from specload.stream import describe_connect_error, server_message
+from specload.http import base_headers, describe_connect_error, endpoint, make_client, server_message
 
 
 class ServerUnreachable(RuntimeError):

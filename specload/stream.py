@@ -21,6 +21,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.backends import Backend, MalformedEvent
+from specload.http import describe_connect_error, server_message, shorten
 from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, make_record, now
 
 _DONE = b"[DONE]"
@@ -48,30 +49,6 @@ class RequestSpec:
     requested_prompt_tokens: int
 
 
-def shorten(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def server_message(status: int, raw: bytes) -> str:
-    """The human part of an HTTP error body (OpenAI/vLLM/SGLang error JSON, or plain text)."""
-    try:
-        obj = orjson.loads(raw)
-        if isinstance(obj, dict):
-            err = obj.get("error", obj)
-            if isinstance(err, dict):
-                msg = err.get("message") or err.get("detail") or err.get("msg")
-                if msg:
-                    return shorten(str(msg))
-            elif isinstance(err, str):
-                return shorten(err)
-            if "detail" in obj:
-                return shorten(str(obj["detail"]))
-    except orjson.JSONDecodeError:
-        pass
-    return shorten(raw.decode("utf-8", "replace")) or "(empty body)"
-
-
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
     if isinstance(e, TimeoutError | socket.timeout):
         return f"no data for {read_timeout:g} s (read timeout) after {tokens} tokens"
@@ -80,23 +57,6 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     ):
         return f"stream cut after {tokens} tokens ({type(e).__name__}: {shorten(str(e), 80)})"
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
-
-
-def describe_connect_error(
-    e: BaseException, timeout: float, connect_timeout: float | None = None, elapsed: float | None = None
-) -> str:
-    """Why no response arrived. Both timeouts raise the same error; the time it took tells which fired."""
-    if isinstance(e, TimeoutError | socket.timeout):
-        if (
-            connect_timeout is not None
-            and elapsed is not None
-            and abs(elapsed - connect_timeout) < abs(elapsed - timeout)
-        ):
-            return f"no connection within {connect_timeout:g} s (connect timeout)"
-        return f"no response for {timeout:g} s (timeout before the response headers)"
-    if isinstance(e, ConnectionRefusedError):
-        return "connection refused"
-    return f"{type(e).__name__}: {shorten(str(e), 120)}"
 
 
 def stream_request(

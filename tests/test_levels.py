@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from specload.config import Scenario
@@ -16,10 +14,10 @@ from specload.levels import (
     Grant,
     LevelPlan,
     SweepController,
-    plan_dict,
+    SweepState,
     plan_levels,
 )
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT
+from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord, make_record
 
 
 class Clock:
@@ -31,17 +29,15 @@ class Clock:
 
 
 def rec(
-    g: Grant, status: str = OK, tokens: int = 10, t_send: float = 0.0, t_end: float = 1.0
-) -> dict[str, Any]:
-    return {
-        "level": g.level,
-        "phase": g.phase,
-        "seq": g.seq,
-        "status": status,
-        "output_tokens": tokens,
-        "t_send": t_send,
-        "t_end": t_end,
-    }
+    g: Grant, status: str = OK, tokens: int = 10, t_send: float = 0.0, t_end: float = 1.0, level: int | None = None
+) -> RequestRecord:
+    return make_record(
+        t_send=t_send, t_first=None, t_last=None, t_end=t_end, output_tokens=tokens,
+        level=g.level if level is None else level, concurrency=g.concurrency, phase=g.phase, seq=g.seq,
+        backend="openai", status=status, reason=None, http_status=200, output_tokens_source="usage",
+        prompt_tokens=None, requested_output_tokens=g.max_tokens, requested_prompt_tokens=1, chunks=tokens,
+        itl_max_s=None, spec_verify_ct=None, worker="local", repeat=g.repeat,
+    )  # fmt: skip
 
 
 def ctrl(sc: Scenario, clock: Clock | None = None) -> tuple[SweepController, Clock]:
@@ -82,11 +78,6 @@ def test_plan_levels_duration_mode() -> None:
     assert plans[0].budget is None and plans[0].duration_s == 30.0
 
 
-def test_plan_dict() -> None:
-    d = plan_dict(plan_levels(Scenario(levels=[2]))[0])
-    assert d["concurrency"] == 2 and d["budget"] == 4 and d["index"] == 0
-
-
 # a budget level --------------------------------------------------------------------------------------
 
 
@@ -107,11 +98,11 @@ def test_ramping_grants_nothing_until_all_users_are_there() -> None:
         assert c.tick(users) == []
         assert c.levels[0].phase == RAMPING
         assert c.grant() is None
-        assert c.state()["open"] is False
+        assert c.state().open is False
     clock.t += 1
     assert c.tick(4) == [MEASURE]
     assert c.levels[0].t_measure_start == clock.t
-    assert c.state()["open"] is True
+    assert c.state().open is True
 
 
 def test_budget_level_grants_exactly_budget_then_finishes_on_last_record() -> None:
@@ -122,7 +113,7 @@ def test_budget_level_grants_exactly_budget_then_finishes_on_last_record() -> No
     assert [g.seq for g in gs] == [0, 1, 2, 3]
     assert all(g.phase == PHASE_MEASURE and g.max_tokens == 77 and g.concurrency == 2 for g in gs)
     assert c.levels[0].phase == DRAINING
-    assert c.state()["open"] is False
+    assert c.state().open is False
     assert c.levels[0].in_flight == 4
     for g in gs[:3]:
         assert c.receive(rec(g)) == []
@@ -134,7 +125,7 @@ def test_budget_level_grants_exactly_budget_then_finishes_on_last_record() -> No
     lv = c.levels[0]
     assert (lv.phase, lv.status, lv.t_end) == (DONE, "completed", clock.t)
     assert (lv.granted, lv.received, lv.ok) == (4, 4, 4)
-    assert c.state() == {"level": None, "open": False, "finished": True}
+    assert c.state() == SweepState(finished=True)
     assert c.grant() is None
 
 
@@ -172,8 +163,9 @@ def test_records_are_counted_by_status() -> None:
 
 def test_record_for_unknown_level_is_ignored() -> None:
     c, _ = ctrl(Scenario(levels=[1]))
-    assert c.receive({"level": 5, "phase": PHASE_MEASURE, "status": OK}) == []
-    assert c.receive({"phase": PHASE_MEASURE, "status": OK}) == []
+    g = Grant(0, 1, 0, PHASE_MEASURE, 0, 10)
+    assert c.receive(rec(g, level=5)) == []
+    assert c.receive(rec(g, level=-1)) == []
     assert c.levels[0].received == 0
 
 
@@ -186,11 +178,11 @@ def test_warmup_then_measure() -> None:
     )
     c.tick(2)
     assert c.levels[0].phase == WARMUP
-    assert c.state()["phase"] == WARMUP and c.state()["open"] is True
+    assert c.state().phase == WARMUP and c.state().open is True
     w = grants(c)
     assert [(g.phase, g.seq, g.max_tokens) for g in w] == [(PHASE_WARMUP, 0, 7), (PHASE_WARMUP, 1, 7)]
     # All warmup tickets out, none back: closed, and measuring has not started.
-    assert c.state()["open"] is False
+    assert c.state().open is False
     assert c.levels[0].t_measure_start is None
     assert c.receive(rec(w[0])) == []
     assert c.grant() is None
@@ -226,11 +218,11 @@ def test_duration_level_closes_after_duration_and_drains() -> None:
     assert all(g is not None for g in gs)
     clock.t = t0 + 9.9
     assert c.tick(2) == []
-    assert c.state()["open"] is True
+    assert c.state().open is True
     clock.t = t0 + 10.0
     assert c.tick(2) == [DRAINING]
     assert c.grant() is None
-    assert c.state()["open"] is False
+    assert c.state().open is False
     for g in gs[:-1]:
         c.receive(rec(g))
     assert not c.finished
@@ -273,7 +265,7 @@ def test_give_back_reopens_a_ticket() -> None:
     assert c.levels[0].phase == DRAINING
     c.give_back(g2.level, g2.phase)
     assert c.levels[0].phase == MEASURE
-    assert c.state()["open"] is True
+    assert c.state().open is True
     g3 = c.grant()
     assert g3 is not None and g3.seq == 1  # the same seq again: seqs stay unique
     assert c.grant() is None
@@ -309,7 +301,7 @@ def test_level_timeout_aborts_with_incomplete_status() -> None:
     assert c.abort_reason == lv.note
     assert c.levels[1].status == "pending"
     assert c.grant() is None
-    assert c.state()["finished"] is True
+    assert c.state().finished is True
 
 
 def test_every_measured_request_failed_aborts_sweep() -> None:
@@ -375,22 +367,15 @@ def test_state_reports_level_and_open_flag() -> None:
     c, _ = ctrl(Scenario(levels=[3], repeat=2, requests=1))
     c.tick(0)
     st = c.state()
-    assert st == {
-        "level": 0,
-        "concurrency": 3,
-        "repeat": 0,
-        "phase": RAMPING,
-        "open": False,
-        "finished": False,
-    }
+    assert st == SweepState(level=0, concurrency=3, repeat=0, phase=RAMPING, open=False, finished=False)
     c.tick(3)
-    assert c.state()["open"] is True and c.is_open
+    assert c.state().open is True and c.is_open
     (g,) = grants(c)
-    assert c.state()["open"] is False
+    assert c.state().open is False
     c.receive(rec(g))
     c.tick(3)
     st = c.state()
-    assert (st["level"], st["repeat"], st["open"]) == (1, 1, True)
+    assert (st.level, st.repeat, st.open) == (1, 1, True)
 
 
 def test_controller_with_no_levels_is_inert() -> None:

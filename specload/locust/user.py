@@ -1,15 +1,14 @@
 """The Locust user: ask for a ticket, send one streaming generation request, ship its record.
 
-Users know nothing of levels beyond what the sweep's owner broadcasts (``specload_state``):
-they block until tickets are available, then each ticket is one request. This is the same code
-in every process: local, ``--processes N`` children, and workers on other machines.
+Users know nothing of levels beyond what the sweep's owner broadcasts (``MSG_STATE``): they block
+until tickets are available, then each ticket is one request. This is the same code in every
+process: local, ``--processes N`` children, and workers on other machines.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import asdict
 from typing import Any
 
 import gevent
@@ -18,22 +17,31 @@ from locust import User, constant, task
 from locust.runners import WorkerRunner
 
 from specload.backends import Backend, get_backend
-from specload.events import fire_record
 from specload.http import base_headers, endpoint, make_client, warm_up
+from specload.levels import Grant, SweepState
+from specload.locust.events import fire_record
+from specload.locust.protocol import (
+    MSG_RECORD,
+    MSG_STATE,
+    MSG_TICKET,
+    MSG_TICKET_REQ,
+    MSG_TICKET_RETURN,
+    RunConfig,
+    StateMsg,
+    TicketReply,
+    TicketRequest,
+    TicketReturn,
+    record_to_wire,
+)
 from specload.prompts import prompt_ids, prompt_text
-from specload.records import PHASE_WARMUP
+from specload.records import PHASE_WARMUP, RequestRecord
 from specload.stream import Interrupted, RequestSpec, stream_request
 
 logger = logging.getLogger("specload")
 
-MSG_STATE = "specload_state"  # owner -> users: current level, whether tickets are available, run config
-MSG_TICKET_REQ = "specload_ticket_req"  # user -> owner
-MSG_TICKET = "specload_ticket"  # owner -> the asking process
-MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
-MSG_RECORD = "specload_record"  # user -> owner: one finished request
-
 _WAIT_OPEN_S = 0.5  # how long an idle user waits for tickets before yielding back to Locust
 _TICKET_REPLY_S = 30.0
+_ATTR = "specload_users"  # the UserSide's attribute on the Locust Environment
 
 
 class UserSide:
@@ -42,47 +50,47 @@ class UserSide:
     def __init__(self, runner: Any) -> None:
         self.runner = runner
         self.worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
-        self.state: dict[str, Any] = {}
-        self.config: dict[str, Any] | None = None
+        self.state = SweepState()
+        self.config: RunConfig | None = None
         self.open = Event()
         self.pending: dict[str, AsyncResult] = {}
         self._backend: Backend | None = None
 
     # message handlers -------------------------------------------------------------------------
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
-        data = msg.data
-        self.state = data
-        if data.get("config"):
-            if self.config != data["config"]:
+        m = StateMsg.from_wire(msg.data)
+        self.state = m.state
+        if m.config is not None:
+            if self.config != m.config:
                 self._backend = None
-            self.config = data["config"]
-        if data.get("open"):
+            self.config = m.config
+        if m.state.open:
             self.open.set()
         else:
             self.open.clear()
 
     def on_ticket(self, environment: Any, msg: Any, **_: Any) -> None:
-        data = msg.data
-        waiter = self.pending.pop(data["uid"], None)
+        reply = TicketReply.from_wire(msg.data)
+        waiter = self.pending.pop(reply.uid, None)
         if waiter is not None:
-            waiter.set(data.get("grant"))
-        elif data.get("grant"):
-            g = data["grant"]
-            self.runner.send_message(MSG_TICKET_RETURN, {"level": g["level"], "phase": g["phase"], "seq": g["seq"]})
+            waiter.set(reply.grant)
+        elif reply.grant is not None:
+            g = reply.grant
+            self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq).to_wire())
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
         if self._backend is None:
             assert self.config is not None
-            self._backend = get_backend(self.config["scenario"]["backend"])
+            self._backend = get_backend(self.config.scenario.backend)
         return self._backend
 
-    def ticket(self, uid: str) -> dict[str, Any] | None:
+    def ticket(self, uid: str) -> Grant | None:
         if not self.open.wait(_WAIT_OPEN_S) or self.config is None:
             return None
         waiter: AsyncResult = AsyncResult()
         self.pending[uid] = waiter
-        self.runner.send_message(MSG_TICKET_REQ, {"uid": uid})
+        self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid).to_wire())
         try:
             grant = waiter.get(timeout=_TICKET_REPLY_S)
         except gevent.Timeout:
@@ -92,17 +100,15 @@ class UserSide:
             gevent.sleep(0.05)  # the level just closed; the state broadcast is on its way
         return grant
 
-    def ship(self, record: dict[str, Any]) -> None:
-        self.runner.send_message(MSG_RECORD, record)
-
-
-_SIDES: dict[int, UserSide] = {}
+    def ship(self, record: RequestRecord) -> None:
+        self.runner.send_message(MSG_RECORD, record_to_wire(record))
 
 
 def user_side(environment: Any) -> UserSide:
-    side = _SIDES.get(id(environment))
+    side: UserSide | None = getattr(environment, _ATTR, None)
     if side is None or side.runner is not environment.runner:
-        side = _SIDES[id(environment)] = UserSide(environment.runner)
+        side = UserSide(environment.runner)
+        setattr(environment, _ATTR, side)
     return side
 
 
@@ -130,13 +136,13 @@ class SpecloadUser(User):
             self._client.close()
             self._client = None
 
-    def _http(self, cfg: dict[str, Any]) -> Any:
-        sc = cfg["scenario"]
-        key = (cfg["host"], sc["read_timeout_s"], sc["connect_timeout_s"], cfg.get("insecure", False))
+    def _http(self, cfg: RunConfig) -> Any:
+        sc = cfg.scenario
+        key = (cfg.host, sc.read_timeout_s, sc.connect_timeout_s, cfg.insecure)
         if self._client is None or key != self._client_key:
             if self._client is not None:
                 self._client.close()
-            self._client = make_client(cfg["host"], sc["read_timeout_s"], sc["connect_timeout_s"], key[3])
+            self._client = make_client(cfg.host, sc.read_timeout_s, sc.connect_timeout_s, cfg.insecure)
             self._client_key = key
             warm_up(self._client)
         return self._client
@@ -149,34 +155,32 @@ class SpecloadUser(User):
             return
         cfg = side.config
         assert cfg is not None
-        sc = cfg["scenario"]
-        if sc["stagger_s"] > 0 and grant["level"] != self._last_level:
-            gevent.sleep(random.uniform(0, sc["stagger_s"]))
-        self._last_level = grant["level"]
+        sc = cfg.scenario
+        if sc.stagger_s > 0 and grant.level != self._last_level:
+            gevent.sleep(random.uniform(0, sc.stagger_s))
+        self._last_level = grant.level
         backend = side.backend()
-        warm = grant["phase"] == PHASE_WARMUP
-        n = grant["level"] * 1_000_000 + (500_000 if warm else 0) + grant["seq"]
+        warm = grant.phase == PHASE_WARMUP
+        n = grant.level * 1_000_000 + (500_000 if warm else 0) + grant.seq
         if backend.takes_token_ids:
             prompt: list[int] | str = prompt_ids(
-                sc["seed"], n, sc["input_tokens"], sc["token_id_min"], sc["token_id_max"], sc["shared_prefix_tokens"]
+                sc.seed, n, sc.input_tokens, sc.token_id_min, sc.token_id_max, sc.shared_prefix_tokens
             )
         else:
-            prompt = prompt_text(sc["seed"], n, sc["input_tokens"], sc["shared_prefix_tokens"])
-        body = backend.body(prompt, grant["max_tokens"], cfg.get("model"), sc["temperature"], sc["extra_body"])
+            prompt = prompt_text(sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
+        body = backend.body(prompt, grant.max_tokens, cfg.model, sc.temperature, sc.extra_body)
         spec = RequestSpec(
-            level=grant["level"], concurrency=grant["concurrency"], phase=grant["phase"], seq=grant["seq"],
-            repeat=grant["repeat"], requested_output_tokens=grant["max_tokens"],
-            requested_prompt_tokens=sc["input_tokens"],
+            level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
+            repeat=grant.repeat, requested_output_tokens=grant.max_tokens, requested_prompt_tokens=sc.input_tokens,
         )  # fmt: skip
-        path = endpoint(cfg["host"], backend.path)
-        headers = base_headers(stream=True)
+        path = endpoint(cfg.host, backend.path)
         try:
             rec = stream_request(
-                self._http(cfg), path, body, headers, backend, spec, side.worker, sc["read_timeout_s"],
-                sc["connect_timeout_s"],
+                self._http(cfg), path, body, base_headers(stream=True), backend, spec, side.worker,
+                sc.read_timeout_s, sc.connect_timeout_s,
             )  # fmt: skip
         except Interrupted as stop:
-            side.ship(asdict(stop.record))
+            side.ship(stop.record)
             raise gevent.GreenletExit from None
         fire_record(self.environment.events.request.fire, rec, backend.path)
-        side.ship(asdict(rec))
+        side.ship(rec)

@@ -1,4 +1,4 @@
-"""specload.options: Locust command-line options and their resolution into a Scenario."""
+"""specload.locust.options: Locust command-line options and their resolution into a Scenario."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from specload.config import Scenario, ScenarioError, apply_overrides, load_scenario
-from specload.options import (
+from specload.locust.options import (
     add_arguments,
     explicit_options,
     launch_values,

@@ -11,6 +11,8 @@ import io
 import json
 from typing import Any
 
+from specload.levels import LevelStatus
+from specload.locust.owner import SweepOwner
 from specload.records import level_label
 
 _KEY = "specload-levels"
@@ -20,8 +22,8 @@ _COLUMNS = [
 ]  # fmt: skip
 
 
-def level_rows(coord: Any) -> list[dict[str, Any]]:
-    ctrl = coord.ctrl
+def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
+    ctrl = owner.ctrl
     if ctrl is None:
         return []
     rows = []
@@ -31,7 +33,7 @@ def level_rows(coord: Any) -> list[dict[str, Any]]:
         rows.append({
             "level": level_label(lv.plan.concurrency, lv.plan.repeat),
             "concurrency": lv.plan.concurrency,
-            "phase": lv.phase if lv.status in ("running", "pending") else lv.status,
+            "phase": (lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status).value,
             "requests": f"{lv.received}/{budget}",
             "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
             "agg_tok_s": "-" if agg is None else round(agg, 1),
@@ -39,7 +41,7 @@ def level_rows(coord: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def extend_web_ui(environment: Any, coord: Any) -> None:
+def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     from flask import Response, request
 
     web_ui = environment.web_ui
@@ -53,7 +55,7 @@ def extend_web_ui(environment: Any, coord: Any) -> None:
     def _add_levels(response: Any) -> Any:
         if request.path == "/stats/requests" and response.is_json:
             data = response.get_json()
-            data["extended_stats"] = [{"key": _KEY, "data": level_rows(coord)}]
+            data["extended_stats"] = [{"key": _KEY, "data": level_rows(owner)}]
             response.set_data(json.dumps(data))
         return response
 
@@ -63,11 +65,11 @@ def extend_web_ui(environment: Any, coord: Any) -> None:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=[k for k, _ in _COLUMNS])
         writer.writeheader()
-        writer.writerows(level_rows(coord))
+        writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")
 
     @web_ui.app.route("/specload/run")
     @web_ui.auth_required_if_enabled
     def _run() -> Any:
-        return {"run_dir": coord.run_dir, "active": coord.active, "status": coord.meta.get("status"),
-                "levels": level_rows(coord)}  # fmt: skip
+        return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.get("status"),
+                "levels": level_rows(owner)}  # fmt: skip

@@ -9,38 +9,56 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import locust
 from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.config import Scenario, ScenarioError
-from specload.http import check_host
+from specload.http import check_host, redact_host
 from specload.introspect import MetricsSampler, max_running, server_config
-from specload.levels import SweepController, plan_levels
-from specload.options import explicit_options, launch_values, scenario_from_options
+from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.locust.options import explicit_options, launch_values, scenario_from_options
+from specload.locust.protocol import (
+    MSG_RECORD,
+    MSG_STATE,
+    MSG_TICKET,
+    MSG_TICKET_REQ,
+    MSG_TICKET_RETURN,
+    RunConfig,
+    StateMsg,
+    TicketReply,
+    TicketRequest,
+    TicketReturn,
+    record_from_wire,
+)
 from specload.probe import ServerUnreachable, discover_model
 from specload.records import level_label
 from specload.rundir import RUN_JSON, RecordWriter, claim_run_dir, new_run_dir, write_json_atomic
-from specload.user import MSG_RECORD, MSG_STATE, MSG_TICKET, MSG_TICKET_REQ, MSG_TICKET_RETURN
 
 logger = logging.getLogger("specload")
 
-
-def redact_host(host: str) -> str:
-    """The host URL without any user:password part, for files and logs."""
-    parts = urlsplit(host)
-    if parts.username or parts.password:
-        netloc = parts.hostname or ""
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return host
+_ATTR = "specload_owner"  # the SweepOwner's attribute on the Locust Environment
 
 
-class Coordinator:
+class CannotStart(Exception):
+    """The run cannot start; the message says why (logged, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """Everything decided before the run directory exists."""
+
+    scenario: Scenario
+    config: RunConfig
+    model_source: str
+    label: str
+    server: dict[str, Any]
+
+
+class SweepOwner:
     def __init__(self, environment: Any) -> None:
         self.env = environment
         self.active = False
@@ -48,16 +66,17 @@ class Coordinator:
         self.writer: RecordWriter | None = None
         self.run_dir: str | None = None
         self.meta: dict[str, Any] = {}
-        self.config: dict[str, Any] = {}
+        self.config: RunConfig | None = None
         self.scenario: Scenario | None = None
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
         # Tickets granted and not yet back as records, per Locust process, to write off a dead worker's.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
         self._run_dir_used = False
+        opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
-        self._launch = launch_values(environment.parsed_options) if environment.parsed_options else None
+        self._launch = launch_values(opts) if opts else None
 
     # lifecycle --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -68,13 +87,36 @@ class Coordinator:
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
-        opts = self.env.parsed_options
         self.failure = None
+        try:
+            run = self._resolve()
+            self.run_dir = self._open_run_dir(run.label)
+        except CannotStart as e:
+            return self._fail(str(e))
+        self.scenario, self.config = run.scenario, run.config
+        self.writer = RecordWriter(self.run_dir)
+        self.outstanding = {}
+        self.ctrl = SweepController(plan_levels(run.scenario), run.scenario.pause_s, run.scenario.level_timeout_s)
+        self.meta = self._run_meta(run)
+        self.meta["server_metrics"] = self._start_sampler(run)
+        self.write_meta()
+        self.active = True
+        sc = run.scenario
+        logger.info(
+            "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
+            run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
+            ",".join(map(str, sc.levels)), self.run_dir,
+        )  # fmt: skip
+        return True
+
+    def _resolve(self) -> ResolvedRun:
+        """The scenario, the host, the model and the server's configuration, or CannotStart."""
+        opts = self.env.parsed_options
         try:
             sc = scenario_from_options(opts, self._explicit, self._launch)
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
-            return self._fail(str(e))
+            raise CannotStart(str(e)) from None
         insecure = bool(getattr(opts, "insecure", False))
         if insecure and host.startswith("https://"):
             logger.warning("--insecure: the server's TLS certificate is NOT verified")
@@ -83,10 +125,9 @@ class Coordinator:
             try:
                 model, how = discover_model(host, sc.connect_timeout_s, insecure)
             except ServerUnreachable as e:
-                return self._fail(f"cannot reach the server before the sweep: {e}")
+                raise CannotStart(f"cannot reach the server before the sweep: {e}") from None
             if model is None and sc.backend != "sglang":
-                return self._fail(f"no model name: {how}; pass --model NAME")
-        self.scenario = sc
+                raise CannotStart(f"no model name: {how}; pass --model NAME")
         server = server_config(host, sc.connect_timeout_s, insecure)
         cap = max_running(server)
         if cap is not None and max(sc.levels) > cap:
@@ -94,27 +135,31 @@ class Coordinator:
                 "the server runs at most %d requests at once (max_running_requests); "
                 "levels above C=%d will queue the excess", cap, cap,
             )  # fmt: skip
-        label = opts.label or sc.name
+        config = RunConfig(sc, model, host, insecure)
+        return ResolvedRun(sc, config, how, opts.label or sc.name, server)
+
+    def _open_run_dir(self, label: str) -> str:
+        """``--run-dir`` for the first run of this process (``specload sweep`` made it), else a new one."""
+        opts = self.env.parsed_options
         try:
             if opts.run_dir and not self._run_dir_used:
-                self.run_dir = claim_run_dir(opts.run_dir)
                 self._run_dir_used = True
-            else:
-                self.run_dir = new_run_dir(opts.results_dir or "results", label)
+                return claim_run_dir(opts.run_dir)
+            return new_run_dir(opts.results_dir or "results", label)
         except OSError as e:
-            return self._fail(f"cannot create the run directory: {e}")
-        self.writer = RecordWriter(self.run_dir)
-        self.outstanding = {}
-        self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s)
-        self.config = {"scenario": sc.to_dict(), "model": model, "host": host, "insecure": insecure}
-        self.meta = {
+            raise CannotStart(f"cannot create the run directory: {e}") from None
+
+    def _run_meta(self, run: ResolvedRun) -> dict[str, Any]:
+        assert self.ctrl is not None
+        sc, opts = run.scenario, self.env.parsed_options
+        return {
             "specload_version": __version__,
             "locust_version": locust.__version__,
-            "label": label,
-            "host": redact_host(host),
+            "label": run.label,
+            "host": redact_host(run.config.host),
             "backend": sc.backend,
-            "model": model,
-            "model_source": how,
+            "model": run.config.model,
+            "model_source": run.model_source,
             "scenario_file": getattr(opts, "scenario", "") or None,
             "scenario": sc.to_dict(),
             "started_at": time.time(),
@@ -123,21 +168,21 @@ class Coordinator:
             "reason": None,
             "mode": type(self.env.runner).__name__.replace("Runner", "").lower(),
             "levels": self.ctrl.levels_meta(),
-            "server": server,
-            "simulated": bool(server.get("simulated", False)),
+            "server": run.server,
+            "simulated": bool(run.server.get("simulated", False)),
             "server_metrics": "off",
         }
-        if sc.metrics_interval_s > 0:
-            self.sampler = MetricsSampler(host, self.run_dir, self._level_index, sc.metrics_interval_s, insecure)
-            self.meta["server_metrics"] = "sampled" if self.sampler.start() else "unavailable"
-        self.write_meta()
-        self.active = True
-        n = len(self.ctrl.levels)
-        logger.info(
-            "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
-            label, redact_host(host), sc.backend, model, n, ",".join(map(str, sc.levels)), self.run_dir,
-        )  # fmt: skip
-        return True
+
+    def _start_sampler(self, run: ResolvedRun) -> str:
+        """Sample the server's /metrics through the run; what run.json says about it."""
+        sc = run.scenario
+        if sc.metrics_interval_s <= 0:
+            return "off"
+        assert self.run_dir is not None
+        self.sampler = MetricsSampler(
+            run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure
+        )
+        return "sampled" if self.sampler.start() else "unavailable"
 
     def _level_index(self) -> int | None:
         lv = self.ctrl.current if self.ctrl is not None else None
@@ -165,7 +210,7 @@ class Coordinator:
             self.sampler.stop()
             self.sampler = None
         if status is None:
-            status = {"completed": "completed", "aborted": "failed"}.get(self.ctrl.outcome, "interrupted")
+            status = {Outcome.COMPLETED: "completed", Outcome.ABORTED: "failed"}.get(self.ctrl.outcome, "interrupted")
         if status == "interrupted":
             self.ctrl.abort("interrupted")
         self.meta["status"] = status
@@ -182,7 +227,7 @@ class Coordinator:
         assert self.ctrl is not None
         self._check_workers()
         changes = self.ctrl.tick(user_count)
-        self._after(changes)
+        self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
             self.broadcast()  # and let a worker that joined late learn the current level
@@ -198,39 +243,37 @@ class Coordinator:
     def broadcast(self) -> None:
         if self.ctrl is None:
             return
-        state = self.ctrl.state()
-        state["config"] = self.config
-        self.env.runner.send_message(MSG_STATE, state)
+        self.env.runner.send_message(MSG_STATE, StateMsg(self.ctrl.state(), self.config).to_wire())
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
+        req = TicketRequest.from_wire(msg.data)
         grant = None
-        changes: list[str] = []
+        closed = False
         if self.active and self.ctrl is not None:
-            g = self.ctrl.grant()
-            if g is not None:
-                grant = {k: getattr(g, k) for k in ("level", "concurrency", "repeat", "phase", "seq", "max_tokens")}
-                self.outstanding.setdefault(msg.node_id, {})[(g.level, g.phase, g.seq)] = time.time()
-                if not self.ctrl.is_open:
-                    changes.append("closed")
-        if changes:
+            grant = self.ctrl.grant()
+            if grant is not None:
+                self.outstanding.setdefault(msg.node_id, {})[(grant.level, grant.phase, grant.seq)] = time.time()
+                closed = not self.ctrl.is_open
+        if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
-        self.env.runner.send_message(MSG_TICKET, {"uid": msg.data["uid"], "grant": grant}, client_id=msg.node_id)
+        self.env.runner.send_message(MSG_TICKET, TicketReply(req.uid, grant).to_wire(), client_id=msg.node_id)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
-        self.outstanding.get(msg.node_id, {}).pop((msg.data["level"], msg.data["phase"], msg.data["seq"]), None)
+        back = TicketReturn.from_wire(msg.data)
+        self.outstanding.get(msg.node_id, {}).pop((back.level, back.phase, back.seq), None)
         if self.ctrl is not None:
-            self.ctrl.give_back(msg.data["level"], msg.data["phase"])
+            self.ctrl.give_back(back.level, back.phase)
             self.broadcast()
 
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
-        rec = msg.data
-        self.outstanding.get(msg.node_id, {}).pop((rec.get("level"), rec.get("phase"), rec.get("seq")), None)
+        rec = record_from_wire(msg.data)
+        self.outstanding.get(msg.node_id, {}).pop((rec.level, rec.phase, rec.seq), None)
         if self.writer is not None:
-            self.writer.write(rec)
+            self.writer.write(msg.data)
         if self.ctrl is not None:
             changes = self.ctrl.receive(rec)  # counted even after the run closed (grace-period records)
             if self.active:
-                self._after(changes)
+                self._report(changes)
 
     def _check_workers(self) -> None:
         """Write off the tickets of workers the master lost (missing heartbeats, or gone)."""
@@ -249,33 +292,50 @@ class Coordinator:
             tickets.clear()
             for (level, phase), n in by_kind.items():
                 why = f"lost a worker ({node}): {n} request(s) in flight never reported"
-                self._after(self.ctrl.write_off(level, phase, n, why))
+                self._report(self.ctrl.write_off(level, phase, n, why))
 
     # progress ---------------------------------------------------------------------------------
-    def _after(self, changes: list[str]) -> None:
+    def _report(self, changes: list[Change]) -> None:
+        """Log the level transitions, then bring run.json and the users up to date."""
         if not changes or self.ctrl is None:
             return
-        n = len(self.ctrl.levels)
         for change in changes:
-            if change == "start":
-                lv = self.ctrl.current
-                assert lv is not None
-                what = f"{lv.plan.budget} requests" if lv.plan.budget is not None else f"{lv.plan.duration_s:g} s"
-                warm = f" after {lv.plan.warmup} warmup" if lv.plan.warmup else ""
-                logger.info("level %d/%d %s started: C=%d, %s%s",
-                            lv.plan.index + 1, n, level_label(lv.plan.concurrency, lv.plan.repeat),
-                            lv.plan.concurrency, what, warm)  # fmt: skip
-            elif change == "done":
-                lv = next(x for x in reversed(self.ctrl.levels) if x.status == "completed")
-                agg = lv.agg_tok_s()
-                wall = (lv.last_end - lv.first_send) if lv.first_send and lv.last_end else 0.0
-                budget = lv.plan.budget if lv.plan.budget is not None else lv.granted
-                logger.info("level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
-                            "%d tokens, agg %s tok/s over %.1f s",
-                            lv.plan.index + 1, n, level_label(lv.plan.concurrency, lv.plan.repeat), lv.received,
-                            budget, lv.ok, lv.failed, lv.short, lv.tokens,
-                            f"{agg:.1f}" if agg is not None else "-", wall)  # fmt: skip
-            elif change in ("abort", "timeout"):
+            if change == Change.START:
+                self._log_level_start()
+            elif change == Change.DONE:
+                self._log_level_done()
+            elif change in (Change.ABORT, Change.TIMEOUT):
                 logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()
+
+    def _log_level_start(self) -> None:
+        assert self.ctrl is not None
+        lv = self.ctrl.current
+        assert lv is not None
+        p = lv.plan
+        what = f"{p.budget} requests" if p.budget is not None else f"{p.duration_s:g} s"
+        warm = f" after {p.warmup} warmup" if p.warmup else ""
+        logger.info("level %d/%d %s started: C=%d, %s%s", p.index + 1, len(self.ctrl.levels),
+                    level_label(p.concurrency, p.repeat), p.concurrency, what, warm)  # fmt: skip
+
+    def _log_level_done(self) -> None:
+        assert self.ctrl is not None
+        lv = next(x for x in reversed(self.ctrl.levels) if x.status == LevelStatus.COMPLETED)
+        p, agg = lv.plan, lv.agg_tok_s()
+        wall = (lv.last_end - lv.first_send) if lv.first_send and lv.last_end else 0.0
+        budget = p.budget if p.budget is not None else lv.granted
+        logger.info("level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
+                    "%d tokens, agg %s tok/s over %.1f s",
+                    p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat), lv.received,
+                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
+                    f"{agg:.1f}" if agg is not None else "-", wall)  # fmt: skip
+
+
+def sweep_owner(environment: Any) -> SweepOwner:
+    """The owner of this Locust environment's sweep (made on first use, kept on the environment)."""
+    owner: SweepOwner | None = getattr(environment, _ATTR, None)
+    if owner is None or owner.env is not environment:
+        owner = SweepOwner(environment)
+        setattr(environment, _ATTR, owner)
+    return owner

@@ -1,6 +1,6 @@
 """The stepped-concurrency load shape: Locust asks it every second how many users to run.
 
-All decisions are the sweep owner's (specload.coordinator); the shape only translates them into
+All decisions are the sweep owner's (specload.locust.owner); the shape only translates them into
 Locust's (user_count, spawn_rate) answer, and ``None`` when the sweep is over. It ticks only in
 the process that owns the sweep (local runner or master), as Locust shapes do.
 """
@@ -12,7 +12,7 @@ import locust.runners
 from locust import LoadTestShape
 from locust.runners import MasterRunner
 
-from specload.plugin import coordinator
+from specload.locust.owner import sweep_owner
 
 
 class SteppedConcurrencyShape(LoadTestShape):
@@ -21,14 +21,14 @@ class SteppedConcurrencyShape(LoadTestShape):
     def tick(self) -> tuple[int, float] | None:
         runner = self.runner
         assert runner is not None
-        coord = coordinator(runner.environment)
-        if not coord.active and not coord.start():
+        owner = sweep_owner(runner.environment)
+        if not owner.active and not owner.start():
             return None
-        desired = coord.tick(self.get_current_user_count())
+        desired = owner.tick(self.get_current_user_count())
         if desired is None:
-            coord.finish()
+            owner.finish()
             if isinstance(runner, MasterRunner):
                 # Let the workers' last Locust statistics reach the master before it quits.
                 gevent.sleep(locust.runners.WORKER_REPORT_INTERVAL + 0.5)
             return None
-        return desired, coord.spawn_rate()
+        return desired, owner.spawn_rate()

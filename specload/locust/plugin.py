@@ -1,6 +1,7 @@
 """Wires specload into Locust's event hooks: options, message handlers, run bookkeeping, web UI.
 
-Every Locust process imports the locustfile and so installs these listeners; each listener
+Every Locust process imports the locustfile, which imports this module and so installs these
+listeners; each listener
 checks which kind of process it is in (local, master, worker) and does only that process's job.
 """
 
@@ -16,25 +17,15 @@ import locust.runners
 from locust import events
 from locust.runners import LocalRunner, MasterRunner
 
-from specload.coordinator import Coordinator
-from specload.options import add_arguments
-from specload.user import register_user_side
+from specload.locust.options import add_arguments
+from specload.locust.owner import SweepOwner, sweep_owner
+from specload.locust.user import register_user_side
 
 logger = logging.getLogger("specload")
 
 # Seconds in-flight requests get to finish when a test is stopped (Ctrl-C, SIGTERM, UI stop);
 # what they measured is recorded either way. Locust's own --stop-timeout overrides it.
 DEFAULT_GRACE_S = 10.0
-
-_COORDINATORS: dict[int, Coordinator] = {}
-
-
-def coordinator(environment: Any) -> Coordinator:
-    coord = _COORDINATORS.get(id(environment))
-    if coord is None or coord.env is not environment:
-        coord = _COORDINATORS[id(environment)] = Coordinator(environment)
-    return coord
-
 
 def _owns_sweep(environment: Any) -> bool:
     return isinstance(environment.runner, LocalRunner | MasterRunner)
@@ -57,7 +48,7 @@ def on_init(environment: Any, **_: Any) -> None:
     if not isinstance(runner, MasterRunner):
         register_user_side(environment)
     if _owns_sweep(environment):
-        coordinator(environment).register()
+        sweep_owner(environment).register()
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
@@ -67,9 +58,9 @@ def on_init(environment: Any, **_: Any) -> None:
                 # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
                 logging.getLogger("locust.runners").setLevel(logging.WARNING)
         if environment.web_ui is not None:
-            from specload.webui import extend_web_ui
+            from specload.locust.webui import extend_web_ui
 
-            extend_web_ui(environment, coordinator(environment))
+            extend_web_ui(environment, sweep_owner(environment))
 
 
 def _install_sigterm(environment: Any) -> None:
@@ -86,33 +77,33 @@ def _install_sigterm(environment: Any) -> None:
 
 def on_test_stop(environment: Any, **_: Any) -> None:
     if _owns_sweep(environment):
-        coord = coordinator(environment)
-        was_active = coord.active
-        coord.finish()
-        if was_active and coord.run_dir is not None:
-            _write_locust_stats(environment, coord)  # web UI: each run keeps its own Locust counts
+        owner = sweep_owner(environment)
+        was_active = owner.active
+        owner.finish()
+        if was_active and owner.run_dir is not None:
+            _write_locust_stats(environment, owner)  # web UI: each run keeps its own Locust counts
 
 
 def on_quitting(environment: Any, **_: Any) -> None:
     if not _owns_sweep(environment):
         return
-    coord = coordinator(environment)
-    coord.finish()
-    coord.write_meta()  # counts now include records that arrived during the grace period
-    if coord.run_dir is not None:
-        _write_locust_stats(environment, coord)
-        _write_report(environment, coord)
-    elif coord.failure is not None:
+    owner = sweep_owner(environment)
+    owner.finish()
+    owner.write_meta()  # counts now include records that arrived during the grace period
+    if owner.run_dir is not None:
+        _write_locust_stats(environment, owner)
+        _write_report(environment, owner)
+    elif owner.failure is not None:
         environment.process_exit_code = 2
 
 
-def _write_locust_stats(environment: Any, coord: Coordinator) -> None:
+def _write_locust_stats(environment: Any, owner: SweepOwner) -> None:
     """Locust's per-row counts into the run directory, for the report's cross-check, when the run was
     started without ``--json-file RUN/locust`` (Locust writes that one itself, later, at shutdown)."""
     import json
 
     opts = environment.parsed_options
-    target = os.path.join(coord.run_dir, "locust")
+    target = os.path.join(owner.run_dir, "locust")
     if opts is None or getattr(opts, "json_file", None) == target or environment.runner is None:
         return
     entries = [e.serialize() for e in environment.runner.stats.entries.values() if e.num_requests or e.num_failures]
@@ -120,29 +111,21 @@ def _write_locust_stats(environment: Any, coord: Coordinator) -> None:
         json.dump(entries, f)
 
 
-def _write_report(environment: Any, coord: Coordinator) -> None:
+def _write_report(environment: Any, owner: SweepOwner) -> None:
     from specload.report import load_run, render_report, write_report_md
 
     try:
-        run = load_run(coord.run_dir)
+        run = load_run(owner.run_dir)
         write_report_md(run)
         opts = environment.parsed_options
         if opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
             print(render_report(run, "github"), flush=True)
     except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
-        logger.warning("could not write report.md (%s); run `specload report %s`", e, coord.run_dir)
+        logger.warning("could not write report.md (%s); run `specload report %s`", e, owner.run_dir)
 
 
-_installed = False
-
-
-def install() -> None:
-    """Register the listeners once per process (the locustfile calls this at import)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    events.init_command_line_parser.add_listener(on_parser)
-    events.init.add_listener(on_init)
-    events.test_stop.add_listener(on_test_stop)
-    events.quitting.add_listener(on_quitting)
+# Registered once, when the locustfile first imports this module (Python imports a module once).
+events.init_command_line_parser.add_listener(on_parser)
+events.init.add_listener(on_init)
+events.test_stop.add_listener(on_test_stop)
+events.quitting.add_listener(on_quitting)

@@ -1,0 +1,199 @@
+"""Start a sweep or the web UI: the one place that turns specload's settings into a Locust run.
+
+``specload sweep``, ``specload ui``, ``specload worker`` and the demo all come here. Locust runs as a
+child process with the resolved options, so a run is exactly what a plain
+``locust -f locustfiles/specload_sweep.py ...`` would do; the caller gets back a typed outcome (the
+exit code and the run directory), not a string to parse or a folder to search.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
+from specload.http import check_host
+from specload.rundir import LOCUST_PREFIX, RUN_JSON, new_run_dir, read_json
+
+EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LOCUSTFILE = REPO_ROOT / "locustfiles" / "specload_sweep.py"
+
+
+class LaunchError(Exception):
+    """The run cannot start; ``code`` is the exit code that says why (usage or unreachable)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class SweepSettings:
+    """A sweep as the user asked for it: the scenario file, field overrides, and where it runs."""
+
+    host: str
+    scenario_file: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)  # scenario field -> value
+    label: str | None = None
+    out: str = "results"
+    insecure: bool = False
+    processes: int | None = None  # Locust worker processes on this machine (-1: one per core)
+    workers: int | None = None  # be a master and wait for this many workers
+    master_bind_host: str = "0.0.0.0"
+    master_bind_port: int = 5557
+    locust_args: Sequence[str] = ()
+    locustfile: Path = DEFAULT_LOCUSTFILE
+
+    def scenario(self) -> Scenario:
+        """The file (or the defaults) with each override applied; an error names the flag or field."""
+        sc = load_scenario(self.scenario_file) if self.scenario_file else Scenario()
+        for name, value in self.overrides.items():
+            flag = FIELDS[name].flag
+            sc = apply_overrides(sc, {name: value}, source=f"flag {flag}" if flag else "command line")
+        return sc
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    exit_code: int
+    run_dir: str | None  # None when the sweep never started
+    status: str | None = None  # run.json's status: completed, interrupted, failed
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
+    """The resolved scenario and host, or LaunchError(EXIT_USAGE) naming what is wrong."""
+    try:
+        sc = s.scenario()
+        host = check_host(s.host)
+    except (ScenarioError, ValueError) as e:
+        raise LaunchError(EXIT_USAGE, str(e)) from None
+    if s.processes is not None and s.workers is not None:
+        raise LaunchError(EXIT_USAGE, "--processes and --workers are exclusive (one machine vs several)")
+    if s.processes is not None and s.processes != -1 and s.processes < 1:
+        raise LaunchError(EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {s.processes}")
+    if s.workers is not None and s.workers < 1:
+        raise LaunchError(EXIT_USAGE, f"--workers: expected a count >= 1, got {s.workers}")
+    return sc, host
+
+
+def preflight(host: str, sc: Scenario, insecure: bool) -> None:
+    """Raise LaunchError when the server does not answer (or refuses us) before any run exists."""
+    from specload.probe import ServerUnreachable, get_json
+
+    try:
+        status, body = get_json(host, "/v1/models", timeout=sc.connect_timeout_s, insecure=insecure)
+    except ServerUnreachable as e:
+        raise LaunchError(EXIT_UNREACHABLE, f"cannot reach the server before the sweep: {e}") from None
+    if status in (401, 403) and not sc.model:
+        # Without a model name the sweep cannot even start; with one, the rejections are recorded.
+        raise LaunchError(
+            EXIT_USAGE,
+            f"{host}/v1/models answered HTTP {status}: {body}; set SPECLOAD_API_KEY (or OPENAI_API_KEY) to the server's key",
+        )
+
+
+def scenario_locust_flags(s: SweepSettings) -> list[str]:
+    """The file and the explicit overrides, for Locust to resolve the same way."""
+    out = ["--scenario", s.scenario_file] if s.scenario_file else []
+    for name, value in s.overrides.items():
+        spec = FIELDS[name]
+        assert spec.flag is not None, f"field {name} has no flag"
+        out += [spec.flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return out
+
+
+def distribution_flags(s: SweepSettings, web: bool = False) -> list[str]:
+    if s.processes is not None:
+        # A private port: a stray worker of another run on the default 5557 must never join this one.
+        port = str(free_port())
+        return ["--processes", str(s.processes), "--master-bind-port", port, "--master-port", port]
+    if s.workers is not None:
+        expect = [] if web else ["--expect-workers", str(s.workers)]
+        return ["--master", *expect, "--master-bind-host", s.master_bind_host,
+                "--master-bind-port", str(s.master_bind_port)]  # fmt: skip
+    return []
+
+
+def run_locust(cmd: list[str]) -> int:
+    """Run Locust in the foreground; Ctrl-C reaches it (same process group) and it winds down."""
+    proc = subprocess.Popen(cmd)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # Locust got the same SIGINT: give it its grace period to flush records and run.json.
+        try:
+            return proc.wait(timeout=60)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.send_signal(signal.SIGTERM)
+            return proc.wait()
+
+
+def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOutcome:
+    """Check, run one headless sweep to its end, print its report; raises LaunchError before any run."""
+    sc, host = check_settings(s)
+    preflight(host, sc, s.insecure)
+    run_dir = new_run_dir(s.out, s.label or sc.name)
+    prefix = os.path.join(run_dir, LOCUST_PREFIX)
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(s.locustfile), "--headless", "--host", host,
+        "--run-dir", run_dir, "--csv", prefix, "--json-file", prefix, "--only-summary", "--quiet-report",
+        *scenario_locust_flags(s), *(["--label", s.label] if s.label else []),
+        *(["--insecure"] if s.insecure else []), *distribution_flags(s), *s.locust_args,
+    ]  # fmt: skip
+    print(f"specload: run directory {run_dir}", flush=True)
+    return _outcome(run_dir, run_locust(cmd), report_format)
+
+
+def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> SweepOutcome:
+    from specload import report
+
+    if not os.path.exists(os.path.join(run_dir, RUN_JSON)):
+        # The sweep never started (Locust refused an option, or the server vanished): nothing to report.
+        return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
+    if report_format is not None:
+        report.main([run_dir, "--format", report_format])
+    status = read_json(os.path.join(run_dir, RUN_JSON)).get("status")
+    if status == "completed" and locust_code == 0:
+        return SweepOutcome(EXIT_OK, run_dir, status)
+    print(f"specload: sweep {status}; partial results in {run_dir} (`specload report {run_dir}`)", file=sys.stderr)
+    return SweepOutcome(EXIT_INCOMPLETE, run_dir, status)
+
+
+def run_ui(s: SweepSettings, web_host: str, web_port: int) -> int:
+    """Locust's web UI with every resolved scenario value in its start form; returns Locust's exit code."""
+    from specload.locust.options import option_flags, scenario_flags
+
+    sc, host = check_settings(s)
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(s.locustfile), "--host", host,
+        "--web-host", web_host, "--web-port", str(web_port), "--results-dir", s.out,
+        *(["--scenario", s.scenario_file] if s.scenario_file else []), *option_flags(scenario_flags(sc)),
+        *(["--label", s.label] if s.label else []), *distribution_flags(s, web=True), *s.locust_args,
+    ]  # fmt: skip
+    print(f"specload: web UI on http://{web_host}:{web_port} ; each run goes to {s.out}/<label>-<time>/")
+    return run_locust(cmd)
+
+
+def run_worker(master_host: str, master_port: int, processes: int | None, locust_args: Sequence[str] = (),
+               locustfile: Path = DEFAULT_LOCUSTFILE) -> int:  # fmt: skip
+    cmd = [
+        sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
+        "--master-host", master_host, "--master-port", str(master_port),
+        *(["--processes", str(processes)] if processes is not None else []), *locust_args,
+    ]  # fmt: skip
+    return run_locust(cmd)

@@ -1,0 +1,92 @@
+"""specload's settings as Locust command-line options, and their resolution into a Scenario.
+
+Registering them on Locust's own parser is what makes a plain ``locust -f locustfiles/...`` run
+take them, shows them in the web UI's start form (file paths excluded), and forwards them to
+workers. The scenario's options are made from the field table in ``specload.config``; only the
+run's own options (files, label, TLS) are declared here. Resolution rule: start from
+``--scenario`` (or the built-in defaults); every option whose value differs from its default, or
+was given on the command line, or was edited in the web UI, overrides the matching field.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from typing import Any
+
+from specload.config import FLAG_FIELDS, FieldSpec, Scenario, apply_overrides, load_scenario
+
+# The run's own options: (dest, flag, default, help, in web UI).
+RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
+    ("scenario", "--scenario", "", "Scenario TOML file (see scenarios/); flags override its fields", False),
+    ("run_dir", "--run-dir", "", "Exact run directory to write (default: <results-dir>/<label>-<UTC time>)", False),
+    ("results_dir", "--results-dir", "results", "Where new run directories are made", False),
+    ("label", "--label", "", "Run label, first part of the run directory name (default: scenario name)", True),
+]  # fmt: skip
+
+_BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
+_FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest for s in FLAG_FIELDS if s.flag}}
+
+
+def add_arguments(parser: Any) -> None:
+    """Register the options on Locust's parser (init_command_line_parser event)."""
+    for dest, flag, default, help_text, in_ui in RUN_OPTIONS:
+        parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+    for spec in FLAG_FIELDS:
+        kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
+                                  "include_in_web_ui": spec.web}  # fmt: skip
+        if spec.choices:
+            kwargs["choices"] = list(spec.choices)
+        elif spec.option_type is not str:
+            kwargs["type"] = spec.option_type
+        parser.add_argument(spec.flag, **kwargs)
+    parser.add_argument(
+        "--insecure", dest="insecure", action="store_true", default=False,
+        help="Do not verify the server's TLS certificate (https:// hosts)", include_in_web_ui=False,
+    )  # fmt: skip
+
+
+def explicit_options(argv: list[str]) -> set[str]:
+    """Option dests given on a command line, whatever their value (``--flag v`` or ``--flag=v``)."""
+    return {_FLAGS[tok.split("=", 1)[0]] for tok in argv if tok.split("=", 1)[0] in _FLAGS}
+
+
+def scenario_from_options(
+    opts: Namespace, explicit: set[str] | frozenset[str] = frozenset(), launch: dict[str, Any] | None = None
+) -> Scenario:
+    """The Scenario a Locust run uses: the file (if any), overridden by each option that was set.
+
+    An option counts as set when it was given on the command line (``explicit``, even at its
+    default value), differs from its default (config files, environment), or was edited in the
+    web UI since launch (differs from ``launch``).
+    """
+    sc = load_scenario(opts.scenario) if getattr(opts, "scenario", "") else Scenario()
+    overrides: dict[str, Any] = {}
+    for spec in FLAG_FIELDS:
+        default = spec.option_default
+        value = getattr(opts, spec.dest, default)
+        if value is None:
+            continue
+        edited = launch is not None and value != launch.get(spec.dest, default)
+        if spec.dest in explicit or value != default or edited:
+            overrides[spec.name] = spec.from_option(value) if value != default else spec.default
+    return apply_overrides(sc, overrides) if overrides else sc
+
+
+def launch_values(opts: Namespace) -> dict[str, Any]:
+    """Every scenario option's value at launch, to tell a later web-UI edit from an untouched field."""
+    return {s.dest: getattr(opts, s.dest, s.option_default) for s in FLAG_FIELDS}
+
+
+def option_flags(values: dict[str, Any]) -> list[str]:
+    """Locust command-line flags for the given option dests (used by `specload ui`)."""
+    out: list[str] = []
+    for dest, value in values.items():
+        flag = _BY_DEST[dest].flag
+        assert flag is not None
+        out += [flag, ",".join(map(str, value)) if isinstance(value, list) else str(value)]
+    return out
+
+
+def scenario_flags(sc: Scenario) -> dict[str, Any]:
+    """Option values that reproduce a fully resolved Scenario on a Locust command line."""
+    return {s.dest: s.to_option(getattr(sc, s.name)) for s in FLAG_FIELDS}

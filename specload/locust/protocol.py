@@ -1,0 +1,106 @@
+"""The messages between the sweep's owner (local runner or master) and the users of every process.
+
+They travel through Locust's custom messages, which carry plain msgpack data, so each message is
+a typed dataclass here with ``to_wire``/``from_wire``: the shape of what crosses a process (or a
+machine) boundary is written down in one place, and a renamed field breaks a test, not a sweep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from specload.config import Scenario
+from specload.levels import Grant, Phase, SweepState
+from specload.records import RequestRecord
+
+MSG_STATE = "specload_state"  # owner -> users: current level, whether tickets are available, run config
+MSG_TICKET_REQ = "specload_ticket_req"  # user -> owner
+MSG_TICKET = "specload_ticket"  # owner -> the asking process
+MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
+MSG_RECORD = "specload_record"  # user -> owner: one finished request
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What every process needs to send the sweep's requests."""
+
+    scenario: Scenario
+    model: str | None
+    host: str
+    insecure: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"scenario": self.scenario.to_dict(), "model": self.model, "host": self.host, "insecure": self.insecure}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> RunConfig:
+        # The owner validated the scenario before it sent it.
+        return cls(Scenario(**d["scenario"]), d.get("model"), d["host"], bool(d.get("insecure", False)))
+
+
+@dataclass(frozen=True, slots=True)
+class StateMsg:
+    state: SweepState
+    config: RunConfig | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"state": asdict(self.state), "config": None if self.config is None else self.config.to_wire()}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> StateMsg:
+        st = dict(d["state"])
+        if st.get("phase") is not None:
+            st["phase"] = Phase(st["phase"])
+        cfg = d.get("config")
+        return cls(SweepState(**st), None if not cfg else RunConfig.from_wire(cfg))
+
+
+@dataclass(frozen=True, slots=True)
+class TicketRequest:
+    uid: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"uid": self.uid}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> TicketRequest:
+        return cls(str(d["uid"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TicketReply:
+    uid: str
+    grant: Grant | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"uid": self.uid, "grant": None if self.grant is None else asdict(self.grant)}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> TicketReply:
+        g = d.get("grant")
+        return cls(str(d["uid"]), None if g is None else Grant(**g))
+
+
+@dataclass(frozen=True, slots=True)
+class TicketReturn:
+    """A granted ticket that was never used: the level may hand it out again."""
+
+    level: int
+    phase: str
+    seq: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> TicketReturn:
+        return cls(int(d["level"]), str(d["phase"]), int(d["seq"]))
+
+
+def record_to_wire(rec: RequestRecord) -> dict[str, Any]:
+    return asdict(rec)
+
+
+def record_from_wire(d: dict[str, Any]) -> RequestRecord:
+    return RequestRecord.from_dict(d)
