@@ -43,6 +43,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from email.utils import formatdate
 from http import HTTPStatus
 from typing import Any, TextIO
@@ -85,16 +86,23 @@ def _status_line(status: int) -> bytes:
 
 
 _STATUS_LINES = {s.value: _status_line(s.value) for s in HTTPStatus}
-_date_cache: list[Any] = [0, b""]
 
 
-def _date_header() -> bytes:
-    """``Date: ...\\r\\n``, formatted at most once a second."""
-    now = int(time.time())
-    if now != _date_cache[0]:
-        _date_cache[0] = now
-        _date_cache[1] = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
-    return _date_cache[1]
+class _DateHeader:
+    """``Date: ...\\r\\n`` for the responses, formatted at most once a second."""
+
+    __slots__ = ("_second", "_line")
+
+    def __init__(self) -> None:
+        self._second = 0
+        self._line = b""
+
+    def __call__(self) -> bytes:
+        now = int(time.time())
+        if now != self._second:
+            self._second = now
+            self._line = b"Date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+        return self._line
 
 
 class Request:
@@ -195,6 +203,156 @@ def _arrival(anc: list[tuple[int, int, bytes]], clock: Callable[[], float]) -> f
     return 0.0
 
 
+class _BadRequest(Exception):
+    """A request the server cannot frame or parse: answered with ``status``, then the connection closes."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class _Reader:
+    """The receiving side of one connection: bytes read ahead, and when the last read's arrived.
+
+    One ``recv`` normally brings a whole request, head and body. With kernel timestamps (``stamped``)
+    each read is a ``recvmsg`` whose stamp, moved onto ``clock``, becomes :attr:`arrived`.
+    """
+
+    __slots__ = ("sock", "buf", "arrived", "_stamped", "_clock")
+
+    def __init__(self, sock: Any, stamped: bool, clock: Callable[[], float]) -> None:
+        self.sock = sock
+        self.buf = b""
+        self.arrived = 0.0  # arrival of the last read's bytes on clock; 0.0 = unknown (or none yet)
+        self._stamped = stamped
+        self._clock = clock
+
+    def _recv(self, size: int) -> bytes:
+        if self._stamped:
+            data, anc, _, _ = self.sock.recvmsg(size, _ANC_SIZE)
+            self.arrived = _arrival(anc, self._clock) if anc else 0.0
+        else:
+            data = self.sock.recv(size)
+            self.arrived = 0.0
+        return data
+
+    def read_head(self) -> list[bytes] | None:
+        """The next request head as lines, request line first; None when the client closed first."""
+        self.arrived = 0.0  # a head already buffered was not read for this request
+        buf = self.buf
+        if buf[:1] in (b"\r", b"\n"):
+            buf = buf.lstrip(b"\r\n")  # stray CRLF between requests (RFC 9112 2.2)
+        end = buf.find(b"\r\n\r\n")
+        while end < 0:
+            if len(buf) > MAX_HEAD:
+                raise _BadRequest(431, "request head too large")
+            data = self._recv(RECV_SIZE)
+            if not data:
+                return None
+            buf = buf + data if buf else data
+            if buf[:1] in (b"\r", b"\n"):
+                buf = buf.lstrip(b"\r\n")
+            end = buf.find(b"\r\n\r\n")
+        self.buf = buf[end + 4 :]
+        return buf[:end].split(b"\r\n")
+
+    def read_body(self, length: int, expect_continue: bool) -> bytes | None:
+        """The ``length`` bytes of body that follow the head; None when the client closed first."""
+        if length <= 0:
+            return b""
+        if length > MAX_BODY:
+            raise _BadRequest(413, f"request body over {MAX_BODY} bytes")
+        buf = self.buf
+        if len(buf) < length:
+            if expect_continue and not buf:
+                self.sock.sendall(_CONTINUE)
+            pieces = [buf]
+            have = len(buf)
+            while have < length:
+                data = self._recv(max(RECV_SIZE, length - have))
+                if not data:
+                    return None
+                pieces.append(data)
+                have += len(data)
+            buf = b"".join(pieces)
+        self.buf = buf[length:]
+        return buf[:length]
+
+
+@dataclass(slots=True)
+class _Head:
+    """What the server needs from a request head."""
+
+    method: bytes
+    target: bytes
+    version: bytes
+    keep_alive: bool
+    length: int = -1  # Content-Length; -1 when absent
+    expect_continue: bool = False
+    authorization: bytes | None = None
+
+
+def _parse_head(lines: list[bytes]) -> _Head:
+    """The request line and the headers that matter (Content-Length, Transfer-Encoding, Connection,
+    Expect, Authorization); anything malformed raises :class:`_BadRequest`."""
+    head = _parse_request_line(lines[0])
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name[:1] in b" \t" or name[-1:] in b" \t":
+            raise _BadRequest(400, "malformed header line")
+        n = name.lower()
+        if n == b"content-length":
+            value = value.strip()
+            if not value.isdigit() or (head.length >= 0 and int(value) != head.length):
+                raise _BadRequest(400, "invalid Content-Length")
+            head.length = int(value)
+        elif n == b"transfer-encoding":
+            raise _BadRequest(411, "request bodies must be sent with a Content-Length")
+        elif n == b"connection":
+            tokens = [t.strip() for t in value.lower().split(b",")]
+            if b"close" in tokens:
+                head.keep_alive = False
+        elif n == b"expect":
+            head.expect_continue = value.strip().lower() == b"100-continue"
+        elif n == b"authorization":
+            head.authorization = value.strip()
+    return head
+
+
+def _parse_request_line(line: bytes) -> _Head:
+    parts = line.split(b" ")
+    if len(parts) != 3:
+        raise _BadRequest(400, "malformed request line")
+    method, target, version = parts
+    if version == b"HTTP/1.1":
+        keep_alive = True
+    elif version == b"HTTP/1.0":
+        keep_alive = False
+    elif version.startswith(b"HTTP/") and len(version) == 8:
+        raise _BadRequest(505, f"HTTP version {version.decode('latin-1')} is not supported")
+    else:
+        raise _BadRequest(400, "malformed request line")
+    if not method or method.strip(_TCHARS) or not target:
+        raise _BadRequest(400, "malformed request line")
+    return _Head(method, target, version, keep_alive)
+
+
+def _origin_target(target: bytes) -> tuple[bytes, bytes]:
+    """(path, query) of a request target: origin-form, or absolute-form as a proxy would send it.
+    The path is percent-decoded."""
+    if target[:1] != b"/":
+        if target.startswith((b"http://", b"https://")):
+            slash = target.find(b"/", target.find(b"//") + 2)
+            target = target[slash:] if slash >= 0 else b"/"
+        elif target != b"*":
+            raise _BadRequest(400, "malformed request target")
+    path, _, query = target.partition(b"?")
+    if b"%" in path:
+        path = unquote_to_bytes(path)
+    return path, query
+
+
 class HTTPServer(StreamServer):
     """Serves ``app`` over HTTP/1.1; ``port=0`` picks a free port (see ``server_port`` once started).
 
@@ -228,6 +386,7 @@ class HTTPServer(StreamServer):
         self.error_body = error_body or _plain_error
         self.error_type = "application/json" if error_body else "text/plain; charset=utf-8"
         self.log = log
+        self._date = _DateHeader()
 
     # -- connection loop ---------------------------------------------------------------------------
 
@@ -252,140 +411,50 @@ class HTTPServer(StreamServer):
             sock.close()
 
     def _serve(self, sock: Any, address: Any, stamped: bool) -> None:
-        recv = sock.recv
-        recvmsg = sock.recvmsg
-        clock = self.clock
-        buf = b""
+        reader = _Reader(sock, stamped, self.clock)
         ready = float("-inf")  # when this connection could take its next request
         while True:
-            # Request head: one recv normally brings it whole, with its body. The request's arrival
-            # is the kernel's timestamp of the recv that completed it (head and body), but no
-            # earlier than the end of the previous response on this connection (a request pipelined
-            # behind that one only gets its turn then); one already buffered counts as arriving now.
-            arrived = 0.0
-            if buf[:1] in (b"\r", b"\n"):
-                buf = buf.lstrip(b"\r\n")  # stray CRLF between requests (RFC 9112 2.2)
-            end = buf.find(b"\r\n\r\n")
-            while end < 0:
-                if len(buf) > MAX_HEAD:
-                    self._fail(sock, 431, "request head too large")
-                    return
-                if stamped:
-                    data, anc, _, _ = recvmsg(RECV_SIZE, _ANC_SIZE)
-                    arrived = _arrival(anc, clock) if anc else 0.0
-                else:
-                    data = recv(RECV_SIZE)
-                if not data:
-                    return
-                buf = buf + data if buf else data
-                if buf[:1] in (b"\r", b"\n"):
-                    buf = buf.lstrip(b"\r\n")
-                end = buf.find(b"\r\n\r\n")
-            lines = buf[:end].split(b"\r\n")
-            buf = buf[end + 4 :]
-
-            parts = lines[0].split(b" ")
-            if len(parts) != 3:
-                self._fail(sock, 400, "malformed request line")
+            try:
+                request = self._read_request(reader, ready)
+            except _BadRequest as e:
+                self._fail(sock, e.status, e.message)
                 return
-            method, target, version = parts
-            if version == b"HTTP/1.1":
-                keep_alive = True
-            elif version == b"HTTP/1.0":
-                keep_alive = False
-            elif version.startswith(b"HTTP/") and len(version) == 8:
-                self._fail(sock, 505, f"HTTP version {version.decode('latin-1')} is not supported")
+            if request is None or not self._respond(sock, request, address):
                 return
-            else:
-                self._fail(sock, 400, "malformed request line")
-                return
-            if not method or method.strip(_TCHARS) or not target:
-                self._fail(sock, 400, "malformed request line")
-                return
+            ready = self.clock()
 
-            length = -1
-            expect_continue = False
-            authorization = None
-            for line in lines[1:]:
-                name, sep, value = line.partition(b":")
-                if not sep or not name or name[:1] in b" \t" or name[-1:] in b" \t":
-                    self._fail(sock, 400, "malformed header line")
-                    return
-                n = name.lower()
-                if n == b"content-length":
-                    value = value.strip()
-                    if not value.isdigit() or (length >= 0 and int(value) != length):
-                        self._fail(sock, 400, "invalid Content-Length")
-                        return
-                    length = int(value)
-                elif n == b"transfer-encoding":
-                    self._fail(sock, 411, "request bodies must be sent with a Content-Length")
-                    return
-                elif n == b"connection":
-                    tokens = [t.strip() for t in value.lower().split(b",")]
-                    if b"close" in tokens:
-                        keep_alive = False
-                elif n == b"expect":
-                    expect_continue = value.strip().lower() == b"100-continue"
-                elif n == b"authorization":
-                    authorization = value.strip()
+    def _read_request(self, reader: _Reader, ready: float) -> Request | None:
+        """The connection's next request; None when the client closed it first.
 
-            # Body.
-            if length > 0:
-                if length > MAX_BODY:
-                    self._fail(sock, 413, f"request body over {MAX_BODY} bytes")
-                    return
-                if len(buf) < length:
-                    if expect_continue and not buf:
-                        sock.sendall(_CONTINUE)
-                    pieces = [buf]
-                    have = len(buf)
-                    while have < length:
-                        if stamped:
-                            data, anc, _, _ = recvmsg(max(RECV_SIZE, length - have), _ANC_SIZE)
-                            arrived = _arrival(anc, clock) if anc else 0.0
-                        else:
-                            data = recv(max(RECV_SIZE, length - have))
-                            arrived = 0.0
-                        if not data:
-                            return
-                        pieces.append(data)
-                        have += len(data)
-                    buf = b"".join(pieces)
-                body, buf = buf[:length], buf[length:]
-            else:
-                body = b""
-            if not arrived:
-                arrived = clock()
-            elif arrived < ready:
-                arrived = ready
-
-            # Target: origin-form, or absolute-form as a proxy would send it.
-            if target[:1] != b"/":
-                if target.startswith((b"http://", b"https://")):
-                    slash = target.find(b"/", target.find(b"//") + 2)
-                    target = target[slash:] if slash >= 0 else b"/"
-                elif target != b"*":
-                    self._fail(sock, 400, "malformed request target")
-                    return
-            path, _, query = target.partition(b"?")
-            if b"%" in path:
-                path = unquote_to_bytes(path)
-
-            request = Request(
-                method.decode("ascii"),
-                path.decode("latin-1"),
-                query,
-                version.decode("ascii"),
-                body,
-                arrived,
-                keep_alive,
-                sock,
-                authorization,
-            )
-            if not self._respond(sock, request, address):
-                return
-            ready = clock()
+        The request's arrival is the kernel's timestamp of the read that completed it (head and
+        body), but no earlier than ``ready``, the end of the previous response on this connection (a
+        request pipelined behind that one only gets its turn then); one already buffered, or read
+        without a timestamp, counts as arriving now.
+        """
+        lines = reader.read_head()
+        if lines is None:
+            return None
+        head = _parse_head(lines)
+        body = reader.read_body(head.length, head.expect_continue)
+        if body is None:
+            return None
+        arrived = reader.arrived
+        if not arrived:
+            arrived = self.clock()
+        elif arrived < ready:
+            arrived = ready
+        path, query = _origin_target(head.target)
+        return Request(
+            head.method.decode("ascii"),
+            path.decode("latin-1"),
+            query,
+            head.version.decode("ascii"),
+            body,
+            arrived,
+            head.keep_alive,
+            reader.sock,
+            head.authorization,
+        )
 
     # -- responses ---------------------------------------------------------------------------------
 
@@ -417,7 +486,7 @@ class HTTPServer(StreamServer):
             resp.content_type.encode("latin-1"),
             len(body),
             b"" if request.keep_alive else b"Connection: close\r\n",
-            _date_header(),
+            self._date(),
         )
         sock.sendall(head if request.method == "HEAD" else head + body)
 
@@ -429,7 +498,7 @@ class HTTPServer(StreamServer):
             if request.version == "HTTP/1.0":
                 # No chunked encoding in HTTP/1.0: the body ends when the connection closes.
                 request.keep_alive = False
-                sock.sendall(resp.head.prefix + b"Connection: close\r\n" + _date_header() + b"\r\n")
+                sock.sendall(resp.head.prefix + b"Connection: close\r\n" + self._date() + b"\r\n")
                 if request.method == "HEAD":
                     return True, 0
                 for data in chunks:
@@ -438,7 +507,7 @@ class HTTPServer(StreamServer):
                         size += len(data)
                 return not request.aborted, size
             close = b"" if request.keep_alive else b"Connection: close\r\n"
-            sock.sendall(resp.head.prefix + close + _date_header() + b"Transfer-Encoding: chunked\r\n\r\n")
+            sock.sendall(resp.head.prefix + close + self._date() + b"Transfer-Encoding: chunked\r\n\r\n")
             if request.method == "HEAD":
                 return True, 0
             sendall = sock.sendall
@@ -464,7 +533,7 @@ class HTTPServer(StreamServer):
             _STATUS_LINES.get(status) or _status_line(status),
             self.error_type.encode(),
             len(body),
-            _date_header(),
+            self._date(),
         )
         with contextlib.suppress(OSError):
             sock.sendall(head + body)
