@@ -18,13 +18,13 @@ from pathlib import Path
 from specload.config import FLAG_FIELDS
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
-    REPO_ROOT,
     LaunchError,
     SweepSettings,
     run_sweep,
     run_ui,
     run_worker,
 )
+from specload.resources import builtin_scenarios, locustfile_path
 
 
 def _die(code: int, message: str) -> int:
@@ -33,7 +33,8 @@ def _die(code: int, message: str) -> int:
 
 
 def _add_scenario_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default=None, help="scenario TOML file (default: built-in reference sweep)")
+    p.add_argument("--scenario", default=None, help="scenario TOML file, or a built-in scenario's name "
+                   f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings")  # fmt: skip
     for spec in FLAG_FIELDS:
         # No argparse `choices`: the field's own check gives the message that names the field.
         p.add_argument(spec.flag, dest=f"sc_{spec.name}", type=spec.option_type, default=None, help=spec.help,
@@ -135,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="sweep the built-in simulated server and print the table")
     p.add_argument("--out", default="results")
-    p.add_argument("--scenario", default=str(REPO_ROOT / "scenarios" / "demo.toml"))
+    p.add_argument("--scenario", default="demo")
+
+    sub.add_parser("locustfile", help="print the locustfile's path, for a plain `locust -f` run")
     return parser
 
 
@@ -151,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return compare_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.command == "locustfile":
+        print(locustfile_path())
+        return 0
     handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "report": cmd_report, "demo": cmd_demo}
     return handler[args.command](args)
 

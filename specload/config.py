@@ -12,10 +12,13 @@ form: a typo in a 20-minute sweep must fail in the first second, not the last.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from specload.resources import builtin_scenario, builtin_scenarios
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -309,11 +312,15 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
 
 
 def load_scenario(path: str) -> Scenario:
+    """A scenario file, or a built-in scenario by name (``--scenario mtp-sweep``)."""
+    if not os.path.exists(path) and (builtin := builtin_scenario(path)) is not None:
+        path = str(builtin)
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except FileNotFoundError:
-        raise ScenarioError(f"{path}: scenario file not found") from None
+        names = ", ".join(builtin_scenarios())
+        raise ScenarioError(f"{path}: scenario file not found (built-in scenarios: {names})") from None
     except tomllib.TOMLDecodeError as e:
         raise ScenarioError(f"{path}: not valid TOML: {e}") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -9,6 +9,7 @@ exit code and the run directory), not a string to parse or a folder to search.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,12 +21,12 @@ from typing import Any
 
 from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.http import check_host
+from specload.resources import locustfile_path
 from specload.rundir import LOCUST_PREFIX, RUN_JSON, new_run_dir, read_json
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_LOCUSTFILE = REPO_ROOT / "locustfiles" / "specload_sweep.py"
+DEFAULT_LOCUSTFILE = locustfile_path()
 
 
 class LaunchError(Exception):
@@ -163,7 +164,9 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> Sweep
     from specload import report
 
     if not os.path.exists(os.path.join(run_dir, RUN_JSON)):
-        # The sweep never started (Locust refused an option, or the server vanished): nothing to report.
+        # The sweep never started (Locust refused an option or the locustfile, or the server vanished):
+        # nothing to report, and no empty run directory left behind to be mistaken for a run.
+        shutil.rmtree(run_dir, ignore_errors=True)
         return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
     if report_format is not None:
         report.main([run_dir, "--format", report_format])

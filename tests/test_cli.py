@@ -1,0 +1,44 @@
+"""specload's command line: its scenario flags are the field table's, the same as Locust's options."""
+
+from __future__ import annotations
+
+import pytest
+
+from specload.cli import build_parser, settings
+from specload.config import FIELDS, FLAG_FIELDS, ScenarioError
+from specload.launch import scenario_locust_flags
+from specload.locust.options import explicit_options, scenario_from_options
+from tests.test_locust_options import parser as locust_parser
+
+
+def sweep_args(*flags: str):  # type: ignore[no-untyped-def]
+    return build_parser().parse_args(["sweep", "--host", "http://127.0.0.1:1", *flags])
+
+
+def test_cli_and_locust_know_the_same_scenario_flags() -> None:
+    cli = {a.option_strings[0] for a in build_parser()._subparsers._group_actions[0].choices["sweep"]._actions  # type: ignore[union-attr]
+           if a.dest.startswith("sc_")}  # fmt: skip
+    assert cli == {s.flag for s in FLAG_FIELDS}
+    assert {"--warmup-output-tokens", "--temperature", "--connect-timeout"} <= cli
+
+
+def test_warmup_output_tokens_flag_works() -> None:
+    s = settings(sweep_args("--warmup-output-tokens", "8", "--warmup-requests", "1"))
+    assert s.scenario().warmup_tokens == 8
+
+
+@pytest.mark.parametrize("spec", FLAG_FIELDS, ids=lambda s: s.name)
+def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ignore[no-untyped-def]
+    # A value different from the default, typed on `specload sweep`, arrives in the same field of
+    # the Scenario that the Locust child resolves from the flags it is given.
+    samples = {int: "7", float: "2.5", str: "m1"}
+    value = {"backend": "chat", "levels": "3,5"}.get(spec.name, samples[spec.option_type])
+    s = settings(sweep_args(spec.flag, value))
+    argv = scenario_locust_flags(s)
+    via_locust = scenario_from_options(locust_parser().parse_args(argv), explicit_options(argv))
+    assert getattr(via_locust, spec.name) == getattr(s.scenario(), spec.name) != FIELDS[spec.name].default
+
+
+def test_cli_values_are_literal_and_named_in_errors() -> None:
+    with pytest.raises(ScenarioError, match="flag --requests-per-level: field 'requests'"):
+        settings(sweep_args("--requests-per-level", "0")).scenario()
