@@ -177,6 +177,18 @@ def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
         assert sorted(lates)[10] < 0.0005, lates
 
 
+def test_precise_sleeper_is_one_per_hub() -> None:
+    mine = hrtimer.sleeper()
+    assert hrtimer.sleeper() is mine
+    if mine is None:  # no timerfd here
+        return
+    theirs: list[Any] = []
+    t = threading.Thread(target=lambda: theirs.append(hrtimer.sleeper()))  # another thread, another hub
+    t.start()
+    t.join()
+    assert theirs[0] is not None and theirs[0] is not mine and theirs[0].hub is not mine.hub
+
+
 def test_engine_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         FixedEngine(0.01, 0.01, max_running=0)

@@ -11,9 +11,9 @@ that at once. One timerfd per gevent hub is armed for the earliest pending deadl
 every sleeper whose deadline has passed is woken in deadline order, and it is re-armed for the next.
 (What remains is the host's wake-up latency when the process was idle, ~0.2 ms on a VM.)
 
-Only the ``sleeper()`` lookup is public. It returns None where timerfd is unavailable (not Linux,
-or ``time.perf_counter`` is not CLOCK_MONOTONIC, which the timerfd is set against), and callers
-then use ``gevent.sleep``.
+Public: :data:`clock`, the clock deadlines are on, and the ``sleeper()`` lookup. It returns None
+where timerfd is unavailable (not Linux, or ``time.perf_counter`` is not CLOCK_MONOTONIC, which the
+timerfd is set against), and callers then use ``gevent.sleep``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ import sys
 import time
 from typing import Any
 
-from gevent.hub import Waiter, get_hub
+from gevent.hub import Hub, Waiter, get_hub
 
-clock = time.perf_counter  # timing.clock; the timerfd is set on the same clock (CLOCK_MONOTONIC)
+#: The simulator's one clock (re-exported as ``specload.sim.timing.clock``): monotonic,
+#: sub-microsecond, and on Linux CLOCK_MONOTONIC, which the timerfd is set against.
+clock = time.perf_counter
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -124,21 +126,25 @@ class PreciseSleeper:
             self._arm(heap[0][0])
 
 
-_sleepers: dict[int, PreciseSleeper | None] = {}
+# Each hub's sleeper (None: timerfd_create failed for it), keyed by the hub itself (no id() that a
+# new hub could reuse; the sleeper refers to its hub anyway).
+_sleepers: dict[Hub, PreciseSleeper | None] = {}
 
 
 def sleeper() -> PreciseSleeper | None:
     """The current hub's precise sleeper, created on first use; None where timerfd is unavailable."""
+    if _LIBC is None:
+        return None
     hub = get_hub()
-    s = _sleepers.get(id(hub), False)
-    if s is False or (s is not None and s.hub is not hub):
+    try:
+        return _sleepers[hub]
+    except KeyError:
+        pass
+    try:
+        s: PreciseSleeper | None = PreciseSleeper(hub)
+    except OSError:
         s = None
-        if _LIBC is not None:
-            try:
-                s = PreciseSleeper(hub)
-            except OSError:
-                s = None
-        _sleepers[id(hub)] = s
+    _sleepers[hub] = s
     return s
 
 
