@@ -98,14 +98,7 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
         default=0,
         help="answer with this status",
     )
-    fa(
-        "--fault-http-every",
-        dest="fault_http_error_every",
-        metavar="FAULT_HTTP_EVERY",
-        type=int,
-        default=None,
-    )
-    fa("--fault-http-rate", dest="fault_http_error_rate", metavar="FAULT_HTTP_RATE", type=float, default=None)
+    _add_every_rate(f, "http", "http_error")
     fa(
         "--fault-cut-after",
         dest="fault_cut_after_tokens",
@@ -114,8 +107,7 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="drop the connection after K tokens",
     )
-    fa("--fault-cut-every", type=int, default=None)
-    fa("--fault-cut-rate", type=float, default=None)
+    _add_every_rate(f, "cut", "cut")
     fa(
         "--fault-stall-after",
         dest="fault_stall_after_tokens",
@@ -125,16 +117,13 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="stop sending after K tokens ...",
     )
     fa("--fault-stall-s", type=float, default=1.0, help="... for this many seconds (default 1, unscaled)")
-    fa("--fault-stall-every", type=int, default=None)
-    fa("--fault-stall-rate", type=float, default=None)
+    _add_every_rate(f, "stall", "stall")
     fa("--fault-malformed-every", type=int, default=0, help="every Nth stream gets 'data: {not json' mid-way")
     fa("--fault-malformed-rate", type=float, default=0.0)
     fa("--fault-omit-done", action="store_true", help="end streams without 'data: [DONE]'")
-    fa("--fault-omit-done-every", type=int, default=None)
-    fa("--fault-omit-done-rate", type=float, default=None)
+    _add_every_rate(f, "omit-done", "omit_done")
     fa("--fault-short-by", type=int, default=0, metavar="N", help="finish N tokens short (honest usage)")
-    fa("--fault-short-every", type=int, default=None)
-    fa("--fault-short-rate", type=float, default=None)
+    _add_every_rate(f, "short", "short")
     fa(
         "--fault-die-after",
         dest="fault_die_after_requests",
@@ -143,6 +132,14 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="exit the process at the Nth admission",
     )
+
+
+def _add_every_rate(group: argparse._ArgumentGroup, name: str, field: str) -> None:
+    """--fault-NAME-every / -rate; None (the default) defers to --fault-every / --fault-rate."""
+    for kind, kind_type in (("every", int), ("rate", float)):
+        flag = f"--fault-{name}-{kind}"
+        metavar = flag[2:].replace("-", "_").upper()  # the name argparse would show
+        group.add_argument(flag, dest=f"fault_{field}_{kind}", metavar=metavar, type=kind_type, default=None)
 
 
 def _add_security_flags(p: argparse.ArgumentParser) -> None:
