@@ -1,8 +1,9 @@
 """The built-in simulated LLM server (``specload sim``).
 
 A separate process with exactly known timing, so integration tests and the demo can check measured
-figures against configured ones. ``timing`` holds the replaceable timing model, ``faults`` the fault
-switches and ``server`` the HTTP layer and CLI.
+figures against configured ones. ``timing`` and ``batch`` hold the replaceable timing models,
+``faults`` the fault switches, ``httpd`` the HTTP/1.1 server, ``protocol`` / ``render`` / ``info`` /
+``app`` the application on it, and ``cli`` the command line (docs/simulator.md, "Module layout").
 """
 
 from specload.sim.faults import FaultInjector, Faults, RequestFaults
