@@ -113,6 +113,25 @@ def _levels(source: str, name: str, value: Any) -> list[int]:
     return parse_levels(source, value)
 
 
+def _id_range(source: str, name: str, value: Any) -> tuple[int, int] | None:
+    """``"MIN:MAX"`` (a flag) or ``[MIN, MAX]`` (a file): token ids MIN <= id < MAX."""
+    if value is None:
+        return None
+    items = value
+    if isinstance(value, str):
+        try:
+            items = [int(x) for x in value.split(":")]
+        except ValueError:
+            raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value) from None
+    if (
+        not isinstance(items, list | tuple) or len(items) != 2
+        or any(isinstance(x, bool) or not isinstance(x, int) for x in items)
+        or not 0 <= items[0] < items[1]
+    ):  # fmt: skip
+        raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value)
+    return (items[0], items[1])
+
+
 # the table ---------------------------------------------------------------------------------------------
 
 
@@ -131,6 +150,7 @@ class FieldSpec:
     flag: str | None = None
     web: bool = True
     choices: tuple[str, ...] | None = None
+    text: Callable[[Any], str] | None = None  # how a value is written as a flag (default: str, lists "1,4")
     default: Any = None  # filled from the dataclass
 
     @property
@@ -163,6 +183,8 @@ class FieldSpec:
         """The option value that reproduces a field value (inverse of ``from_option``)."""
         if value is None:
             return self.option_type()
+        if self.text is not None:
+            return self.text(value)
         return ",".join(map(str, value)) if isinstance(value, list) else value
 
 
@@ -171,8 +193,9 @@ _OPTION_TYPES: dict[str, type] = {"requests": int, "duration_s": float, "warmup_
 
 
 def _f(default: Any = None, *, help: str, check: Check, flag: str | None = None, web: bool = True,
-       choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None) -> Any:  # fmt: skip
-    spec = {"help": help, "check": check, "flag": flag, "web": web, "choices": choices}
+       choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None,
+       text: Callable[[Any], str] | None = None) -> Any:  # fmt: skip
+    spec = {"help": help, "check": check, "flag": flag, "web": web, "choices": choices, "text": text}
     if factory is not None:
         return field(default_factory=factory, metadata={"spec": spec})
     return field(default=default, metadata={"spec": spec})
@@ -231,8 +254,14 @@ class Scenario:
     )  # fmt: skip
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
-    token_id_min: int = _f(1000, help="Smallest prompt token id", check=_integer(0))
-    token_id_max: int = _f(30000, help="Prompt token ids are below this", check=_integer())
+    token_id_range: tuple[int, int] | None = _f(
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from --tokenizer "
+        "or the server's own tokenizer", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+    )  # fmt: skip
+    tokenizer: str | None = _f(
+        None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
+        "of exact length from the model's own vocabulary (default: ask the server)", check=_model, flag="--tokenizer",
+    )  # fmt: skip
     shared_prefix_tokens: int = _f(
         0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
     )
@@ -290,12 +319,25 @@ def _check_field(source: str, name: str, value: Any) -> Any:
     return spec.check(source, name, value)
 
 
+# Before token_id_range, scenario files set the range's ends one by one; they still may.
+LEGACY_RANGE_DEFAULT = (1000, 30000)
+
+
+def _legacy(source: str, data: dict[str, Any], base: tuple[int, int] | None) -> dict[str, Any]:
+    """``token_id_min``/``token_id_max`` folded into ``token_id_range``."""
+    if "token_id_min" not in data and "token_id_max" not in data:
+        return data
+    data = dict(data)
+    lo, hi = base or LEGACY_RANGE_DEFAULT
+    lo = _integer(0)(source, "token_id_min", data.pop("token_id_min", lo))
+    hi = _integer()(source, "token_id_max", data.pop("token_id_max", hi))
+    if lo >= hi:
+        raise ScenarioError(f"{source}: fields 'token_id_min'/'token_id_max': expected min < max, got {lo} >= {hi}")
+    data["token_id_range"] = (lo, hi)
+    return data
+
+
 def _check_whole(source: str, sc: Scenario) -> Scenario:
-    if sc.token_id_min >= sc.token_id_max:
-        raise ScenarioError(
-            f"{source}: fields 'token_id_min'/'token_id_max': expected min < max, "
-            f"got {sc.token_id_min} >= {sc.token_id_max}"
-        )
     if sc.shared_prefix_tokens >= sc.input_tokens:
         raise ScenarioError(
             f"{source}: field 'shared_prefix_tokens': expected fewer than input_tokens "
@@ -306,7 +348,7 @@ def _check_whole(source: str, sc: Scenario) -> Scenario:
 
 def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
     sc = Scenario()
-    for name, value in data.items():
+    for name, value in _legacy(source, data, None).items():
         setattr(sc, name, _check_field(source, name, value))
     return _check_whole(source, sc)
 
@@ -334,7 +376,7 @@ def load_scenario(path: str) -> Scenario:
 def apply_overrides(sc: Scenario, overrides: dict[str, Any], source: str = "command line") -> Scenario:
     """Return a copy of ``sc`` with the given fields replaced (already-typed values or flag strings)."""
     data = sc.to_dict()
-    for name, value in overrides.items():
+    for name, value in _legacy(source, overrides, sc.token_id_range).items():
         data[name] = _check_field(source, name, value)
     out = Scenario(**data)
     return _check_whole(source, out)

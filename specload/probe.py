@@ -18,9 +18,19 @@ class ServerUnreachable(RuntimeError):
 
 def get_json(host: str, path: str, timeout: float = 10.0, insecure: bool = False) -> tuple[int, Any]:
     """GET a JSON endpoint: (status, parsed body or None). Raises ServerUnreachable on no answer."""
+    return _call(host, "GET", path, None, timeout, insecure)
+
+
+def post_json(host: str, path: str, body: Any, timeout: float = 10.0, insecure: bool = False) -> tuple[int, Any]:
+    """POST a JSON body: (status, parsed reply or None). Raises ServerUnreachable on no answer."""
+    return _call(host, "POST", path, orjson.dumps(body), timeout, insecure)
+
+
+def _call(host: str, method: str, path: str, payload: bytes | None, timeout: float, insecure: bool) -> tuple[int, Any]:
+    """A non-200 status comes with the server's message in place of the body."""
     client = make_client(host, timeout, timeout, insecure)
     try:
-        resp = client.get(endpoint(host, path), headers=base_headers(stream=False))
+        resp = client.request(method, endpoint(host, path), body=payload, headers=base_headers(stream=False))
         raw = resp.read()
         resp.release()
     except Exception as e:  # noqa: BLE001

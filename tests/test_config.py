@@ -138,7 +138,7 @@ top_k = 5
     assert sc.duration_s == 10.0 and isinstance(sc.duration_s, float)
     assert sc.budget(2) is None
     assert sc.extra_body == {"top_p": 0.9, "sampling_params": {"top_k": 5}}
-    assert (sc.token_id_min, sc.token_id_max) == (10, 20)
+    assert sc.token_id_range == (10, 20)
 
 
 def test_scenario_table_form_accepted(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import locust
 from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
+from specload.backends import get_backend
 from specload.config import Scenario, ScenarioError
 from specload.http import check_host, redact_host
 from specload.introspect import MetricsSampler, max_running, server_config
@@ -35,8 +36,10 @@ from specload.locust.protocol import (
     record_from_wire,
 )
 from specload.probe import ServerUnreachable, discover_model
+from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import level_label
 from specload.rundir import RUN_JSON, RecordWriter, claim_run_dir, new_run_dir, write_json_atomic
+from specload.vocab import VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
 
@@ -135,7 +138,11 @@ class SweepOwner:
                 "the server runs at most %d requests at once (max_running_requests); "
                 "levels above C=%d will queue the excess", cap, cap,
             )  # fmt: skip
-        config = RunConfig(sc, model, host, insecure)
+        try:
+            prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure)
+        except (VocabError, PromptProbeFailed, ServerUnreachable) as e:
+            raise CannotStart(f"prompts: {e}") from None
+        config = RunConfig(sc, model, host, prompts, insecure)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server)
 
     def _open_run_dir(self, label: str) -> str:
@@ -162,6 +169,7 @@ class SweepOwner:
             "model_source": run.model_source,
             "scenario_file": getattr(opts, "scenario", "") or None,
             "scenario": sc.to_dict(),
+            "prompts": run.config.prompts.describe(),
             "started_at": time.time(),
             "ended_at": None,
             "status": "running",
@@ -305,6 +313,8 @@ class SweepOwner:
             elif change == Change.DONE:
                 self._log_level_done()
             elif change in (Change.ABORT, Change.TIMEOUT):
+                if hint := invalid_prompt_hint(self.ctrl.abort_reason):
+                    self.ctrl.abort_reason = f"{self.ctrl.abort_reason}; {hint}"
                 logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()

@@ -12,6 +12,7 @@ from typing import Any
 
 from specload.config import Scenario
 from specload.levels import Grant, Phase, SweepState
+from specload.prompts import PromptSource
 from specload.records import RequestRecord
 
 MSG_STATE = "specload_state"  # owner -> users: current level, whether tickets are available, run config
@@ -28,15 +29,20 @@ class RunConfig:
     scenario: Scenario
     model: str | None
     host: str
+    prompts: PromptSource
     insecure: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"scenario": self.scenario.to_dict(), "model": self.model, "host": self.host, "insecure": self.insecure}
+        return {"scenario": self.scenario.to_dict(), "model": self.model, "host": self.host,
+                "prompts": self.prompts.to_wire(), "insecure": self.insecure}  # fmt: skip
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RunConfig:
         # The owner validated the scenario before it sent it.
-        return cls(Scenario(**d["scenario"]), d.get("model"), d["host"], bool(d.get("insecure", False)))
+        sc = Scenario(**d["scenario"])
+        if sc.token_id_range is not None:
+            sc.token_id_range = (sc.token_id_range[0], sc.token_id_range[1])  # msgpack made it a list
+        return cls(sc, d.get("model"), d["host"], PromptSource.from_wire(d["prompts"]), bool(d.get("insecure", False)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from specload.locust.protocol import (
     TicketReturn,
     record_to_wire,
 )
-from specload.prompts import prompt_ids, prompt_text
+from specload.prompts import make_prompt
 from specload.records import PHASE_WARMUP, RequestRecord
 from specload.stream import Interrupted, RequestSpec, stream_request
 
@@ -162,12 +162,7 @@ class SpecloadUser(User):
         backend = side.backend()
         warm = grant.phase == PHASE_WARMUP
         n = grant.level * 1_000_000 + (500_000 if warm else 0) + grant.seq
-        if backend.takes_token_ids:
-            prompt: list[int] | str = prompt_ids(
-                sc.seed, n, sc.input_tokens, sc.token_id_min, sc.token_id_max, sc.shared_prefix_tokens
-            )
-        else:
-            prompt = prompt_text(sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
+        prompt = make_prompt(cfg.prompts, sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
         body = backend.body(prompt, grant.max_tokens, cfg.model, sc.temperature, sc.extra_body)
         spec = RequestSpec(
             level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
