@@ -1,4 +1,5 @@
-"""specload.rundir: run directories are never reused, records land on disk as they come."""
+"""specload.rundir: run directories are never reused, records land on disk as they come, and run.json
+reads back typed whatever version wrote it."""
 
 from __future__ import annotations
 
@@ -15,12 +16,22 @@ from specload.records import read_records
 from specload.rundir import (
     RECORDS,
     RUN_JSON,
+    SCHEMA_VERSION,
+    LevelMeta,
     RecordWriter,
+    RunMeta,
+    ServerInfo,
     claim_run_dir,
     new_run_dir,
     read_json,
+    read_jsonl,
+    read_run_meta,
+    safe_name,
     write_json_atomic,
+    write_run_meta,
 )
+
+FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture
@@ -154,3 +165,111 @@ def test_write_json_atomic_keeps_old_file_on_failure(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         write_json_atomic(path, {"status": {1, 2}})  # a set is not JSON
     assert read_json(path) == {"status": "running"}
+
+
+def test_safe_name() -> None:
+    assert safe_name("my run/1") == "my-run-1" and safe_name("///") == "run" and safe_name("a.b_c-d") == "a.b_c-d"
+
+
+def test_read_jsonl_skips_blank_torn_and_malformed_lines(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"t": 1}\n\nnot json\n[2]\n{"t": 3, "runn')
+    assert list(read_jsonl(path)) == [{"t": 1}, [2]]
+    with pytest.raises(OSError):
+        list(read_jsonl(tmp_path / "missing.jsonl"))
+
+
+# ---------------------------------------------------------------- run.json schema
+
+
+def level_as_written(index: int = 0, **over: object) -> dict[str, object]:
+    """A level entry with every key the sweep's owner writes (levels.LevelState.meta)."""
+    return {
+        "index": index, "concurrency": 16, "repeat": 0, "budget": 32, "warmup": 1, "duration_s": None,
+        "t_start": 1764475200.5, "t_measure_start": 1764475201.0, "t_end": 1764475230.0, "status": "completed",
+        "granted": 32, "received": 32, "granted_warmup": 1, "received_warmup": 1, "lost": 0, "note": None,
+    } | over  # fmt: skip
+
+
+def run_json_as_written() -> dict[str, object]:
+    """Every key the sweep's owner wrote into run.json before the schema had a version."""
+    return {
+        "specload_version": "0.1.0", "locust_version": "2.47.0", "label": "mtp", "host": "http://h:30000",
+        "backend": "sglang", "model": "m", "model_source": "/v1/models", "scenario_file": "scenarios/x.toml",
+        "scenario": {"name": "x", "input_tokens": 1000, "levels": [1, 16]}, "started_at": 1764475200.0,
+        "ended_at": None, "status": "running", "reason": None, "mode": "local",
+        "levels": [level_as_written(0), level_as_written(1, concurrency=32, status="running", t_end=None)],
+        "server": {"engine": "sglang", "speculative_algorithm": None, "max_running_requests": 64,
+                   "max_running_requests_effective": 48, "raw": {"x": 1}},
+        "simulated": True, "server_metrics": "sampled",
+    }  # fmt: skip
+
+
+def test_run_meta_reads_unversioned_files_as_version_1_and_writes_them_back_unchanged() -> None:
+    d = run_json_as_written()
+    meta = RunMeta.from_json(d)
+    assert meta.schema_version == 1 == SCHEMA_VERSION
+    assert (meta.label, meta.backend, meta.status, meta.mode, meta.simulated) == ("mtp", "sglang", "running", "local", True)
+    assert meta.started_at == 1764475200.0 and meta.ended_at is None
+    assert [(lv.index, lv.concurrency, lv.status, lv.budget) for lv in meta.levels] == [
+        (0, 16, "completed", 32),
+        (1, 32, "running", 32),
+    ]
+    assert meta.server.max_running == 48 and meta.server.max_running_requests == 64
+    assert meta.server.engine == "sglang" and meta.server.speculative_algorithm is None
+    assert meta.extra == {} and meta.levels[0].extra == {}
+    assert meta.to_json() == d | {"schema_version": 1}  # nothing lost, nothing renamed
+
+
+def test_run_meta_keeps_unknown_keys_and_survives_bad_values() -> None:
+    d = run_json_as_written() | {"schema_version": 7, "future": {"a": 1}, "started_at": "yesterday"}
+    d["levels"] = [
+        level_as_written(0, extra_field=5, budget="lots"),
+        {"index": 1},  # no concurrency: not a level
+        "garbage",
+        level_as_written(2, concurrency="8", repeat=None),
+    ]
+    d["server"] = ["not", "an", "object"]
+    d["scenario"] = None
+    meta = RunMeta.from_json(d)
+    assert meta.schema_version == 7 and meta.extra == {"future": {"a": 1}}
+    assert meta.started_at is None and meta.scenario == {} and meta.server == ServerInfo()
+    assert [(lv.index, lv.concurrency, lv.repeat, lv.budget) for lv in meta.levels] == [(0, 16, 0, None), (2, 8, 0, 32)]
+    assert meta.levels[0].extra == {"extra_field": 5}
+    out = meta.to_json()
+    assert out["future"] == {"a": 1} and out["levels"][0]["extra_field"] == 5
+    for not_a_run in (None, [], "x", 3):
+        assert RunMeta.from_json(not_a_run) == RunMeta()
+    assert LevelMeta.from_json(None) is None and LevelMeta.from_json({"concurrency": True}) is None
+
+
+def test_sample_fixture_run_json_reads() -> None:
+    meta = RunMeta.from_json(read_json(str(FIXTURES / "sample_run" / RUN_JSON)))
+    assert meta.label == "sample" and meta.status == "completed" and meta.simulated
+    assert [lv.concurrency for lv in meta.levels] == [1, 4, 8]
+    assert meta.levels[0].granted_warmup is None  # older files lack it: None, not an error
+
+
+def test_write_run_meta_round_trip(tmp_path: Path) -> None:
+    meta = RunMeta(
+        label="baseline", host="http://h", backend="openai", status="running",
+        levels=[LevelMeta(index=0, concurrency=1, budget=4)], server=ServerInfo({"engine": "vllm", "max_model_len": 8192}),
+    )  # fmt: skip
+    path = write_run_meta(tmp_path, meta)
+    assert path == tmp_path / RUN_JSON and sorted(os.listdir(tmp_path)) == [RUN_JSON]
+    raw = read_json(str(path))
+    assert raw["schema_version"] == SCHEMA_VERSION and raw["server"] == {"engine": "vllm", "max_model_len": 8192}
+    assert "extra" not in raw and "extra" not in raw["levels"][0]
+    assert read_run_meta(tmp_path) == meta
+    meta.status = "completed"
+    write_run_meta(str(tmp_path), meta)  # rewritten in place, atomically
+    assert read_run_meta(tmp_path).status == "completed"
+
+
+def test_server_info() -> None:
+    s = ServerInfo({"engine": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 64,
+                    "max_running_requests_effective": 48, "tp_size": 4, "simulated": True})  # fmt: skip
+    assert s.max_running == 48 and s.simulated and s.get("tp_size") == 4 and s.get("nope") is None
+    assert s.summary() == "engine sglang, speculative_algorithm NEXTN, max_running_requests 48 (configured 64)"
+    assert ServerInfo({"engine": "vllm"}).summary() == "engine vllm"  # no speculative_algorithm: not mentioned
+    assert ServerInfo({"speculative_algorithm": None}).summary() == "speculative_algorithm none"
