@@ -1,0 +1,86 @@
+"""Tables as text: any tabulate format for people, csv and json for machines.
+
+``specload report`` and ``specload compare`` both print a table in whatever ``--format`` names;
+this is the one place that dispatches on it, so the two commands accept the same formats and
+treat a missing value the same way (``-`` in a table, an empty CSV cell, null or absent in JSON).
+Cells arrive pre-formatted, so the rounding a caller chose is exactly what is printed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tabulate import tabulate, tabulate_formats
+
+MISSING = "-"
+EXTRA_FORMATS = ("csv", "json")  # besides tabulate's own
+
+
+def is_known_format(fmt: str) -> bool:
+    return fmt in EXTRA_FORMATS or fmt in tabulate_formats
+
+
+def check_format(fmt: str) -> None:
+    """Raise ValueError naming the accepted formats when ``fmt`` is not one of them."""
+    if not is_known_format(fmt):
+        raise ValueError(f"unknown format {fmt!r}; use csv, json or one of: {', '.join(tabulate_formats)}")
+
+
+def fmt_num(v: float | None, digits: int) -> str:
+    """``v`` with ``digits`` decimals; MISSING for None."""
+    return MISSING if v is None else f"{v:.{digits}f}"
+
+
+def fmt_count(v: float | None) -> str:
+    """A count that may be a mean: whole numbers without decimals, others with one."""
+    if v is None:
+        return MISSING
+    return f"{v:.0f}" if float(v).is_integer() else f"{v:.1f}"
+
+
+def fmt_pct(pct: float | None) -> str:
+    """A change in percent, rounded to a whole percent: +12%, -32%, 0%; MISSING when unknown."""
+    if pct is None:
+        return MISSING
+    r = round(pct)
+    return "0%" if r == 0 else f"{r:+d}%"
+
+
+def _csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(headers)
+    for row in rows:
+        w.writerow(["" if c == MISSING else c for c in row])  # CSV readers expect empty cells
+    return buf.getvalue()
+
+
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    fmt: str = "github",
+    *,
+    json_data: Callable[[], Any] | None = None,
+    align_right: bool = True,
+) -> str:
+    """The table in ``fmt``: a tabulate format, ``csv`` (the same cells) or ``json``.
+
+    Cells are normally strings, formatted by the caller; a non-string cell is left to tabulate
+    (which right-aligns numbers while strings stay left-aligned unless ``align_right``).
+
+    ``json_data`` gives what ``json`` prints: the unrounded data behind the cells, built only
+    when asked for (without it: one object per row, header -> cell). ``align_right`` right-aligns
+    every column (numbers line up whatever their width). Raises ValueError for an unknown format.
+    """
+    if fmt == "csv":
+        return _csv(headers, rows)
+    if fmt == "json":
+        data = json_data() if json_data is not None else [dict(zip(headers, row, strict=True)) for row in rows]
+        return json.dumps(data, indent=2) + "\n"
+    check_format(fmt)
+    extra: dict[str, Any] = {"colalign": ["right"] * len(headers)} if align_right else {}
+    return tabulate(list(rows), headers=list(headers), tablefmt=fmt, disable_numparse=True, **extra)
