@@ -24,6 +24,7 @@ from specload.records import (
     RequestRecord,
     level_label,
 )
+from specload.rundir import LevelMeta
 
 # Where LevelStats.accept_length came from.
 ACCEPT_FROM_RECORDS = "meta_info"  # SGLang per-request meta_info.spec_verify_ct
@@ -54,9 +55,19 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
+def mean(values: Iterable[float | None]) -> float | None:
+    """Mean of the values that exist; None when none does (a figure that is undefined stays so).
+
+    A plain sum / n rather than statistics.fmean: fmean's exact summation differs in the last bit,
+    and every figure in records-derived JSON has been sum / n since the first run directory.
+    """
     xs = [v for v in values if v is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return max(xs) if xs else None
 
 
 def _ms(v: float | None) -> float | None:
@@ -116,16 +127,33 @@ class LevelStats:
 
 @dataclass
 class RepeatedLevelStats:
-    """One concurrency across its repeats: the spread that confidence intervals will be built on."""
+    """One concurrency across its repeats (--repeat): the figures a report and a comparison show
+    for it, and the per-repeat values that the spread and confidence intervals are built on.
+
+    Figures are means over the repeats that have a value, except the server gauges, which are the
+    max over repeats (how far the server's queue went, not how far it went on average).
+    """
 
     concurrency: int
-    repeats: list[int]
-    n: int  # repeats that produced a value (levels with no records have none)
+    repeats: list[int]  # repeat index of each row; [] when the run has no row at this concurrency
+    n: int  # repeats that produced an agg value (levels with no records have none)
     agg_tok_s_mean: float | None
     agg_tok_s_std: float | None  # sample std-dev (n - 1); None when fewer than 2 values
     per_req_tok_s_mean: float | None
     per_req_tok_s_std: float | None
     levels: list[LevelStats]
+    agg_tok_s_values: list[float] = field(default_factory=list)  # per repeat, those with a value
+    per_req_tok_s_values: list[float] = field(default_factory=list)
+    ttft_p50_ms_mean: float | None = None
+    tpot_p50_ms_mean: float | None = None
+    accept_length_mean: float | None = None
+    server_running_max: float | None = None
+    server_queued_max: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Some repeat has measured requests."""
+        return any(s.sent > 0 for s in self.levels)
 
 
 def _num(v: Any) -> float | None:
@@ -207,7 +235,7 @@ def accept_length_from_counters(samples: Sequence[ServerSample], start: float, e
 
 
 def _max_mean(values: list[float]) -> tuple[float | None, float | None]:
-    return (max(values), sum(values) / len(values)) if values else (None, None)
+    return _max(values), mean(values)
 
 
 def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, end: float) -> None:
@@ -361,15 +389,15 @@ def _fill_throughput(s: LevelStats, measured: list[RequestRecord]) -> None:
 
 
 def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
-    s.per_req_tok_s = _mean(r.output_tokens / r.e2e_s for r in ok if r.e2e_s > 0)
+    s.per_req_tok_s = mean(r.output_tokens / r.e2e_s for r in ok if r.e2e_s > 0)
     ttft = [r.ttft_s for r in ok]
     tpot = [r.tpot_s for r in ok]
     e2e = [r.e2e_s for r in ok]
     s.ttft_p50_ms, s.ttft_p99_ms = _ms(percentile(ttft, 50)), _ms(percentile(ttft, 99))
     s.tpot_p50_ms, s.tpot_p99_ms = _ms(percentile(tpot, 50)), _ms(percentile(tpot, 99))
     s.e2e_p50_s, s.e2e_p99_s = percentile(e2e, 50), percentile(e2e, 99)
-    s.decode_tok_s_mean = _mean(r.decode_tok_s for r in ok)
-    s.prompt_tokens_mean = _mean(r.prompt_tokens for r in ok)
+    s.decode_tok_s_mean = mean(r.decode_tok_s for r in ok)
+    s.prompt_tokens_mean = mean(r.prompt_tokens for r in ok)
     s.chunk_fallback_ok = sum(r.output_tokens_source == SRC_CHUNKS for r in ok)
     s.token_note = _token_note(s.chunk_fallback_ok, len(ok))
     s.accept_length, s.accept_length_requests = accept_length_from_records(ok)
@@ -383,13 +411,13 @@ def summarize_level(
     repeat: int = 0,
     *,
     index: int | None = None,
-    meta: Mapping[str, Any] | None = None,
+    status: str | None = None,
     samples: Sequence[ServerSample] | None = None,
 ) -> LevelStats:
     """Stats of one level from any set of records (those of other levels are filtered out).
 
     ``index`` narrows the match to one run.json level when the same (C, repeat) occurs twice;
-    ``meta`` is that level's run.json entry, used only for its status. ``samples`` are the run's
+    ``status`` is that level's status in run.json, copied as is. ``samples`` are the run's
     server samples (any order; those outside the level's measured window are ignored).
     """
     mine = [r for r in records if _belongs(r, concurrency, repeat, index)]
@@ -399,7 +427,7 @@ def summarize_level(
         repeat=repeat,
         label=level_label(concurrency, repeat),
         index=index,
-        status=None if meta is None else meta.get("status"),
+        status=status,
         warmup=sum(r.phase == PHASE_WARMUP for r in mine),
     )
     if not measured:
@@ -412,34 +440,39 @@ def summarize_level(
     return s
 
 
-def _meta_key(m: Mapping[str, Any]) -> tuple[int | None, int, int]:
-    idx = m.get("index")
-    return (None if idx is None else int(idx), int(m["concurrency"]), int(m.get("repeat", 0) or 0))
+def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
+    return any(_belongs(r, lv.concurrency, lv.repeat, lv.index) for lv in plan)
 
 
-def _claimed(r: RequestRecord, keys: list[tuple[int | None, int, int]]) -> bool:
-    return any(_belongs(r, c, rep, idx) for idx, c, rep in keys)
+def _plan(levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None) -> list[LevelMeta]:
+    """run.json levels as LevelMeta; an entry that is not a level (no concurrency) is skipped."""
+    out: list[LevelMeta] = []
+    for m in levels_meta or []:
+        lv = m if isinstance(m, LevelMeta) else LevelMeta.from_json(m)
+        if lv is not None:
+            out.append(lv)
+    return out
 
 
 def summarize_run(
     records: Sequence[RequestRecord],
-    levels_meta: Sequence[Mapping[str, Any]] | None,
+    levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
     samples: Sequence[ServerSample] | None = None,
 ) -> list[LevelStats]:
     """One row per run.json level (in sweep order, even without records), then any unplanned levels.
 
+    ``levels_meta``: run.json ``levels``, typed (RunMeta.levels) or as parsed JSON objects.
     Rows for levels that run.json does not list are kept rather than dropped: records are the
     ground truth, and a missing or stale run.json must not hide measurements. ``samples`` (the
     run's server_samples.jsonl) add the server-side columns and, on vLLM, the accept length.
     """
     samples = sorted(samples or [], key=lambda x: x.t)
-    metas = [m for m in (levels_meta or []) if isinstance(m, Mapping) and "concurrency" in m]
-    keys = [_meta_key(m) for m in metas]
+    plan = _plan(levels_meta)
     out = [
-        summarize_level(records, c, rep, index=idx, meta=m, samples=samples)
-        for (idx, c, rep), m in zip(keys, metas, strict=True)
+        summarize_level(records, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples)
+        for lv in plan
     ]
-    extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, keys)})
+    extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})
     for idx, c, rep in extra:
         s = summarize_level(records, c, rep, index=idx, samples=samples)
         s.planned = False
@@ -451,6 +484,28 @@ def _sample_std(xs: list[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) >= 2 else None
 
 
+def _combine(concurrency: int, levels: Sequence[LevelStats]) -> RepeatedLevelStats:
+    agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
+    per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
+    return RepeatedLevelStats(
+        concurrency=concurrency,
+        repeats=[s.repeat for s in levels],
+        n=len(agg),
+        agg_tok_s_mean=mean(agg),
+        agg_tok_s_std=_sample_std(agg),
+        per_req_tok_s_mean=mean(per),
+        per_req_tok_s_std=_sample_std(per),
+        levels=list(levels),
+        agg_tok_s_values=agg,
+        per_req_tok_s_values=per,
+        ttft_p50_ms_mean=mean(s.ttft_p50_ms for s in levels),
+        tpot_p50_ms_mean=mean(s.tpot_p50_ms for s in levels),
+        accept_length_mean=mean(s.accept_length for s in levels),
+        server_running_max=_max(s.server_running_max for s in levels),
+        server_queued_max=_max(s.server_queued_max for s in levels),
+    )
+
+
 def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
     """Mean and sample std-dev across repeats of one concurrency (levels without a value are skipped)."""
     if not levels:
@@ -458,18 +513,13 @@ def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
     concurrencies = {s.concurrency for s in levels}
     if len(concurrencies) != 1:
         raise ValueError(f"combine_repeats got several concurrencies: {sorted(concurrencies)}")
-    agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
-    per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
-    return RepeatedLevelStats(
-        concurrency=levels[0].concurrency,
-        repeats=[s.repeat for s in levels],
-        n=len(agg),
-        agg_tok_s_mean=_mean(agg),
-        agg_tok_s_std=_sample_std(agg),
-        per_req_tok_s_mean=_mean(per),
-        per_req_tok_s_std=_sample_std(per),
-        levels=list(levels),
-    )
+    return _combine(levels[0].concurrency, levels)
+
+
+def repeats_at(levels: Sequence[LevelStats], concurrency: int) -> RepeatedLevelStats:
+    """Every repeat of ``concurrency`` among a run's ``levels`` combined; a run without that
+    concurrency gives an empty one (repeats [], every figure None), so runs line up level by level."""
+    return _combine(concurrency, [s for s in levels if s.concurrency == concurrency])
 
 
 def group_repeats(levels: Sequence[LevelStats]) -> list[RepeatedLevelStats]:

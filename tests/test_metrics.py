@@ -17,6 +17,7 @@ from specload.metrics import (
     combine_repeats,
     group_repeats,
     percentile,
+    repeats_at,
     steady_tok_s,
     steady_window,
     summarize_level,
@@ -282,6 +283,21 @@ def test_combine_repeats_single_and_errors() -> None:
         combine_repeats([])
     with pytest.raises(ValueError):
         combine_repeats([LevelStats(1, 0, "c001"), LevelStats(2, 0, "c002")])
+
+
+def test_repeats_at_means_and_server_maxima() -> None:
+    a = LevelStats(concurrency=4, repeat=0, label="c004", sent=8, agg_tok_s=10.0, ttft_p50_ms=100.0,
+                   server_running_max=4.0, server_queued_max=0.0)  # fmt: skip
+    b = LevelStats(concurrency=4, repeat=1, label="c004.r1", sent=8, agg_tok_s=14.0, ttft_p50_ms=None,
+                   server_running_max=3.0, server_queued_max=2.0)  # fmt: skip
+    other = LevelStats(concurrency=8, repeat=0, label="c008", sent=16, agg_tok_s=99.0)
+    r = repeats_at([a, other, b], 4)
+    assert r.repeats == [0, 1] and r.agg_tok_s_values == [10.0, 14.0] and r.agg_tok_s_mean == 12.0
+    assert r.ttft_p50_ms_mean == 100.0  # a repeat without a value does not count
+    assert (r.server_running_max, r.server_queued_max) == (4.0, 2.0)  # max over repeats, not mean
+    assert r.measured and r.per_req_tok_s_mean is None and r.per_req_tok_s_values == []
+    absent = repeats_at([a, b], 16)
+    assert absent.repeats == [] and not absent.measured and absent.agg_tok_s_mean is None and absent.n == 0
 
 
 def test_group_repeats_from_records() -> None:

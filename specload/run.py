@@ -1,0 +1,180 @@
+"""One run directory read back: ``load_run(path) -> Run``, the one reader report and compare share.
+
+Reads only the run directory (run.json, records.jsonl, server_samples.jsonl when the server's
+/metrics were sampled, Locust's locust.json / locust_stats.csv), so a run can be re-read at any
+time, on any machine, from what it left behind. Figures come from the records (specload.metrics);
+Locust's counts are only cross-checked. Whatever is missing or unreadable becomes a notice, not an
+error: an interrupted or crashed sweep must stay reportable.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specload.metrics import LevelStats, ServerSample, summarize_run
+from specload.records import RequestRecord, read_records
+from specload.rundir import (
+    LOCUST_CSV,
+    LOCUST_JSON,
+    RECORDS,
+    RUN_JSON,
+    SERVER_SAMPLES,
+    RunMeta,
+    read_jsonl,
+)
+
+
+class NotARunDir(Exception):
+    """The directory holds neither run.json nor records.jsonl: nothing to report."""
+
+
+@dataclass
+class Run:
+    """Everything a run directory says, with the per-level figures computed from its records."""
+
+    run_dir: Path
+    meta: dict[str, Any]  # run.json as read ({} when absent); typed code reads ``info``
+    records: list[RequestRecord]
+    levels: list[LevelStats]
+    crosscheck: list[str] = field(default_factory=list)  # record counts vs Locust's counts
+    notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
+    samples: list[ServerSample] = field(default_factory=list)  # server_samples.jsonl ([] when absent)
+    info: RunMeta = field(default_factory=RunMeta)  # run.json, typed (RunMeta() when absent)
+
+    @property
+    def label(self) -> str:
+        """run.json's label, else the directory's name (what a run is called in headers)."""
+        return self.info.label or self.run_dir.resolve().name
+
+    def max_running_notes(self) -> list[str]:
+        """One note per concurrency above the server's max_running_requests."""
+        cap = self.info.server.max_running
+        if cap is None:
+            return []
+        over = sorted({s.concurrency for s in self.levels if s.concurrency > cap})
+        return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
+
+
+def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
+    path = run_dir / RUN_JSON
+    if not path.exists():
+        notices.append(f"no {RUN_JSON}: figures come from {RECORDS} alone (no level plan, no run header)")
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        notices.append(f"{RUN_JSON} unreadable ({e}); figures come from {RECORDS} alone")
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _read_records(run_dir: Path, notices: list[str]) -> list[RequestRecord]:
+    path = run_dir / RECORDS
+    if not path.exists():
+        notices.append(f"no {RECORDS}: every level shows zero requests")
+        return []
+    return read_records(str(path))
+
+
+def read_server_samples(path: str | Path) -> list[ServerSample]:
+    """server_samples.jsonl in time order; [] when absent. Torn or malformed lines are skipped."""
+    try:
+        rows = list(read_jsonl(path))
+    except OSError:
+        return []
+    samples = [s for s in map(ServerSample.from_dict, rows) if s is not None]
+    samples.sort(key=lambda x: x.t)
+    return samples
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing."""
+    d = Path(run_dir)
+    if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
+        raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
+    notices: list[str] = []
+    meta = _read_meta(d, notices)
+    info = RunMeta.from_json(meta)
+    records = _read_records(d, notices)
+    samples = read_server_samples(d / SERVER_SAMPLES)
+    levels = summarize_run(records, info.levels, samples)
+    return Run(d, meta, records, levels, crosscheck(d, levels), notices, samples, info)
+
+
+# ---------------------------------------------------------------- Locust cross-check
+
+
+def _parse_row_name(name: str) -> tuple[str, bool] | None:
+    """(level label, is_warmup) of a request row named per DESIGN-CONTRACTS, else None."""
+    parts = name.split()
+    if len(parts) == 2:
+        return parts[0], False
+    if len(parts) == 3 and parts[1] == "warmup":
+        return parts[0], True
+    return None
+
+
+def _add_count(counts: dict[str, int], method: str, name: str, n: int) -> None:
+    parsed = _parse_row_name(name) if method == "POST" else None
+    if parsed is not None and not parsed[1]:
+        counts[parsed[0]] = counts.get(parsed[0], 0) + n
+
+
+def _locust_json_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in json.loads(path.read_text()):
+        _add_count(counts, str(e.get("method", "")), str(e.get("name", "")), int(e.get("num_requests", 0)))
+    return counts
+
+
+def _locust_csv_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            _add_count(counts, row.get("Type", ""), row.get("Name", ""), int(row.get("Request Count") or 0))
+    return counts
+
+
+def _locust_counts(run_dir: Path, notes: list[str]) -> tuple[dict[str, int], str] | None:
+    """Measured-request counts per level label from Locust's own files, preferring locust.json.
+
+    locust.json is written once at shutdown from the final stats; locust_stats.csv is a periodic
+    snapshot and may lag, so it is only the fallback.
+    """
+    for fname, reader in ((LOCUST_JSON, _locust_json_counts), (LOCUST_CSV, _locust_csv_counts)):
+        path = run_dir / fname
+        if not path.exists():
+            continue
+        try:
+            return reader(path), fname
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+            notes.append(f"could not read {fname} ({e})")
+    return None
+
+
+def crosscheck(run_dir: Path, levels: Sequence[LevelStats]) -> list[str]:
+    """Notes where records and Locust disagree on how many measured requests each level sent."""
+    notes: list[str] = []
+    found = _locust_counts(run_dir, notes)
+    if found is None:
+        notes.append(f"Locust cross-check skipped: no readable {LOCUST_JSON} or {LOCUST_CSV}")
+        return notes
+    counts, fname = found
+    why = (
+        "Locust's _stats.csv can miss the last second; records are authoritative"
+        if fname == LOCUST_CSV
+        else "records are authoritative"
+    )
+    labels = {s.label for s in levels}
+    for s in levels:
+        theirs = counts.get(s.label, 0)
+        if theirs != s.sent:
+            notes.append(f"{s.label}: records {s.sent} requests, Locust counted {theirs} ({why})")
+    for label in sorted(set(counts) - labels):
+        notes.append(f"{label}: Locust counted {counts[label]} requests, records have no such level ({why})")
+    return notes
