@@ -1,4 +1,5 @@
-"""specload.compare and specload.plot against generated run directories shaped like the reference."""
+"""specload.comparison, specload.compare and specload.plot against generated run directories shaped
+like the reference."""
 
 from __future__ import annotations
 
@@ -12,23 +13,30 @@ from pathlib import Path
 import pytest
 
 from specload.compare import (
+    CompareError,
+    change_cell,
+    main,
+    print_result,
+    render_table,
+    run_compare,
+    table_columns,
+    table_rows,
+)
+from specload.comparison import (
     Change,
     Crossover,
+    _tpot_part,
     build_comparison,
     change_pct,
     ci_change,
     crossover,
     crossover_sentence,
-    fmt_pct,
-    main,
-    render_table,
     t_quantile_975,
-    table_columns,
-    table_rows,
     unique_labels,
 )
+from specload.output import fmt_pct
 from specload.plot import MISSING_NOTICE, plot_comparison
-from specload.report import load_run
+from specload.run import load_run
 from tests.fixtures.make_compare_runs import (
     BASE_AGG,
     BASE_PER,
@@ -110,11 +118,11 @@ def test_ci_change_welch_hand_computed() -> None:
 
 
 def test_change_cell_and_noise() -> None:
-    assert Change(12.2).cell() == "+12%" and not Change(12.2).noise
-    assert Change(12.2, 3.4).cell() == "+12% (±3%)"
-    assert Change(2.0, 5.0).cell() == "+2% (±5%) ~" and Change(2.0, 5.0).noise
-    assert Change(-1.0, 0.4).cell() == "-1% (±0.4%)"
-    assert Change(None, None).cell() == "-"
+    assert change_cell(Change(12.2)) == "+12%" and not Change(12.2).noise
+    assert change_cell(Change(12.2, 3.4)) == "+12% (±3%)"
+    assert change_cell(Change(2.0, 5.0)) == "+2% (±5%) ~" and Change(2.0, 5.0).noise
+    assert change_cell(Change(-1.0, 0.4)) == "-1% (±0.4%)"
+    assert change_cell(Change(None, None)) == "-"
 
 
 def test_crossover_reference() -> None:
@@ -218,7 +226,7 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
     assert comp.sentences == [REF_SENTENCE]
     assert any("C=64 exceeds the server's max_running_requests (48)" in n for n in comp.notes)
     # spec_verify_ct = round(1000 / accept): 1000 / 526 = 1.901 at C=16
-    accept = [comp.runs[1].figures[c].accept_length for c in LEVELS]
+    accept = [comp.runs[1].figures[c].accept_length_mean for c in LEVELS]
     assert accept == pytest.approx([MTP_ACCEPT[c] for c in LEVELS], abs=0.002)
 
 
@@ -405,8 +413,7 @@ def test_plot_comparison_writes_png_with_simulated_title(
     orig_suptitle, orig_axvline = Figure.suptitle, Axes.axvline
     monkeypatch.setattr(Figure, "suptitle", lambda self, t, **kw: titles.append(t) or orig_suptitle(self, t, **kw))
     monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_axvline(self, x, *a, **kw))
-    runs = [(label, load_run(p).levels) for label, p in zip(("baseline", "mtp"), pair, strict=True)]
-    path = plot_comparison(runs, tmp_path / "sub" / "p.png", simulated=True)
+    path = plot_comparison(build_comparison([load_run(p) for p in pair]), tmp_path / "sub" / "p.png")
     assert path == tmp_path / "sub" / "p.png"
     assert path.read_bytes()[:8] == PNG_MAGIC
     assert titles == ["specload: baseline vs mtp (SIMULATED)"]
@@ -417,8 +424,7 @@ def test_plot_without_matplotlib(
     pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    runs = [("baseline", load_run(pair[0]).levels), ("mtp", load_run(pair[1]).levels)]
-    assert plot_comparison(runs, tmp_path / "p.png") is None
+    assert plot_comparison(build_comparison([load_run(p) for p in pair]), tmp_path / "p.png") is None
     assert not (tmp_path / "p.png").exists()
     captured = capsys.readouterr()
     assert captured.err == MISSING_NOTICE + "\n" and captured.out == ""
@@ -444,10 +450,74 @@ def test_changes_inside_the_noise_or_negligible_make_no_crossover() -> None:
 
 
 def test_tpot_clause() -> None:
-    from specload.compare import _tpot_part
-
     assert _tpot_part([1, 2], [-20.0, -10.0]) == "Running requests decode faster at every level (TPOT -10% at C=2)"
     assert _tpot_part([1, 2], [5.0, 3.0]) == "Running requests decode slower at every level (TPOT +3% at C=2)"
     mixed = _tpot_part([1, 2, 4], [-20.0, 0.2, 6.0])
     assert mixed == "Running requests decode faster at C=1 and slower at C=4 (TPOT +6% at C=4)"
     assert _tpot_part([1], [None]) is None and _tpot_part([1], [0.3]) is None
+
+
+# ---------------------------------------------------------------- callable without argv
+
+
+@pytest.mark.parametrize("fmt", ["github", "json"])
+def test_run_compare_is_main_without_argv(
+    pair: tuple[Path, Path], tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(pair[0]), str(pair[1]), "--format", fmt, "--out", str(tmp_path / "a"), "--no-plot"]) == 0
+    by_main = capsys.readouterr()
+    result = run_compare(pair, out=tmp_path / "b", fmt=fmt, plot=False)
+    assert result.sentences == [REF_SENTENCE] and result.comparison.levels == list(LEVELS)
+    assert result.markdown == tmp_path / "b" / "comparison.md" and result.plot is None
+    assert result.written == [result.markdown]
+    assert (tmp_path / "a" / "comparison.md").read_text() == result.markdown.read_text()
+    out, err = io.StringIO(), io.StringIO()
+    print_result(result, out, err)
+    assert out.getvalue() == by_main.out
+    assert err.getvalue() == by_main.err.replace(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert (result.side is None) == (fmt == "github")
+
+
+def test_run_compare_errors(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    with pytest.raises(CompareError, match="at least two run directories"):
+        run_compare([pair[0]])
+    with pytest.raises(CompareError, match="unknown format 'nope'"):
+        run_compare(pair, fmt="nope")
+    with pytest.raises(CompareError, match="nowhere: not a directory"):
+        run_compare([pair[0], tmp_path / "nowhere"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CompareError, match="not a specload run directory"):
+        run_compare([pair[0], tmp_path / "empty"])
+
+
+def test_plot_draws_the_verdicts_crossovers_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changes under 1% make no crossover in the verdict, so none in the plot either."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    vlines: list[float] = []
+    orig = Axes.axvline
+    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig(self, x, *a, **kw))
+    base = write_run(tmp_path / "b", "baseline", {1: 100.0, 2: 200.0, 4: 300.0}, {1: 100.0, 2: 100.0, 4: 75.0})
+    mtp = write_run(tmp_path / "m", "mtp", {1: 100.5, 2: 199.5, 4: 330.0}, {1: 100.4, 2: 99.8, 4: 80.0})
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    assert comp.crossovers["mtp"].agg == [] and comp.crossovers["mtp"].per_req == []
+    assert "crossover" not in comp.sentences[0]
+    assert plot_comparison(comp, tmp_path / "p.png") is not None
+    assert vlines == []
+
+
+
+def test_plot_draws_a_finished_comparison() -> None:
+    """plot depends on specload.comparison only, never on the CLI module that calls it (no circle)."""
+    import ast
+
+    import specload.compare
+    import specload.plot
+
+    def imported(module: object) -> set[str]:
+        tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
+        return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+
+    assert "specload.comparison" in imported(specload.plot) and "specload.compare" not in imported(specload.plot)
+    assert "specload.report" not in imported(specload.compare)  # both read runs through specload.run
