@@ -21,19 +21,29 @@ ARGS ?=
 
 SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
 
-.PHONY: install test demo sweep ui report compare sim master worker clean
+.PHONY: install test test-real demo sweep ui report compare sim master worker locustfile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,plot]'
+	$(BIN)/pip install --quiet -e '.[dev,plot,tokenizer]'
+	touch $@
+
+$(VENV)/.installed-real: $(VENV)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,plot,tokenizer,real]'
 	touch $@
 
 install: $(VENV)/.installed
 
+# The fast suite: the simulator, real Locust processes, the browser-free web UI checks (a few minutes).
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --ignore=tests/real
+
+# Against a real llama.cpp server built from source (first run ~10 min to build, cached in
+# ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.
+test-real: $(VENV)/.installed-real
+	SPECLOAD_REAL_STRICT=$(if $(CI),1,0) $(BIN)/pytest -q tests/real
 
 demo: install
 	$(SPECLOAD) demo --out $(OUT)
@@ -64,6 +74,9 @@ master: install
 worker: install
 	@test -n "$(MASTER)" || { echo "usage: make worker MASTER=master-host [PROCESSES=N]"; exit 2; }
 	$(SPECLOAD) worker --master-host $(MASTER) $(if $(PROCESSES),--processes $(PROCESSES)) $(ARGS)
+
+locustfile: install
+	@$(SPECLOAD) locustfile
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

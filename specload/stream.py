@@ -25,6 +25,8 @@ from specload.http import describe_connect_error, server_message, shorten
 from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, make_record, now
 
 _DONE = b"[DONE]"
+# What a request on a connection the server already closed raises, before any response byte.
+_STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
 
 
@@ -87,7 +89,14 @@ def stream_request(
     resp = None
     interrupted = False
     try:
-        resp = client.request("POST", path, body=payload, headers=headers)
+        try:
+            resp = client.request("POST", path, body=payload, headers=headers)
+        except _STALE:
+            # A keep-alive connection the server had closed just after its last response (llama.cpp
+            # does this after every streamed response while it advertises keep-alive). The request
+            # never reached a live connection, so it is sent again on a new one, timed from there.
+            t_send_wall, t0 = now(), perf()
+            resp = client.request("POST", path, body=payload, headers=headers)
     except GreenletExit:
         reason, interrupted = "interrupted (test stopped) before the response", True
     except Exception as e:  # noqa: BLE001 - every failure becomes a record
