@@ -348,3 +348,26 @@ def test_chat_body() -> None:
     assert body["temperature"] == 0.5
     assert body["top_p"] == 0.9
     assert "prompt" not in body
+
+
+# llama.cpp's last event, as seen from a speculative llama-server (draft model, --spec-synth-len 3)
+LLAMACPP_SPEC_LAST = (
+    b'{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"object":"text_completion",'
+    b'"usage":{"completion_tokens":20,"prompt_tokens":3,"total_tokens":23},"timings":{"cache_n":0,"prompt_n":3,'
+    b'"predicted_n":20,"predicted_ms":20.466,"draft_n":19,"draft_n_accepted":12}}'
+)
+
+
+@pytest.mark.parametrize("backend", ["openai", "chat"])
+def test_llamacpp_timings_give_the_verify_steps(backend: str) -> None:
+    p = get_backend(backend).parser()
+    ev = LLAMACPP_SPEC_LAST if backend == "openai" else LLAMACPP_SPEC_LAST.replace(b'"text":""', b'"delta":{}')
+    assert p.feed(ev) == 0
+    # 20 tokens, 12 of them accepted drafts: 8 decode steps, 2.5 tokens per step.
+    assert (p.output_tokens, p.spec_verify_ct) == (20, 8)
+
+
+def test_llamacpp_timings_without_a_draft_say_nothing() -> None:
+    p = get_backend("openai").parser()
+    p.feed(LLAMACPP_SPEC_LAST.replace(b'"draft_n":19,"draft_n_accepted":12', b'"predicted_per_second":9'))
+    assert p.spec_verify_ct is None

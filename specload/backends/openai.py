@@ -21,6 +21,9 @@ class CompletionsParser(StreamParser):
         usage = ev.get("usage")
         if usage:
             self.take_usage(usage)
+            timings = ev.get("timings")
+            if timings:
+                self.take_timings(timings)
         choices = ev.get("choices")
         if not choices:
             return None
@@ -29,6 +32,17 @@ class CompletionsParser(StreamParser):
         if fr:
             self.finish_reason = fr
         return choice
+
+    def take_timings(self, timings: dict[str, Any]) -> None:
+        """llama.cpp's per-request ``timings``: with a draft model, ``draft_n_accepted`` tokens came free.
+
+        Each decode step yields its accepted draft tokens plus one of its own, so the steps taken
+        (SGLang's ``spec_verify_ct``) are the tokens minus the accepted ones, and tokens per step is
+        the acceptance length, as for SGLang.
+        """
+        accepted = timings.get("draft_n_accepted")
+        if timings.get("draft_n") and isinstance(accepted, int) and isinstance(self.output_tokens, int):
+            self.spec_verify_ct = self.output_tokens - accepted
 
     def read(self, ev: dict[str, Any]) -> int:
         choice = self.choice(ev)
