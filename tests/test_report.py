@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import shutil
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from specload.metrics import LevelStats
 from specload.records import (
     FAILED,
     OK,
@@ -24,16 +26,17 @@ from specload.records import (
 )
 from specload.report import (
     COLUMNS,
-    NotARunDir,
-    load_run,
+    LEVEL_COLUMNS,
     main,
-    max_running_requests,
-    read_server_samples,
+    print_report,
     render_levels,
     render_report,
-    server_summary,
+    side_text,
+    write_report,
     write_report_md,
 )
+from specload.run import NotARunDir, load_run, read_server_samples
+from specload.rundir import ServerInfo
 
 T0 = 1_764_475_200.0  # 2025-11-30T04:00:00Z
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -410,14 +413,18 @@ def test_max_running_note_and_server_header(tmp_path: Path) -> None:
 
 
 def test_max_running_requests_effective_wins() -> None:
-    assert max_running_requests({"server": {"max_running_requests": 64, "max_running_requests_effective": 48}}) == 48
-    assert max_running_requests({"server": {"max_running_requests": 64}}) == 64
-    assert max_running_requests({"server": {"max_running_requests": "64"}}) is None
-    assert max_running_requests({"server": {"max_running_requests": True}}) is None
-    assert max_running_requests({"server": {}}) is None and max_running_requests({}) is None
-    both = {"server": {"speculative_algorithm": None, "max_running_requests": 64, "max_running_requests_effective": 48}}
-    assert server_summary(both) == "speculative_algorithm none, max_running_requests 48 (configured 64)"
-    assert server_summary({"server": {}}) is None and server_summary({}) is None
+    def cap(server: Any) -> int | None:
+        return ServerInfo.from_json(server).max_running
+
+    assert cap({"max_running_requests": 64, "max_running_requests_effective": 48}) == 48
+    assert cap({"max_running_requests": 64}) == 64
+    assert cap({"max_running_requests": "64"}) is None
+    assert cap({"max_running_requests": True}) is None
+    assert cap({"max_running_requests": 64, "max_running_requests_effective": 0}) == 64
+    assert cap({}) is None and cap(None) is None
+    both = {"speculative_algorithm": None, "max_running_requests": 64, "max_running_requests_effective": 48}
+    assert ServerInfo.from_json(both).summary() == "speculative_algorithm none, max_running_requests 48 (configured 64)"
+    assert ServerInfo().summary() is None
 
 
 def test_repeats_combined_table(tmp_path: Path) -> None:
@@ -434,3 +441,42 @@ def test_repeats_combined_table(tmp_path: Path) -> None:
     assert cells[:4] == ["2", "3", "12.2", "6.9"]  # mean (20+10+6.67)/3; sample sd sqrt(96.3/2)
     single = load_run(write_run(tmp_path / "one", records[:2], {"levels": meta["levels"][:1]}))
     assert "Repeats combined" not in render_report(single)
+
+
+# ---------------------------------------------------------------- callable without argv
+
+
+def test_print_report_is_main_without_argv(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(run_dir), "--format", "csv"]) == 0
+    by_main = capsys.readouterr()
+    (run_dir / "report.md").unlink()
+    out, err = io.StringIO(), io.StringIO()
+    path = print_report(load_run(run_dir), "csv", out=out, err=err)
+    assert path == run_dir / "report.md" and path.exists()
+    assert (out.getvalue(), err.getvalue()) == (by_main.out, by_main.err)
+    assert render_report(load_run(run_dir), "csv") == out.getvalue()  # only the data, so it parses
+    assert side_text(load_run(run_dir)) + "\n" + f"wrote {path}\n" == err.getvalue()
+    with pytest.raises(ValueError):
+        print_report(load_run(run_dir), "nope")
+
+
+def test_write_report(run_dir: Path) -> None:
+    path = write_report(run_dir)
+    assert path == run_dir / "report.md"
+    assert path.read_text() == render_report(load_run(run_dir), "github")
+    with pytest.raises(NotARunDir):
+        write_report(run_dir / "nowhere")
+
+
+def test_level_columns_are_one_table() -> None:
+    names = [c.name for c in LEVEL_COLUMNS]
+    assert names[: len(COLUMNS)] == list(COLUMNS) and len(set(names)) == len(names)
+    fields_ = {f.name for f in dataclasses.fields(LevelStats)}
+    assert all(c.attr in fields_ for c in LEVEL_COLUMNS)
+
+
+def test_report_reads_run_json_typed(run_dir: Path) -> None:
+    run = load_run(run_dir)
+    assert run.info.label == "baseline" and run.label == "baseline"
+    assert [lv.concurrency for lv in run.info.levels] == [1, 2, 4]
+    assert run.meta["label"] == "baseline"  # the raw file, for callers that index it
