@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import gevent
@@ -19,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specload.http import base_headers, endpoint, make_client
 from specload.probe import ServerUnreachable, get_json
+from specload.records import now
+from specload.rundir import SERVER_SAMPLES, ServerInfo
 
 logger = logging.getLogger("specload")
-
-SAMPLES = "server_samples.jsonl"
 
 # sample key -> metric sample names, SGLang and vLLM spellings (summed over label sets: DP ranks, engines)
 METRICS: dict[str, tuple[str, ...]] = {
@@ -70,8 +71,45 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     return out
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """The first model a ``/v1/models`` answer lists."""
+
+    id: str | None  # None when the entry has no usable id
+    max_model_len: int | None  # vLLM lists it (SGLang does not), so it also tells the engine apart
+
+
+def parse_models(body: Any) -> ServedModel | None:
+    """The first model of a parsed ``/v1/models`` body (OpenAI list format); None when none is listed.
+
+    The one reader of that answer, for everything that asks the server which model it serves.
+    """
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        return None
+    first = data[0]
+    model_id = first.get("id")
+    max_len = first.get("max_model_len")
+    return ServedModel(
+        id=str(model_id) if model_id else None,
+        max_model_len=max_len if isinstance(max_len, int) and not isinstance(max_len, bool) else None,
+    )
+
+
+def discover_model(host: str, timeout: float = 10.0, insecure: bool = False) -> tuple[str | None, str]:
+    """(model id, how it was found). Raises ServerUnreachable when the host does not answer."""
+    status, body = get_json(host, "/v1/models", timeout, insecure)
+    served = parse_models(body) if status == 200 else None
+    if served is not None and served.id:
+        return served.id, "/v1/models"
+    return None, f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model"
+
+
 def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> dict[str, Any]:
-    """The server's own account of its configuration; {} for a server that gives none."""
+    """The server's own account of its configuration; {} for a server that gives none.
+
+    This is what run.json ``server`` holds (``rundir.ServerInfo`` reads it).
+    """
     cfg: dict[str, Any] = {}
     try:
         status, info = get_json(host, "/get_server_info", timeout, insecure)
@@ -88,11 +126,10 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
                     cfg["max_running_requests_effective"] = eff
             cfg["raw"] = {k: v for k, v in info.items() if k not in SGLANG_FIELDS}
         status, models = get_json(host, "/v1/models", timeout, insecure)
-        if status == 200 and isinstance(models, dict) and models.get("data"):
-            first = models["data"][0]
-            if isinstance(first, dict) and "max_model_len" in first:
-                cfg.setdefault("engine", "vllm")
-                cfg["max_model_len"] = first["max_model_len"]
+        served = parse_models(models) if status == 200 else None
+        if served is not None and served.max_model_len is not None:
+            cfg.setdefault("engine", "vllm")
+            cfg["max_model_len"] = served.max_model_len
         status, version = get_json(host, "/version", timeout, insecure)
         if status == 200 and isinstance(version, dict) and "version" in version:
             cfg["version"] = version["version"]
@@ -102,8 +139,8 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
 
 
 def max_running(cfg: dict[str, Any]) -> int | None:
-    value = cfg.get("max_running_requests_effective") or cfg.get("max_running_requests")
-    return value if isinstance(value, int) and value > 0 else None
+    """The server's cap on requests decoded at once (see rundir.ServerInfo.max_running)."""
+    return ServerInfo.from_json(cfg).max_running
 
 
 class MetricsSampler:
@@ -114,7 +151,7 @@ class MetricsSampler:
         insecure: bool = False,
     ) -> None:  # fmt: skip
         self.host, self.interval, self.level_of = host, interval, level_of
-        self.path = os.path.join(run_dir, SAMPLES)
+        self.path = os.path.join(run_dir, SERVER_SAMPLES)
         self.client = make_client(host, 10.0, 5.0, insecure)
         self.greenlet: gevent.Greenlet | None = None
         self.samples = 0
@@ -145,8 +182,6 @@ class MetricsSampler:
         return True
 
     def _write(self, values: dict[str, float | None]) -> None:
-        from specload.records import now
-
         line = {"t": now(), "level": self.level_of(), **values}
         with open(self.path, "ab") as f:
             f.write(orjson.dumps(line) + b"\n")
