@@ -266,7 +266,7 @@ class SimApp:
         progress = _Progress()
         loop = self._engine_loop(job, progress)
         try:
-            next(loop)
+            next(loop)  # admitted (blocks while queued)
             event = r.admitted()
             if event is not None:
                 yield event

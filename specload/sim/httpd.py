@@ -6,7 +6,9 @@ arrive together are handled one after another, so the k-th of C simultaneous req
 engine k * 0.25 ms late and every client-observed TTFT grew with the concurrency. Here a request
 costs one ``recv`` (usually holding head and body), a split of the head into lines and a look at the
 headers that matter (Content-Length, Transfer-Encoding, Connection, Expect), ~15 us of Python, and
-one ``sendall`` per response head or body chunk.
+one ``sendall`` per response head or body chunk. Nor h11: it parses the same request in about seven
+times the time of the few small functions below (~50 us against ~7 us, measured on a busy 2-core
+box), and httptools would add a compiled dependency for what is some sixty lines here.
 
 And since whatever is left still adds up over simultaneous requests, each request carries the time
 it arrived (:attr:`Request.arrived`): the kernel's receive timestamp of its last bytes (Linux
@@ -213,7 +215,7 @@ class _BadRequest(Exception):
 
 
 class _Reader:
-    """The receiving side of one connection: bytes read ahead, and when the last read's arrived.
+    """The receiving side of one connection: the bytes read ahead, and when the last read arrived.
 
     One ``recv`` normally brings a whole request, head and body. With kernel timestamps (``stamped``)
     each read is a ``recvmsg`` whose stamp, moved onto ``clock``, becomes :attr:`arrived`.
