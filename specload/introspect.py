@@ -25,14 +25,17 @@ from specload.rundir import SERVER_SAMPLES, ServerInfo
 
 logger = logging.getLogger("specload")
 
-# sample key -> metric sample names, SGLang and vLLM spellings (summed over label sets: DP ranks, engines)
+# sample key -> metric sample names, SGLang, vLLM and llama.cpp spellings (summed over label sets: DP
+# ranks, engines). llama.cpp's "deferred" requests are the ones waiting for a free slot.
 METRICS: dict[str, tuple[str, ...]] = {
-    "running": ("sglang:num_running_reqs", "vllm:num_requests_running"),
-    "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
-    "spec_num_drafts": ("vllm:spec_decode_num_drafts_total",),
-    "spec_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total",),
-    "spec_num_accepted_tokens": ("vllm:spec_decode_num_accepted_tokens_total",),
-}
+    "running": ("sglang:num_running_reqs", "vllm:num_requests_running", "llamacpp:requests_processing"),
+    "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting", "llamacpp:requests_deferred"),
+    "spec_num_drafts": ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total"),
+    "spec_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total"),
+    "spec_num_accepted_tokens": (
+        "vllm:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total",
+    ),
+}  # fmt: skip
 _WANTED = {name: key for key, names in METRICS.items() for name in names}
 _PREFIXES = tuple({n.rsplit("_total", 1)[0] for n in _WANTED})
 

@@ -150,8 +150,11 @@ CASES: dict[str, Case] = {
                     ("--levels", "1,2", "--requests-per-level", "6", *READ_TIMEOUT)),
     "http429": Case(("--fault-http-status", "429", "--fault-http-every", "2"),
                     ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)),
-    "http400": Case(("--fault-http-status", "400"),
+    # From the 2nd request on: the 1st is specload's probe, which would stop the run before any load.
+    "http400": Case(("--fault-http-status", "400", "--fault-from", "2"),
                     ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT)),
+    "http400_probe": Case(("--fault-http-status", "400"),
+                          ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT)),
     "cut": Case(("--fault-cut-after", "5", "--fault-cut-every", "2"),
                 ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)),
     # The read timeout from the flag, and from the scenario file's field (no flag given).
@@ -324,6 +327,13 @@ def test_http_400_on_every_request_stops_early_with_one_clear_message(batch: Bat
     assert [lv["status"] for lv in meta["levels"]] == ["incomplete", "pending"]  # level 2 never started
     assert all(r.level == 0 for r in recs)
     assert "c004: level marked pending" in _report(run_dir)
+
+
+def test_http_400_on_the_probe_stops_before_any_load(batch: Batch) -> None:
+    s = batch.result("http400_probe")
+    assert s.code == 2, s.log[-3000:]  # the server refuses what specload would send: bad input
+    assert not s.out.exists() or not any(s.out.iterdir())  # no run directory for a sweep that never started
+    assert "the server rejected a probe prompt" in s.log and "HTTP 400: simulated fault: HTTP 400" in s.log
 
 
 # ------------------------------------------------------------------------------------------------ connection

@@ -31,6 +31,7 @@ from specload.sim.protocol import (
     GenRequest,
     HTTPError,
     Parse,
+    Vocab,
     check_context,
     check_model,
     error_body,
@@ -119,6 +120,8 @@ class SimApp:
         max_model_len: int = 8192,
         metrics_style: str = "sglang",
         faults: Faults | None = None,
+        vocab: Vocab | None = None,
+        close_after_stream: bool = False,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -127,6 +130,8 @@ class SimApp:
         self.max_model_len = max_model_len
         self.metrics_style = metrics_style
         self.faults = faults or Faults()
+        self.vocab = vocab or Vocab()
+        self.close_after_stream = close_after_stream
         self.injector = FaultInjector(self.faults)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -137,6 +142,7 @@ class SimApp:
             "/v1/completions": ("POST", self._completions),
             "/v1/chat/completions": ("POST", self._chat),
             "/generate": ("POST", self._generate),
+            "/tokenize": ("POST", self._tokenize),
         }
         if metrics_style != "none":
             self._routes["/metrics"] = ("GET", self._metrics)
@@ -160,6 +166,14 @@ class SimApp:
 
     def _health(self, request: Request) -> Response:
         return Response(200, b"ok", "text/plain; charset=utf-8")
+
+    def _tokenize(self, request: Request) -> Response:
+        """llama.cpp's ``{"content"}`` or vLLM's ``{"prompt"}``; ``{"tokens": [...]}`` either way."""
+        body = read_json_object(request.body)
+        text = body.get("content", body.get("prompt"))
+        if not isinstance(text, str):
+            raise HTTPError(400, "'content' (or 'prompt') must be a string")
+        return _json({"tokens": self.vocab.tokenize(text)})
 
     def _models(self, request: Request) -> Response:
         card = {
@@ -203,12 +217,17 @@ class SimApp:
         """The OpenAI endpoints differ only in how the body is read and how events are written."""
         body = read_json_object(request.body)
         check_model(body, self.model)
+        self.vocab.check_ids(body.get("prompt"))
         req = parse(body, self.max_model_len)
+        if renderer is ChatRenderer:
+            req.prompt_tokens += self.vocab.chat_template_tokens
         r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
         return self._respond(request, req, r)
 
     def _generate(self, request: Request) -> Response | Stream | None:
-        req = parse_generate(read_json_object(request.body), self.max_model_len)
+        body = read_json_object(request.body)
+        self.vocab.check_ids(body.get("input_ids"))
+        req = parse_generate(body, self.max_model_len)
         r = GenerateRenderer(req.prompt_tokens, request.arrived, self.engine.speculative)
         return self._respond(request, req, r)
 
@@ -295,6 +314,9 @@ class SimApp:
                 yield tail
         finally:
             loop.close()
+            if self.close_after_stream:
+                # The headers already said keep-alive; the connection closes anyway (llama.cpp).
+                job.request.keep_alive = False
 
     def _whole(self, job: _Job) -> Response | None:
         """The whole response, once the engine produced the last token; None if a fault cut it."""

@@ -20,7 +20,7 @@ from specload.sim.app import SimApp, require_api_key
 from specload.sim.faults import FAULT_NAMES, HTTP_ERROR_STATUSES, Faults
 from specload.sim.httpd import App, HTTPServer
 from specload.sim.info import METRICS_STYLES
-from specload.sim.protocol import error_body
+from specload.sim.protocol import Vocab, error_body
 from specload.sim.timing import Engine, FixedEngine, clock
 
 _FAULT_DEST = "fault_"  # argparse dest prefix of a Faults field
@@ -49,6 +49,12 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
     a("--model", default="specload-sim", help="served model name (default specload-sim)")
     a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
     a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
+    # What a real llama.cpp server does that a client must cope with (docs/simulator.md).
+    a("--vocab-size", type=int, default=None, help="token ids must be below this (HTTP 400 'Prompt contains "
+      "invalid tokens', as llama.cpp); /tokenize maps words into it (default: no check, 32000 for /tokenize)")
+    a("--chat-template-tokens", type=int, default=0, help="tokens a chat template adds to every chat prompt")
+    a("--close-after-stream", action="store_true",
+      help="close the connection after each streamed response while advertising keep-alive, as llama.cpp does")  # fmt: skip
     a("--access-log", action="store_true", help="log every request to stderr")
 
 
@@ -90,6 +96,8 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
     fa("--fault-every", type=int, default=0, help="default every-Nth for the faults below")
     fa("--fault-rate", type=float, default=0.0, help="default probability for the faults below")
     fa("--fault-seed", type=int, default=0, help="seed of the fault RNG")
+    fa("--fault-from", dest="fault_first", type=int, default=1, metavar="N",
+       help="faults hit generation requests from the Nth on (default 1: all)")  # fmt: skip
     fa(
         "--fault-http-status",
         dest="fault_http_error_status",
@@ -253,7 +261,9 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     try:
         engine = build_engine(args)
         faults = build_faults(args)
-        app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults)
+        app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults,
+                     vocab=Vocab(args.vocab_size, args.chat_template_tokens),
+                     close_after_stream=args.close_after_stream)  # fmt: skip
     except ValueError as e:
         parser.error(str(e))
     if bool(args.tls_cert) != bool(args.tls_key):

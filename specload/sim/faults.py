@@ -8,7 +8,8 @@ the HTTP layer's job.
 Selection rule, the same for every fault: a fault that is switched on hits generation request ``n``
 (1-based, counted over valid generation requests in arrival order) when ``n % every == 0`` if its
 ``*_every`` is set, else with probability ``*_rate`` (one seeded RNG, so a run is reproducible for a
-given arrival order) if that is set, else on every request.
+given arrival order) if that is set, else on every request; requests before ``first`` get none (a
+client's probe request before its load, say).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Faults:
     short_every: int = 0
     short_rate: float = 0.0
     die_after_requests: int = 0  # os._exit the server once this many requests were admitted; 0 = off
+    first: int = 1  # faults hit generation requests from this one on (1: all of them)
     seed: int = 0
 
     def validate(self) -> None:
@@ -61,6 +63,8 @@ class Faults:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.first < 1:
+            raise ValueError("first must be >= 1")
         if self.stall_s < 0 or self.short_by < 0 or self.die_after_requests < 0:
             raise ValueError("stall_s, short_by and die_after_requests must be >= 0")
 
@@ -102,6 +106,8 @@ class FaultInjector:
         """Count one generation request and decide which faults it gets."""
         self.requests += 1
         f = self.faults
+        if self.requests < f.first:
+            return NO_FAULTS
         if f.http_error_status and self._hits(f.http_error_every, f.http_error_rate):
             return RequestFaults(http_error=f.http_error_status)
         cut = stall = None

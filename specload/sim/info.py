@@ -14,13 +14,17 @@ from specload import __version__
 from specload.sim.faults import Faults
 from specload.sim.timing import Engine, SpecCounters
 
-METRICS_STYLES = ("sglang", "vllm", "none")
+METRICS_STYLES = ("sglang", "vllm", "llamacpp", "none")
 
-# style -> (running gauge, waiting gauge, prefix of the other names)
+# style -> (running gauge, waiting gauge, prompt counter, generated counter)
 _METRIC_NAMES = {
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:"),
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:"),
-}
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:prompt_tokens_total",
+               "sglang:generation_tokens_total"),
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total",
+             "vllm:generation_tokens_total"),
+    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",
+                 "llamacpp:tokens_predicted_total"),
+}  # fmt: skip
 
 # One Prometheus sample: (name, type, help text, value).
 _Row = tuple[str, str, str, float]
@@ -47,12 +51,13 @@ def metrics_text(
     engine: Engine, style: str, model: str, prompt_tokens_total: int, generation_tokens_total: int
 ) -> str:
     """Prometheus text exposition in ``style``'s names (``sglang`` or ``vllm``)."""
-    running, waiting, prefix = _METRIC_NAMES[style]
+    running, waiting, prompt, generated = _METRIC_NAMES[style]
+    prefix = running.split(":", 1)[0] + ":"
     rows: list[_Row] = [
         (running, "gauge", "Number of requests running now.", engine.running),
         (waiting, "gauge", "Number of requests waiting for a slot.", engine.queued),
-        (prefix + "prompt_tokens_total", "counter", "Prompt tokens admitted.", prompt_tokens_total),
-        (prefix + "generation_tokens_total", "counter", "Tokens generated.", generation_tokens_total),
+        (prompt, "counter", "Prompt tokens admitted.", prompt_tokens_total),
+        (generated, "counter", "Tokens generated.", generation_tokens_total),
     ]
     counters = engine.spec_counters()
     if counters is not None:
@@ -69,7 +74,7 @@ def metrics_text(
 
 
 def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
-    if style == "vllm":  # vLLM's names, which specload's sampler reads
+    if style in ("vllm", "llamacpp"):  # the same three counters in both, which specload's sampler reads
         return [
             (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c.num_drafts),
             (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c.num_draft_tokens),

@@ -9,6 +9,7 @@ O(prompt) on the arrival path (see :func:`_prompt_len`).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,32 @@ def error_body(status: int, message: str) -> bytes:
     """OpenAI's error envelope, which OpenAI-compatible clients know how to surface."""
     err = {"message": message, "type": _ERROR_TYPES.get(status, "Error"), "param": None, "code": status}
     return orjson.dumps({"error": err})
+
+
+@dataclass(slots=True)
+class Vocab:
+    """The simulated model's vocabulary: a word-level tokenizer for ``/tokenize`` (one token per
+    whitespace-separated word, the same count the generation endpoints use), and optionally
+    llama.cpp's check that every prompt token id exists."""
+
+    size: int | None = None  # None: token ids are not checked
+    chat_template_tokens: int = 0  # what a chat template adds to every chat prompt
+    special: int = 3  # ids below this are special tokens, never produced by /tokenize
+
+    def tokenize(self, text: str) -> list[int]:
+        span = (self.size or 32000) - self.special
+        return [self.special + zlib.crc32(w.encode()) % span for w in text.split()]
+
+    def check_ids(self, prompt: Any) -> None:
+        """HTTP 400 when a token-id prompt holds an id outside the vocabulary (O(prompt), so only when asked)."""
+        if self.size is None or not isinstance(prompt, list) or not prompt:
+            return
+        try:
+            ok = min(prompt) >= 0 and max(prompt) < self.size
+        except TypeError:
+            return  # not all ints: _prompt_len answers that
+        if not ok:
+            raise HTTPError(400, "Prompt contains invalid tokens")
 
 
 @dataclass(slots=True)
