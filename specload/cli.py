@@ -74,15 +74,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_worker(args.master_host, args.master_port, args.processes, args.locust_args, args.locustfile)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from specload import report
-
-    argv = [args.run_dir, "--format", args.format]
-    if args.no_write:
-        argv.append("--no-write")
-    return report.main(argv)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from specload.demo import run_demo
 
@@ -126,11 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, default=5557)
     _add_locust_common(p)
 
-    p = sub.add_parser("report", help="print (and write report.md for) a run directory")
-    p.add_argument("run_dir")
-    p.add_argument("--format", default="github", help="any tabulate format, csv or json")
-    p.add_argument("--no-write", action="store_true", help="do not (re)write report.md")
-
+    sub.add_parser("report", help="print (and write report.md for) a run directory (see `specload report --help`)",
+                   add_help=False)  # fmt: skip
     sub.add_parser("sim", help="run the built-in simulated server (see `specload sim --help`)", add_help=False)
     sub.add_parser("compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False)
 
@@ -144,11 +132,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `sim` and `compare` own their whole argument lists (their parsers live with them).
+    # `sim`, `report` and `compare` own their whole argument lists (their parsers live with them).
     if argv and argv[0] == "sim":
-        from specload.sim.server import main as sim_main
+        from specload.sim.cli import main as sim_main
 
         return sim_main(argv[1:])
+    if argv and argv[0] == "report":
+        from specload.report import main as report_main
+
+        return report_main(argv[1:])
     if argv and argv[0] == "compare":
         from specload.compare import main as compare_main
 
@@ -157,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "locustfile":
         print(locustfile_path())
         return 0
-    handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "report": cmd_report, "demo": cmd_demo}
+    handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
     return handler[args.command](args)
 
 

@@ -38,7 +38,7 @@ def _sweep(preset: str, scenario: str, out: str) -> tuple[int, str | None]:
 
 
 def run_demo(scenario: str, out: str) -> int:
-    from specload.compare import main as compare_main
+    from specload.compare import CompareError, print_result, run_compare
 
     print(
         "specload demo: two SIMULATED servers (no GPU, no model): the reference deployment's baseline and\n"
@@ -53,7 +53,12 @@ def run_demo(scenario: str, out: str) -> int:
             return code or 1
         runs.append(run_dir)
     print("\n=== specload demo: baseline vs MTP ===", flush=True)
-    code = compare_main([*runs])
+    try:
+        print_result(run_compare(runs))
+        code = 0
+    except CompareError as e:
+        print(f"specload demo: {e}", file=sys.stderr)
+        code = 2
     print(
         f"\nspecload demo: SIMULATED at {1 / DEMO_TIME_SCALE:g}x real time, so absolute tok/s are "
         f"{1 / DEMO_TIME_SCALE:g}x the simulated deployment's;\nthe changes and the crossover do not depend on "

@@ -16,6 +16,8 @@ import orjson
 from gevent import ssl as gevent_ssl
 from geventhttpclient import HTTPClient
 
+from specload.text import shorten
+
 logger = logging.getLogger("specload")
 
 API_KEY_ENV = ("SPECLOAD_API_KEY", "OPENAI_API_KEY")
@@ -109,11 +111,6 @@ def make_client(
 
 
 # what went wrong, in words -----------------------------------------------------------------------
-
-
-def shorten(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def server_message(status: int, raw: bytes) -> str:

@@ -9,19 +9,13 @@ read, so that parsing a large ``/metrics`` page never stalls the load-generating
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
-import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from specload.http import base_headers, endpoint, make_client
 from specload.probe import ServerUnreachable, get_json
-from specload.records import now
-from specload.rundir import SERVER_SAMPLES, ServerInfo
+from specload.rundir import ServerInfo
 
 logger = logging.getLogger("specload")
 
@@ -144,72 +138,3 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
 def max_running(cfg: dict[str, Any]) -> int | None:
     """The server's cap on requests decoded at once (see rundir.ServerInfo.max_running)."""
     return ServerInfo.from_json(cfg).max_running
-
-
-class MetricsSampler:
-    """Samples ``/metrics`` every ``interval`` s into server_samples.jsonl until stopped."""
-
-    def __init__(
-        self, host: str, run_dir: str, level_of: Callable[[], int | None], interval: float = 1.0,
-        insecure: bool = False,
-    ) -> None:  # fmt: skip
-        self.host, self.interval, self.level_of = host, interval, level_of
-        self.path = os.path.join(run_dir, SERVER_SAMPLES)
-        self.client = make_client(host, 10.0, 5.0, insecure)
-        self.greenlet: gevent.Greenlet | None = None
-        self.samples = 0
-        self.status = "starting"
-
-    def fetch(self) -> dict[str, float | None] | None:
-        resp = self.client.get(endpoint(self.host, "/metrics"), headers=base_headers(stream=False))
-        body = resp.read()
-        resp.release()
-        if resp.status_code != 200:
-            return None
-        return parse_metrics(body.decode("utf-8", "replace"))
-
-    def start(self) -> bool:
-        """False (and no sampling) when the server has no usable /metrics."""
-        try:
-            first = self.fetch()
-        except Exception as e:  # noqa: BLE001
-            logger.info("no server metrics (%s)", e)
-            first = None
-        if first is None or all(v is None for v in first.values()):
-            self.status = "unavailable"
-            self.client.close()
-            return False
-        self.status = "sampling"
-        self._write(first)
-        self.greenlet = gevent.spawn(self._loop)
-        return True
-
-    def _write(self, values: dict[str, float | None]) -> None:
-        line = {"t": now(), "level": self.level_of(), **values}
-        with open(self.path, "ab") as f:
-            f.write(orjson.dumps(line) + b"\n")
-        self.samples += 1
-
-    def _loop(self) -> None:
-        while True:
-            gevent.sleep(self.interval)
-            try:
-                values = self.fetch()
-            except Exception:  # noqa: BLE001 - a missed sample is not worth a failed sweep
-                continue
-            if values is not None:
-                self._write(values)
-
-    def stop(self) -> None:
-        if self.greenlet is not None:
-            self.greenlet.kill(block=False)
-            self.greenlet = None
-        if self.status == "sampling":
-            try:
-                values = self.fetch()
-                if values is not None:
-                    self._write(values)
-            except Exception:  # noqa: BLE001
-                pass
-            self.status = "stopped"
-        self.client.close()

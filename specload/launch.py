@@ -21,8 +21,9 @@ from typing import Any
 
 from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.http import check_host
+from specload.output import is_known_format
 from specload.resources import locustfile_path
-from specload.rundir import LOCUST_PREFIX, RUN_JSON, new_run_dir, read_json
+from specload.rundir import LOCUST_PREFIX, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -147,6 +148,8 @@ def run_locust(cmd: list[str]) -> int:
 def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOutcome:
     """Check, run one headless sweep to its end, print its report; raises LaunchError before any run."""
     sc, host = check_settings(s)
+    if report_format is not None and not is_known_format(report_format):
+        raise LaunchError(EXIT_USAGE, f"--format: unknown table format {report_format!r}")
     preflight(host, sc, s.insecure)
     run_dir = new_run_dir(s.out, s.label or sc.name)
     prefix = os.path.join(run_dir, LOCUST_PREFIX)
@@ -161,7 +164,8 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOu
 
 
 def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> SweepOutcome:
-    from specload import report
+    from specload.report import print_report
+    from specload.run import load_run
 
     if not os.path.exists(os.path.join(run_dir, RUN_JSON)):
         # The sweep never started (Locust refused an option or the locustfile, or the server vanished):
@@ -169,9 +173,9 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> Sweep
         shutil.rmtree(run_dir, ignore_errors=True)
         return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
     if report_format is not None:
-        report.main([run_dir, "--format", report_format])
-    status = read_json(os.path.join(run_dir, RUN_JSON)).get("status")
-    if status == "completed" and locust_code == 0:
+        print_report(load_run(run_dir), report_format)
+    status = read_run_meta(run_dir).status
+    if status == RUN_COMPLETED and locust_code == 0:
         return SweepOutcome(EXIT_OK, run_dir, status)
     print(f"specload: sweep {status}; partial results in {run_dir} (`specload report {run_dir}`)", file=sys.stderr)
     return SweepOutcome(EXIT_INCOMPLETE, run_dir, status)

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from specload.config import Scenario
 from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord
+from specload.rundir import LevelMeta
 
 
 class Phase(str, Enum):
@@ -132,26 +132,15 @@ class LevelProgress:
             return None
         return self.tokens / (self.last_end - self.first_send)
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> LevelMeta:
         """The level's entry in run.json."""
-        return {
-            "index": self.plan.index,
-            "concurrency": self.plan.concurrency,
-            "repeat": self.plan.repeat,
-            "budget": self.plan.budget,
-            "warmup": self.plan.warmup,
-            "duration_s": self.plan.duration_s,
-            "t_start": self.t_start,
-            "t_measure_start": self.t_measure_start,
-            "t_end": self.t_end,
-            "status": self.status,
-            "granted": self.granted,
-            "received": self.received,
-            "granted_warmup": self.granted_warmup,
-            "received_warmup": self.received_warmup,
-            "lost": self.lost,
-            "note": self.note,
-        }
+        p = self.plan
+        return LevelMeta(
+            index=p.index, concurrency=p.concurrency, repeat=p.repeat, budget=p.budget, warmup=p.warmup,
+            duration_s=p.duration_s, t_start=self.t_start, t_measure_start=self.t_measure_start, t_end=self.t_end,
+            status=self.status.value, granted=self.granted, received=self.received,
+            granted_warmup=self.granted_warmup, received_warmup=self.received_warmup, lost=self.lost, note=self.note,
+        )  # fmt: skip
 
 
 def failure_class(rec: RequestRecord) -> str | None:
@@ -359,7 +348,7 @@ class SweepController:
         p = lv.plan
         return SweepState(p.index, p.concurrency, p.repeat, lv.phase, self.is_open, False)
 
-    def levels_meta(self) -> list[dict[str, Any]]:
+    def levels_meta(self) -> list[LevelMeta]:
         return [lv.meta() for lv in self.levels]
 
 

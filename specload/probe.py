@@ -43,13 +43,3 @@ def _call(host: str, method: str, path: str, payload: bytes | None, timeout: flo
         return 200, orjson.loads(raw)
     except orjson.JSONDecodeError:
         return 200, None
-
-
-def discover_model(host: str, timeout: float = 10.0, insecure: bool = False) -> tuple[str | None, str]:
-    """(model id, how it was found). Raises ServerUnreachable when the host does not answer."""
-    status, body = get_json(host, "/v1/models", timeout, insecure)
-    if status == 200 and isinstance(body, dict) and body.get("data"):
-        first = body["data"][0]
-        if isinstance(first, dict) and first.get("id"):
-            return str(first["id"]), "/v1/models"
-    return None, f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model"

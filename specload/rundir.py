@@ -316,6 +316,7 @@ class RunMeta:
     server: ServerInfo = field(default_factory=ServerInfo)
     simulated: bool = False
     server_metrics: str | None = None  # off | sampled | unavailable
+    prompts: dict[str, Any] = field(default_factory=dict)  # PromptSource.describe(): what prompts were made of
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
 
     @classmethod
@@ -349,6 +350,7 @@ class RunMeta:
             server=ServerInfo.from_json(d.get("server")),
             simulated=bool(d.get("simulated", False)),
             server_metrics=_str(d.get("server_metrics")),
+            prompts=dict(d["prompts"]) if isinstance(d.get("prompts"), Mapping) else {},
             extra=_extra(d, cls),
         )
 
@@ -360,6 +362,7 @@ class RunMeta:
         out["levels"] = [lv.to_json() for lv in self.levels]
         out["server"] = self.server.to_json()
         out["scenario"] = dict(self.scenario)
+        out["prompts"] = dict(self.prompts)
         return out
 
 

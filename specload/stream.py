@@ -21,8 +21,9 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.backends import Backend, MalformedEvent
-from specload.http import describe_connect_error, server_message, shorten
+from specload.http import describe_connect_error, server_message
 from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, make_record, now
+from specload.text import shorten
 
 _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.

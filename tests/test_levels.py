@@ -349,7 +349,7 @@ def test_levels_meta_has_run_json_keys() -> None:
     (g,) = grants(c)
     clock.t += 2
     c.receive(rec(g))
-    meta = c.levels_meta()
+    meta = [lv.to_json() for lv in c.levels_meta()]
     assert len(meta) == 2
     required = {
         "index", "concurrency", "repeat", "budget", "warmup", "t_start", "t_measure_start", "t_end",

@@ -6,7 +6,6 @@ writes records and run.json as they come, and logs one progress line per level b
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from specload import __version__
 from specload.backends import get_backend
 from specload.config import Scenario, ScenarioError
 from specload.http import check_host, redact_host
-from specload.introspect import MetricsSampler, max_running, server_config
+from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
 from specload.locust.options import explicit_options, launch_values, scenario_from_options
 from specload.locust.protocol import (
@@ -35,10 +34,22 @@ from specload.locust.protocol import (
     TicketReturn,
     record_from_wire,
 )
-from specload.probe import ServerUnreachable, discover_model
+from specload.locust.sampler import MetricsSampler
+from specload.probe import ServerUnreachable
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import level_label
-from specload.rundir import RUN_JSON, RecordWriter, claim_run_dir, new_run_dir, write_json_atomic
+from specload.rundir import (
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_INTERRUPTED,
+    RUN_RUNNING,
+    RecordWriter,
+    RunMeta,
+    ServerInfo,
+    claim_run_dir,
+    new_run_dir,
+    write_run_meta,
+)
 from specload.vocab import VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
@@ -68,8 +79,9 @@ class SweepOwner:
         self.ctrl: SweepController | None = None
         self.writer: RecordWriter | None = None
         self.run_dir: str | None = None
-        self.meta: dict[str, Any] = {}
+        self.meta = RunMeta()
         self.config: RunConfig | None = None
+        self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.scenario: Scenario | None = None
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
@@ -96,12 +108,12 @@ class SweepOwner:
             self.run_dir = self._open_run_dir(run.label)
         except CannotStart as e:
             return self._fail(str(e))
-        self.scenario, self.config = run.scenario, run.config
+        self.scenario, self.config, self._config_wire = run.scenario, run.config, run.config.to_wire()
         self.writer = RecordWriter(self.run_dir)
         self.outstanding = {}
         self.ctrl = SweepController(plan_levels(run.scenario), run.scenario.pause_s, run.scenario.level_timeout_s)
         self.meta = self._run_meta(run)
-        self.meta["server_metrics"] = self._start_sampler(run)
+        self.meta.server_metrics = self._start_sampler(run)
         self.write_meta()
         self.active = True
         sc = run.scenario
@@ -156,30 +168,18 @@ class SweepOwner:
         except OSError as e:
             raise CannotStart(f"cannot create the run directory: {e}") from None
 
-    def _run_meta(self, run: ResolvedRun) -> dict[str, Any]:
+    def _run_meta(self, run: ResolvedRun) -> RunMeta:
         assert self.ctrl is not None
         sc, opts = run.scenario, self.env.parsed_options
-        return {
-            "specload_version": __version__,
-            "locust_version": locust.__version__,
-            "label": run.label,
-            "host": redact_host(run.config.host),
-            "backend": sc.backend,
-            "model": run.config.model,
-            "model_source": run.model_source,
-            "scenario_file": getattr(opts, "scenario", "") or None,
-            "scenario": sc.to_dict(),
-            "prompts": run.config.prompts.describe(),
-            "started_at": time.time(),
-            "ended_at": None,
-            "status": "running",
-            "reason": None,
-            "mode": type(self.env.runner).__name__.replace("Runner", "").lower(),
-            "levels": self.ctrl.levels_meta(),
-            "server": run.server,
-            "simulated": bool(run.server.get("simulated", False)),
-            "server_metrics": "off",
-        }
+        return RunMeta(
+            specload_version=__version__, locust_version=locust.__version__, label=run.label,
+            host=redact_host(run.config.host), backend=sc.backend, model=run.config.model,
+            model_source=run.model_source, scenario_file=getattr(opts, "scenario", "") or None,
+            scenario=sc.to_dict(), prompts=run.config.prompts.describe(), started_at=time.time(),
+            status=RUN_RUNNING, mode=type(self.env.runner).__name__.replace("Runner", "").lower(),
+            levels=self.ctrl.levels_meta(), server=ServerInfo(run.server),
+            simulated=bool(run.server.get("simulated", False)), server_metrics="off",
+        )  # fmt: skip
 
     def _start_sampler(self, run: ResolvedRun) -> str:
         """Sample the server's /metrics through the run; what run.json says about it."""
@@ -206,8 +206,8 @@ class SweepOwner:
         if self.run_dir is None:
             return
         if self.ctrl is not None:
-            self.meta["levels"] = self.ctrl.levels_meta()
-        write_json_atomic(os.path.join(self.run_dir, RUN_JSON), self.meta)
+            self.meta.levels = self.ctrl.levels_meta()
+        write_run_meta(self.run_dir, self.meta)
 
     def finish(self, status: str | None = None) -> None:
         """Close the run (idempotent). Late records still reach records.jsonl afterwards."""
@@ -218,16 +218,16 @@ class SweepOwner:
             self.sampler.stop()
             self.sampler = None
         if status is None:
-            status = {Outcome.COMPLETED: "completed", Outcome.ABORTED: "failed"}.get(self.ctrl.outcome, "interrupted")
-        if status == "interrupted":
+            status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(self.ctrl.outcome, RUN_INTERRUPTED)
+        if status == RUN_INTERRUPTED:
             self.ctrl.abort("interrupted")
-        self.meta["status"] = status
-        self.meta["reason"] = self.ctrl.abort_reason if status != "completed" else None
-        self.meta["ended_at"] = time.time()
+        self.meta.status = status
+        self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
+        self.meta.ended_at = time.time()
         self.write_meta()
-        self.env.process_exit_code = 0 if status == "completed" else 1
+        self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
         logger.info("sweep %s%s; results in %s", status,
-                    f" ({self.meta['reason']})" if self.meta["reason"] else "", self.run_dir)  # fmt: skip
+                    f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
 
     # shape hook -------------------------------------------------------------------------------
     def tick(self, user_count: int) -> int | None:
@@ -251,7 +251,8 @@ class SweepOwner:
     def broadcast(self) -> None:
         if self.ctrl is None:
             return
-        self.env.runner.send_message(MSG_STATE, StateMsg(self.ctrl.state(), self.config).to_wire())
+        msg = StateMsg(self.ctrl.state(), self.run_dir, self._config_wire)
+        self.env.runner.send_message(MSG_STATE, msg.to_wire())
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
         req = TicketRequest.from_wire(msg.data)

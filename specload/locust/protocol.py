@@ -47,19 +47,26 @@ class RunConfig:
 
 @dataclass(frozen=True, slots=True)
 class StateMsg:
+    """The sweep's state, and the run's config with the id it has for this run.
+
+    The config (prompt material included: up to thousands of id ranges) rides along on every
+    broadcast so that a worker joining late learns it, but a receiver parses it only when its id
+    is new: once per run, not once a second.
+    """
+
     state: SweepState
-    config: RunConfig | None
+    config_id: str | None
+    config: dict[str, Any] | None  # RunConfig.to_wire(), made once per run by the owner
 
     def to_wire(self) -> dict[str, Any]:
-        return {"state": asdict(self.state), "config": None if self.config is None else self.config.to_wire()}
+        return {"state": asdict(self.state), "config_id": self.config_id, "config": self.config}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> StateMsg:
         st = dict(d["state"])
         if st.get("phase") is not None:
             st["phase"] = Phase(st["phase"])
-        cfg = d.get("config")
-        return cls(SweepState(**st), None if not cfg else RunConfig.from_wire(cfg))
+        return cls(SweepState(**st), d.get("config_id"), d.get("config"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ class UserSide:
         self.worker = runner.client_id if isinstance(runner, WorkerRunner) else "local"
         self.state = SweepState()
         self.config: RunConfig | None = None
+        self.config_id: str | None = None
         self.open = Event()
         self.pending: dict[str, AsyncResult] = {}
         self._backend: Backend | None = None
@@ -60,10 +61,9 @@ class UserSide:
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
         m = StateMsg.from_wire(msg.data)
         self.state = m.state
-        if m.config is not None:
-            if self.config != m.config:
-                self._backend = None
-            self.config = m.config
+        if m.config is not None and m.config_id != self.config_id:
+            self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
+            self._backend = None
         if m.state.open:
             self.open.set()
         else:

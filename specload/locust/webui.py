@@ -71,5 +71,5 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @web_ui.app.route("/specload/run")
     @web_ui.auth_required_if_enabled
     def _run() -> Any:
-        return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.get("status"),
+        return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.status,
                 "levels": level_rows(owner)}  # fmt: skip
