@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from specload.metrics import LevelStats, group_repeats
 from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
@@ -134,6 +134,17 @@ def _scenario_name(run: Run) -> str | None:
     return Path(path).stem if path else None
 
 
+def prompts_line(p: dict[str, Any]) -> str | None:
+    """What prompts were made of (acceptance lengths depend on it), from run.json ``prompts``."""
+    if not p:
+        return None
+    kind = "token ids" if p.get("kind") == "ids" else "text"
+    size = f", {p['distinct_ids']} distinct ids" if p.get("distinct_ids") else ""
+    added = f"; the server adds {p['overhead_tokens']} token(s) to each" if p.get("overhead_tokens") else ""
+    exact = "" if p.get("exact", True) else " (lengths approximate: no tokenizer could be asked)"
+    return f"{kind} from {p.get('origin')}{size}{added}{exact}"
+
+
 def _header_lines(run: Run) -> list[str]:
     m = run.info
     lines = [f"# specload report: {run.label}", ""]
@@ -146,6 +157,7 @@ def _header_lines(run: Run) -> list[str]:
         ("backend", m.backend),
         ("model", m.model),
         ("scenario", _scenario_name(run)),
+        ("prompts", prompts_line(m.prompts)),
         ("status", m.status),
         ("server", m.server.summary()),
         ("started", _utc(m.started_at)),

@@ -362,7 +362,10 @@ class RunMeta:
         out["levels"] = [lv.to_json() for lv in self.levels]
         out["server"] = self.server.to_json()
         out["scenario"] = dict(self.scenario)
-        out["prompts"] = dict(self.prompts)
+        if self.prompts:
+            out["prompts"] = dict(self.prompts)
+        else:
+            out.pop("prompts")  # a run before prompts were recorded reads back as it was written
         return out
 
 
