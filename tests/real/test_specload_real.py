@@ -95,3 +95,52 @@ def test_sweep_with_worker_processes(llama_server, tmp_path: Path, processes: in
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert run_dir is not None
     check_exact(run_dir, 128, 24)
+
+
+def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_server, tmp_path: Path) -> None:
+    """Baseline vs a draft-model server forced to a known mean acceptance length (--spec-synth-len):
+    the comparison shows the acceptance length the server itself counted, and its running/queued
+    requests (4 slots, C=8: 4 run, 4 wait)."""
+    flags = ("--levels", "1,8", "--input-tokens", "64", "--output-tokens", "64", "--metrics-interval", "0.2")
+    base = llama_server(parallel=4)
+    spec = llama_server(parallel=4, speculative=True, spec_synth_len=3.0)
+    runs = []
+    for label, srv in (("baseline", base), ("spec", spec)):
+        before = srv.metrics()
+        proc, run_dir = sweep(srv.url, tmp_path / label, *flags, "--label", label)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert run_dir is not None
+        after = srv.metrics()
+        runs.append((run_dir, before, after))
+    # The server's own mean acceptance length over the whole run: 1 + accepted / drafts.
+    _, before, after = runs[1]
+    drafts = after["llamacpp:spec_decode_num_drafts_total"] - before.get("llamacpp:spec_decode_num_drafts_total", 0)
+    accepted = (after["llamacpp:spec_decode_num_accepted_tokens_total"]
+                - before.get("llamacpp:spec_decode_num_accepted_tokens_total", 0))  # fmt: skip
+    server_accept = 1 + accepted / drafts
+    assert 2.0 < server_accept < 4.0, server_accept
+
+    out = subprocess.run(
+        [sys.executable, "-m", "specload", "compare", str(runs[0][0]), str(runs[1][0]), "--format", "json",
+         "--out", str(tmp_path / "cmp"), "--no-plot"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    levels = {row["concurrency"]: row["runs"] for row in json.loads(out.stdout)["levels"]}
+    assert sorted(levels) == [1, 8]
+    for c, row in levels.items():
+        assert row["baseline"]["accept_length"] is None
+        # Per request the server reports its accepted drafts (timings.draft_n_accepted): tokens per
+        # decode step, the first token's step included, which puts it a few % under the counters'
+        # 1 + accepted / drafts (docs/metrics.md).
+        a = row["spec"]["accept_length"]
+        assert a is not None and 0.85 * server_accept <= a <= server_accept * 1.02, (c, a, server_accept)
+    # 4 slots: at C=8 the server ran 4 and deferred 4, in both runs.
+    for name in ("baseline", "spec"):
+        assert (levels[8][name]["server_running_max"], levels[8][name]["server_queued_max"]) == (4, 4)
+        assert levels[1][name]["server_queued_max"] == 0
+    text = subprocess.run(
+        [sys.executable, "-m", "specload", "compare", str(runs[0][0]), str(runs[1][0]), "--no-plot",
+         "--out", str(tmp_path / "cmp2")], cwd=REPO, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert f"{levels[8]['spec']['accept_length']:.2f}" in text, text
