@@ -135,9 +135,9 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
         # 1 + accepted / drafts (docs/metrics.md).
         a = row["spec"]["accept_length"]
         assert a is not None and 0.85 * server_accept <= a <= server_accept * 1.02, (c, a, server_accept)
-    # 4 slots: at C=8 the server ran 4 and deferred 4, in both runs.
+    # 4 slots: at C=8 the server ran 4 and deferred the rest (up to 4; a 0.2 s sample may miss the peak).
     for name in ("baseline", "spec"):
-        assert (levels[8][name]["server_running_max"], levels[8][name]["server_queued_max"]) == (4, 4)
+        assert levels[8][name]["server_running_max"] == 4 and 1 <= levels[8][name]["server_queued_max"] <= 4
         assert levels[1][name]["server_queued_max"] == 0
     text = subprocess.run(
         [sys.executable, "-m", "specload", "compare", str(runs[0][0]), str(runs[1][0]), "--no-plot",
