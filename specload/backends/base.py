@@ -58,6 +58,16 @@ class StreamParser(ABC):
         self.error = str(err.get("message", err) if isinstance(err, dict) else err)
 
 
+Prompt = list[int] | str | list[dict[str, Any]]  # token ids, text, or chat messages (a dataset's)
+
+
+def as_text(prompt: Prompt) -> list[int] | str:
+    """Chat messages as one text, for the APIs that take a plain prompt."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    return prompt  # type: ignore[return-value]
+
+
 class Backend(ABC):
     name: str
     path: str
@@ -66,7 +76,7 @@ class Backend(ABC):
 
     @abstractmethod
     def body(
-        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
     ) -> dict[str, Any]:
         """The JSON body of one streaming generation request of exactly ``max_tokens`` tokens."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.backends.base import StreamParser
+from specload.backends.base import Prompt, StreamParser
 from specload.backends.openai import CompletionsParser, OpenAICompletions
 
 
@@ -37,7 +37,9 @@ class ChatCompletions(OpenAICompletions):
     path = "/v1/chat/completions"
     takes_token_ids = False
 
-    def prompt_fields(self, prompt: list[int] | str) -> dict[str, Any]:
+    def prompt_fields(self, prompt: Prompt) -> dict[str, Any]:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            return {"messages": prompt}  # a dataset's own conversation
         return {"messages": [{"role": "user", "content": prompt}]}
 
     def parser(self) -> StreamParser:

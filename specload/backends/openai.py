@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.backends.base import Backend, StreamParser
+from specload.backends.base import Backend, Prompt, StreamParser, as_text
 from specload.records import SRC_USAGE
 
 
@@ -59,7 +59,7 @@ class OpenAICompletions(Backend):
     token_source = SRC_USAGE
 
     def body(
-        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
@@ -74,8 +74,8 @@ class OpenAICompletions(Backend):
         body.update(extra)
         return body
 
-    def prompt_fields(self, prompt: list[int] | str) -> dict[str, Any]:
-        return {"prompt": prompt}
+    def prompt_fields(self, prompt: Prompt) -> dict[str, Any]:
+        return {"prompt": as_text(prompt)}
 
     def parser(self) -> StreamParser:
         return CompletionsParser()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.backends.base import Backend, StreamParser
+from specload.backends.base import Backend, Prompt, StreamParser, as_text
 from specload.records import SRC_META
 
 
@@ -41,10 +41,11 @@ class SGLangGenerate(Backend):
     token_source = SRC_META
 
     def body(
-        self, prompt: list[int] | str, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
     ) -> dict[str, Any]:
         sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": temperature}
         body: dict[str, Any] = {"stream": True, "sampling_params": sampling}
+        prompt = as_text(prompt)
         if isinstance(prompt, str):
             body["text"] = prompt
         else:

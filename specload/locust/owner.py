@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import locust
@@ -17,6 +17,7 @@ from locust.runners import STATE_MISSING, MasterRunner
 from specload import __version__
 from specload.backends import get_backend
 from specload.config import Scenario, ScenarioError
+from specload.datasets import DatasetError, Item, load_items
 from specload.http import check_host, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
@@ -37,7 +38,7 @@ from specload.locust.protocol import (
 from specload.locust.sampler import MetricsSampler
 from specload.probe import ServerUnreachable
 from specload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.records import level_label
+from specload.records import PHASE_MEASURE, level_label
 from specload.rundir import (
     RUN_COMPLETED,
     RUN_FAILED,
@@ -50,11 +51,12 @@ from specload.rundir import (
     new_run_dir,
     write_run_meta,
 )
-from specload.vocab import VocabError, invalid_prompt_hint
+from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
 
-_ATTR = "specload_owner"  # the SweepOwner's attribute on the Locust Environment
+_ATTR = "specload_owner"
+_TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)  # the SweepOwner's attribute on the Locust Environment
 
 
 class CannotStart(Exception):
@@ -70,6 +72,7 @@ class ResolvedRun:
     model_source: str
     label: str
     server: dict[str, Any]
+    items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
 
 
 class SweepOwner:
@@ -81,6 +84,8 @@ class SweepOwner:
         self.run_dir: str | None = None
         self.meta = RunMeta()
         self.config: RunConfig | None = None
+        self.items: list[Item] = []
+        self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.scenario: Scenario | None = None
         self.failure: str | None = None
@@ -109,6 +114,7 @@ class SweepOwner:
         except CannotStart as e:
             return self._fail(str(e))
         self.scenario, self.config, self._config_wire = run.scenario, run.config, run.config.to_wire()
+        self.items, self._next_item = run.items, 0
         self.writer = RecordWriter(self.run_dir)
         self.outstanding = {}
         self.ctrl = SweepController(plan_levels(run.scenario), run.scenario.pause_s, run.scenario.level_timeout_s)
@@ -152,10 +158,28 @@ class SweepOwner:
             )  # fmt: skip
         try:
             prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure)
-        except (VocabError, PromptProbeFailed, ServerUnreachable) as e:
+            items = self._dataset(sc, host, model, insecure)
+        except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
             raise CannotStart(f"prompts: {e}") from None
+        if items:
+            prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
         config = RunConfig(sc, model, host, prompts, insecure)
-        return ResolvedRun(sc, config, how, opts.label or sc.name, server)
+        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items)
+
+    def _dataset(self, sc: Scenario, host: str, model: str | None, insecure: bool) -> list[Item]:
+        """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them)."""
+        if not sc.dataset:
+            return []
+        plans = plan_levels(sc)
+        n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
+        tok = LocalTokenizer(sc.tokenizer) if sc.tokenizer else ServerTokenizer(host, model, sc.connect_timeout_s, insecure)
+        fixed = sc.output_tokens if sc.dataset_lengths == "fixed" else None
+        items = load_items(sc.dataset, n, sc.seed, tok, fixed)
+        logger.info("dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",
+                    sc.dataset, len(items), n, min(i.prompt_tokens for i in items),
+                    max(i.prompt_tokens for i in items), min(i.output_tokens for i in items),
+                    max(i.output_tokens for i in items))  # fmt: skip
+        return items
 
     def _open_run_dir(self, label: str) -> str:
         """``--run-dir`` for the first run of this process (``specload sweep`` made it), else a new one."""
@@ -256,16 +280,22 @@ class SweepOwner:
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
         req = TicketRequest.from_wire(msg.data)
-        grant = None
+        grant = item = None
         closed = False
         if self.active and self.ctrl is not None:
             grant = self.ctrl.grant()
             if grant is not None:
                 self.outstanding.setdefault(msg.node_id, {})[(grant.level, grant.phase, grant.seq)] = time.time()
                 closed = not self.ctrl.is_open
+                if self.items:
+                    item = self.items[self._next_item % len(self.items)]
+                    self._next_item += 1
+                    if grant.phase == PHASE_MEASURE:
+                        grant = replace(grant, max_tokens=item.output_tokens)
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
-        self.env.runner.send_message(MSG_TICKET, TicketReply(req.uid, grant).to_wire(), client_id=msg.node_id)
+        reply = TicketReply(req.uid, grant, item)
+        self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=msg.node_id)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specload.config import Scenario
+from specload.datasets import Item
 from specload.levels import Grant, Phase, SweepState
 from specload.prompts import PromptSource
 from specload.records import RequestRecord
@@ -83,16 +84,21 @@ class TicketRequest:
 
 @dataclass(frozen=True, slots=True)
 class TicketReply:
+    """A grant (or a refusal), with the request's dataset prompt when the run uses a dataset: the
+    owner holds the dataset, so workers need no copy of it."""
+
     uid: str
     grant: Grant | None
+    item: Item | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"uid": self.uid, "grant": None if self.grant is None else asdict(self.grant)}
+        return {"uid": self.uid, "grant": None if self.grant is None else asdict(self.grant),
+                "item": None if self.item is None else self.item.to_wire()}  # fmt: skip
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReply:
-        g = d.get("grant")
-        return cls(str(d["uid"]), None if g is None else Grant(**g))
+        g, item = d.get("grant"), d.get("item")
+        return cls(str(d["uid"]), None if g is None else Grant(**g), None if item is None else Item.from_wire(item))
 
 
 @dataclass(frozen=True, slots=True)

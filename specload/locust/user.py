@@ -18,7 +18,7 @@ from locust.runners import WorkerRunner
 
 from specload.backends import Backend, get_backend
 from specload.http import base_headers, endpoint, make_client, warm_up
-from specload.levels import Grant, SweepState
+from specload.levels import SweepState
 from specload.locust.events import fire_record
 from specload.locust.protocol import (
     MSG_RECORD,
@@ -73,7 +73,7 @@ class UserSide:
         reply = TicketReply.from_wire(msg.data)
         waiter = self.pending.pop(reply.uid, None)
         if waiter is not None:
-            waiter.set(reply.grant)
+            waiter.set(reply if reply.grant is not None else None)
         elif reply.grant is not None:
             g = reply.grant
             self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq).to_wire())
@@ -85,20 +85,20 @@ class UserSide:
             self._backend = get_backend(self.config.scenario.backend)
         return self._backend
 
-    def ticket(self, uid: str) -> Grant | None:
+    def ticket(self, uid: str) -> TicketReply | None:
         if not self.open.wait(_WAIT_OPEN_S) or self.config is None:
             return None
         waiter: AsyncResult = AsyncResult()
         self.pending[uid] = waiter
         self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid).to_wire())
         try:
-            grant = waiter.get(timeout=_TICKET_REPLY_S)
+            reply = waiter.get(timeout=_TICKET_REPLY_S)
         except gevent.Timeout:
             self.pending.pop(uid, None)
             return None
-        if grant is None:
+        if reply is None:
             gevent.sleep(0.05)  # the level just closed; the state broadcast is on its way
-        return grant
+        return reply
 
     def ship(self, record: RequestRecord) -> None:
         self.runner.send_message(MSG_RECORD, record_to_wire(record))
@@ -150,9 +150,10 @@ class SpecloadUser(User):
     @task
     def generate(self) -> None:
         side = user_side(self.environment)
-        grant = side.ticket(self.uid)
-        if grant is None:
+        reply = side.ticket(self.uid)
+        if reply is None or reply.grant is None:
             return
+        grant = reply.grant
         cfg = side.config
         assert cfg is not None
         sc = cfg.scenario
@@ -162,11 +163,16 @@ class SpecloadUser(User):
         backend = side.backend()
         warm = grant.phase == PHASE_WARMUP
         n = grant.level * 1_000_000 + (500_000 if warm else 0) + grant.seq
-        prompt = make_prompt(cfg.prompts, sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
+        if reply.item is not None:
+            prompt: Any = reply.item.prompt
+            prompt_tokens = reply.item.prompt_tokens + cfg.prompts.overhead
+        else:
+            prompt = make_prompt(cfg.prompts, sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
+            prompt_tokens = sc.input_tokens
         body = backend.body(prompt, grant.max_tokens, cfg.model, sc.temperature, sc.extra_body)
         spec = RequestSpec(
             level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
-            repeat=grant.repeat, requested_output_tokens=grant.max_tokens, requested_prompt_tokens=sc.input_tokens,
+            repeat=grant.repeat, requested_output_tokens=grant.max_tokens, requested_prompt_tokens=prompt_tokens,
         )  # fmt: skip
         path = endpoint(cfg.host, backend.path)
         try:
