@@ -276,8 +276,9 @@ class Scenario:
         check=_model, flag="--dataset",
     )  # fmt: skip
     dataset_lengths: str = _f(
-        "dataset", help="Output length of dataset requests: 'dataset' (each completion's own, as vLLM) or "
-        "'fixed' (--output-tokens for all); prompts keep their own length", check=_choice("dataset", "fixed"),
+        "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
+        "'fixed' (prompts cut to --input-tokens, shorter ones skipped; --output-tokens for all)",
+        check=_choice("dataset", "fixed"),
         flag="--dataset-lengths", choices=("dataset", "fixed"),
     )  # fmt: skip
     temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")

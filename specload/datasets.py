@@ -121,12 +121,32 @@ def _text(prompt: str | list[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
 
 
+def cut_to(text: str, tokens: int, tok: Tokenizer) -> tuple[str, int] | None:
+    """The longest whole-word start of ``text`` of at most ``tokens`` tokens, and its count; None when
+    the text is shorter. Only ``encode`` is needed (a bisection over word counts), so any tokenizer,
+    the server's included, can cut; the count lands within a word's tokens of the target."""
+    if len(tok.encode(text)) < tokens:
+        return None
+    words = text.split(" ")
+    lo, hi = 0, len(words)  # words[:lo] fits; words[:hi + 1] does not (or is all)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tok.encode(" ".join(words[:mid]))) <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    cut = " ".join(words[:lo])
+    return (cut, len(tok.encode(cut))) if lo else None
+
+
 def sample(
-    pairs: Iterator[Pair], n: int, seed: int, tok: Tokenizer, fixed_output: int | None, limit: int = 100_000
+    pairs: Iterator[Pair], n: int, seed: int, tok: Tokenizer, fixed_output: int | None, limit: int = 100_000,
+    fixed_input: int | None = None,
 ) -> list[Item]:
     """``n`` items by vLLM's ShareGPT rules (see the module docstring); fewer when the data runs out.
 
-    At most ``limit`` pairs are read before the shuffle, so a huge file costs a bounded time.
+    With ``fixed_input`` each prompt (as one text) is cut to that many tokens and shorter ones are
+    skipped. At most ``limit`` pairs are read before the shuffle, so a huge file costs a bounded time.
     """
     pool = [p for _, p in zip(range(limit), pairs, strict=False)]
     random.Random(seed).shuffle(pool)
@@ -142,6 +162,12 @@ def sample(
         else:
             completion_len = fixed_output or 0
         output_len = fixed_output or completion_len
+        if fixed_input is not None:
+            cut = cut_to(_text(p.prompt), fixed_input, tok)
+            if cut is None:
+                continue
+            out.append(Item(cut[0], cut[1], output_len))
+            continue
         if prompt_len < MIN_TOKENS or completion_len < MIN_TOKENS:
             continue
         if prompt_len > MAX_PROMPT or prompt_len + completion_len > MAX_TOTAL:
@@ -150,10 +176,12 @@ def sample(
     return out
 
 
-def load_items(name: str, n: int, seed: int, tok: Tokenizer, fixed_output: int | None) -> list[Item]:
+def load_items(
+    name: str, n: int, seed: int, tok: Tokenizer, fixed_output: int | None, fixed_input: int | None = None
+) -> list[Item]:
     """``sharegpt`` or a JSONL path, sampled; DatasetError when nothing usable comes out."""
     pairs = sharegpt_pairs(sharegpt_path()) if name == SHAREGPT else jsonl_pairs(Path(name))
-    items = sample(pairs, n, seed, tok, fixed_output)
+    items = sample(pairs, n, seed, tok, fixed_output, fixed_input=fixed_input)
     if not items:
         raise DatasetError(f"dataset {name!r}: no prompt passed the length rules (4..{MAX_PROMPT} prompt tokens)")
     return items

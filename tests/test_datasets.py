@@ -103,3 +103,10 @@ def test_sweep_with_a_jsonl_dataset(sim, tmp_path: Path, backend: str) -> None:
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["prompts"]["origin"].startswith(f"dataset {data}")
     assert "dataset" in out.stdout  # the report's header names the prompt source
+
+
+def test_fixed_input_cuts_prompts_and_skips_short_ones() -> None:
+    pairs = [Pair(words(3), words(9)), Pair(words(40), words(9)), Pair(words(12), None, 5)]
+    items = sample(iter(pairs), 10, 0, Words(), 7, fixed_input=10)
+    assert sorted((i.prompt_tokens, i.output_tokens) for i in items) == [(10, 7), (10, 7)]
+    assert all(len(str(i.prompt).split()) == 10 for i in items)

@@ -158,7 +158,7 @@ class SweepOwner:
             )  # fmt: skip
         try:
             prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure)
-            items = self._dataset(sc, host, model, insecure)
+            items = self._dataset(sc, host, model, insecure, prompts.overhead)
         except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
@@ -166,15 +166,18 @@ class SweepOwner:
         config = RunConfig(sc, model, host, prompts, insecure)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server, items)
 
-    def _dataset(self, sc: Scenario, host: str, model: str | None, insecure: bool) -> list[Item]:
-        """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them)."""
+    def _dataset(self, sc: Scenario, host: str, model: str | None, insecure: bool, overhead: int) -> list[Item]:
+        """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them).
+
+        ``overhead``: the tokens the server adds to each prompt, left out of a fixed prompt length."""
         if not sc.dataset:
             return []
         plans = plan_levels(sc)
         n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
         tok = LocalTokenizer(sc.tokenizer) if sc.tokenizer else ServerTokenizer(host, model, sc.connect_timeout_s, insecure)
-        fixed = sc.output_tokens if sc.dataset_lengths == "fixed" else None
-        items = load_items(sc.dataset, n, sc.seed, tok, fixed)
+        fixed = sc.dataset_lengths == "fixed"
+        items = load_items(sc.dataset, n, sc.seed, tok, sc.output_tokens if fixed else None,
+                           sc.input_tokens - overhead if fixed else None)  # fmt: skip
         logger.info("dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",
                     sc.dataset, len(items), n, min(i.prompt_tokens for i in items),
                     max(i.prompt_tokens for i in items), min(i.output_tokens for i in items),

