@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from specload.rundir import read_jsonl
+
 # Outcome of a request. Only "ok" counts in the report's Ok column.
 OK = "ok"  # stream ended with its terminator and the server counted exactly the tokens asked for
 SHORT = "short"  # stream ended (cleanly or not) with fewer tokens than asked, or without its terminator
@@ -114,15 +116,11 @@ def make_record(
 def read_records(path: str) -> list[RequestRecord]:
     """Read records.jsonl; a torn last line (crash mid-write) is skipped, not fatal."""
     out: list[RequestRecord] = []
-    with open(path, "rb") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(RequestRecord.from_dict(orjson.loads(line)))
-            except (orjson.JSONDecodeError, TypeError, AttributeError):
-                continue
+    for d in read_jsonl(path):
+        try:
+            out.append(RequestRecord.from_dict(d))
+        except (TypeError, AttributeError):
+            continue
     return out
 
 
