@@ -101,7 +101,9 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
     """Baseline vs a draft-model server forced to a known mean acceptance length (--spec-synth-len):
     the comparison shows the acceptance length the server itself counted, and its running/queued
     requests (4 slots, C=8: 4 run, 4 wait)."""
-    flags = ("--levels", "1,8", "--input-tokens", "64", "--output-tokens", "64", "--metrics-interval", "0.2")
+    # Long enough levels (16 requests of 128 tokens) for the 0.1 s /metrics samples to see the slots full.
+    flags = ("--levels", "1,8", "--requests-per-level", "16", "--input-tokens", "64", "--output-tokens", "128",
+             "--metrics-interval", "0.1")  # fmt: skip
     base = llama_server(parallel=4)
     spec = llama_server(parallel=4, speculative=True, spec_synth_len=3.0)
     runs = []
@@ -135,7 +137,7 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
         # 1 + accepted / drafts (docs/metrics.md).
         a = row["spec"]["accept_length"]
         assert a is not None and 0.85 * server_accept <= a <= server_accept * 1.02, (c, a, server_accept)
-    # 4 slots: at C=8 the server ran 4 and deferred the rest (up to 4; a 0.2 s sample may miss the peak).
+    # 4 slots: at C=8 the server ran 4 and deferred the rest (up to 4; a sample may miss the peak).
     for name in ("baseline", "spec"):
         assert levels[8][name]["server_running_max"] == 4 and 1 <= levels[8][name]["server_queued_max"] <= 4
         assert levels[1][name]["server_queued_max"] == 0
