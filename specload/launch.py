@@ -8,13 +8,14 @@ exit code and the run directory), not a string to parse or a folder to search.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,18 +132,43 @@ def distribution_flags(s: SweepSettings, web: bool = False) -> list[str]:
     return []
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _child_setup(parent: int) -> Callable[[], None]:
+    """In the child before exec: its own process group (a terminal's Ctrl-C reaches only us, and we
+    pass it on once), and a SIGTERM from the kernel when we die, even by SIGKILL: the load stops
+    with the process that started it, as CI runners, systemd and docker expect."""
+
+    def setup() -> None:
+        os.setpgid(0, 0)
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # we died before the request took effect
+                os._exit(1)
+
+    return setup
+
+
 def run_locust(cmd: list[str]) -> int:
-    """Run Locust in the foreground; Ctrl-C reaches it (same process group) and it winds down."""
-    proc = subprocess.Popen(cmd)
+    """Run Locust as a child that stops when we are told to stop, and dies with us.
+
+    SIGINT and SIGTERM are passed on to it (it winds down with its grace period, records flushed
+    and the run marked interrupted); its exit code is ours to return.
+    """
+    proc = subprocess.Popen(cmd, preexec_fn=_child_setup(os.getpid()))
+
+    def forward(signum: int, _frame: object) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return proc.wait()
-    except KeyboardInterrupt:
-        # Locust got the same SIGINT: give it its grace period to flush records and run.json.
-        try:
-            return proc.wait(timeout=60)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            proc.send_signal(signal.SIGTERM)
-            return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOutcome:

@@ -53,7 +53,7 @@ def on_init(environment: Any, **_: Any) -> None:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
         if opts is not None and opts.headless:
-            _install_sigterm(environment)
+            _install_stop_signals(environment)
             if str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
                 # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
                 logging.getLogger("locust.runners").setLevel(logging.WARNING)
@@ -63,16 +63,29 @@ def on_init(environment: Any, **_: Any) -> None:
             extend_web_ui(environment, sweep_owner(environment))
 
 
-def _install_sigterm(environment: Any) -> None:
+def _install_stop_signals(environment: Any) -> None:
     """SIGTERM stops a sweep like Ctrl-C does: in-flight requests get the grace period, run.json says
-    "interrupted". (Locust installs its own SIGTERM handler only after a headless shape run ends.)"""
+    "interrupted". (Locust installs its own SIGTERM handler only after a headless shape run ends.)
 
-    def _on_sigterm() -> None:
-        logger.warning("SIGTERM: stopping; in-flight requests get up to %g s", environment.stop_timeout)
-        # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
-        gevent.get_hub().parent.throw(KeyboardInterrupt)
+    A second SIGINT or SIGTERM cuts the grace period short, never the final write: the requests in
+    flight are stopped now and each still leaves its (interrupted) record, and run.json is closed
+    as usual. (Left to Locust, a second Ctrl-C escapes its shutdown and nothing is written.)
+    """
+    signals_seen: list[int] = []
 
-    gevent.signal_handler(signal.SIGTERM, _on_sigterm)
+    def on_signal(sig: signal.Signals) -> None:
+        signals_seen.append(sig)
+        if len(signals_seen) == 1:
+            logger.warning("%s: stopping; in-flight requests get up to %g s (again to cut them now)",
+                           sig.name, environment.stop_timeout)  # fmt: skip
+            # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
+            gevent.get_hub().parent.throw(KeyboardInterrupt)
+        elif environment.runner is not None:
+            logger.warning("%s again: in-flight requests are stopped now and recorded as interrupted", sig.name)
+            environment.runner.user_greenlets.kill(block=False)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(sig, on_signal, sig)
 
 
 def on_test_stop(environment: Any, **_: Any) -> None:

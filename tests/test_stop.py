@@ -1,0 +1,103 @@
+"""Stop means stop: however `specload sweep` is stopped (SIGTERM, SIGINT to it alone, SIGKILL), its
+Locust child stops too, the run is marked interrupted, and the server sees no more load."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from specload.records import read_records
+from tests.conftest import Procs, specload_cmd
+
+SIM = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
+LONG = ("--levels", "2,4", "--requests-per-level", "200", "--input-tokens", "16", "--output-tokens", "200",
+        "--read-timeout", "30", "--metrics-interval", "0")  # fmt: skip
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(x) for x in text]
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def sent_so_far(url: str) -> float:
+    import urllib.request
+
+    page = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
+    return sum(float(line.split()[-1]) for line in page.splitlines() if line.startswith("sglang:prompt_tokens_total"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["term", "int", "kill"])
+def test_stopping_specload_stops_its_load(sim, procs: Procs, tmp_path: Path, sig: signal.Signals) -> None:
+    server = sim(*SIM)
+    out = tmp_path / "out"
+    parent = procs.popen(specload_cmd("sweep", "--host", server.url, "--out", str(out), *LONG),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    wait_until(lambda: any(len(read_records(str(p))) >= 4 for p in out.glob("*/records.jsonl")), 60, "records")
+    (child,) = children(parent.pid)
+    os.kill(parent.pid, sig)  # the parent alone, as `kill PID`, systemd or docker do
+    wait_until(lambda: not alive(child), 30, "the Locust child to stop")
+    parent.wait(timeout=30)
+    # No more load: the server's prompt-token counter stands still.
+    before = sent_so_far(server.url)
+    time.sleep(1.0)
+    assert sent_so_far(server.url) == before
+    (run_dir,) = out.iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted", meta["status"]
+    recs = read_records(str(run_dir / "records.jsonl"))
+    lv = meta["levels"][0]
+    assert lv["granted"] == lv["received"] == sum(1 for r in recs if r.level == 0)
+    if sig != signal.SIGKILL:
+        assert parent.returncode == 1  # interrupted, with the partial report printed
+        assert "sweep interrupted; partial results in" in procs.log(parent)
+
+
+def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(sim, procs: Procs, tmp_path: Path) -> None:
+    server = sim(*SIM)
+    out = tmp_path / "out"
+    slow = ("--levels", "2", "--requests-per-level", "50", "--input-tokens", "16", "--output-tokens", "4000",
+            "--read-timeout", "30", "--metrics-interval", "0")  # 20 s requests, far beyond the 10 s grace  # fmt: skip
+    parent = procs.popen(specload_cmd("sweep", "--host", server.url, "--out", str(out), *slow),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    wait_until(lambda: any(p.exists() for p in out.glob("*/run.json")), 60, "the run to start")
+    time.sleep(1.0)  # the two requests are in flight
+    (child,) = children(parent.pid)
+    t0 = time.monotonic()
+    os.kill(parent.pid, signal.SIGINT)
+    time.sleep(0.5)
+    os.kill(parent.pid, signal.SIGINT)
+    wait_until(lambda: not alive(child), 8, "the Locust child to stop well inside the 10 s grace")
+    assert time.monotonic() - t0 < 8
+    parent.wait(timeout=30)
+    (run_dir,) = out.iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    recs = read_records(str(run_dir / "records.jsonl"))
+    assert len(recs) == 2 and all(r.status == "failed" and r.reason.startswith("interrupted") for r in recs), recs
+    lv = meta["levels"][0]
+    assert lv["granted"] == lv["received"] == 2
