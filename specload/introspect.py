@@ -9,11 +9,13 @@ read, so that parsing a large ``/metrics`` page never stalls the load-generating
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specload.http import api_key
 from specload.probe import ServerUnreachable, get_json
 from specload.rundir import ServerInfo
 
@@ -132,7 +134,32 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
             cfg["version"] = version["version"]
     except ServerUnreachable as e:
         logger.warning("server introspection stopped: %s", e)
-    return cfg
+    return scrub_secrets(cfg, api_key())
+
+
+_SECRET_NAME = re.compile(r"key|secret|passw|token|credential|auth", re.IGNORECASE)
+_NOT_SECRET = re.compile(r"tokens|tokenizer|_len$|_size$", re.IGNORECASE)  # token counts are no secrets
+REDACTED = "<redacted>"
+
+
+def scrub_secrets(value: Any, key_in_use: str | None = None) -> Any:
+    """``value`` with every secret-looking field (api_key, admin_api_key, ssl_keyfile_password, ...)
+    and every string equal to the API key in use replaced, at any depth: SGLang's /get_server_info
+    returns its own keys, and nothing a server says is written or shown before this."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if _is_secret_name(k) and v not in (None, "", False) else scrub_secrets(v, key_in_use)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [scrub_secrets(v, key_in_use) for v in value]
+    if key_in_use and isinstance(value, str) and key_in_use in value:
+        return value.replace(key_in_use, REDACTED)
+    return value
+
+
+def _is_secret_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_SECRET_NAME.search(name)) and not _NOT_SECRET.search(name)
 
 
 def max_running(cfg: dict[str, Any]) -> int | None:

@@ -123,8 +123,10 @@ def scenario_locust_flags(s: SweepSettings) -> list[str]:
 def distribution_flags(s: SweepSettings, web: bool = False) -> list[str]:
     if s.processes is not None:
         # A private port: a stray worker of another run on the default 5557 must never join this one.
+        # Only this machine's processes may join: the master listens on loopback alone.
         port = str(free_port())
-        return ["--processes", str(s.processes), "--master-bind-port", port, "--master-port", port]
+        return ["--processes", str(s.processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
+                "--master-host", "127.0.0.1", "--master-port", port]  # fmt: skip
     if s.workers is not None:
         expect = [] if web else ["--expect-workers", str(s.workers)]
         return ["--master", *expect, "--master-bind-host", s.master_bind_host,

@@ -73,6 +73,35 @@ def stream_request(
     read_timeout: float,
     connect_timeout: float | None = None,
 ) -> RequestRecord:
+    """One request, one record, whatever happens: an answer nobody foresaw (or a bug here) becomes a
+    failed record with the exception named, so a level never waits for a record that cannot come."""
+    t_send = now()
+    try:
+        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout)
+    except Interrupted:
+        raise
+    except Exception as e:  # noqa: BLE001
+        return make_record(
+            t_send=t_send, t_first=None, t_last=None, t_end=now(), output_tokens=0, level=spec.level,
+            concurrency=spec.concurrency, phase=spec.phase, seq=spec.seq, backend=backend.name, status=FAILED,
+            reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
+            output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
+            requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
+            worker=worker, repeat=spec.repeat,
+        )  # fmt: skip
+
+
+def _stream_request(
+    client: HTTPClient,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    backend: Backend,
+    spec: RequestSpec,
+    worker: str,
+    read_timeout: float,
+    connect_timeout: float | None = None,
+) -> RequestRecord:
     payload = orjson.dumps(body)
     parser = backend.parser()
     feed = parser.feed
@@ -115,13 +144,18 @@ def stream_request(
         else:
             readline = resp.readline
             line = b""
+            stray: list[bytes] = []
             try:
                 while True:
                     line = readline(b"\n")
                     t = perf()
                     if not line:
+                        if not chunks:  # readline keeps back a last line without its newline
+                            stray.append(resp.read(_ERROR_BODY_LIMIT))
                         break  # end of body
                     if line[:5] != b"data:":
+                        if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
+                            stray.append(line)  # what a 200 that is no event stream says instead
                         continue  # blank separators, comments, event:/id: fields
                     data = line[5:].strip()
                     if data == _DONE:
@@ -148,6 +182,9 @@ def stream_request(
             except Exception as e:  # noqa: BLE001
                 reason = _describe_read_error(e, tokens_seen, read_timeout)
             t_end_p = perf()
+            if reason is None and not done and not chunks and any(s.strip() for s in stray):
+                body_text = server_message(200, b"".join(stray)[:_ERROR_BODY_LIMIT])
+                reason = f"HTTP 200 without an event stream: {body_text}"
             _finish(resp, done and reason is None)
     if t_end_p is None:
         t_end_p = perf()

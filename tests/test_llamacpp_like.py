@@ -92,3 +92,17 @@ def test_llamacpp_metric_names_are_read() -> None:
     m = parse_metrics(page)
     assert (m["running"], m["queued"]) == (4, 2)
     assert (m["spec_num_drafts"], m["spec_num_draft_tokens"], m["spec_num_accepted_tokens"]) == (7, 19, 12)
+
+
+def test_secrets_a_server_reports_are_scrubbed() -> None:
+    from specload.introspect import REDACTED, scrub_secrets
+
+    info = {
+        "api_key": "sk-live-123", "admin_api_key": None, "ssl_keyfile_password": "pw", "max_total_num_tokens": 9,
+        "tokenizer_path": "/m", "nested": [{"hf_token": "hf_abc"}, "Bearer sk-live-123"], "max_running_requests": 48,
+    }  # fmt: skip
+    out = scrub_secrets(info, "sk-live-123")
+    assert out["api_key"] == out["ssl_keyfile_password"] == out["nested"][0]["hf_token"] == REDACTED
+    assert out["admin_api_key"] is None  # nothing to hide
+    assert out["nested"][1] == f"Bearer {REDACTED}"
+    assert (out["max_total_num_tokens"], out["tokenizer_path"], out["max_running_requests"]) == (9, "/m", 48)

@@ -580,3 +580,53 @@ def test_sglang_multi_token_event_divides_the_gap(serve: Any, clients: list[Any]
     assert sent["input_ids"] == [1001, 1002, 1003, 1004]
     assert sent["sampling_params"]["max_new_tokens"] == 5
     assert srv.requests[0][0].startswith(b"POST /generate ")
+
+
+# A lying or broken server: exactly one record per request, and the reason says what was wrong ------------
+
+
+def test_usage_count_as_a_string_is_a_failed_record_not_a_crash(serve: Any, clients: list[Any]) -> None:
+    bad = usage(5)
+    bad["usage"]["completion_tokens"] = "5"
+    srv = serve([HEAD_SSE, chunk(sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(bad) + DONE) + END])
+    rec = run(srv, clients)
+    assert rec.status == FAILED and "completion_tokens is '5', not a count" in (rec.reason or ""), rec.reason
+
+
+def test_null_error_field_is_no_error(serve: Any, clients: list[Any]) -> None:
+    ev = cmpl("a", "length")
+    ev["error"] = None
+    u = usage(1)
+    srv = serve([HEAD_SSE, chunk(sse(ev) + sse(u) + DONE) + END])
+    rec = run(srv, clients, requested=1)
+    assert rec.status == OK, rec.reason
+
+
+@pytest.mark.parametrize(
+    ("ctype", "body", "quoted"),
+    [
+        (b"application/json", b'{"error": {"message": "model is loading"}}', "model is loading"),
+        (b"text/html", b"<html><body><h1>502 Bad Gateway</h1></body></html>", "502 Bad Gateway"),
+    ],
+    ids=["error-json", "html"],
+)
+def test_http_200_that_is_no_event_stream_fails_with_the_message(
+    serve: Any, clients: list[Any], ctype: bytes, body: bytes, quoted: str
+) -> None:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: %b\r\ncontent-length: %d\r\n\r\n" % (ctype, len(body))
+    rec = run(serve([head + body]), clients)
+    assert rec.status == FAILED and rec.reason is not None
+    assert rec.reason.startswith("HTTP 200 without an event stream") and quoted in rec.reason, rec.reason
+
+
+def test_an_exception_nobody_foresaw_still_makes_one_record(serve: Any, clients: list[Any], monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import specload.stream as stream
+
+    def boom(*_a: Any, **_k: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(stream, "_record", boom)
+    srv = serve([HEAD_SSE, chunk(sse(cmpl("a", "length")) + sse(usage(1)) + DONE) + END])
+    rec = run(srv, clients, requested=1)
+    assert rec.status == FAILED and rec.reason == "unexpected RuntimeError: a bug"
+    assert (rec.level, rec.seq, rec.worker) == (2, 7, "w1")

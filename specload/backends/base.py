@@ -17,6 +17,13 @@ class MalformedEvent(ValueError):
     """A stream event that is not the JSON the API promises."""
 
 
+def count(value: Any, name: str) -> int | None:
+    """A token count as the server gave it, or TypeError (a malformed event) for anything but an int."""
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise TypeError(f"{name} is {value!r}, not a count")
+
+
 class StreamParser(ABC):
     """Per-request state while reading a stream."""
 
@@ -37,7 +44,7 @@ class StreamParser(ABC):
         """
         try:
             ev = orjson.loads(payload)
-            if "error" in ev:
+            if ev.get("error"):  # only a non-empty error is one ("error": null is not)
                 self.take_error(ev)
                 return 0
             return self.read(ev)
@@ -50,8 +57,8 @@ class StreamParser(ABC):
 
     def take_usage(self, usage: Any) -> None:
         if usage:
-            self.output_tokens = usage.get("completion_tokens", self.output_tokens)
-            self.prompt_tokens = usage.get("prompt_tokens", self.prompt_tokens)
+            self.output_tokens = count(usage.get("completion_tokens", self.output_tokens), "completion_tokens")
+            self.prompt_tokens = count(usage.get("prompt_tokens", self.prompt_tokens), "prompt_tokens")
 
     def take_error(self, event: dict[str, Any]) -> None:
         err = event["error"]

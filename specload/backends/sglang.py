@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.backends.base import Backend, Prompt, StreamParser, as_text
+from specload.backends.base import Backend, Prompt, StreamParser, as_text, count
 from specload.records import SRC_META
 
 
@@ -20,18 +20,18 @@ class GenerateParser(StreamParser):
 
     def read(self, ev: dict[str, Any]) -> int:
         meta = ev["meta_info"]
-        count = meta["completion_tokens"]
-        if not isinstance(count, int):
-            raise TypeError(f"completion_tokens is {count!r}, not an integer")
-        self.prompt_tokens = meta.get("prompt_tokens", self.prompt_tokens)
+        n = count(meta["completion_tokens"], "completion_tokens")
+        if n is None:
+            raise TypeError("completion_tokens is null")
+        self.prompt_tokens = count(meta.get("prompt_tokens", self.prompt_tokens), "prompt_tokens")
         svc = meta.get("spec_verify_ct")
-        if svc is not None:
+        if type(svc) is int and svc > 0:  # anything else is no count: the figure is left out, not the request
             self.spec_verify_ct = svc
         fr = meta.get("finish_reason")
         if fr:
             self.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)
-        new = count - (self.output_tokens or 0)
-        self.output_tokens = count
+        new = n - (self.output_tokens or 0)
+        self.output_tokens = n
         return new if new > 0 else 0
 
 

@@ -131,6 +131,7 @@ class SimApp:
         self.metrics_style = metrics_style
         self.faults = faults or Faults()
         self.vocab = vocab or Vocab()
+        self.secrets: dict[str, Any] = {}  # server-info fields that carry secrets (see sim.cli.make_server)
         self.close_after_stream = close_after_stream
         self.injector = FaultInjector(self.faults)
         self.prompt_tokens_total = 0
@@ -185,7 +186,7 @@ class SimApp:
         return _json({"object": "list", "data": [card]})
 
     def server_info(self) -> dict[str, Any]:
-        return server_info(self.engine, self.model, self.max_model_len, self.faults)
+        return {**server_info(self.engine, self.model, self.max_model_len, self.faults), **self.secrets}
 
     def _server_info(self, request: Request) -> Response:
         return _json(self.server_info())

@@ -226,6 +226,9 @@ def make_server(
     ``tls_cert`` + ``tls_key`` (PEM files): serve https. ``api_key``: generation and model endpoints
     answer 401 unless the request carries ``Authorization: Bearer <api_key>``.
     """
+    if api_key and isinstance(app, SimApp):
+        # SGLang's /get_server_info hands out its own keys: so does the simulator (clients must scrub them).
+        app.secrets = {"api_key": api_key, "admin_api_key": None, "ssl_keyfile_password": None}
     handler: App = app if not api_key else require_api_key(app, api_key)
     return HTTPServer(
         (host, port),
