@@ -53,8 +53,8 @@ def _integer(minimum: int = 1) -> Check:
 
 def _number(minimum: float = 0.0, strict: bool = False) -> Check:
     def check(source: str, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise _expect(source, name, "a number", value)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise _expect(source, name, "a finite number", value)
         if value < minimum or (strict and value == minimum):
             raise _expect(source, name, f"a number {'>' if strict else '>='} {minimum}", value)
         return float(value)

@@ -47,6 +47,10 @@ def check_host(host: str | None) -> str:
     parts = urlsplit(host)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"host {host!r} is not an http:// or https:// URL")
+    try:
+        parts.port  # noqa: B018 - urllib checks the range when it is read
+    except ValueError:
+        raise ValueError(f"host {host!r}: the port must be a number within 1..65535") from None
     return host.rstrip("/")
 
 

@@ -91,7 +91,26 @@ def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
         raise LaunchError(EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {s.processes}")
     if s.workers is not None and s.workers < 1:
         raise LaunchError(EXIT_USAGE, f"--workers: expected a count >= 1, got {s.workers}")
+    if s.label is not None and (not s.label or s.label.startswith("-") or len(s.label) > MAX_LABEL):
+        raise LaunchError(EXIT_USAGE, f"--label: expected 1..{MAX_LABEL} characters not starting with '-', "
+                                      f"got {s.label[:40]!r}{'...' if len(s.label) > 40 else ''}")  # fmt: skip
+    _check_out(s.out)
     return sc, host
+
+
+MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes
+
+
+def _check_out(out: str) -> None:
+    """``--out`` must be a directory we can write in, or one we can make: checked before any load,
+    without making it (a run that never starts leaves nothing behind)."""
+    path = os.path.abspath(out)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise LaunchError(EXIT_USAGE, f"--out {out!r}: {path} is a file, not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise LaunchError(EXIT_USAGE, f"--out {out!r}: {path} is not writable")
 
 
 def preflight(host: str, sc: Scenario, insecure: bool) -> None:

@@ -237,6 +237,12 @@ def _record(
         out, source = parser.output_tokens, backend.token_source
     else:
         out, source = tokens_seen, SRC_CHUNKS
+    asked = spec.requested_output_tokens
+    if reason is None and source != SRC_CHUNKS and out > asked:
+        # A server claiming more than it was asked for (or could have sent) is not believed: the
+        # request fails, and only what streamed, at most what was asked, enters the level's tokens.
+        reason = f"server claimed {out} tokens, more than the {asked} asked for; counted the {tokens_seen} streamed"
+        out, source = min(tokens_seen, asked), SRC_CHUNKS
     if reason is not None:
         status = FAILED
     elif not done:

@@ -43,3 +43,43 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
 def test_cli_values_are_literal_and_named_in_errors() -> None:
     with pytest.raises(ScenarioError, match="flag --requests-per-level: field 'requests'"):
         settings(sweep_args("--requests-per-level", "0")).scenario()
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--label=-rm",), "--label"),
+        (("--label", "x" * 300), "--label"),
+        (("--requests-per-user", "inf"), "field 'requests_per_user': expected a finite number"),
+        (("--level-pause", "inf"), "field 'pause_s': expected a finite number"),
+        (("--stagger", "nan"), "field 'stagger_s'"),
+        (("--format", "nope"), "--format: unknown table format"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_flag(tmp_path, flags: tuple[str, ...], named: str) -> None:  # type: ignore[no-untyped-def]
+    from specload.cli import main
+
+    code, err = _main_err(main, ["sweep", "--host", "http://127.0.0.1:1", "--out", str(tmp_path / "o"), *flags])
+    assert code == 2 and named in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_bad_host_port_and_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from specload.cli import main
+
+    code, err = _main_err(main, ["sweep", "--host", "http://127.0.0.1:99999"])
+    assert code == 2 and "port must be a number within 1..65535" in err, err
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    code, err = _main_err(main, ["sweep", "--host", "http://127.0.0.1:1", "--out", str(afile / "runs")])
+    assert code == 2 and "is a file, not a directory" in err, err
+
+
+def _main_err(main, argv: list[str]) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, err.getvalue()

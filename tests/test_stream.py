@@ -630,3 +630,11 @@ def test_an_exception_nobody_foresaw_still_makes_one_record(serve: Any, clients:
     rec = run(srv, clients, requested=1)
     assert rec.status == FAILED and rec.reason == "unexpected RuntimeError: a bug"
     assert (rec.level, rec.seq, rec.worker) == (2, 7, "w1")
+
+
+def test_a_server_claiming_more_tokens_than_asked_is_not_believed(serve: Any, clients: list[Any]) -> None:
+    srv = serve([HEAD_SSE, chunk(sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(34_000_000_000)) + DONE) + END])
+    rec = run(srv, clients, requested=5)
+    assert rec.status == FAILED
+    assert rec.reason == "server claimed 34000000000 tokens, more than the 5 asked for; counted the 2 streamed"
+    assert (rec.output_tokens, rec.output_tokens_source) == (2, SRC_CHUNKS)  # what enters Agg tok/s
