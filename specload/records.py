@@ -113,15 +113,52 @@ def make_record(
     )  # fmt: skip
 
 
-def read_records(path: str) -> list[RequestRecord]:
-    """Read records.jsonl; a torn last line (crash mid-write) is skipped, not fatal."""
+def read_records(path: str, notes: list[str] | None = None) -> list[RequestRecord]:
+    """Read records.jsonl, whatever is in it: a torn line (crash mid-write) is skipped, a field of
+    the wrong type is dropped (an optional one) or drops its record (a required one), and each
+    kind of problem becomes one line in ``notes`` instead of a crash of the report."""
     out: list[RequestRecord] = []
-    for d in read_jsonl(path):
-        try:
-            out.append(RequestRecord.from_dict(d))
-        except (TypeError, AttributeError):
-            continue
+    torn: list[int] = []
+    bad_records: list[str] = []
+    bad_fields: dict[str, int] = {}
+    for d in read_jsonl(path, torn):
+        rec = _checked(d, bad_fields)
+        if rec is None:
+            bad_records.append(str(d)[:80])
+        else:
+            out.append(rec)
+    if notes is not None:
+        if torn:
+            notes.append(f"records.jsonl: {len(torn)} unreadable line(s) skipped (line {', '.join(map(str, torn[:5]))}"
+                         f"{', ...' if len(torn) > 5 else ''}; a torn last line means the writer was stopped mid-line)")
+        if bad_records:
+            notes.append(f"records.jsonl: {len(bad_records)} record(s) without a usable required field skipped "
+                         f"(first: {bad_records[0]})")  # fmt: skip
+        for name, n in sorted(bad_fields.items()):
+            notes.append(f"records.jsonl: field '{name}' not a number in {n} record(s); left out of the figures")
     return out
+
+
+_NUMBERS = {f.name: f.type for f in fields(RequestRecord) if "int" in str(f.type) or "float" in str(f.type)}
+
+
+def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:
+    """The record, with each wrongly typed optional number set to None; None when a required one is bad."""
+    if not isinstance(d, dict):
+        return None
+    d = dict(d)
+    for name, typ in _NUMBERS.items():
+        v = d.get(name)
+        if v is None or (not isinstance(v, bool) and isinstance(v, int | float)):
+            continue
+        bad_fields[name] = bad_fields.get(name, 0) + 1
+        if "None" not in str(typ):
+            return None
+        d[name] = None
+    try:
+        return RequestRecord.from_dict(d)
+    except (TypeError, AttributeError):
+        return None
 
 
 def level_label(concurrency: int, repeat: int = 0) -> str:

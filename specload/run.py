@@ -78,7 +78,7 @@ def _read_records(run_dir: Path, notices: list[str]) -> list[RequestRecord]:
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
         return []
-    return read_records(str(path))
+    return read_records(str(path), notices)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:

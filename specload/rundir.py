@@ -89,21 +89,23 @@ def read_json(path: str) -> Any:
         return orjson.loads(f.read())
 
 
-def read_jsonl(path: str | Path) -> Iterator[Any]:
+def read_jsonl(path: str | Path, skipped: list[int] | None = None) -> Iterator[Any]:
     """Each line's JSON value, in file order. Raises OSError when the file cannot be opened.
 
-    Blank, torn and malformed lines are skipped: files are appended while the sweep runs, so a
-    crash (or a reader racing the writer) leaves at most a torn last line and the rest is good.
+    Blank, torn and malformed lines are skipped (their 1-based numbers go to ``skipped``, for a
+    note): files are appended while the sweep runs, so a crash (or a reader racing the writer)
+    leaves at most a torn last line and the rest is good.
     """
     with open(path, "rb") as f:
-        for line in f:
+        for no, line in enumerate(f, 1):
             line = line.strip()
             if not line:
                 continue
             try:
                 yield orjson.loads(line)
             except orjson.JSONDecodeError:
-                continue
+                if skipped is not None:
+                    skipped.append(no)
 
 
 class RecordWriter:

@@ -273,3 +273,27 @@ def test_server_info() -> None:
     assert s.summary() == "engine sglang, speculative_algorithm NEXTN, max_running_requests 48 (configured 64)"
     assert ServerInfo({"engine": "vllm"}).summary() == "engine vllm"  # no speculative_algorithm: not mentioned
     assert ServerInfo({"speculative_algorithm": None}).summary() == "speculative_algorithm none"
+
+
+def test_report_survives_any_value_in_a_record_and_names_what_it_skipped(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parent / "fixtures" / "sample_run"
+    run_dir = tmp_path / "run"
+    shutil.copytree(src, run_dir)
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    first = orjson.loads(lines[0])
+    first["spec_verify_ct"] = "lots"  # an optional number of the wrong type: dropped, record kept
+    second = orjson.loads(lines[1])
+    second["t_end"] = "later"  # a required one: the record is skipped
+    lines[0], lines[1] = orjson.dumps(first).decode(), orjson.dumps(second).decode()
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + '\n{"level": 0, "phase": "meas')  # a torn last line
+    out = subprocess.run([sys.executable, "-m", "specload", "report", str(run_dir), "--no-write"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    assert "1 unreadable line(s) skipped" in text
+    assert "field 'spec_verify_ct' not a number in 1 record(s)" in text
+    assert "1 record(s) without a usable required field skipped" in text
