@@ -90,8 +90,10 @@ class SweepOwner:
         self.scenario: Scenario | None = None
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
-        # Tickets granted and not yet back as records, per Locust process, to write off a dead worker's.
+        # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
+        # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
+        self.rejected = 0  # records for tickets never granted (or already back)
         self._run_dir_used = False
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
@@ -309,7 +311,13 @@ class SweepOwner:
 
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
         rec = record_from_wire(msg.data)
-        self.outstanding.get(msg.node_id, {}).pop((rec.level, rec.phase, rec.seq), None)
+        if self.outstanding.get(msg.node_id, {}).pop((rec.level, rec.phase, rec.seq), None) is None:
+            # Only a ticket this owner granted to that process, and only once: a forged or repeated
+            # record (or one for a ticket already written off) never reaches the counts.
+            self.rejected += 1
+            logger.warning("ignored a record from %s for a request it was not granted (level %s, %s #%s)",
+                           msg.node_id, rec.level, rec.phase, rec.seq)  # fmt: skip
+            return
         if self.writer is not None:
             self.writer.write(msg.data)
         if self.ctrl is not None:
