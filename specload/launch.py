@@ -95,7 +95,31 @@ def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
         raise LaunchError(EXIT_USAGE, f"--label: expected 1..{MAX_LABEL} characters not starting with '-', "
                                       f"got {s.label[:40]!r}{'...' if len(s.label) > 40 else ''}")  # fmt: skip
     _check_out(s.out)
+    _ensure_open_files(max(sc.levels), s.processes)
     return sc, host
+
+
+FD_HEADROOM = 64  # files a Locust process holds besides one connection per user (logs, CSV, ZMQ, ...)
+
+
+def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
+    """Each user holds a connection: a level of C users needs C open files in its process. Raise the
+    soft limit as far as the hard one allows (children inherit it); refuse, naming ``ulimit -n``,
+    a level that cannot fit, instead of letting it fail as if the server had refused connections."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to ask
+        return
+
+    n = (os.cpu_count() or 1) if processes == -1 else (processes or 1)
+    need = -(-max_concurrency // n) + FD_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise LaunchError(EXIT_USAGE, f"C={max_concurrency} needs about {need} open files per Locust process, and "
+                                      f"this shell allows {hard} (ulimit -n): raise the limit, or spread the users "
+                                      f"over processes (--processes N) or machines (--workers N)")  # fmt: skip
+    if soft != resource.RLIM_INFINITY and soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard))
 
 
 MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -101,3 +102,37 @@ def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(sim, proc
     assert len(recs) == 2 and all(r.status == "failed" and r.reason.startswith("interrupted") for r in recs), recs
     lv = meta["levels"][0]
     assert lv["granted"] == lv["received"] == 2
+
+
+def _limit(soft: int, hard: int):  # type: ignore[no-untyped-def]
+    import resource
+
+    def setup() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    return setup
+
+
+def test_a_level_beyond_the_open_file_limit_is_refused_naming_ulimit(sim, tmp_path: Path) -> None:
+    server = sim(*SIM)
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, "--out", str(tmp_path / "out"), "--levels", "200",
+                     "--input-tokens", "16", "--output-tokens", "4"),
+        capture_output=True, text=True, timeout=60, preexec_fn=_limit(100, 100),
+    )  # fmt: skip
+    assert out.returncode == 2 and "ulimit -n" in out.stderr and "C=200" in out.stderr, out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_soft_open_file_limit_is_raised_for_a_level_that_fits_the_hard_one(sim, tmp_path: Path) -> None:
+    server = sim(*SIM, "--max-running", "256")
+    out = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, "--out", str(tmp_path / "out"), "--levels", "150",
+                     "--requests-per-level", "150", "--input-tokens", "16", "--output-tokens", "4",
+                     "--metrics-interval", "0"),
+        capture_output=True, text=True, timeout=120, preexec_fn=_limit(100, 4096),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (run_dir,) = (tmp_path / "out").iterdir()
+    recs = read_records(str(run_dir / "records.jsonl"))
+    assert len(recs) == 150 and all(r.status == "ok" for r in recs), {r.reason for r in recs}
