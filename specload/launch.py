@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,14 +138,25 @@ def _check_out(out: str) -> None:
         raise LaunchError(EXIT_USAGE, f"--out {out!r}: {path} is not writable")
 
 
+# A server restarting refuses connections for a moment: tried again after these pauses (about 8 s in
+# all) before the sweep is given up. Other failures (timeouts, TLS) are not retried.
+PREFLIGHT_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
 def preflight(host: str, sc: Scenario, insecure: bool) -> None:
     """Raise LaunchError when the server does not answer (or refuses us) before any run exists."""
     from specload.probe import ServerUnreachable, get_json
 
-    try:
-        status, body = get_json(host, "/v1/models", timeout=sc.connect_timeout_s, insecure=insecure)
-    except ServerUnreachable as e:
-        raise LaunchError(EXIT_UNREACHABLE, f"cannot reach the server before the sweep: {e}") from None
+    for attempt, pause in enumerate((*PREFLIGHT_BACKOFF_S, None), 1):
+        try:
+            status, body = get_json(host, "/v1/models", timeout=sc.connect_timeout_s, insecure=insecure)
+            break
+        except ServerUnreachable as e:
+            if pause is None or "connection refused" not in str(e):
+                raise LaunchError(EXIT_UNREACHABLE, f"cannot reach the server before the sweep: {e}") from None
+            print(f"specload: {e}; retrying in {pause:g} s ({attempt}/{len(PREFLIGHT_BACKOFF_S)})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            time.sleep(pause)
     if status in (401, 403) and not sc.model:
         # Without a model name the sweep cannot even start; with one, the rejections are recorded.
         raise LaunchError(

@@ -136,3 +136,21 @@ def test_the_soft_open_file_limit_is_raised_for_a_level_that_fits_the_hard_one(s
     (run_dir,) = (tmp_path / "out").iterdir()
     recs = read_records(str(run_dir / "records.jsonl"))
     assert len(recs) == 150 and all(r.status == "ok" for r in recs), {r.reason for r in recs}
+
+
+def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp_path: Path) -> None:
+    from tests.conftest import free_port
+
+    port = free_port()
+    sweep = procs.popen(specload_cmd("sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "out"),
+                                     "--levels", "1", "--input-tokens", "16", "--output-tokens", "4"))  # fmt: skip
+    time.sleep(1.0)  # the server is restarting: connections are refused
+    from specload.simproc import start_sim
+
+    server = start_sim([*SIM, "--port", str(port)])
+    try:
+        assert sweep.wait(timeout=60) == 0, procs.log(sweep)[-3000:]
+    finally:
+        server.stop()
+    log = procs.log(sweep)
+    assert "connection refused; retrying in 0.25 s (1/5)" in log, log[-3000:]
