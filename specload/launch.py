@@ -256,7 +256,10 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> Sweep
         shutil.rmtree(run_dir, ignore_errors=True)
         return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
     if report_format is not None:
-        print_report(load_run(run_dir), report_format)
+        try:
+            print_report(load_run(run_dir), report_format)
+        except OSError as e:  # report.md could not be written (a full disk): the table was printed
+            print(f"specload: could not write report.md in {run_dir}: {e.strerror or e}", file=sys.stderr)
     status = read_run_meta(run_dir).status
     if status == RUN_COMPLETED and locust_code == 0:
         return SweepOutcome(EXIT_OK, run_dir, status)

@@ -154,3 +154,31 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
         server.stop()
     log = procs.log(sweep)
     assert "connection refused; retrying in 0.25 s (1/5)" in log, log[-3000:]
+
+
+def test_a_full_disk_ends_the_sweep_cleanly_keeping_what_was_written(sim, tmp_path: Path) -> None:
+    """The run directory on a 96 KiB tmpfs: records fill it mid-sweep."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        server = sim(*SIM)
+        out = subprocess.run(
+            specload_cmd("sweep", "--host", server.url, "--out", str(disk), "--levels", "4",
+                         "--requests-per-level", "2000", "--input-tokens", "16", "--output-tokens", "2",
+                         "--metrics-interval", "0"),
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        log = out.stdout + out.stderr
+        assert out.returncode == 1, log[-3000:]
+        assert "cannot write records.jsonl" in log and "stopping the sweep" in log, log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
+        (run_dir,) = disk.iterdir()
+        meta = json.loads((run_dir / "run.json").read_text())  # the final write had room: a space reserve
+        assert meta["status"] == "failed" and "No space left on device" in meta["reason"]
+        recs = read_records(str(run_dir / "records.jsonl"))
+        assert 10 < len(recs) < 2000  # every whole record written before the disk filled is there
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

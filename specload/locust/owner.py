@@ -5,7 +5,9 @@ writes records and run.json as they come, and logs one progress line per level b
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -94,6 +96,7 @@ class SweepOwner:
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
         self.rejected = 0  # records for tickets never granted (or already back)
+        self.write_error: str | None = None  # the first failed write to the run directory
         self._run_dir_used = False
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
@@ -118,6 +121,8 @@ class SweepOwner:
         self.scenario, self.config, self._config_wire = run.scenario, run.config, run.config.to_wire()
         self.items, self._next_item = run.items, 0
         self.writer = RecordWriter(self.run_dir)
+        self.write_error = None
+        self._reserve_space()
         self.outstanding = {}
         self.ctrl = SweepController(plan_levels(run.scenario), run.scenario.pause_s, run.scenario.level_timeout_s)
         self.meta = self._run_meta(run)
@@ -236,7 +241,38 @@ class SweepOwner:
             return
         if self.ctrl is not None:
             self.meta.levels = self.ctrl.levels_meta()
-        write_run_meta(self.run_dir, self.meta)
+        try:
+            write_run_meta(self.run_dir, self.meta)
+        except OSError as e:
+            self._cannot_write("run.json", e)
+
+    def _cannot_write(self, what: str, e: OSError) -> None:
+        """A full disk (or any write error) ends the sweep cleanly, once: what is on disk stays."""
+        if self.write_error is not None:
+            return
+        self.write_error = f"cannot write {what} in {self.run_dir}: {e.strerror or e}"
+        logger.error("%s; stopping the sweep (what was written so far is kept)", self.write_error)
+        self.release_reserve()  # room for the final run.json, report and Locust's files
+        if self.ctrl is not None:
+            self.ctrl.abort(self.write_error)
+
+    _RESERVE = ".space-reserve"
+    _RESERVE_BYTES = 32 * 1024
+
+    def _reserve_space(self) -> None:
+        """Hold a little disk space for the end of the run: a full disk must not also keep run.json
+        saying "running" (the final write is the one that matters most)."""
+        assert self.run_dir is not None
+        try:
+            with open(os.path.join(self.run_dir, self._RESERVE), "wb") as f:
+                f.write(b"\0" * self._RESERVE_BYTES)
+        except OSError:
+            pass
+
+    def release_reserve(self) -> None:
+        if self.run_dir is not None:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self.run_dir, self._RESERVE))
 
     def finish(self, status: str | None = None) -> None:
         """Close the run (idempotent). Late records still reach records.jsonl afterwards."""
@@ -254,6 +290,7 @@ class SweepOwner:
         self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
         self.meta.ended_at = time.time()
         self.write_meta()
+        self.release_reserve()
         self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
         logger.info("sweep %s%s; results in %s", status,
                     f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
@@ -318,8 +355,11 @@ class SweepOwner:
             logger.warning("ignored a record from %s for a request it was not granted (level %s, %s #%s)",
                            msg.node_id, rec.level, rec.phase, rec.seq)  # fmt: skip
             return
-        if self.writer is not None:
-            self.writer.write(msg.data)
+        if self.writer is not None and self.write_error is None:
+            try:
+                self.writer.write(msg.data)
+            except OSError as e:
+                self._cannot_write("records.jsonl", e)
         if self.ctrl is not None:
             changes = self.ctrl.receive(rec)  # counted even after the run closed (grace-period records)
             if self.active:

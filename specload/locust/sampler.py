@@ -60,8 +60,13 @@ class MetricsSampler:
 
     def _write(self, values: dict[str, float | None]) -> None:
         line = {"t": now(), "level": self.level_of(), **values}
-        with open(self.path, "ab") as f:
-            f.write(orjson.dumps(line) + b"\n")
+        try:
+            with open(self.path, "ab") as f:
+                f.write(orjson.dumps(line) + b"\n")
+        except OSError as e:  # a full disk: the sweep's owner reports it; sampling just stops
+            logger.warning("server samples stopped: %s", e)
+            self.greenlet = None  # (the loop ends with this greenlet)
+            raise gevent.GreenletExit from None
         self.samples += 1
 
     def _loop(self) -> None:
