@@ -89,7 +89,6 @@ class SweepOwner:
         self.items: list[Item] = []
         self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
-        self.scenario: Scenario | None = None
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
@@ -118,7 +117,7 @@ class SweepOwner:
             self.run_dir = self._open_run_dir(run.label)
         except CannotStart as e:
             return self._fail(str(e))
-        self.scenario, self.config, self._config_wire = run.scenario, run.config, run.config.to_wire()
+        self.config, self._config_wire = run.config, run.config.to_wire()
         self.items, self._next_item = run.items, 0
         self.writer = RecordWriter(self.run_dir)
         self.write_error = None
