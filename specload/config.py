@@ -293,6 +293,10 @@ class Scenario:
         3600.0, help="Seconds after which an unfinished level is marked incomplete",
         check=_number(strict=True), flag="--level-timeout",
     )  # fmt: skip
+    outage_timeout_s: float = _f(
+        10.0, help="Seconds the server may refuse connections mid-sweep (a restart) before the sweep stops; "
+        "no new request starts meanwhile", check=_number(), flag="--outage-timeout",
+    )  # fmt: skip
     metrics_interval_s: float = _f(
         1.0, help="Seconds between samples of the server's /metrics (0: off)",
         check=_number(), flag="--metrics-interval",

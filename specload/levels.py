@@ -45,6 +45,8 @@ class Change(str, Enum):
     FINISHED = "finished"  # that was the last level
     ABORT = "abort"  # the sweep stopped (breaker, every request failed)
     TIMEOUT = "timeout"  # the level ran out of time
+    OUTAGE = "outage"  # the server refused a connection: no new tickets until it answers again
+    RESUMED = "resumed"  # it answers again: tickets flow
 
 
 class LevelStatus(str, Enum):
@@ -120,6 +122,8 @@ class LevelProgress:
     t_measure_start: float | None = None
     t_end: float | None = None
     lost: int = 0  # granted requests whose records can never arrive (their worker died)
+    refused: int = 0  # measured requests refused by the server (an outage: counted as failed)
+    outage_s: float = 0.0  # time the level spent waiting for the server to come back
     status: LevelStatus = LevelStatus.PENDING
     note: str | None = None
 
@@ -139,7 +143,8 @@ class LevelProgress:
             index=p.index, concurrency=p.concurrency, repeat=p.repeat, budget=p.budget, warmup=p.warmup,
             duration_s=p.duration_s, t_start=self.t_start, t_measure_start=self.t_measure_start, t_end=self.t_end,
             status=self.status.value, granted=self.granted, received=self.received,
-            granted_warmup=self.granted_warmup, received_warmup=self.received_warmup, lost=self.lost, note=self.note,
+            granted_warmup=self.granted_warmup, received_warmup=self.received_warmup, lost=self.lost,
+            refused=self.refused, outage_s=round(self.outage_s, 3), note=self.note,
         )  # fmt: skip
 
 
@@ -155,9 +160,12 @@ def failure_class(rec: RequestRecord) -> str | None:
     code = rec.http_status
     if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
         return f"HTTP {code}"
-    if code is None and "connection refused" in (rec.reason or ""):
-        return "connection refused"
+    if code is None and REFUSED in (rec.reason or ""):
+        return REFUSED
     return None
+
+
+REFUSED = "connection refused"
 
 
 @dataclass
@@ -168,6 +176,12 @@ class SweepController:
     clock: Callable[[], float] = time.time
     # Stop after this many consecutive requests failed the same hopeless way (failure_class).
     breaker: int = 5
+    # A refused connection is an outage (a server restarting), not a verdict: no new tickets until
+    # the owner sees the server answer again (resume), for at most this long; then the sweep stops.
+    outage_timeout_s: float = 10.0
+    outage_since: float | None = None
+    _outage_level: int | None = None
+    _outage_last: str | None = None
     levels: list[LevelProgress] = field(init=False)
     cursor: int = 0  # index of the current level
     finished: bool = False
@@ -189,6 +203,8 @@ class SweepController:
         return lv is not None and lv.phase in (WARMUP, MEASURE) and self._can_grant(lv)
 
     def _can_grant(self, lv: LevelProgress) -> bool:
+        if self.outage_since is not None:
+            return False
         if lv.phase == WARMUP:
             return lv.granted_warmup < lv.plan.warmup
         if lv.phase == MEASURE:
@@ -223,6 +239,12 @@ class SweepController:
             lv.phase = DRAINING
             changes.append(Change.DRAINING)
         changes += self._maybe_finish_level(lv, now)
+        if self.outage_since is not None and now - self.outage_since > self.outage_timeout_s and not self.finished:
+            self.abort(
+                f"the server refused connections for {now - self.outage_since:.1f} s "
+                f"(--outage-timeout {self.outage_timeout_s:g}); last: {self._outage_last}"
+            )
+            return changes + [Change.ABORT]
         if lv.phase not in (DONE, PENDING) and lv.t_start is not None and now - lv.t_start > self.level_timeout_s:
             lv.status, lv.t_end = LevelStatus.INCOMPLETE, now
             lv.note = f"level timed out after {self.level_timeout_s:g} s with {lv.in_flight} requests in flight"
@@ -281,6 +303,10 @@ class SweepController:
             lv.first_send = rec.t_send if lv.first_send is None else min(lv.first_send, rec.t_send)
             lv.last_end = rec.t_end if lv.last_end is None else max(lv.last_end, rec.t_end)
         cls = failure_class(rec)
+        if cls == REFUSED:
+            if rec.phase != PHASE_WARMUP:
+                lv.refused += 1
+            return self._outage(rec) + self._settle(lv)
         if cls is None:
             self._streak, self._streak_class = 0, None
         elif cls == self._streak_class:
@@ -308,7 +334,8 @@ class SweepController:
             return []
         lv.phase, lv.status, lv.t_end = DONE, LevelStatus.COMPLETED, now
         changes = [Change.DONE]
-        if lv.received > 0 and lv.ok == 0 and lv.short == 0:
+        if lv.received > 0 and lv.ok == 0 and lv.short == 0 and lv.refused < lv.received:
+            # (A level refused whole is an outage's: the outage timeout decides whether to go on.)
             self.abort(f"every measured request of level C={lv.plan.concurrency} failed")
             changes.append(Change.ABORT)
             return changes
@@ -317,6 +344,28 @@ class SweepController:
             self.finished, self.outcome = True, Outcome.COMPLETED
             changes.append(Change.FINISHED)
         return changes
+
+    def _outage(self, rec: RequestRecord) -> list[Change]:
+        self._outage_last = rec.reason
+        if self.outage_since is not None or self.finished:
+            return []
+        self.outage_since, self._outage_level = self.clock(), rec.level
+        return [Change.OUTAGE]
+
+    def outage_reason(self) -> str:
+        return f"{self._outage_last}" if self._outage_last else "no outage"
+
+    def resume(self) -> list[Change]:
+        """The server answers again (the owner checked): tickets flow; the outage is noted on its level."""
+        if self.outage_since is None:
+            return []
+        waited = self.clock() - self.outage_since
+        lv = self.levels[self._outage_level or 0]
+        lv.outage_s += waited
+        outage = f"the server refused connections for {waited:.2f} s; {lv.refused} measured request(s) refused"
+        lv.note = f"{lv.note}; {outage}" if lv.note else outage
+        self.outage_since = self._outage_level = None
+        return [Change.RESUMED]
 
     def write_off(self, level: int, phase: str, n: int, why: str) -> list[Change]:
         """Count ``n`` granted requests as lost (their records will never come), so the level can end."""

@@ -43,3 +43,16 @@ def _call(host: str, method: str, path: str, payload: bytes | None, timeout: flo
         return 200, orjson.loads(raw)
     except orjson.JSONDecodeError:
         return 200, None
+
+
+def server_back(host: str, timeout: float = 2.0, insecure: bool = False) -> str | None:
+    """None when the server answers HTTP again after an outage; else why not (for the log).
+
+    ``/health`` exists on SGLang, vLLM and llama.cpp; any answer below 500 means the process is
+    back and listening (a proxy's 404 included), while 502-504 is a gateway or a server still
+    loading its model (llama.cpp answers 503 until the weights are in)."""
+    try:
+        status, body = get_json(host, "/health", timeout, insecure)
+    except ServerUnreachable as e:
+        return str(e)
+    return None if status < 500 else f"HTTP {status}: {body}"

@@ -196,6 +196,10 @@ def _level_meta_notes(run: Run) -> list[str]:
         if lv.lost:
             why = f" ({lv.note})" if lv.note else ""
             notes.append(f"{label}: {lv.lost} request(s) lost with a worker, no record can exist for them{why}")
+        if lv.refused or lv.outage_s:
+            notes.append(f"{label}: the server was away (connection refused) for {lv.outage_s:.2f} s; "
+                         f"{lv.refused} measured request(s) refused, counted as failed, and the level "
+                         f"waited for it: repeat the level for figures without the outage")  # fmt: skip
         if lv.status in (None, "completed"):
             continue
         known = (("budget", lv.budget), ("granted", lv.granted), ("received", lv.received))

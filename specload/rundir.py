@@ -185,6 +185,8 @@ class LevelMeta:
     granted_warmup: int | None = None
     received_warmup: int | None = None
     lost: int = 0
+    refused: int = 0  # measured requests refused during a server outage (counted as failed)
+    outage_s: float = 0.0  # seconds the level waited for the server to come back
     note: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
 
@@ -212,6 +214,8 @@ class LevelMeta:
             granted_warmup=_int(d.get("granted_warmup")),
             received_warmup=_int(d.get("received_warmup")),
             lost=_int(d.get("lost")) or 0,
+            refused=_int(d.get("refused")) or 0,
+            outage_s=_float(d.get("outage_s")) or 0.0,
             note=_str(d.get("note")),
             extra=_extra(d, cls),
         )

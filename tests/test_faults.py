@@ -168,7 +168,7 @@ CASES: dict[str, Case] = {
                      ("--levels", "1,2", "--requests-per-level", "4", *READ_TIMEOUT)),
     # C=2: 20 requests; C=4: 4 ok, then the 28th admission kills the server mid-level.
     "server_dies": Case(("--fault-die-after", "28"),
-                        ("--levels", "2,4", "--requests-per-level", "20", *READ_TIMEOUT)),
+                        ("--levels", "2,4", "--requests-per-level", "20", "--outage-timeout", "1", *READ_TIMEOUT)),
 }  # fmt: skip
 
 
@@ -445,13 +445,16 @@ def test_server_dies_mid_level(batch: Batch) -> None:
     recs = _by_level(_records(run_dir))
     assert len(recs[0]) == 20 and all(r.status == "ok" for r in recs[0])
     # Everything measured so far is on disk: the level's first wave, the streams cut by the death, the
-    # refused connections that tripped the breaker; one record per request granted.
+    # refused connections that began the outage (no new request started after the first refusal,
+    # so at most one per user); one record per request granted.
     ok1 = [r for r in recs[1] if r.status == "ok"]
     refused = [r for r in recs[1] if r.reason == "connection refused"]
-    assert len(ok1) == 4 and len(refused) >= 5
+    assert len(ok1) == 4 and 1 <= len(refused) <= 4 and lv1["refused"] == len(refused)
     assert any((r.reason or "").startswith("stream cut after") for r in recs[1])
     assert len(recs[1]) == lv1["granted"] == lv1["received"]
-    assert "stopping the sweep: 5 requests in a row failed with connection refused" in s.log
+    assert "the server refused a connection (connection refused); no new request starts" in s.log
+    assert "stopping the sweep: the server refused connections for 1." in s.log
+    assert "(--outage-timeout 1); last: connection refused" in meta["reason"]
     report = _report(run_dir)
     assert "c004: level marked incomplete" in report and "run status is failed" in report
 

@@ -317,6 +317,56 @@ def test_every_measured_request_failed_aborts_sweep() -> None:
     assert c.current is None
 
 
+def refused(g: Grant) -> RequestRecord:
+    r = rec(g, FAILED, 0)
+    r.reason, r.http_status = "connection refused", None
+    return r
+
+
+def test_a_refused_connection_holds_new_tickets_until_the_server_is_back() -> None:
+    c, clock = ctrl(Scenario(levels=[2], requests=6))
+    c.tick(2)
+    g1, g2 = c.grant(), c.grant()
+    assert g1 and g2
+    assert c.receive(refused(g1)) == ["outage"]
+    assert c.outage_since == clock.t and not c.is_open and not c.state().open
+    assert c.grant() is None  # a restarting server is not fed a budget's worth of refusals
+    assert c.receive(refused(g2)) == []  # the same outage
+    clock.t += 0.4
+    assert c.tick(2) == []  # within --outage-timeout: waiting
+    assert c.resume() == ["resumed"] and c.resume() == []
+    lv = c.levels[0]
+    assert c.is_open and lv.refused == 2 and lv.failed == 2 and lv.outage_s == pytest.approx(0.4)
+    assert lv.note == "the server refused connections for 0.40 s; 2 measured request(s) refused"
+    rest = grants(c)
+    assert len(rest) == 4  # the budget is exact: refused requests were measured (as failed)
+    for g in rest:
+        c.receive(rec(g))
+    assert c.finished and c.outcome == "completed"
+    assert lv.meta().refused == 2 and lv.meta().outage_s == 0.4
+
+
+def test_a_server_away_longer_than_the_outage_timeout_stops_the_sweep() -> None:
+    c, clock = ctrl(Scenario(levels=[1], requests=5))
+    c.outage_timeout_s = 3.0
+    c.tick(1)
+    c.receive(refused(c.grant()))
+    clock.t += 3.0
+    assert c.tick(1) == []
+    clock.t += 0.1
+    assert c.tick(1) == ["abort"]
+    assert c.finished and c.outcome == "aborted"
+    assert c.abort_reason == "the server refused connections for 3.1 s (--outage-timeout 3); last: connection refused"
+
+
+def test_refusals_do_not_trip_the_breaker_nor_abort_a_level_refused_whole() -> None:
+    c, _ = ctrl(Scenario(levels=[4, 8], requests=4))
+    c.tick(4)
+    gs = grants(c)
+    assert [c.receive(refused(g)) for g in gs][-1] == ["done"]  # all 4 refused: no "every request failed"
+    assert not c.finished and c.cursor == 1 and c.outage_since is not None
+
+
 def test_one_short_request_is_enough_to_go_on() -> None:
     c, _ = ctrl(Scenario(levels=[1, 4], requests=2))
     c.tick(1)

@@ -218,7 +218,9 @@ def test_run_meta_reads_unversioned_files_as_version_1_and_writes_them_back_unch
     assert meta.server.max_running == 48 and meta.server.max_running_requests == 64
     assert meta.server.engine == "sglang" and meta.server.speculative_algorithm is None
     assert meta.extra == {} and meta.levels[0].extra == {}
-    assert meta.to_json() == d | {"schema_version": 1}  # nothing lost, nothing renamed
+    # Nothing lost, nothing renamed; fields added since come with their defaults.
+    added = {"refused": 0, "outage_s": 0.0}
+    assert meta.to_json() == d | {"schema_version": 1, "levels": [lv | added for lv in d["levels"]]}
 
 
 def test_run_meta_keeps_unknown_keys_and_survives_bad_values() -> None:

@@ -156,6 +156,48 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
     assert "connection refused; retrying in 0.25 s (1/5)" in log, log[-3000:]
 
 
+def test_a_server_restarted_mid_level_is_waited_for_and_the_outage_reported(procs: Procs, tmp_path: Path) -> None:
+    """kill -9 of the server mid-level, back on the same port 0.3 s later: the sweep holds new
+    requests instead of burning its budget on refusals, resumes, completes, and says what happened."""
+    from specload.simproc import start_sim
+    from tests.conftest import free_port
+
+    port = free_port()
+    server = start_sim([*SIM, "--port", str(port)])
+    out = tmp_path / "out"
+    sweep = procs.popen(specload_cmd(
+        "sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(out), "--levels", "2,4",
+        "--requests-per-level", "30", "--input-tokens", "16", "--output-tokens", "40", "--metrics-interval", "0",
+    ))  # fmt: skip
+    try:
+        wait_until(lambda: any(out.glob("*/records.jsonl")) and len(read_records(str(next(out.glob("*/records.jsonl"))))) >= 3,
+                   60, "the first records")  # fmt: skip
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait(timeout=10)
+        time.sleep(0.3)
+        server = start_sim([*SIM, "--port", str(port)])
+        assert sweep.wait(timeout=90) == 0, procs.log(sweep)[-3000:]
+    finally:
+        server.stop()
+    run_dir = next(out.iterdir())
+    meta = json.loads((run_dir / "run.json").read_text())
+    log = procs.log(sweep)
+    assert meta["status"] == "completed", meta
+    hit = [lv for lv in meta["levels"] if lv["refused"] or lv["outage_s"]]
+    assert len(hit) == 1, meta["levels"]
+    lv = hit[0]
+    assert 1 <= lv["refused"] <= lv["concurrency"], lv  # at most one refusal per user: new requests were held
+    assert 0.2 <= lv["outage_s"] < 5.0, lv
+    recs = read_records(str(run_dir / "records.jsonl"))
+    measured = [r for r in recs if r.phase == "measure"]
+    assert len(measured) == 60  # exact budgets, outage or not
+    assert sum(r.reason == "connection refused" for r in measured) == lv["refused"]
+    assert "the server refused a connection (connection refused); no new request starts" in log, log[-3000:]
+    assert "the server answers again; new requests resume" in log
+    report = (run_dir / "report.md").read_text()
+    assert "the server was away (connection refused) for" in report, report
+
+
 def test_a_full_disk_ends_the_sweep_cleanly_keeping_what_was_written(sim, tmp_path: Path) -> None:
     """The run directory on a 96 KiB tmpfs: records fill it mid-sweep."""
     disk = tmp_path / "disk"

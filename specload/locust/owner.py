@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import gevent
 import locust
 from locust.runners import STATE_MISSING, MasterRunner
 
@@ -38,7 +39,7 @@ from specload.locust.protocol import (
     record_from_wire,
 )
 from specload.locust.sampler import MetricsSampler
-from specload.probe import ServerUnreachable
+from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import PHASE_MEASURE, level_label
 from specload.rundir import (
@@ -58,7 +59,10 @@ from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_
 logger = logging.getLogger("specload")
 
 _ATTR = "specload_owner"
-_TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)  # the SweepOwner's attribute on the Locust Environment
+_TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)
+# Pauses between the checks of a server that refused a connection: a restart of a fraction of a
+# second costs about that much, a longer one is checked once a second until --outage-timeout.
+_OUTAGE_CHECKS_S = (0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class CannotStart(Exception):
@@ -91,6 +95,7 @@ class SweepOwner:
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
+        self._outage_watch: Any = None  # the greenlet checking whether the server is back
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
@@ -123,12 +128,12 @@ class SweepOwner:
         self.write_error = None
         self._reserve_space()
         self.outstanding = {}
-        self.ctrl = SweepController(plan_levels(run.scenario), run.scenario.pause_s, run.scenario.level_timeout_s)
+        sc = run.scenario
+        self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
         self.meta.server_metrics = self._start_sampler(run)
         self.write_meta()
         self.active = True
-        sc = run.scenario
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
             run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
@@ -393,12 +398,41 @@ class SweepOwner:
                 self._log_level_start()
             elif change == Change.DONE:
                 self._log_level_done()
+            elif change == Change.OUTAGE:
+                self._watch_outage()
+            elif change == Change.RESUMED:
+                lv = self.ctrl.current
+                logger.warning("the server answers again; new requests resume%s",
+                               f" ({level_label(lv.plan.concurrency, lv.plan.repeat)})" if lv else "")  # fmt: skip
             elif change in (Change.ABORT, Change.TIMEOUT):
                 if hint := invalid_prompt_hint(self.ctrl.abort_reason):
                     self.ctrl.abort_reason = f"{self.ctrl.abort_reason}; {hint}"
                 logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()
+
+    def _watch_outage(self) -> None:
+        """A refused connection: hold new requests and check the server with growing pauses; the
+        controller stops the sweep if it stays away longer than --outage-timeout."""
+        assert self.ctrl is not None and self.config is not None
+        logger.warning("the server refused a connection (%s); no new request starts until it answers again "
+                       "(at most %g s, --outage-timeout)", self.ctrl.outage_reason(),
+                       self.ctrl.outage_timeout_s)  # fmt: skip
+        if self._outage_watch is not None and not self._outage_watch.dead:
+            return
+        self._outage_watch = gevent.spawn(self._check_until_back, self.ctrl, self.config)
+
+    def _check_until_back(self, ctrl: SweepController, config: RunConfig) -> None:
+        timeout = min(config.scenario.connect_timeout_s, 2.0)
+        checks = 0
+        while self.ctrl is ctrl and not ctrl.finished and ctrl.outage_since is not None:
+            gevent.sleep(_OUTAGE_CHECKS_S[min(checks, len(_OUTAGE_CHECKS_S) - 1)])
+            checks += 1
+            why = server_back(config.host, timeout, config.insecure)
+            if why is None:
+                self._report(ctrl.resume())
+                return
+            logger.debug("server not back yet: %s", why)
 
     def _log_level_start(self) -> None:
         assert self.ctrl is not None
