@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,7 @@ class SimApp:
         faults: Faults | None = None,
         vocab: Vocab | None = None,
         close_after_stream: bool = False,
+        loading_s: float = 0.0,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -133,6 +135,9 @@ class SimApp:
         self.vocab = vocab or Vocab()
         self.secrets: dict[str, Any] = {}  # server-info fields that carry secrets (see sim.cli.make_server)
         self.close_after_stream = close_after_stream
+        # llama.cpp listens before its weights are loaded and answers every endpoint, /health
+        # included, with 503 "Loading model" meanwhile: a client must not take that for "back".
+        self.loading_until = time.monotonic() + loading_s if loading_s > 0 else 0.0
         self.injector = FaultInjector(self.faults)
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -154,6 +159,8 @@ class SimApp:
         path = request.path
         route = self._routes.get(path)
         try:
+            if self.loading_until and time.monotonic() < self.loading_until:
+                raise HTTPError(503, "Loading model")
             if route is None:
                 raise HTTPError(404, f"Not found: {path}")
             method, handler = route

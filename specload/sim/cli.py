@@ -55,6 +55,8 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
     a("--chat-template-tokens", type=int, default=0, help="tokens a chat template adds to every chat prompt")
     a("--close-after-stream", action="store_true",
       help="close the connection after each streamed response while advertising keep-alive, as llama.cpp does")  # fmt: skip
+    a("--loading-s", type=float, default=0.0, metavar="SECONDS",
+      help="answer every endpoint (/health too) with HTTP 503 'Loading model' for this long after start, as llama.cpp does")  # fmt: skip
     a("--access-log", action="store_true", help="log every request to stderr")
 
 
@@ -266,7 +268,7 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         faults = build_faults(args)
         app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults,
                      vocab=Vocab(args.vocab_size, args.chat_template_tokens),
-                     close_after_stream=args.close_after_stream)  # fmt: skip
+                     close_after_stream=args.close_after_stream, loading_s=args.loading_s)  # fmt: skip
     except ValueError as e:
         parser.error(str(e))
     if bool(args.tls_cert) != bool(args.tls_key):
