@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload.clocks import describe, is_off
 from specload.metrics import LevelStats, group_repeats
 from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
 from specload.records import level_label
@@ -246,6 +247,8 @@ def _notes(run: Run) -> list[str]:
     notes += _accept_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
+    notes += [f"{describe(c)}: its records' times are off by that much against the other workers'; "
+              f"sync the clocks (chrony/NTP)" for c in run.info.clients if is_off(c)]  # fmt: skip
     return notes
 
 

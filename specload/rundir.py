@@ -295,6 +295,30 @@ class ServerInfo:
         return ", ".join(parts) or None
 
 
+@dataclass(frozen=True)
+class ClientClock:
+    """run.json ``clients``: one worker's clock against the master's (specload.clocks), measured when
+    the run started or the worker joined. ``offset_ms`` > 0: the worker's clock is ahead."""
+
+    worker: str
+    offset_ms: float
+    rtt_ms: float
+    samples: int = 0
+    measured_at: float | None = None
+
+    @classmethod
+    def from_json(cls, d: Any) -> ClientClock | None:
+        if not isinstance(d, Mapping):
+            return None
+        worker, offset, rtt = _str(d.get("worker")), _float(d.get("offset_ms")), _float(d.get("rtt_ms"))
+        if worker is None or offset is None or rtt is None:
+            return None
+        return cls(worker, offset, rtt, _int(d.get("samples")) or 0, _float(d.get("measured_at")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass
 class RunMeta:
     """run.json: what was run, against what, and how far it got (docs/DESIGN-CONTRACTS.md).
@@ -323,6 +347,7 @@ class RunMeta:
     simulated: bool = False
     server_metrics: str | None = None  # off | sampled | unavailable
     prompts: dict[str, Any] = field(default_factory=dict)  # PromptSource.describe(): what prompts were made of
+    clients: list[ClientClock] = field(default_factory=list)  # workers' clock offsets (distributed runs)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
 
     @classmethod
@@ -357,6 +382,11 @@ class RunMeta:
             simulated=bool(d.get("simulated", False)),
             server_metrics=_str(d.get("server_metrics")),
             prompts=dict(d["prompts"]) if isinstance(d.get("prompts"), Mapping) else {},
+            clients=[
+                c
+                for c in (ClientClock.from_json(x) for x in (d["clients"] if isinstance(d.get("clients"), list) else []))
+                if c is not None
+            ],
             extra=_extra(d, cls),
         )
 
@@ -372,6 +402,10 @@ class RunMeta:
             out["prompts"] = dict(self.prompts)
         else:
             out.pop("prompts")  # a run before prompts were recorded reads back as it was written
+        if self.clients:
+            out["clients"] = [c.to_json() for c in self.clients]
+        else:
+            out.pop("clients")  # local runs have none
         return out
 
 

@@ -299,3 +299,17 @@ def test_report_survives_any_value_in_a_record_and_names_what_it_skipped(tmp_pat
     assert "1 unreadable line(s) skipped" in text
     assert "field 'spec_verify_ct' not a number in 1 record(s)" in text
     assert "1 record(s) without a usable required field skipped" in text
+
+
+def test_client_clocks_round_trip_and_bad_entries_are_dropped() -> None:
+    from specload.rundir import ClientClock
+
+    d = run_json_as_written() | {"clients": [
+        {"worker": "w1", "offset_ms": 250.2, "rtt_ms": 0.4, "samples": 5, "measured_at": 1764475200.5},
+        {"worker": "w2", "offset_ms": "soon", "rtt_ms": 0.4},
+        "junk",
+    ]}  # fmt: skip
+    meta = RunMeta.from_json(d)
+    assert meta.clients == [ClientClock("w1", 250.2, 0.4, 5, 1764475200.5)]
+    assert meta.to_json()["clients"] == [d["clients"][0]]
+    assert "clients" not in RunMeta.from_json(run_json_as_written()).to_json()  # local runs have none

@@ -19,11 +19,13 @@ from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.backends import get_backend
+from specload.clocks import describe, is_off
 from specload.config import Scenario, ScenarioError
 from specload.datasets import DatasetError, Item, load_items
 from specload.http import check_host, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import explicit_options, launch_values, scenario_from_options
 from specload.locust.protocol import (
     MSG_RECORD,
@@ -47,6 +49,7 @@ from specload.rundir import (
     RUN_FAILED,
     RUN_INTERRUPTED,
     RUN_RUNNING,
+    ClientClock,
     RecordWriter,
     RunMeta,
     ServerInfo,
@@ -96,6 +99,8 @@ class SweepOwner:
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
+        self.clocks: dict[str, ClientClock] = {}  # each worker's clock against ours (master only)
+        self.clock_probe: ClockProbe | None = None
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
@@ -113,6 +118,11 @@ class SweepOwner:
         runner.register_message(MSG_TICKET_REQ, self.on_ticket_req)
         runner.register_message(MSG_RECORD, self.on_record)
         runner.register_message(MSG_TICKET_RETURN, self.on_ticket_return)
+        if isinstance(runner, MasterRunner):
+            self.clock_probe = ClockProbe(runner, self._on_clock)
+            self.clock_probe.register()
+            # A worker's init may still be running when it connects: give it a second.
+            self.env.events.worker_connect.add_listener(lambda client_id, **_: self._measure_clock(client_id, 1.0))
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
@@ -132,6 +142,7 @@ class SweepOwner:
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
         self.meta.server_metrics = self._start_sampler(run)
+        self._clocks_for_run()
         self.write_meta()
         self.active = True
         logger.info(
@@ -229,6 +240,37 @@ class SweepOwner:
             run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure
         )
         return "sampled" if self.sampler.start() else "unavailable"
+
+    # worker clocks -----------------------------------------------------------------------------
+    _CLOCK_FRESH_S = 60.0  # a measurement younger than this is reused for a new run
+
+    def _clocks_for_run(self) -> None:
+        """The workers' clocks into the new run.json; measured again unless just measured."""
+        runner = self.env.runner
+        if not isinstance(runner, MasterRunner):
+            return
+        now = time.time()
+        alive = [c.id for c in runner.clients.all if c.state != STATE_MISSING]
+        for worker in alive:
+            known = self.clocks.get(worker)
+            if known is None or known.measured_at is None or now - known.measured_at > self._CLOCK_FRESH_S:
+                self._measure_clock(worker)
+        self.meta.clients = [self.clocks[w] for w in sorted(alive) if w in self.clocks]
+
+    def _measure_clock(self, worker: str, delay_s: float = 0.0) -> None:
+        if self.clock_probe is not None:
+            self.clock_probe.measure(worker, delay_s)
+
+    def _on_clock(self, clock: ClientClock) -> None:
+        self.clocks[clock.worker] = clock
+        if is_off(clock):
+            logger.warning("%s: records carry wall-clock times, so its requests sit that far off in every level "
+                           "window; sync the clocks (chrony/NTP)", describe(clock))  # fmt: skip
+        else:
+            logger.debug("%s", describe(clock))
+        if self.active:
+            self.meta.clients = [c for c in self.meta.clients if c.worker != clock.worker] + [clock]
+            self.write_meta()
 
     def _level_index(self) -> int | None:
         lv = self.ctrl.current if self.ctrl is not None else None

@@ -15,8 +15,9 @@ from typing import Any
 import gevent
 import locust.runners
 from locust import events
-from locust.runners import LocalRunner, MasterRunner
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from specload.locust.clockprobe import register_clock_answer
 from specload.locust.options import add_arguments
 from specload.locust.owner import SweepOwner, sweep_owner
 from specload.locust.user import register_user_side
@@ -47,6 +48,8 @@ def on_init(environment: Any, **_: Any) -> None:
     locust.runners.WORKER_REPORT_INTERVAL = 1.0
     if not isinstance(runner, MasterRunner):
         register_user_side(environment)
+    if isinstance(runner, WorkerRunner):
+        register_clock_answer(runner)
     if _owns_sweep(environment):
         sweep_owner(environment).register()
         if not environment.stop_timeout:

@@ -123,3 +123,32 @@ def record_to_wire(rec: RequestRecord) -> dict[str, Any]:
 
 def record_from_wire(d: dict[str, Any]) -> RequestRecord:
     return RequestRecord.from_dict(d)
+
+
+MSG_CLOCK_PING = "specload_clock_ping"  # master -> one worker: its clock, please
+MSG_CLOCK_PONG = "specload_clock_pong"  # worker -> master: the ping's send time and the worker's clock
+
+
+@dataclass(frozen=True, slots=True)
+class ClockPing:
+    sent: float  # the master's clock
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"sent": self.sent}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> ClockPing:
+        return cls(float(d["sent"]))
+
+
+@dataclass(frozen=True, slots=True)
+class ClockPong:
+    sent: float  # echoed from the ping
+    remote: float  # the worker's clock as it answered
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"sent": self.sent, "remote": self.remote}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> ClockPong:
+        return cls(float(d["sent"]), float(d["remote"]))

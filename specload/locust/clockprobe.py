@@ -1,0 +1,74 @@
+"""Clock offsets of the workers, measured by the master over Locust's own messages.
+
+The master pings a worker a few times when it joins and when a run starts; the worker answers
+each ping with its wall clock at once (in its message loop, not behind the users). The math is in
+``specload.clocks``; the results go to run.json ``clients`` through the owner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+
+from specload.clocks import ClockSample, estimate
+from specload.locust.protocol import MSG_CLOCK_PING, MSG_CLOCK_PONG, ClockPing, ClockPong
+from specload.rundir import ClientClock
+
+logger = logging.getLogger("specload")
+
+PINGS = 5
+PING_GAP_S = 0.02
+ANSWER_WAIT_S = 1.0  # after the last ping: answers later than this are not waited for
+
+
+class ClockProbe:
+    """The master's side; ``on_clock`` gets each worker's ClientClock."""
+
+    def __init__(self, runner: Any, on_clock: Callable[[ClientClock], None]) -> None:
+        self.runner = runner
+        self.on_clock = on_clock
+        self._samples: dict[str, list[ClockSample]] = {}  # workers being measured now
+
+    def register(self) -> None:
+        self.runner.register_message(MSG_CLOCK_PONG, self.on_pong)
+
+    def measure(self, worker: str, delay_s: float = 0.0) -> None:
+        if worker not in self._samples:
+            self._samples[worker] = []
+            gevent.spawn(self._measure, worker, delay_s)
+
+    def _measure(self, worker: str, delay_s: float) -> None:
+        try:
+            gevent.sleep(delay_s)
+            for _ in range(PINGS):
+                self.runner.send_message(MSG_CLOCK_PING, ClockPing(time.time()).to_wire(), client_id=worker)
+                gevent.sleep(PING_GAP_S)
+            gevent.sleep(ANSWER_WAIT_S)
+        finally:
+            samples = self._samples.pop(worker, [])
+        clock = estimate(worker, samples, time.time())
+        if clock is None:
+            logger.warning("worker %s did not answer the clock pings: its clock offset is unknown", worker)
+        else:
+            self.on_clock(clock)
+
+    def on_pong(self, environment: Any, msg: Any, **_: Any) -> None:
+        received = time.time()
+        samples = self._samples.get(msg.node_id)
+        if samples is not None:
+            pong = ClockPong.from_wire(msg.data)
+            samples.append(ClockSample(pong.sent, pong.remote, received))
+
+
+def register_clock_answer(runner: Any) -> None:
+    """The worker's side: answer every ping with this machine's clock."""
+
+    def on_ping(environment: Any, msg: Any, **_: Any) -> None:
+        ping = ClockPing.from_wire(msg.data)
+        runner.send_message(MSG_CLOCK_PONG, ClockPong(ping.sent, time.time()).to_wire())
+
+    runner.register_message(MSG_CLOCK_PING, on_ping)
