@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,24 +22,31 @@ from specload.rundir import ClientClock
 logger = logging.getLogger("specload")
 
 PINGS = 5
-PING_GAP_S = 0.02
+PING_GAP_S = 0.1  # spread out: one quiet moment among them is enough
 ANSWER_WAIT_S = 1.0  # after the last ping: answers later than this are not waited for
+KEEP = 64  # samples kept per worker: each measurement refines the estimate (the tightest ping wins)
 
 
 class ClockProbe:
-    """The master's side; ``on_clock`` gets each worker's ClientClock."""
+    """The master's side; ``on_clock`` gets each worker's ClientClock after each measurement.
+
+    A busy worker (starting up, spawning users) answers late, and a late answer says little; so
+    samples accumulate over the run (at connect, at the run's start, at each level's start) and the
+    estimate is always the tightest round trip seen so far."""
 
     def __init__(self, runner: Any, on_clock: Callable[[ClientClock], None]) -> None:
         self.runner = runner
         self.on_clock = on_clock
-        self._samples: dict[str, list[ClockSample]] = {}  # workers being measured now
+        self._samples: dict[str, deque[ClockSample]] = {}
+        self._measuring: set[str] = set()
 
     def register(self) -> None:
         self.runner.register_message(MSG_CLOCK_PONG, self.on_pong)
 
     def measure(self, worker: str, delay_s: float = 0.0) -> None:
-        if worker not in self._samples:
-            self._samples[worker] = []
+        if worker not in self._measuring:
+            self._measuring.add(worker)
+            self._samples.setdefault(worker, deque(maxlen=KEEP))
             gevent.spawn(self._measure, worker, delay_s)
 
     def _measure(self, worker: str, delay_s: float) -> None:
@@ -49,12 +57,15 @@ class ClockProbe:
                 gevent.sleep(PING_GAP_S)
             gevent.sleep(ANSWER_WAIT_S)
         finally:
-            samples = self._samples.pop(worker, [])
-        clock = estimate(worker, samples, time.time())
+            self._measuring.discard(worker)
+        clock = estimate(worker, self._samples.get(worker, ()), time.time())
         if clock is None:
             logger.warning("worker %s did not answer the clock pings: its clock offset is unknown", worker)
         else:
             self.on_clock(clock)
+
+    def forget(self, worker: str) -> None:
+        self._samples.pop(worker, None)
 
     def on_pong(self, environment: Any, msg: Any, **_: Any) -> None:
         received = time.time()

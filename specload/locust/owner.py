@@ -105,6 +105,7 @@ class SweepOwner:
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
         self.rejected = 0  # records for tickets never granted (or already back)
+        self._lost: set[str] = set()  # workers already written off
         self.write_error: str | None = None  # the first failed write to the run directory
         self._run_dir_used = False
         opts = environment.parsed_options
@@ -137,7 +138,7 @@ class SweepOwner:
         self.writer = RecordWriter(self.run_dir)
         self.write_error = None
         self._reserve_space()
-        self.outstanding = {}
+        self.outstanding, self._lost = {}, set()
         sc = run.scenario
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
@@ -242,28 +243,31 @@ class SweepOwner:
         return "sampled" if self.sampler.start() else "unavailable"
 
     # worker clocks -----------------------------------------------------------------------------
-    _CLOCK_FRESH_S = 60.0  # a measurement younger than this is reused for a new run
-
     def _clocks_for_run(self) -> None:
-        """The workers' clocks into the new run.json; measured again unless just measured."""
+        """The workers' clocks into the new run.json, and a new measurement of each (refining it)."""
         runner = self.env.runner
         if not isinstance(runner, MasterRunner):
             return
-        now = time.time()
-        alive = [c.id for c in runner.clients.all if c.state != STATE_MISSING]
+        alive = sorted(c.id for c in runner.clients.all if c.state != STATE_MISSING)
         for worker in alive:
-            known = self.clocks.get(worker)
-            if known is None or known.measured_at is None or now - known.measured_at > self._CLOCK_FRESH_S:
-                self._measure_clock(worker)
-        self.meta.clients = [self.clocks[w] for w in sorted(alive) if w in self.clocks]
+            self._measure_clock(worker)
+        self.meta.clients = [self.clocks[w] for w in alive if w in self.clocks]
+
+    def _clocks_for_level(self) -> None:
+        runner = self.env.runner
+        if isinstance(runner, MasterRunner):
+            for c in runner.clients.all:
+                if c.state != STATE_MISSING:
+                    self._measure_clock(c.id)
 
     def _measure_clock(self, worker: str, delay_s: float = 0.0) -> None:
         if self.clock_probe is not None:
             self.clock_probe.measure(worker, delay_s)
 
     def _on_clock(self, clock: ClientClock) -> None:
+        known = self.clocks.get(clock.worker)
         self.clocks[clock.worker] = clock
-        if is_off(clock):
+        if is_off(clock) and (known is None or not is_off(known)):  # said once per worker
             logger.warning("%s: records carry wall-clock times, so its requests sit that far off in every level "
                            "window; sync the clocks (chrony/NTP)", describe(clock))  # fmt: skip
         else:
@@ -417,9 +421,10 @@ class SweepOwner:
         if not isinstance(runner, MasterRunner) or self.ctrl is None:
             return
         alive = {c.id for c in runner.clients.all if c.state != STATE_MISSING}
-        for node, tickets in list(self.outstanding.items()):
-            if node in alive or not tickets:
-                continue
+        lost = [node for node in self.outstanding if node not in alive and node not in self._lost]
+        for node in lost:
+            self._lost.add(node)
+            tickets = self.outstanding[node]
             logger.error("worker %s was lost with %d request(s) in flight; they are written off",
                          node, len(tickets))  # fmt: skip
             by_kind: dict[tuple[int, str], int] = {}
@@ -429,6 +434,20 @@ class SweepOwner:
             for (level, phase), n in by_kind.items():
                 why = f"lost a worker ({node}): {n} request(s) in flight never reported"
                 self._report(self.ctrl.write_off(level, phase, n, why))
+        if lost:
+            self._respread_users(runner)
+
+    def _respread_users(self, runner: MasterRunner) -> None:
+        """The lost worker's users go to the others now: the level keeps its concurrency. (Locust
+        itself would wait for the next level, or for --enable-rebalancing, which also moves users
+        around when a worker joins mid-level and cuts their requests.)"""
+        assert self.ctrl is not None
+        users = self.ctrl.desired_users()
+        if self.ctrl.finished or users == 0 or not (runner.clients.ready or runner.clients.running):
+            return
+        logger.warning("the remaining %d worker(s) take over its users: %d in all",
+                       len(runner.clients.ready) + len(runner.clients.running), users)  # fmt: skip
+        runner.start(users, self.spawn_rate())
 
     # progress ---------------------------------------------------------------------------------
     def _report(self, changes: list[Change]) -> None:
@@ -438,6 +457,7 @@ class SweepOwner:
         for change in changes:
             if change == Change.START:
                 self._log_level_start()
+                self._clocks_for_level()
             elif change == Change.DONE:
                 self._log_level_done()
             elif change == Change.OUTAGE:

@@ -1,0 +1,184 @@
+"""Several client machines, for real: a master, two workers and the server on four hosts of their
+own (network namespaces joined by veth links, tests/netns.py), with the commands the README gives.
+
+One worker's clock runs 250 ms ahead (libfaketime); the other worker's machine dies mid-level (every
+process of it killed at once). The sweep must still keep exact budgets, ship every record of both
+workers, write off what died in flight, keep the level's concurrency with the surviving worker,
+record both clock offsets and say all of it in the log, run.json and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from specload.records import RequestRecord, read_records
+from tests import netns
+from tests.conftest import Procs, specload_cmd
+
+why_not = netns.unavailable()
+pytestmark = pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}")
+
+SERVER_PORT, MASTER_PORT = 8000, 5557
+BUDGET = 40
+SKEW_S = 0.25
+
+
+def faketime_env(offset_s: float) -> dict[str, str] | None:
+    """The environment that runs a process with its wall clock ``offset_s`` off (monotonic untouched)."""
+    try:
+        import libfaketime
+    except ImportError:
+        return None
+    _, env = libfaketime.get_reload_information()
+    return {**env, "FAKETIME": f"{offset_s:+g}"}
+
+
+@dataclass
+class Cluster:
+    code: int
+    log: str
+    run_dir: Path
+    hosts: dict[str, str]
+    killed_at: float
+    skewed: bool
+    server_log: str
+
+
+def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    net = netns.Network()
+    procs = Procs()
+    try:
+        server, master_addr = net.host("server"), net.host("master")
+        net.host("worker1"), net.host("worker2")
+        sim = procs.popen(net.run_in("server", [
+            sys.executable, "-m", "specload.sim", "--host", server, "--port", str(SERVER_PORT),
+            "--ttft-ms", "20", "--itl-ms", "10", "--model", "m", "--access-log",
+        ]))  # fmt: skip
+        _wait(lambda: "listening on" in procs.log(sim), 20, "the server")
+        out = tmp_path_factory.mktemp("multihost") / "results"
+        # The README's commands, each on its own host.
+        master = procs.popen(net.run_in("master", specload_cmd(
+            "sweep", "--host", f"http://{server}:{SERVER_PORT}", "--workers", "2",
+            "--master-bind-host", master_addr, "--master-bind-port", str(MASTER_PORT),
+            "--levels", "2,4", "--requests-per-level", str(BUDGET), "--input-tokens", "16", "--output-tokens", "40",
+            "--metrics-interval", "0.5", "--out", str(out),
+        )))  # fmt: skip
+        worker = specload_cmd("worker", "--master-host", master_addr, "--master-port", str(MASTER_PORT))
+        skew = faketime_env(SKEW_S)
+        procs.popen(net.run_in("worker1", worker), env={**os.environ, **(skew or {})})
+        procs.popen(net.run_in("worker2", worker))
+
+        def worker2_mid_request() -> bool:
+            """0.41 s requests back to back: 0.1-0.3 s after one ended, the next is in flight."""
+            assert master.poll() is None, procs.log(master)[-3000:]
+            recs = [r for p in out.glob("*/records.jsonl") for r in read_records(str(p))]
+            mine = [r.t_end for r in recs if r.level == 0 and r.worker.startswith("worker2_")]
+            return len(mine) >= 3 and 0.1 < time.time() - max(mine) < 0.3
+
+        _wait(worker2_mid_request, 60, "worker2 in the middle of a request")
+        killed_at = time.time()
+        assert net.kill_host("worker2"), "worker2 had no process to kill"
+        code = master.wait(timeout=120)  # Locust notices the silence after ~3 missed 1 s heartbeats
+        (run_dir,) = list(out.iterdir())
+        yield Cluster(code, procs.log(master), run_dir, dict(net.hosts), killed_at, skew is not None, procs.log(sim))
+    finally:
+        procs.stop_all()
+        net.close()
+
+
+def _records(c: Cluster) -> list[RequestRecord]:
+    return read_records(str(c.run_dir / "records.jsonl"))
+
+
+def _meta(c: Cluster) -> dict:  # type: ignore[type-arg]
+    return json.loads((c.run_dir / "run.json").read_text())
+
+
+def _lost_worker(c: Cluster) -> str:
+    line = next(x for x in c.log.splitlines() if "was lost with" in x)
+    return line.split("worker ", 1)[1].split(" was lost", 1)[0]
+
+
+def test_the_sweep_completes_with_exact_budgets_and_every_record_shipped(cluster: Cluster) -> None:
+    c = cluster
+    assert c.code == 0, c.log[-4000:]
+    meta = _meta(c)
+    assert meta["status"] == "completed" and meta["mode"] == "master"
+    lv0, lv1 = meta["levels"]
+    assert lv0["lost"] == 1 and lv1["lost"] == 0, meta["levels"]
+    for lv in (lv0, lv1):
+        assert lv["status"] == "completed" and lv["granted"] == lv["received"] == BUDGET, lv
+    recs = [r for r in _records(c) if r.phase == "measure"]
+    by_level = {0: [r for r in recs if r.level == 0], 1: [r for r in recs if r.level == 1]}
+    assert len(by_level[0]) == BUDGET - 1 and len(by_level[1]) == BUDGET  # one lost in flight, nothing else
+    assert all(r.status == "ok" for r in recs), [r.reason for r in recs if r.status != "ok"]
+    lost = _lost_worker(c)
+    assert lost.startswith("worker2_")
+    assert {r.worker for r in by_level[0]} == {lost, *({r.worker for r in by_level[1]})}
+    assert lost not in {r.worker for r in by_level[1]}  # the next level ran on the survivor alone
+    # Every record the lost worker finished reached the master before it died.
+    assert all(r.t_end < c.killed_at + 0.05 for r in by_level[0] if r.worker == lost)
+
+
+def test_the_lost_workers_requests_are_written_off_and_its_users_taken_over(cluster: Cluster) -> None:
+    c = cluster
+    lost = _lost_worker(c)
+    assert f"worker {lost} was lost with 1 request(s) in flight; they are written off" in c.log
+    assert "the remaining 1 worker(s) take over its users: 2 in all" in c.log, c.log[-4000:]
+    lv0 = _meta(c)["levels"][0]
+    assert lv0["note"] == f"lost a worker ({lost}): 1 request(s) in flight never reported"
+    # After the take-over the survivor runs both of the level's users: its requests overlap.
+    survivor = [r for r in _records(c) if r.level == 0 and r.worker != lost and r.t_send > c.killed_at + 4]
+    overlaps = sum(1 for a in survivor for b in survivor if a is not b and a.t_send < b.t_send < a.t_end)
+    assert survivor and overlaps > 0, [(r.t_send, r.t_end) for r in survivor]
+
+
+def test_each_workers_clock_offset_is_recorded_and_a_skewed_one_warned_about(cluster: Cluster) -> None:
+    c = cluster
+    if not c.skewed:
+        pytest.skip("libfaketime is not installed (pip install 'specload[dev]')")
+    clients = {x["worker"]: x for x in _meta(c)["clients"]}
+    assert len(clients) == 2, clients
+    lost = _lost_worker(c)
+    (skewed,) = [w for w in clients if w != lost]
+    # Within the estimate's own bound (half the tightest round trip), which must itself be small.
+    for worker, true_offset_ms in ((skewed, SKEW_S * 1e3), (lost, 0.0)):
+        clock = clients[worker]
+        assert clock["rtt_ms"] < 20.0 and clock["samples"] >= 5, clients
+        assert abs(clock["offset_ms"] - true_offset_ms) <= 1.0 + clock["rtt_ms"] / 2, clients
+    assert f"worker {skewed}'s clock is 25" in c.log and "ms ahead of the master's" in c.log
+    report = (c.run_dir / "report.md").read_text()
+    assert f"worker {skewed}'s clock is 25" in report and "sync the clocks" in report
+    assert "lost a worker" in report
+
+
+def test_the_load_came_from_the_worker_hosts_not_the_master(cluster: Cluster) -> None:
+    """The server's own view: the measured requests came from both workers' addresses; the master
+    asked only its questions before the sweep (models, server info, tokenize, metrics, and the
+    one probe request that measures the prompt overhead)."""
+    c = cluster
+    lines = c.server_log.splitlines()
+    gen = [line.split()[0] for line in lines if '"POST /v1/completions' in line]
+    by_host = {addr: gen.count(addr) for addr in set(gen)}
+    assert by_host.pop(c.hosts["master"], 0) == 1, by_host  # the probe
+    assert set(by_host) == {c.hosts["worker1"], c.hosts["worker2"]}, by_host
+    assert sum(by_host.values()) == 2 * BUDGET, by_host  # the lost request reached the server too
+    assert {r.worker.split("_")[0] for r in _records(c)} == {"worker1", "worker2"}
