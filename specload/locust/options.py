@@ -3,7 +3,7 @@
 Registering them on Locust's own parser is what makes a plain ``locust -f locustfiles/...`` run
 take them, shows them in the web UI's start form (file paths excluded), and forwards them to
 workers. The scenario's options are made from the field table in ``specload.config``; only the
-run's own options (files, label, TLS, where the API key may go)
+run's own options (files, label, TLS, where the API key may go, which pages may drive the web UI)
 are declared here. Resolution rule: start from
 ``--scenario`` (or the built-in defaults); every option whose value differs from its default, or
 was given on the command line, or was edited in the web UI, overrides the matching field.
@@ -53,6 +53,11 @@ def add_arguments(parser: Any) -> None:
         SEND_KEY_FLAG, dest=SEND_KEY_DEST, action="store_true", default=False, include_in_web_ui=True,
         help="Send the API key (SPECLOAD_API_KEY / OPENAI_API_KEY) even to a host other than the one given "
              "at launch (--host). Off: a run against another host goes without the key",
+    )  # fmt: skip
+    parser.add_argument(
+        "--web-allowed-origins", dest="web_allowed_origins", default="", include_in_web_ui=False,
+        help="Comma-separated origins (https://name[:port]) besides the web UI's own address whose pages "
+             "may start or stop runs, e.g. a reverse proxy's public address",
     )  # fmt: skip
 
 
