@@ -65,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
-        return run_ui(settings(args), args.web_host, args.web_port)
+        return run_ui(settings(args), args.web_host, args.web_port, web_auth=not args.no_web_auth)
     except LaunchError as e:
         return _die(e.code, str(e))
 
@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="start Locust's web UI with specload's options in its start form")
     p.add_argument("--web-host", default="127.0.0.1")
     p.add_argument("--web-port", type=int, default=8089)
+    p.add_argument("--no-web-auth", action="store_true",
+                   help="no login page (for a UI behind your own authenticating proxy); by default the UI "
+                        "asks for a password made for this run and printed at start")  # fmt: skip
     p.add_argument("--workers", type=int, default=None, help="run as a master for workers on other machines")
     _add_run_flags(p)
 

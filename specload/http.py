@@ -31,13 +31,38 @@ def api_key() -> str | None:
     return None
 
 
-def base_headers(stream: bool = True) -> dict[str, str]:
+def base_headers(stream: bool = True, send_key: bool = True) -> dict[str, str]:
+    """A request's headers; ``send_key=False`` leaves the API key out (a host the user did not
+    start the run with, and did not confirm: see ``key_may_go_to``)."""
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
     headers["Accept"] = "text/event-stream" if stream else "application/json"
-    key = api_key()
+    key = api_key() if send_key else None
     if key:
         headers["Authorization"] = f"Bearer {key}"
     return headers
+
+
+def origin_of(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host name, port) of a server URL, default ports filled in; None when it is no URL.
+
+    That is the key's scope: a path or a user:password part does not change who receives it."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return parts.scheme, parts.hostname.lower(), port
+
+
+def key_may_go_to(host: str, configured: str | None, confirmed: bool) -> bool:
+    """Whether the API key may be sent to ``host``: always to the host the run was started with
+    (``configured``); to any other only when the user confirmed it. A web page that submits the
+    web UI's form must not be able to point the operator's key at a server of its choosing."""
+    if confirmed:
+        return True
+    return configured is not None and origin_of(host) is not None and origin_of(host) == origin_of(configured)
 
 
 def check_host(host: str | None) -> str:

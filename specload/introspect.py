@@ -95,23 +95,27 @@ def parse_models(body: Any) -> ServedModel | None:
     )
 
 
-def discover_model(host: str, timeout: float = 10.0, insecure: bool = False) -> tuple[str | None, str]:
+def discover_model(
+    host: str, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> tuple[str | None, str]:
     """(model id, how it was found). Raises ServerUnreachable when the host does not answer."""
-    status, body = get_json(host, "/v1/models", timeout, insecure)
+    status, body = get_json(host, "/v1/models", timeout, insecure, send_key)
     served = parse_models(body) if status == 200 else None
     if served is not None and served.id:
         return served.id, "/v1/models"
     return None, f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model"
 
 
-def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> dict[str, Any]:
+def server_config(
+    host: str, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> dict[str, Any]:
     """The server's own account of its configuration; {} for a server that gives none.
 
     This is what run.json ``server`` holds (``rundir.ServerInfo`` reads it).
     """
     cfg: dict[str, Any] = {}
     try:
-        status, info = get_json(host, "/get_server_info", timeout, insecure)
+        status, info = get_json(host, "/get_server_info", timeout, insecure, send_key)
         if status == 200 and isinstance(info, dict):
             cfg["engine"] = "sglang"
             for k in SGLANG_FIELDS:
@@ -124,12 +128,12 @@ def server_config(host: str, timeout: float = 10.0, insecure: bool = False) -> d
                 if isinstance(eff, int):
                     cfg["max_running_requests_effective"] = eff
             cfg["raw"] = {k: v for k, v in info.items() if k not in SGLANG_FIELDS}
-        status, models = get_json(host, "/v1/models", timeout, insecure)
+        status, models = get_json(host, "/v1/models", timeout, insecure, send_key)
         served = parse_models(models) if status == 200 else None
         if served is not None and served.max_model_len is not None:
             cfg.setdefault("engine", "vllm")
             cfg["max_model_len"] = served.max_model_len
-        status, version = get_json(host, "/version", timeout, insecure)
+        status, version = get_json(host, "/version", timeout, insecure, send_key)
         if status == 200 and isinstance(version, dict) and "version" in version:
             cfg["version"] = version["version"]
     except ServerUnreachable as e:

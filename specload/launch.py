@@ -208,13 +208,14 @@ def _child_setup(parent: int) -> Callable[[], None]:
     return setup
 
 
-def run_locust(cmd: list[str]) -> int:
+def run_locust(cmd: list[str], env: dict[str, str] | None = None) -> int:
     """Run Locust as a child that stops when we are told to stop, and dies with us.
 
     SIGINT and SIGTERM are passed on to it (it winds down with its grace period, records flushed
-    and the run marked interrupted); its exit code is ours to return.
+    and the run marked interrupted); its exit code is ours to return. ``env``: the child's whole
+    environment (default: ours), the way to hand it a secret that argv would show to ``ps``.
     """
-    proc = subprocess.Popen(cmd, preexec_fn=_child_setup(os.getpid()))
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup(os.getpid()))
 
     def forward(signum: int, _frame: object) -> None:
         if proc.poll() is None:
@@ -267,19 +268,37 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> Sweep
     return SweepOutcome(EXIT_INCOMPLETE, run_dir, status)
 
 
-def run_ui(s: SweepSettings, web_host: str, web_port: int) -> int:
-    """Locust's web UI with every resolved scenario value in its start form; returns Locust's exit code."""
+def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True) -> int:
+    """Locust's web UI with every resolved scenario value in its start form; returns Locust's exit code.
+
+    ``web_auth``: behind Locust's login page, with a token made for this run as the password (the
+    child gets it in its environment; it is printed here once, and written nowhere). Without it,
+    any page the operator's browser visits could start sweeps through the UI.
+    """
     from specload.locust.options import option_flags, scenario_flags
+    from specload.locust.websafety import LOGIN_PATH, WEB_TOKEN_ENV, new_token
 
     sc, host = check_settings(s)
     cmd = [
         sys.executable, "-m", "locust", "-f", str(s.locustfile), "--host", host,
         "--web-host", web_host, "--web-port", str(web_port), "--results-dir", s.out,
+        *(["--web-login"] if web_auth else []),
         *(["--scenario", s.scenario_file] if s.scenario_file else []), *option_flags(scenario_flags(sc)),
         *(["--label", s.label] if s.label else []), *distribution_flags(s, web=True), *s.locust_args,
     ]  # fmt: skip
-    print(f"specload: web UI on http://{web_host}:{web_port} ; each run goes to {s.out}/<label>-<time>/")
-    return run_locust(cmd)
+    url = f"http://{web_host}:{web_port}"
+    env = None
+    if web_auth:
+        token = new_token()
+        env = {**os.environ, WEB_TOKEN_ENV: token}
+        print(f"specload: web UI on {url} ; log in with any user name and the password {token}")
+        print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
+    else:
+        print(f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
+              "any page your browser opens, can start sweeps with your API key; keep it behind your own "
+              "authenticating proxy", file=sys.stderr)  # fmt: skip
+    print(f"specload: each run goes to {s.out}/<label>-<time>/", flush=True)
+    return run_locust(cmd, env)
 
 
 def run_worker(master_host: str, master_port: int, processes: int | None, locust_args: Sequence[str] = (),

@@ -16,21 +16,28 @@ class ServerUnreachable(RuntimeError):
     """The host did not answer at all; nothing can be measured."""
 
 
-def get_json(host: str, path: str, timeout: float = 10.0, insecure: bool = False) -> tuple[int, Any]:
+def get_json(
+    host: str, path: str, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> tuple[int, Any]:
     """GET a JSON endpoint: (status, parsed body or None). Raises ServerUnreachable on no answer."""
-    return _call(host, "GET", path, None, timeout, insecure)
+    return _call(host, "GET", path, None, timeout, insecure, send_key)
 
 
-def post_json(host: str, path: str, body: Any, timeout: float = 10.0, insecure: bool = False) -> tuple[int, Any]:
+def post_json(
+    host: str, path: str, body: Any, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> tuple[int, Any]:
     """POST a JSON body: (status, parsed reply or None). Raises ServerUnreachable on no answer."""
-    return _call(host, "POST", path, orjson.dumps(body), timeout, insecure)
+    return _call(host, "POST", path, orjson.dumps(body), timeout, insecure, send_key)
 
 
-def _call(host: str, method: str, path: str, payload: bytes | None, timeout: float, insecure: bool) -> tuple[int, Any]:
+def _call(
+    host: str, method: str, path: str, payload: bytes | None, timeout: float, insecure: bool, send_key: bool
+) -> tuple[int, Any]:
     """A non-200 status comes with the server's message in place of the body."""
     client = make_client(host, timeout, timeout, insecure)
+    headers = base_headers(stream=False, send_key=send_key)
     try:
-        resp = client.request(method, endpoint(host, path), body=payload, headers=base_headers(stream=False))
+        resp = client.request(method, endpoint(host, path), body=payload, headers=headers)
         raw = resp.read()
         resp.release()
     except Exception as e:  # noqa: BLE001

@@ -38,7 +38,9 @@ class PromptProbeFailed(RuntimeError):
     """The server rejected a prompt built this way; the message quotes it and names the fixes."""
 
 
-def choose_source(sc: Scenario, backend: Backend, host: str, model: str | None, insecure: bool) -> PromptSource:
+def choose_source(
+    sc: Scenario, backend: Backend, host: str, model: str | None, insecure: bool, send_key: bool = True
+) -> PromptSource:
     """The prompt material, without the probe's overhead yet."""
     tok: Tokenizer | None = None
     if sc.tokenizer:
@@ -49,7 +51,7 @@ def choose_source(sc: Scenario, backend: Backend, host: str, model: str | None, 
         if isinstance(tok, LocalTokenizer):
             return PromptSource(IDS, f"tokenizer {tok.name}", ids=tok.id_pool())
         try:
-            pool = id_pool_from_text(ServerTokenizer(host, model, sc.connect_timeout_s, insecure))
+            pool = id_pool_from_text(ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key))
             return PromptSource(IDS, "server /tokenize", ids=pool)
         except VocabError as e:
             logger.warning("prompt token ids: the server cannot tokenize (%s); using ids %d..%d, which may be "
@@ -57,7 +59,7 @@ def choose_source(sc: Scenario, backend: Backend, host: str, model: str | None, 
                            e, *LEGACY_RANGE_DEFAULT)  # fmt: skip
             return range_source(*LEGACY_RANGE_DEFAULT, origin="default range (unverified)")
     try:
-        tok = tok or ServerTokenizer(host, model, sc.connect_timeout_s, insecure)
+        tok = tok or ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
         words = single_token_words(tok)
     except VocabError as e:
         logger.warning("text prompts: cannot tokenize (%s); prompt lengths are approximate", e)
@@ -70,7 +72,13 @@ def choose_source(sc: Scenario, backend: Backend, host: str, model: str | None, 
 
 
 def measure_overhead(
-    src: PromptSource, sc: Scenario, backend: Backend, host: str, model: str | None, insecure: bool
+    src: PromptSource,
+    sc: Scenario,
+    backend: Backend,
+    host: str,
+    model: str | None,
+    insecure: bool,
+    send_key: bool = True,
 ) -> PromptSource:
     """Send one short prompt and read the server's own prompt count; the excess is the overhead."""
     prompt = make_prompt(src, sc.seed, -1, PROBE_TOKENS)
@@ -79,7 +87,7 @@ def measure_overhead(
                        requested_prompt_tokens=PROBE_TOKENS)  # fmt: skip
     client = make_client(host, sc.read_timeout_s, sc.connect_timeout_s, insecure)
     try:
-        rec = stream_request(client, endpoint(host, backend.path), body, base_headers(stream=True), backend, spec,
+        rec = stream_request(client, endpoint(host, backend.path), body, base_headers(True, send_key), backend, spec,
                              "probe", sc.read_timeout_s, sc.connect_timeout_s)  # fmt: skip
     finally:
         client.close()
@@ -99,8 +107,11 @@ def measure_overhead(
     return replace(src, overhead=overhead)
 
 
-def discover_prompts(sc: Scenario, backend: Backend, host: str, model: str | None, insecure: bool) -> PromptSource:
-    src = measure_overhead(choose_source(sc, backend, host, model, insecure), sc, backend, host, model, insecure)
+def discover_prompts(
+    sc: Scenario, backend: Backend, host: str, model: str | None, insecure: bool, send_key: bool = True
+) -> PromptSource:
+    src = choose_source(sc, backend, host, model, insecure, send_key)
+    src = measure_overhead(src, sc, backend, host, model, insecure, send_key)
     logger.info(
         "prompts: %s from %s%s; the server adds %d token(s) to each", "token ids" if src.kind == IDS else "text",
         src.origin, f" ({src.ids.size} distinct ids)" if src.ids is not None else "", src.overhead,

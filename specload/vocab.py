@@ -66,8 +66,11 @@ class LocalTokenizer:
 class ServerTokenizer:
     """The server's own ``POST /tokenize`` (one body that llama.cpp, vLLM and SGLang all accept)."""
 
-    def __init__(self, host: str, model: str | None, timeout: float = 10.0, insecure: bool = False) -> None:
+    def __init__(
+        self, host: str, model: str | None, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+    ) -> None:
         self.host, self.model, self.timeout, self.insecure = host, model, timeout, insecure
+        self.send_key = send_key
         self.name = f"{host}/tokenize"
 
     def encode(self, text: str) -> list[int]:
@@ -75,7 +78,7 @@ class ServerTokenizer:
         if self.model:
             body["model"] = self.model
         try:
-            status, reply = post_json(self.host, "/tokenize", body, self.timeout, self.insecure)
+            status, reply = post_json(self.host, "/tokenize", body, self.timeout, self.insecure, self.send_key)
         except ServerUnreachable as e:
             raise VocabError(str(e)) from None
         tokens = reply.get("tokens") if status == 200 and isinstance(reply, dict) else None

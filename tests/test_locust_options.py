@@ -71,7 +71,9 @@ def test_option_types_and_web_ui_flags() -> None:
     assert opts.level_duration == 2.5
     # File paths stay out of the web UI's start form; the sweep's knobs are in it.
     assert p.in_ui["scenario"] is False and p.in_ui["run_dir"] is False and p.in_ui["results_dir"] is False
-    assert p.in_ui["insecure"] is False
+    assert p.in_ui["insecure"] is False and p.in_ui["web_allowed_origins"] is False
+    # The confirmation that the API key may go to a host typed in the form: a checkbox, off.
+    assert p.in_ui["send_key_to_new_host"] is True and opts.send_key_to_new_host is False
     assert p.in_ui["levels"] is True and p.in_ui["input_tokens"] is True and p.in_ui["backend"] is True
 
 

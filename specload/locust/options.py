@@ -3,7 +3,8 @@
 Registering them on Locust's own parser is what makes a plain ``locust -f locustfiles/...`` run
 take them, shows them in the web UI's start form (file paths excluded), and forwards them to
 workers. The scenario's options are made from the field table in ``specload.config``; only the
-run's own options (files, label, TLS) are declared here. Resolution rule: start from
+run's own options (files, label, TLS, where the API key may go, which pages may drive the web UI)
+are declared here. Resolution rule: start from
 ``--scenario`` (or the built-in defaults); every option whose value differs from its default, or
 was given on the command line, or was edited in the web UI, overrides the matching field.
 """
@@ -22,6 +23,9 @@ RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
     ("results_dir", "--results-dir", "results", "Where new run directories are made", False),
     ("label", "--label", "", "Run label, first part of the run directory name (default: scenario name)", True),
 ]  # fmt: skip
+
+SEND_KEY_FLAG, SEND_KEY_DEST = "--send-key-to-new-host", "send_key_to_new_host"
+LAUNCH_HOST = "host"  # launch_values' key for the host given at launch (the API key's own host)
 
 _BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
 _FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest for s in FLAG_FIELDS if s.flag}}
@@ -42,6 +46,18 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument(
         "--insecure", dest="insecure", action="store_true", default=False,
         help="Do not verify the server's TLS certificate (https:// hosts)", include_in_web_ui=False,
+    )  # fmt: skip
+    # A checkbox in the web UI's start form (Locust shows a boolean option so): the user's own
+    # confirmation, per run, that the host typed in the form may receive the API key.
+    parser.add_argument(
+        SEND_KEY_FLAG, dest=SEND_KEY_DEST, action="store_true", default=False, include_in_web_ui=True,
+        help="Send the API key (SPECLOAD_API_KEY / OPENAI_API_KEY) even to a host other than the one given "
+             "at launch (--host). Off: a run against another host goes without the key",
+    )  # fmt: skip
+    parser.add_argument(
+        "--web-allowed-origins", dest="web_allowed_origins", default="", include_in_web_ui=False,
+        help="Comma-separated origins (https://name[:port]) besides the web UI's own address whose pages "
+             "may start or stop runs, e.g. a reverse proxy's public address",
     )  # fmt: skip
 
 
@@ -73,8 +89,11 @@ def scenario_from_options(
 
 
 def launch_values(opts: Namespace) -> dict[str, Any]:
-    """Every scenario option's value at launch, to tell a later web-UI edit from an untouched field."""
-    return {s.dest: getattr(opts, s.dest, s.option_default) for s in FLAG_FIELDS}
+    """Every scenario option's value at launch, to tell a later web-UI edit from an untouched field,
+    and the host (``LAUNCH_HOST``): the web form may change the host, not where the key may go."""
+    values: dict[str, Any] = {s.dest: getattr(opts, s.dest, s.option_default) for s in FLAG_FIELDS}
+    values[LAUNCH_HOST] = getattr(opts, "host", None) or None
+    return values
 
 
 def option_flags(values: dict[str, Any]) -> list[str]:

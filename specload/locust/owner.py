@@ -22,11 +22,18 @@ from specload.backends import get_backend
 from specload.clocks import describe, is_off
 from specload.config import Scenario, ScenarioError
 from specload.datasets import DatasetError, Item, load_items
-from specload.http import check_host, redact_host
+from specload.http import api_key, check_host, key_may_go_to, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
 from specload.locust.clockprobe import ClockProbe
-from specload.locust.options import explicit_options, launch_values, scenario_from_options
+from specload.locust.options import (
+    LAUNCH_HOST,
+    SEND_KEY_DEST,
+    SEND_KEY_FLAG,
+    explicit_options,
+    launch_values,
+    scenario_from_options,
+)
 from specload.locust.protocol import (
     MSG_RECORD,
     MSG_STATE,
@@ -164,15 +171,16 @@ class SweepOwner:
         insecure = bool(getattr(opts, "insecure", False))
         if insecure and host.startswith("https://"):
             logger.warning("--insecure: the server's TLS certificate is NOT verified")
+        send_key = self._send_key(host)
         model, how = sc.model, "scenario/flag"
         if not model:
             try:
-                model, how = discover_model(host, sc.connect_timeout_s, insecure)
+                model, how = discover_model(host, sc.connect_timeout_s, insecure, send_key)
             except ServerUnreachable as e:
                 raise CannotStart(f"cannot reach the server before the sweep: {e}") from None
             if model is None and sc.backend != "sglang":
                 raise CannotStart(f"no model name: {how}; pass --model NAME")
-        server = server_config(host, sc.connect_timeout_s, insecure)
+        server = server_config(host, sc.connect_timeout_s, insecure, send_key)
         cap = max_running(server)
         if cap is not None and max(sc.levels) > cap:
             logger.warning(
@@ -180,16 +188,35 @@ class SweepOwner:
                 "levels above C=%d will queue the excess", cap, cap,
             )  # fmt: skip
         try:
-            prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure)
-            items = self._dataset(sc, host, model, insecure, prompts.overhead)
+            prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure, send_key)
+            items = self._dataset(sc, host, model, insecure, prompts.overhead, send_key)
         except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
             prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
-        config = RunConfig(sc, model, host, prompts, insecure)
+        config = RunConfig(sc, model, host, prompts, insecure, send_key)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server, items)
 
-    def _dataset(self, sc: Scenario, host: str, model: str | None, insecure: bool, overhead: int) -> list[Item]:
+    def _send_key(self, host: str) -> bool:
+        """Whether this run's requests (probes included) carry the API key: to the host given at
+        launch always, to another (typed in the web form) only when the user ticked the form's box.
+        A withheld key is said, so a run that the server then refuses is not a mystery."""
+        launched = self._launch.get(LAUNCH_HOST) if self._launch else None
+        confirmed = bool(getattr(self.env.parsed_options, SEND_KEY_DEST, False))
+        send = key_may_go_to(host, launched, confirmed)
+        if api_key() is None:
+            return send  # no key in this environment: nothing to send or withhold
+        was = f"started for {redact_host(launched)}" if launched else "started without a host"
+        if not send:
+            logger.warning("the API key is NOT sent to %s: specload was %s; tick \"Send key to new host\" in the "
+                           "start form (%s) to send it there", redact_host(host), was, SEND_KEY_FLAG)  # fmt: skip
+        elif not key_may_go_to(host, launched, False):
+            logger.warning("the API key goes to %s, as confirmed (specload was %s)", redact_host(host), was)
+        return send
+
+    def _dataset(
+        self, sc: Scenario, host: str, model: str | None, insecure: bool, overhead: int, send_key: bool
+    ) -> list[Item]:
         """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them).
 
         ``overhead``: the tokens the server adds to each prompt, left out of a fixed prompt length."""
@@ -197,7 +224,8 @@ class SweepOwner:
             return []
         plans = plan_levels(sc)
         n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
-        tok = LocalTokenizer(sc.tokenizer) if sc.tokenizer else ServerTokenizer(host, model, sc.connect_timeout_s, insecure)
+        tok = (LocalTokenizer(sc.tokenizer) if sc.tokenizer
+               else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key))  # fmt: skip
         fixed = sc.dataset_lengths == "fixed"
         items = load_items(sc.dataset, n, sc.seed, tok, sc.output_tokens if fixed else None,
                            sc.input_tokens - overhead if fixed else None)  # fmt: skip
@@ -238,7 +266,8 @@ class SweepOwner:
             return "off"
         assert self.run_dir is not None
         self.sampler = MetricsSampler(
-            run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure
+            run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
+            run.config.send_key,
         )
         return "sampled" if self.sampler.start() else "unavailable"
 

@@ -61,8 +61,10 @@ def on_init(environment: Any, **_: Any) -> None:
                 # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
                 logging.getLogger("locust.runners").setLevel(logging.WARNING)
         if environment.web_ui is not None:
+            from specload.locust.websafety import protect_web_ui
             from specload.locust.webui import extend_web_ui
 
+            protect_web_ui(environment)  # before any route of ours exists
             extend_web_ui(environment, sweep_owner(environment))
 
 

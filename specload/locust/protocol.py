@@ -25,17 +25,22 @@ MSG_RECORD = "specload_record"  # user -> owner: one finished request
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    """What every process needs to send the sweep's requests."""
+    """What every process needs to send the sweep's requests.
+
+    ``send_key``: whether requests carry the API key (``http.key_may_go_to``). The owner decides,
+    every process obeys; the key itself never travels: each process reads its own environment.
+    """
 
     scenario: Scenario
     model: str | None
     host: str
     prompts: PromptSource
     insecure: bool = False
+    send_key: bool = True
 
     def to_wire(self) -> dict[str, Any]:
         return {"scenario": self.scenario.to_dict(), "model": self.model, "host": self.host,
-                "prompts": self.prompts.to_wire(), "insecure": self.insecure}  # fmt: skip
+                "prompts": self.prompts.to_wire(), "insecure": self.insecure, "send_key": self.send_key}  # fmt: skip
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RunConfig:
@@ -43,7 +48,9 @@ class RunConfig:
         sc = Scenario(**d["scenario"])
         if sc.token_id_range is not None:
             sc.token_id_range = (sc.token_id_range[0], sc.token_id_range[1])  # msgpack made it a list
-        return cls(sc, d.get("model"), d["host"], PromptSource.from_wire(d["prompts"]), bool(d.get("insecure", False)))
+        # No word from the owner about the key (an older owner) means no key: the safe reading.
+        return cls(sc, d.get("model"), d["host"], PromptSource.from_wire(d["prompts"]), bool(d.get("insecure", False)),
+                   bool(d.get("send_key", False)))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,10 @@ class MetricsSampler:
 
     def __init__(
         self, host: str, run_dir: str, level_of: Callable[[], int | None], interval: float = 1.0,
-        insecure: bool = False,
+        insecure: bool = False, send_key: bool = True,
     ) -> None:  # fmt: skip
         self.host, self.interval, self.level_of = host, interval, level_of
+        self.headers = base_headers(stream=False, send_key=send_key)
         self.path = os.path.join(run_dir, SERVER_SAMPLES)
         self.client = make_client(host, 10.0, 5.0, insecure)
         self.greenlet: gevent.Greenlet | None = None
@@ -35,7 +36,7 @@ class MetricsSampler:
         self.status = "starting"
 
     def fetch(self) -> dict[str, float | None] | None:
-        resp = self.client.get(endpoint(self.host, "/metrics"), headers=base_headers(stream=False))
+        resp = self.client.get(endpoint(self.host, "/metrics"), headers=self.headers)
         body = resp.read()
         resp.release()
         if resp.status_code != 200:

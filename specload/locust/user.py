@@ -177,7 +177,7 @@ class SpecloadUser(User):
         path = endpoint(cfg.host, backend.path)
         try:
             rec = stream_request(
-                self._http(cfg), path, body, base_headers(stream=True), backend, spec, side.worker,
+                self._http(cfg), path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
                 sc.read_timeout_s, sc.connect_timeout_s,
             )  # fmt: skip
         except Interrupted as stop:
