@@ -52,14 +52,14 @@ def _call(
         return 200, None
 
 
-def server_back(host: str, timeout: float = 2.0, insecure: bool = False) -> str | None:
+def server_back(host: str, timeout: float = 2.0, insecure: bool = False, send_key: bool = True) -> str | None:
     """None when the server answers HTTP again after an outage; else why not (for the log).
 
     ``/health`` exists on SGLang, vLLM and llama.cpp; any answer below 500 means the process is
     back and listening (a proxy's 404 included), while 502-504 is a gateway or a server still
     loading its model (llama.cpp answers 503 until the weights are in)."""
     try:
-        status, body = get_json(host, "/health", timeout, insecure)
+        status, body = get_json(host, "/health", timeout, insecure, send_key)
     except ServerUnreachable as e:
         return str(e)
     return None if status < 500 else f"HTTP {status}: {body}"

@@ -519,7 +519,7 @@ class SweepOwner:
         while self.ctrl is ctrl and not ctrl.finished and ctrl.outage_since is not None:
             gevent.sleep(_OUTAGE_CHECKS_S[min(checks, len(_OUTAGE_CHECKS_S) - 1)])
             checks += 1
-            why = server_back(config.host, timeout, config.insecure)
+            why = server_back(config.host, timeout, config.insecure, config.send_key)
             if why is None:
                 self._report(ctrl.resume())
                 return
