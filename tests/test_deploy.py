@@ -131,16 +131,19 @@ WRAPPERS = {"sudo", "exec", "nohup", "env", "time", "command"}
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def code_blocks(markdown: str) -> list[str]:
-    """Fenced code blocks, indented ones (in list items) included, dedented."""
-    blocks, current, indent = [], None, 0
+def code_blocks(markdown: str, lang: str | None = None) -> list[str]:
+    """Fenced code blocks, indented ones (in list items) included, dedented; only those marked
+    ``lang`` when given (the README's output blocks are not commands)."""
+    blocks, current, indent, keep = [], None, 0, True
     for line in markdown.splitlines():
         stripped = line.lstrip()
         if stripped.startswith("```"):
             if current is None:
                 current, indent = [], len(line) - len(stripped)
+                keep = lang is None or stripped[3:].strip() == lang
             else:
-                blocks.append("\n".join(current))
+                if keep:
+                    blocks.append("\n".join(current))
                 current = None
         elif current is not None:
             current.append(line[indent:] if line[:indent].strip() == "" else line)
@@ -239,6 +242,15 @@ def test_every_specload_command_in_the_guide_parses() -> None:
         parse(argv, "docs/deploy.md")
     commands = {argv[0] for argv in invocations if argv}
     assert {"sweep", "worker", "report", "compare"} <= commands, commands  # the extractor found them
+
+
+def test_every_specload_command_in_the_readme_parses() -> None:
+    readme = REPO / "README.md"
+    invocations = [inv for block in code_blocks(readme.read_text(), "sh") for line in logical_lines(block)
+                   for inv in specload_invocations(line)]  # fmt: skip
+    for argv in invocations:
+        parse(argv, "README.md")
+    assert {"sweep", "worker"} <= {argv[0] for argv in invocations if argv}
 
 
 def test_the_guides_workers_reach_its_masters() -> None:

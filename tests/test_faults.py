@@ -602,6 +602,29 @@ def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker
         server.stop()
 
 
+def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: Path) -> None:
+    """`--processes N`: the master port (unauthenticated) listens on 127.0.0.1 alone, on a port of
+    its own, so nothing off this machine can join the run (and no stray worker of another run)."""
+    import psutil
+
+    server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"])
+    try:
+        sweep = procs.popen(specload_cmd(
+            "sweep", "--host", server.url, "--processes", "2", "--levels", "2", "--requests-per-level", "24",
+            "--input-tokens", "16", "--output-tokens", "40", "--metrics-interval", "0", "--out", str(tmp_path),
+        ))  # fmt: skip
+        _wait_for(lambda: any(len(read_records(str(p))) >= 2 for p in tmp_path.glob("*/records.jsonl")),
+                  60, "the first records")  # fmt: skip
+        tree = [sweep.pid, *(c.pid for c in psutil.Process(sweep.pid).children(recursive=True))]
+        listening = [c.laddr for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.pid in tree]
+        assert listening, "the Locust master listens on no port?"
+        assert all(addr.ip == "127.0.0.1" for addr in listening), listening
+        assert 5557 not in {addr.port for addr in listening}  # not Locust's default port
+        assert sweep.wait(timeout=60) == 0, procs.log(sweep)[-3000:]
+    finally:
+        server.stop()
+
+
 def test_worker_killed_mid_run(lost_worker: LostWorker) -> None:
     assert lost_worker.code == 0, lost_worker.log[-3000:]
     assert "was lost with 1 request(s) in flight; they are written off" in lost_worker.log

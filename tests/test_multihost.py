@@ -2,7 +2,7 @@
 own (network namespaces joined by veth links, tests/netns.py), with the commands the README gives.
 
 One worker's clock runs 250 ms ahead (libfaketime); the other worker's machine dies mid-level (every
-process of it killed at once). The sweep must still keep exact budgets, ship every record of both
+process of it killed at once); a fifth host forges records and ticket returns on the master port. The sweep must still keep exact budgets, ship every record of both
 workers, write off what died in flight, keep the level's concurrency with the surviving worker,
 record both clock offsets and say all of it in the log, run.json and the report.
 """
@@ -27,6 +27,7 @@ why_not = netns.unavailable()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}")
 
 SERVER_PORT, MASTER_PORT = 8000, 5557
+FORGER = Path(__file__).parent / "fixtures" / "forger.py"
 BUDGET = 40
 SKEW_S = 0.25
 
@@ -67,7 +68,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     procs = Procs()
     try:
         server, master_addr = net.host("server"), net.host("master")
-        net.host("worker1"), net.host("worker2")
+        net.host("worker1"), net.host("worker2"), net.host("intruder")
         sim = procs.popen(net.run_in("server", [
             sys.executable, "-m", "specload.sim", "--host", server, "--port", str(SERVER_PORT),
             "--ttft-ms", "20", "--itl-ms", "10", "--model", "m", "--access-log",
@@ -93,6 +94,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             mine = [r.t_end for r in recs if r.level == 0 and r.worker.startswith("worker2_")]
             return len(mine) >= 3 and 0.1 < time.time() - max(mine) < 0.3
 
+        def worker1_id() -> str | None:
+            recs = [r for p in out.glob("*/records.jsonl") for r in read_records(str(p))]
+            return next((r.worker for r in recs if r.worker.startswith("worker1_")), None)
+
+        _wait(lambda: worker1_id() is not None, 60, "worker1's first record")
+        intruder = procs.popen(net.run_in("intruder", [
+            sys.executable, str(FORGER), master_addr, str(MASTER_PORT), str(worker1_id()),
+        ]))  # fmt: skip
+        assert intruder.wait(timeout=30) == 0, procs.log(intruder)
         _wait(worker2_mid_request, 60, "worker2 in the middle of a request")
         killed_at = time.time()
         assert net.kill_host("worker2"), "worker2 had no process to kill"
@@ -136,6 +146,21 @@ def test_the_sweep_completes_with_exact_budgets_and_every_record_shipped(cluster
     assert lost not in {r.worker for r in by_level[1]}  # the next level ran on the survivor alone
     # Every record the lost worker finished reached the master before it died.
     assert all(r.t_end < c.killed_at + 0.05 for r in by_level[0] if r.worker == lost)
+
+
+def test_a_forger_on_the_master_port_cannot_add_or_return_requests(cluster: Cluster) -> None:
+    """480 forged records and ticket returns, under the forger's own id and a real worker's, with
+    guessed sequence numbers: none counted, none written, the budgets exact (checked above too)."""
+    c = cluster
+    assert not [r for r in _records(c) if r.worker == "forged"]
+    assert "ignored a record for a request it was not granted (level 0, measure #0) from forger_0" in c.log
+    assert "ignored a ticket return for a request it was not granted (level 0, measure #0) from forger_0" in c.log
+    assert "from forger_0; more from it are counted, not logged" in c.log  # three lines, not 240
+    assert sum("ignored a " in line and "from forger_0" in line for line in c.log.splitlines()) == 3
+    # The spoofed id: the right process name and a guessed seq, without the ticket's secret.
+    assert "ignored a record for a request it was not granted (level 0, measure #0) from worker1_" in c.log
+    assert "ignored 480 message(s) in all from forger_0, worker1_" in c.log
+    assert [lv["granted"] for lv in _meta(c)["levels"]] == [BUDGET, BUDGET]
 
 
 def test_the_lost_workers_requests_are_written_off_and_its_users_taken_over(cluster: Cluster) -> None:

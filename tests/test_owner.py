@@ -1,5 +1,6 @@
-"""The sweep owner accepts a record only for a ticket it granted to that process, and only once:
-a forged worker's records (or a duplicate) never reach records.jsonl or the counts.
+"""The sweep owner accepts a record only for a ticket it granted to that process, shown with the
+ticket's secret, and only once: a forged worker's records (or a duplicate, or a spoofed worker id)
+never reach records.jsonl or the counts.
 
 The owner imports Locust, which monkey-patches the whole process: the check runs in a child
 Python (this file as a script), never in the test runner itself.
@@ -53,22 +54,41 @@ def test_records_only_for_granted_tickets_and_once(tmp_path: Path) -> None:
 
 def check(tmp_path: Path) -> None:
     from specload.locust.owner import SweepOwner
+    from specload.locust.protocol import MSG_TICKET, RecordMsg, TicketReply
 
     env = SimpleNamespace(parsed_options=None, runner=Runner(), host="http://127.0.0.1:1")
     owner = SweepOwner(env)
-    owner.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=2)))
+    owner.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=3)))
     owner.writer = RecordWriter(str(tmp_path))
     owner.active = True
     owner.ctrl.tick(1)
-    owner.on_ticket_req(env, msg({"uid": "u1"}, "worker-a"))
-    owner.on_record(env, msg(record(0), "worker-a"))  # granted to worker-a: kept
-    owner.on_record(env, msg(record(0), "worker-a"))  # the same again: ignored
-    owner.on_record(env, msg(record(1), "forger"))  # never granted: ignored
+
+    def grant(node: str) -> str:
+        owner.on_ticket_req(env, msg({"uid": "u"}, node))
+        kind, data, to = env.runner.sent[-1]
+        assert (kind, to) == (MSG_TICKET, node)
+        reply = TicketReply.from_wire(data)
+        assert reply.grant is not None and len(reply.ticket) == 16
+        return reply.ticket
+
+    def send(seq: int, node: str, ticket: str) -> None:
+        owner.on_record(env, msg(RecordMsg(record(seq), ticket).to_wire(), node))
+
+    t0, t1 = grant("worker-a"), grant("worker-a")
+    assert t0 != t1
+    send(0, "worker-a", t0)  # granted to worker-a, with its secret: kept
+    send(0, "worker-a", t0)  # the same again: ignored
+    send(1, "forger", t1)  # never granted to that process: ignored
+    send(1, "worker-a", "0" * 16)  # the right process and seq, the wrong secret (spoofed id): ignored
+    owner.on_ticket_return(env, msg({"level": 0, "phase": "measure", "seq": 1, "ticket": "x"}, "worker-a"))
+    owner.on_record(env, msg({"level": 0}, "forger"))  # not even a record message: ignored
+    assert owner.ctrl.levels[0].granted == 2  # a forged return does not reopen a ticket
+    send(1, "worker-a", t1)  # the genuine record still counts
     owner.writer.close()
-    assert [r.seq for r in read_records(str(tmp_path / "records.jsonl"))] == [0]
+    assert [r.seq for r in read_records(str(tmp_path / "records.jsonl"))] == [0, 1]
     lv = owner.ctrl.levels[0]
-    assert (lv.granted, lv.received, lv.ok) == (1, 1, 1)
-    assert owner.rejected == 2
+    assert (lv.granted, lv.received, lv.ok) == (2, 2, 2)
+    assert owner.rejected == 5
 
 
 if __name__ == "__main__":

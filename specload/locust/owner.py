@@ -6,8 +6,10 @@ writes records and run.json as they come, and logs one progress line per level b
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import os
+import secrets
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -40,12 +42,12 @@ from specload.locust.protocol import (
     MSG_TICKET,
     MSG_TICKET_REQ,
     MSG_TICKET_RETURN,
+    RecordMsg,
     RunConfig,
     StateMsg,
     TicketReply,
     TicketRequest,
     TicketReturn,
-    record_from_wire,
 )
 from specload.locust.sampler import MetricsSampler
 from specload.probe import ServerUnreachable, server_back
@@ -110,9 +112,10 @@ class SweepOwner:
         self.clock_probe: ClockProbe | None = None
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
         # and to accept each record once, from the process it was granted to.
-        self.outstanding: dict[str, dict[tuple[int, str, int], float]] = {}
+        self.outstanding: dict[str, dict[tuple[int, str, int], str]] = {}  # -> the ticket's secret
         self.rejected = 0  # records for tickets never granted (or already back)
         self._lost: set[str] = set()  # workers already written off
+        self._ignored_from: dict[str, int] = {}  # messages ignored per claimed sender
         self.write_error: str | None = None  # the first failed write to the run directory
         self._run_dir_used = False
         opts = environment.parsed_options
@@ -365,6 +368,10 @@ class SweepOwner:
             status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(self.ctrl.outcome, RUN_INTERRUPTED)
         if status == RUN_INTERRUPTED:
             self.ctrl.abort("interrupted")
+        if self.rejected:
+            logger.warning("ignored %d message(s) in all from %s: records or returns for requests they were not "
+                           "granted (see docs/deploy.md, protecting the master port)", self.rejected,
+                           ", ".join(sorted(self._ignored_from)))  # fmt: skip
         self.meta.status = status
         self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
         self.meta.ended_at = time.time()
@@ -403,10 +410,12 @@ class SweepOwner:
         req = TicketRequest.from_wire(msg.data)
         grant = item = None
         closed = False
+        ticket = ""
         if self.active and self.ctrl is not None:
             grant = self.ctrl.grant()
             if grant is not None:
-                self.outstanding.setdefault(msg.node_id, {})[(grant.level, grant.phase, grant.seq)] = time.time()
+                ticket = secrets.token_hex(8)
+                self.outstanding.setdefault(msg.node_id, {})[(grant.level, grant.phase, grant.seq)] = ticket
                 closed = not self.ctrl.is_open
                 if self.items:
                     item = self.items[self._next_item % len(self.items)]
@@ -415,34 +424,59 @@ class SweepOwner:
                         grant = replace(grant, max_tokens=item.output_tokens)
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
-        reply = TicketReply(req.uid, grant, item)
+        reply = TicketReply(req.uid, grant, item, ticket)
         self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=msg.node_id)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)
-        self.outstanding.get(msg.node_id, {}).pop((back.level, back.phase, back.seq), None)
+        if not self._redeem(msg.node_id, (back.level, back.phase, back.seq), back.ticket):
+            self._ignore(msg.node_id, f"a ticket return for a request it was not granted (level {back.level}, "
+                                      f"{back.phase} #{back.seq})")  # fmt: skip
+            return
         if self.ctrl is not None:
             self.ctrl.give_back(back.level, back.phase)
             self.broadcast()
 
     def on_record(self, environment: Any, msg: Any, **_: Any) -> None:
-        rec = record_from_wire(msg.data)
-        if self.outstanding.get(msg.node_id, {}).pop((rec.level, rec.phase, rec.seq), None) is None:
+        try:
+            m = RecordMsg.from_wire(msg.data)
+            rec = m.parsed()
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._ignore(msg.node_id, f"a malformed record message ({e})")
+            return
+        if not self._redeem(msg.node_id, (rec.level, rec.phase, rec.seq), m.ticket):
             # Only a ticket this owner granted to that process, and only once: a forged or repeated
             # record (or one for a ticket already written off) never reaches the counts.
-            self.rejected += 1
-            logger.warning("ignored a record from %s for a request it was not granted (level %s, %s #%s)",
-                           msg.node_id, rec.level, rec.phase, rec.seq)  # fmt: skip
+            self._ignore(msg.node_id, f"a record for a request it was not granted (level {rec.level}, "
+                                      f"{rec.phase} #{rec.seq})")  # fmt: skip
             return
         if self.writer is not None and self.write_error is None:
             try:
-                self.writer.write(msg.data)
+                self.writer.write(m.record)
             except OSError as e:
                 self._cannot_write("records.jsonl", e)
         if self.ctrl is not None:
             changes = self.ctrl.receive(rec)  # counted even after the run closed (grace-period records)
             if self.active:
                 self._report(changes)
+
+    _IGNORED_LOGGED = 3  # per process: a flood of forged messages must not become a flood of log lines
+
+    def _ignore(self, node: str, what: str) -> None:
+        self.rejected += 1
+        seen = self._ignored_from[node] = self._ignored_from.get(node, 0) + 1
+        if seen <= self._IGNORED_LOGGED:
+            more = "; more from it are counted, not logged" if seen == self._IGNORED_LOGGED else ""
+            logger.warning("ignored %s from %s%s", what, node, more)
+
+    def _redeem(self, node: str, key: tuple[int, str, int], ticket: str) -> bool:
+        """True once for a ticket granted to ``node`` and shown with its secret; then it is spent."""
+        held = self.outstanding.get(node, {})
+        secret = held.get(key)
+        if secret is None or not hmac.compare_digest(secret, ticket):
+            return False
+        del held[key]
+        return True
 
     def _check_workers(self) -> None:
         """Write off the tickets of workers the master lost (missing heartbeats, or gone)."""

@@ -97,15 +97,20 @@ class TicketReply:
     uid: str
     grant: Grant | None
     item: Item | None = None
+    # The grant's secret: its record (or its return) must carry it back. The master port takes
+    # messages from anyone who reaches it, under any worker id they claim; a ticket's (level,
+    # phase, seq) can be guessed, this cannot.
+    ticket: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return {"uid": self.uid, "grant": None if self.grant is None else asdict(self.grant),
-                "item": None if self.item is None else self.item.to_wire()}  # fmt: skip
+                "item": None if self.item is None else self.item.to_wire(), "ticket": self.ticket}  # fmt: skip
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReply:
         g, item = d.get("grant"), d.get("item")
-        return cls(str(d["uid"]), None if g is None else Grant(**g), None if item is None else Item.from_wire(item))
+        return cls(str(d["uid"]), None if g is None else Grant(**g), None if item is None else Item.from_wire(item),
+                   str(d.get("ticket") or ""))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,21 +120,36 @@ class TicketReturn:
     level: int
     phase: str
     seq: int
+    ticket: str = ""
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReturn:
-        return cls(int(d["level"]), str(d["phase"]), int(d["seq"]))
+        return cls(int(d["level"]), str(d["phase"]), int(d["seq"]), str(d.get("ticket") or ""))
 
 
-def record_to_wire(rec: RequestRecord) -> dict[str, Any]:
-    return asdict(rec)
+@dataclass(frozen=True, slots=True)
+class RecordMsg:
+    """One finished request's record, with the secret of the ticket it was sent under."""
 
+    record: dict[str, Any]  # asdict(RequestRecord): written to records.jsonl as is
+    ticket: str
 
-def record_from_wire(d: dict[str, Any]) -> RequestRecord:
-    return RequestRecord.from_dict(d)
+    def to_wire(self) -> dict[str, Any]:
+        return {"record": self.record, "ticket": self.ticket}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> RecordMsg:
+        return cls(dict(d["record"]), str(d.get("ticket") or ""))
+
+    @classmethod
+    def of(cls, rec: RequestRecord, ticket: str) -> RecordMsg:
+        return cls(asdict(rec), ticket)
+
+    def parsed(self) -> RequestRecord:
+        return RequestRecord.from_dict(self.record)
 
 
 MSG_CLOCK_PING = "specload_clock_ping"  # master -> one worker: its clock, please

@@ -26,12 +26,12 @@ from specload.locust.protocol import (
     MSG_TICKET,
     MSG_TICKET_REQ,
     MSG_TICKET_RETURN,
+    RecordMsg,
     RunConfig,
     StateMsg,
     TicketReply,
     TicketRequest,
     TicketReturn,
-    record_to_wire,
 )
 from specload.prompts import make_prompt
 from specload.records import PHASE_WARMUP, RequestRecord
@@ -76,7 +76,8 @@ class UserSide:
             waiter.set(reply if reply.grant is not None else None)
         elif reply.grant is not None:
             g = reply.grant
-            self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq).to_wire())
+            back = TicketReturn(g.level, g.phase, g.seq, reply.ticket)
+            self.runner.send_message(MSG_TICKET_RETURN, back.to_wire())
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
@@ -100,8 +101,8 @@ class UserSide:
             gevent.sleep(0.05)  # the level just closed; the state broadcast is on its way
         return reply
 
-    def ship(self, record: RequestRecord) -> None:
-        self.runner.send_message(MSG_RECORD, record_to_wire(record))
+    def ship(self, record: RequestRecord, ticket: str) -> None:
+        self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket).to_wire())
 
 
 def user_side(environment: Any) -> UserSide:
@@ -181,7 +182,7 @@ class SpecloadUser(User):
                 sc.read_timeout_s, sc.connect_timeout_s,
             )  # fmt: skip
         except Interrupted as stop:
-            side.ship(stop.record)
+            side.ship(stop.record, reply.ticket)
             raise gevent.GreenletExit from None
         fire_record(self.environment.events.request.fire, rec, backend.path)
-        side.ship(rec)
+        side.ship(rec, reply.ticket)
