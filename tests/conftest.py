@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,6 +85,17 @@ def procs() -> Iterator[Procs]:
     p = Procs()
     yield p
     p.stop_all()
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``pred`` until it returns something true (returned), or fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def locust_cmd(*args: str) -> list[str]:

@@ -36,7 +36,7 @@ import pytest
 from specload.records import read_records
 from specload.report import load_run
 from specload.simproc import SimProcess, start_sim
-from tests.conftest import Procs, free_port, locust_cmd, specload_cmd
+from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 MODEL = "m"
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", MODEL)
@@ -45,16 +45,6 @@ SWEEP_TIMEOUT = 90
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def _wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def _only_run_dir(out: Path) -> Path:
@@ -485,7 +475,7 @@ def _first_wave(
         assert proc.poll() is None, log()[-3000:]
         return any(p.exists() and len(read_records(str(p))) >= 2 for p in path_glob())
 
-    _wait_for(ready, 60, "the first records")
+    wait_until(ready, 60, "the first records")
     time.sleep(0.3)
 
 
@@ -591,7 +581,7 @@ def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker
             path = run_dir / "records.jsonl"
             return path.exists() and len({r.worker for r in read_records(str(path))}) == 2
 
-        _wait_for(both_sent, 60, "records from both workers")
+        wait_until(both_sent, 60, "records from both workers")
         # 1 s requests, back to back: 0.3 s after its first one ended, the worker has its next in flight.
         time.sleep(0.3)
         workers[0].kill()
@@ -613,7 +603,7 @@ def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: 
             "sweep", "--host", server.url, "--processes", "2", "--levels", "2", "--requests-per-level", "24",
             "--input-tokens", "16", "--output-tokens", "40", "--metrics-interval", "0", "--out", str(tmp_path),
         ))  # fmt: skip
-        _wait_for(lambda: any(len(read_records(str(p))) >= 2 for p in tmp_path.glob("*/records.jsonl")),
+        wait_until(lambda: any(len(read_records(str(p))) >= 2 for p in tmp_path.glob("*/records.jsonl")),
                   60, "the first records")  # fmt: skip
         tree = [sweep.pid, *(c.pid for c in psutil.Process(sweep.pid).children(recursive=True))]
         listening = [c.laddr for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.pid in tree]
@@ -790,11 +780,11 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
         except OSError:
             return False
 
-    _wait_for(up, 30, "the web UI", interval=0.2)
+    wait_until(up, 30, "the web UI", interval=0.2)
     form = {"host": server.url, "levels": "1", "output_tokens": "16", "input_tokens": "16",
             "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    _wait_for(lambda: orjson.loads(_get(base + "/specload/run"))["status"] == "completed", 60, "the UI sweep",
+    wait_until(lambda: orjson.loads(_get(base + "/specload/run"))["status"] == "completed", 60, "the UI sweep",
               interval=0.2)  # fmt: skip
     for page in ("/", "/specload/run", "/stats/requests", "/stats/requests/csv", "/stats/failures/csv"):
         texts[f"web UI {page}"] = _get(base + page).decode("utf-8", "replace")

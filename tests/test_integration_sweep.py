@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import orjson
@@ -17,7 +16,7 @@ import pytest
 from specload.metrics import LevelStats
 from specload.records import read_records
 from specload.report import Run, load_run
-from tests.conftest import Procs, free_port, locust_cmd, specload_cmd
+from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 TTFT_S = 0.200
 ITL_S = 0.010
@@ -165,16 +164,6 @@ def _post(url: str, form: dict[str, str]) -> bytes:
         return resp.read()
 
 
-def _wait_for(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None:
     server = sim(*SIM_ARGS)
     web_port = free_port()
@@ -202,7 +191,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
         except OSError:
             return False
 
-    _wait_for(_up, 30, "the web UI")  # the start form carries specload's options
+    wait_until(_up, 30, "the web UI")  # the start form carries specload's options
     home = _get(base + "/").decode()
     assert "output_tokens" in home and "levels" in home and "run_dir" not in home  # paths hidden
 
@@ -210,7 +199,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     form = {"host": server.url, "levels": "1,2", "output_tokens": str(OUT), "input_tokens": str(INP),
             "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    run = _wait_for(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
+    run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
                     60, "the UI sweep to complete")  # fmt: skip
     first_dir = Path(run["run_dir"])
     stats = orjson.loads(_get(base + "/stats/requests"))
@@ -225,7 +214,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert lv[0].per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
 
     # 2) A second sweep stopped through the HTTP API mid-level: a new run directory, marked interrupted.
-    _wait_for(lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop")
+    wait_until(lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop")
     form.update({"levels": "2", "requests_per_level": "400"})
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
@@ -233,10 +222,10 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
         r = orjson.loads(_get(base + "/specload/run"))
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
-    run2 = _wait_for(_second, 60, "the second sweep to make progress")
+    run2 = wait_until(_second, 60, "the second sweep to make progress")
     _post(base + "/stop", {})
     second_dir = Path(run2["run_dir"])
-    meta = _wait_for(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
+    meta = wait_until(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
                      30, "run.json to be closed")  # fmt: skip
     assert meta["status"] == "interrupted"
     assert meta["levels"][0]["status"] == "incomplete"

@@ -21,7 +21,7 @@ import pytest
 
 from specload.records import RequestRecord, read_records
 from tests import netns
-from tests.conftest import Procs, specload_cmd
+from tests.conftest import Procs, specload_cmd, wait_until
 
 why_not = netns.unavailable()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}")
@@ -53,15 +53,6 @@ class Cluster:
     server_log: str
 
 
-def _wait(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     net = netns.Network()
@@ -73,7 +64,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             sys.executable, "-m", "specload.sim", "--host", server, "--port", str(SERVER_PORT),
             "--ttft-ms", "20", "--itl-ms", "10", "--model", "m", "--access-log",
         ]))  # fmt: skip
-        _wait(lambda: "listening on" in procs.log(sim), 20, "the server")
+        wait_until(lambda: "listening on" in procs.log(sim), 20, "the server")
         out = tmp_path_factory.mktemp("multihost") / "results"
         # The README's commands, each on its own host.
         master = procs.popen(net.run_in("master", specload_cmd(
@@ -98,12 +89,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             recs = [r for p in out.glob("*/records.jsonl") for r in read_records(str(p))]
             return next((r.worker for r in recs if r.worker.startswith("worker1_")), None)
 
-        _wait(lambda: worker1_id() is not None, 60, "worker1's first record")
+        wait_until(lambda: worker1_id() is not None, 60, "worker1's first record")
         intruder = procs.popen(net.run_in("intruder", [
             sys.executable, str(FORGER), master_addr, str(MASTER_PORT), str(worker1_id()),
         ]))  # fmt: skip
         assert intruder.wait(timeout=30) == 0, procs.log(intruder)
-        _wait(worker2_mid_request, 60, "worker2 in the middle of a request")
+        wait_until(worker2_mid_request, 60, "worker2 in the middle of a request")
         killed_at = time.time()
         assert net.kill_host("worker2"), "worker2 had no process to kill"
         code = master.wait(timeout=120)  # Locust notices the silence after ~3 missed 1 s heartbeats

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from specload.records import read_records
-from tests.conftest import Procs, specload_cmd
+from tests.conftest import Procs, specload_cmd, wait_until
 
 SIM = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 LONG = ("--levels", "2,4", "--requests-per-level", "200", "--input-tokens", "16", "--output-tokens", "200",
@@ -34,15 +34,6 @@ def alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait_until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def sent_so_far(url: str) -> float:

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from argparse import Namespace
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.cookiejar import CookieJar
 from pathlib import Path
@@ -36,7 +36,7 @@ from specload.locust.protocol import RunConfig
 from specload.locust.websafety import allowed_sites, foreign_origin
 from specload.prompts import PromptSource
 from specload.simproc import SimProcess, start_sim
-from tests.conftest import REPO, Procs, free_port, specload_cmd
+from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_until
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 SWEEP = ("--levels", "1", "--requests-per-level", "2", "--input-tokens", "16", "--output-tokens", "16")
@@ -177,15 +177,6 @@ class Browser:
         assert self.call("/").status == 200
 
 
-def _wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := pred():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _prompt_tokens(server: SimProcess) -> int:
     """The simulator's admitted-prompt-token counter: it moves only when a generation was served."""
     with urllib.request.urlopen(server.url + "/metrics", timeout=10) as resp:
@@ -227,7 +218,7 @@ class UI:
         return sorted(os.listdir(self.out)) if self.out.exists() else []
 
     def wait_stopped(self, b: Browser) -> None:
-        _wait_for(lambda: b.call("/stats/requests").json()["state"] == "stopped", 30, "Locust to stop")
+        wait_until(lambda: b.call("/stats/requests").json()["state"] == "stopped", 30, "Locust to stop")
 
 
 def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) -> tuple[Any, str]:
@@ -247,7 +238,7 @@ def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) 
             assert proc.poll() is None, procs.log(proc)
             return False
 
-    _wait_for(up, 30, "the web UI")
+    wait_until(up, 30, "the web UI")
     return proc, base
 
 
@@ -293,7 +284,7 @@ def test_with_the_token_a_sweep_runs(ui: UI) -> None:
     assert by_url.call(f"/specload/login?token={ui.token}").status == 302 and by_url.call("/").status == 200
     dirs = ui.run_dirs()
     assert b.post("/swarm", ui.form(ui.home.url)).json()["success"]
-    run = _wait_for(
+    run = wait_until(
         lambda: (r := b.call("/specload/run").json())["status"] == "completed" and r, 60, "the sweep"
     )
     assert run["levels"][0]["ok"] == 2
@@ -328,14 +319,14 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
     # 1) The form names another server: no key, not to the probes nor to anyone; the server says so.
     dirs = ui.run_dirs()
     assert b.post("/swarm", ui.form(ui.other.url)).json()["success"]
-    _wait_for(lambda: ui.log().count("Missing API key") == 1, 30, "the refused start")
+    wait_until(lambda: ui.log().count("Missing API key") == 1, 30, "the refused start")
     assert withheld in ui.log() and "Incorrect API key" not in ui.log()
     ui.wait_stopped(b)
     assert _prompt_tokens(ui.other) == 0 and ui.run_dirs() == dirs
 
     # 2) Confirmed in the form: the key goes there, and the sweep runs.
     assert b.post("/swarm", ui.form(ui.other.url, send_key_to_new_host="true")).json()["success"]
-    run = _wait_for(lambda: (r := b.call("/specload/run").json())["status"] == "completed"
+    run = wait_until(lambda: (r := b.call("/specload/run").json())["status"] == "completed"
                     and r["run_dir"] and os.path.basename(r["run_dir"]) not in dirs and r, 60, "the sweep")  # fmt: skip
     assert run["levels"][0]["ok"] == 2 and _prompt_tokens(ui.other) > 0
     assert f"the API key goes to {ui.other.url}, as confirmed" in ui.log()
@@ -343,7 +334,7 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
 
     # 3) That "yes" was for that run only: the next form without it goes without the key again.
     assert b.post("/swarm", ui.form(ui.other.url)).json()["success"]
-    _wait_for(lambda: ui.log().count("Missing API key") == 2, 30, "the second refused start")
+    wait_until(lambda: ui.log().count("Missing API key") == 2, 30, "the second refused start")
     assert ui.log().count(withheld) == 2
     ui.wait_stopped(b)
 
