@@ -31,6 +31,10 @@ SRC_USAGE = "usage"  # OpenAI ``usage.completion_tokens``
 SRC_META = "meta_info"  # SGLang ``meta_info.completion_tokens``
 SRC_CHUNKS = "chunks"  # fallback: number of content chunks (labelled, never silent)
 
+# What one entry of a record's ``itl`` histogram is a gap between.
+ITL_PER_TOKEN = "token"  # the backend knows each event's token count (SGLang /generate meta_info)
+ITL_PER_EVENT = "event"  # it does not (OpenAI-style streams): a gap between events, one token assumed each
+
 PHASE_WARMUP = "warmup"
 PHASE_MEASURE = "measure"
 
@@ -72,6 +76,11 @@ class RequestRecord:
     spec_verify_ct: int | None  # SGLang meta_info.spec_verify_ct (speculative servers only)
     worker: str  # which Locust process sent it ("local", or the worker's client id)
     repeat: int = 0  # repetition index of the level (for --repeat)
+    # Every gap after the first event, as [[bin, tokens], ...] of specload.histogram (an event of
+    # k tokens after a gap g counts k gaps of g/k); None for fewer than two events.
+    itl: list[list[int]] | None = None
+    itl_unit: str | None = None  # ITL_PER_TOKEN | ITL_PER_EVENT
+    first_event_tokens: int | None = None  # tokens the first content event carried (TPOT leaves them out)
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))
@@ -83,22 +92,34 @@ class RequestRecord:
 
 
 def derived(
-    t_send: float, t_first: float | None, t_last: float | None, t_end: float, output_tokens: int
+    t_send: float,
+    t_first: float | None,
+    t_last: float | None,
+    t_end: float,
+    output_tokens: int,
+    first_event_tokens: int | None = None,
+    counted: bool = True,
 ) -> tuple[float | None, float, float | None, float | None, float | None]:
     """Per-request figures from the timestamps and the server's token count.
 
     Returns (ttft_s, e2e_s, tpot_s, per_request_tok_s, decode_tok_s). Kept pure so the report
-    and the tests use the same arithmetic as the client.
+    and the tests use the same arithmetic as the client. TPOT spreads the time after the first
+    event over the tokens that came after it: N minus what the first event carried (1 unless the
+    backend said more). ``counted=False`` (the output count is a chunk count, not the server's)
+    leaves out every per-token figure: a chunk may carry several tokens, so they would be wrong.
     """
     e2e = t_end - t_send
     ttft = None if t_first is None else t_first - t_send
+    if not counted:
+        return ttft, e2e, None, None, None
     per_req = output_tokens / e2e if e2e > 0 and output_tokens > 0 else None
     tpot = decode = None
-    if t_first is not None and t_last is not None and output_tokens >= 2:
+    after_first = output_tokens - max(1, first_event_tokens or 1)
+    if t_first is not None and t_last is not None and after_first >= 1:
         span = t_last - t_first
         if span > 0:
-            tpot = span / (output_tokens - 1)
-            decode = (output_tokens - 1) / span
+            tpot = span / after_first
+            decode = after_first / span
     return ttft, e2e, tpot, per_req, decode
 
 
@@ -106,7 +127,10 @@ def make_record(
     *, t_send: float, t_first: float | None, t_last: float | None, t_end: float, output_tokens: int, **fields: Any
 ) -> RequestRecord:
     """A record whose per-request figures come from ``derived``, the one place they are computed."""
-    ttft, e2e, tpot, per_req, decode = derived(t_send, t_first, t_last, t_end, output_tokens)
+    ttft, e2e, tpot, per_req, decode = derived(
+        t_send, t_first, t_last, t_end, output_tokens, fields.get("first_event_tokens"),
+        fields.get("output_tokens_source") != SRC_CHUNKS,
+    )  # fmt: skip
     return RequestRecord(
         t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=output_tokens,
         ttft_s=ttft, e2e_s=e2e, tpot_s=tpot, per_request_tok_s=per_req, decode_tok_s=decode, **fields,
@@ -139,7 +163,7 @@ def read_records(path: str, notes: list[str] | None = None) -> list[RequestRecor
     return out
 
 
-_NUMBERS = {f.name: f.type for f in fields(RequestRecord) if "int" in str(f.type) or "float" in str(f.type)}
+_NUMBERS = {f.name: f.type for f in fields(RequestRecord) if str(f.type) in ("int", "float", "int | None", "float | None")}
 
 
 def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:
@@ -155,6 +179,9 @@ def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:
         if "None" not in str(typ):
             return None
         d[name] = None
+    if d.get("itl") is not None and not isinstance(d["itl"], list):
+        bad_fields["itl"] = bad_fields.get("itl", 0) + 1
+        d["itl"] = None
     try:
         return RequestRecord.from_dict(d)
     except (TypeError, AttributeError):

@@ -10,6 +10,7 @@ record: the sweep's request budget relies on it.
 from __future__ import annotations
 
 import errno
+import math
 import socket
 import time
 from dataclasses import dataclass
@@ -21,14 +22,30 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.backends import Backend, MalformedEvent
+from specload.histogram import FLOOR_S, RATIO, to_pairs
 from specload.http import describe_connect_error, server_message
-from specload.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, make_record, now
+from specload.records import (
+    FAILED,
+    ITL_PER_EVENT,
+    ITL_PER_TOKEN,
+    OK,
+    SHORT,
+    SRC_CHUNKS,
+    RequestRecord,
+    make_record,
+    now,
+)
 from specload.text import shorten
 
 _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
+# specload.histogram's binning, inlined in the read loop (one log per event).
+_log = math.log
+_FLOOR = FLOOR_S
+_INV_FLOOR = 1.0 / FLOOR_S
+_INV_LOG_RATIO = 1.0 / math.log(RATIO)
 
 
 class Interrupted(Exception):
@@ -112,8 +129,10 @@ def _stream_request(
     chunks = 0
     tokens_seen = 0
     t_first_p: float | None = None
+    first_n = 0
     last_p = 0.0
     itl_max = 0.0
+    itl: dict[int, int] = {}  # per-token gap bin -> tokens (specload.histogram)
     t_send_wall = now()
     t0 = perf()
     resp = None
@@ -164,11 +183,13 @@ def _stream_request(
                     n = feed(data)
                     if n:
                         if t_first_p is None:
-                            t_first_p = t
+                            t_first_p, first_n = t, n
                         else:
-                            gap = (t - last_p) / n
+                            gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
                             if gap > itl_max:
                                 itl_max = gap
+                            b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
+                            itl[b] = itl.get(b, 0) + n
                         last_p = t
                         chunks += 1
                         tokens_seen += n
@@ -190,7 +211,7 @@ def _stream_request(
         t_end_p = perf()
     rec = _record(
         spec, backend, parser, worker, http_status, reason, done, chunks, tokens_seen,
-        t_send_wall, t0, t_first_p, last_p, t_end_p, itl_max,
+        t_send_wall, t0, t_first_p, last_p, t_end_p, itl_max, first_n, itl,
     )  # fmt: skip
     if interrupted:
         raise Interrupted(rec)
@@ -232,6 +253,8 @@ def _record(
     last_p: float,
     t_end_p: float,
     itl_max: float,
+    first_n: int = 0,
+    itl: dict[int, int] | None = None,
 ) -> RequestRecord:
     if parser.output_tokens is not None:
         out, source = parser.output_tokens, backend.token_source
@@ -271,6 +294,9 @@ def _record(
         requested_prompt_tokens=spec.requested_prompt_tokens,
         chunks=chunks,
         itl_max_s=itl_max if chunks > 1 else None,
+        itl=to_pairs(itl) if itl else None,
+        itl_unit=ITL_PER_TOKEN if backend.counts_tokens_per_event else ITL_PER_EVENT,
+        first_event_tokens=first_n or None,
         spec_verify_ct=parser.spec_verify_ct,
         worker=worker,
         repeat=spec.repeat,

@@ -21,6 +21,7 @@ import pytest
 from gevent.pool import Pool
 from gevent.server import StreamServer
 
+from specload import histogram
 from specload.backends import get_backend
 from specload.http import make_client, warm_up
 from specload.records import (
@@ -638,3 +639,40 @@ def test_a_server_claiming_more_tokens_than_asked_is_not_believed(serve: Any, cl
     assert rec.status == FAILED
     assert rec.reason == "server claimed 34000000000 tokens, more than the 5 asked for; counted the 2 streamed"
     assert (rec.output_tokens, rec.output_tokens_source) == (2, SRC_CHUNKS)  # what enters Agg tok/s
+
+
+# inter-token gaps and per-token figures (metrics audit F5-F7) --------------------------------------
+
+
+def test_a_chunk_counted_record_has_no_tpot(serve: Any, clients: list[Any]) -> None:
+    # No usage: the count is the chunks'. A chunk may hold several tokens, so TPOT stays empty.
+    srv = serve([HEAD_SSE, chunk(sse(cmpl("a")) + sse(cmpl("b")) + sse(cmpl("c", "length")) + DONE) + END])
+    rec = run(srv, clients, requested=3)
+    assert rec.output_tokens_source == SRC_CHUNKS
+    assert (rec.tpot_s, rec.per_request_tok_s, rec.decode_tok_s) == (None, None, None)
+
+
+def test_sglang_records_every_gap_per_token(serve: Any, clients: list[Any]) -> None:
+    srv = serve([
+        HEAD_SSE, 0.02,
+        chunk(sse(sgl(2))),  # the first event carries 2 tokens
+        0.12, chunk(sse(sgl(5))),  # 3 tokens after 120 ms: three gaps of 40 ms
+        0.01, chunk(sse(sgl(6, "length"))),  # 1 token after 10 ms
+        chunk(DONE), END,
+    ])  # fmt: skip
+    rec = run(srv, clients, backend="sglang", requested=6)
+    assert rec.status == OK, rec.reason
+    assert rec.itl_unit == "token" and rec.first_event_tokens == 2
+    hist = histogram.merge([rec.itl])
+    assert histogram.count(hist) == 4  # 6 tokens, 2 of them in the first event
+    assert histogram.quantile(hist, 100) == pytest.approx(0.040, abs=0.015)
+    assert histogram.quantile(hist, 25) == pytest.approx(0.010, abs=0.008)
+    assert rec.tpot_s == pytest.approx((rec.t_last - rec.t_first) / 4, rel=1e-9)
+
+
+def test_openai_gaps_are_per_event(serve: Any, clients: list[Any]) -> None:
+    srv = serve([HEAD_SSE, 0.01, chunk(sse(cmpl("a"))), 0.03, chunk(sse(cmpl("b"))), 0.03,
+                 chunk(sse(cmpl("c", "length")) + sse(usage(3)) + DONE) + END])  # fmt: skip
+    rec = run(srv, clients, requested=3)
+    assert rec.status == OK and rec.itl_unit == "event" and rec.first_event_tokens == 1
+    assert histogram.count(histogram.merge([rec.itl])) == 2

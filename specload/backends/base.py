@@ -79,6 +79,8 @@ class Backend(ABC):
     name: str
     path: str
     token_source: str  # records.SRC_* used when the server reports a count
+    # Whether the parser knows how many tokens each stream event carried (else: one per event).
+    counts_tokens_per_event: bool = False
     takes_token_ids: bool = True
 
     @abstractmethod

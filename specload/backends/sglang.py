@@ -39,6 +39,7 @@ class SGLangGenerate(Backend):
     name = "sglang"
     path = "/generate"
     token_source = SRC_META
+    counts_tokens_per_event = True  # meta_info.completion_tokens deltas
 
     def body(
         self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
