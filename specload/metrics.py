@@ -11,9 +11,10 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specload import histogram
 from specload.records import (
     FAILED,
     OK,
@@ -35,6 +36,48 @@ ACCEPT_FROM_COUNTERS = "server_counters"  # vLLM /metrics spec_decode counters, 
 STEADY_MAX_DIP_S = 0.5
 # A steady-state window shorter than this is too short to be a rate worth printing.
 STEADY_MIN_WINDOW_S = 1.0
+# The percentiles every latency distribution carries (the report shows a chosen subset).
+PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+# Below this many values a high percentile is little more than the maximum: the report marks it.
+SMALL_SAMPLE = 100
+SERIES_BUCKET_S = 1.0  # tok/s over time: one value per this many seconds of the level
+
+
+@dataclass
+class Dist:
+    """A latency's distribution over one level: count, mean, sample std-dev and percentiles.
+
+    Values are seconds. ``exact`` is False for ITL, read from the per-request histograms (each
+    percentile within specload.histogram.MAX_REL_ERROR, 1%, of the true value)."""
+
+    n: int = 0
+    mean: float | None = None
+    std: float | None = None
+    p: dict[float, float] = field(default_factory=dict)
+    exact: bool = True
+
+    def to_dict(self, scale: float = 1.0) -> dict[str, Any]:
+        def sc(v: float | None) -> float | None:
+            return None if v is None else v * scale
+
+        return {"n": self.n, "mean": sc(self.mean), "std": sc(self.std), "exact": self.exact,
+                **{f"p{q:g}": sc(v) for q, v in self.p.items()}}  # fmt: skip
+
+
+def dist_of(values: Iterable[float | None]) -> Dist:
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return Dist()
+    return Dist(len(xs), sum(xs) / len(xs), statistics.stdev(xs) if len(xs) > 1 else None,
+                {q: percentile(xs, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+
+
+def dist_of_hist(hist: histogram.Hist) -> Dist:
+    n = histogram.count(hist)
+    if n == 0:
+        return Dist(exact=False)
+    m, sd = histogram.mean_std(hist)
+    return Dist(n, m, sd, {q: histogram.quantile(hist, q) or 0.0 for q in PERCENTILES}, exact=False)
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:
@@ -112,6 +155,14 @@ class LevelStats:
     steady_tok_s: float | None = None
     steady_window_s: float | None = None
     mean_concurrency: float | None = None  # sum(e2e) / wall_s
+    peak_in_flight: int | None = None  # most measured requests in flight at once (client side)
+    req_s: float | None = None  # OK requests / wall_s
+    input_tok_s: float | None = None  # prompt tokens of all measured requests / wall_s
+    total_tok_s: float | None = None  # input_tok_s + agg_tok_s
+    tok_s_series: list[float] = field(default_factory=list)  # output tok/s per SERIES_BUCKET_S from the first send
+    # Latency distributions over OK requests (seconds): ttft, tpot, itl, e2e.
+    dists: dict[str, Dist] = field(default_factory=dict)
+    itl_unit: str | None = None  # "token" | "event" | "mixed": what an ITL gap is between
     reasons: dict[str, int] = field(default_factory=dict)  # "failed: <reason>" / "short: <reason>"
     # speculative decoding: tokens per verify step (bonus token included), see accept_length_*()
     accept_length: float | None = None
@@ -123,6 +174,13 @@ class LevelStats:
     server_running_mean: float | None = None
     server_queued_max: float | None = None
     server_queued_mean: float | None = None
+
+
+def level_json(s: LevelStats) -> dict[str, Any]:
+    """A level's figures for JSON: every field unrounded, the distributions keyed p50, p99.9, ..."""
+    d = asdict(s)
+    d["dists"] = {name: dist.to_dict() for name, dist in s.dists.items()}
+    return d
 
 
 @dataclass
@@ -269,50 +327,64 @@ def _mode(values: Iterable[int]) -> int | None:
 def _tokens_in_window(r: RequestRecord, a: float, b: float) -> float:
     """Tokens a request produced inside [a, b], assuming a linear stream.
 
-    The record keeps only t_first and t_end, not every token's arrival time, so we assume the first
-    token arrives at t_first and the other N-1 arrive evenly over (t_first, t_end].
+    The record keeps t_first and t_last (the first and last content events), so the first
+    token(s) arrive at t_first and the rest evenly over (t_first, t_last]; nothing arrives between
+    the last token and the end of the stream.
     """
     n = r.output_tokens
     if n <= 0:
         return 0.0
     t0 = r.t_first if r.t_first is not None else r.t_end
-    first = 1.0 if a <= t0 <= b else 0.0
-    span = r.t_end - t0
-    if span <= 0 or n == 1:
-        return n * first
-    overlap = max(0.0, min(b, r.t_end) - max(a, t0))
-    return first + (n - 1) * overlap / span
+    t1 = r.t_last if r.t_last is not None else t0
+    k = min(n, max(1, r.first_event_tokens or 1))
+    first = float(k) if a <= t0 <= b else 0.0
+    span = t1 - t0
+    if span <= 0 or n == k:
+        return n * (1.0 if a <= t0 <= b else 0.0)
+    overlap = max(0.0, min(b, t1) - max(a, t0))
+    return first + (n - k) * overlap / span
 
 
 def steady_window(
-    records: Sequence[RequestRecord], concurrency: int, max_dip_s: float = STEADY_MAX_DIP_S
+    records: Sequence[RequestRecord], concurrency: int, max_dip_s: float = STEADY_MAX_DIP_S, cap: int | None = None
 ) -> tuple[float, float] | None:
-    """The span during which C requests were in flight, or None if that never happened.
+    """The span during which the server was saturated with this level's load, or None.
 
-    Starts when the in-flight count first reaches C; ends when it first drops below C and does not
-    come back within ``max_dip_s`` (a closed-loop user's end-to-next-send hand-off is not a drop).
+    D = min(C, cap) requests can run at once (``cap``: the server's running-request limit, when
+    known). The window opens when the D-th request has its first token (the synchronized prefill
+    burst is over: D requests are decoding) and closes when fewer than D requests are left in flight
+    and that lasts over ``max_dip_s`` (a closed-loop user's hand-off from one request to its next
+    is no drop). With C above the cap the client keeps C in flight while the server runs ``cap``
+    and queues the rest, so the server stays saturated until fewer than ``cap`` are left.
     """
-    if concurrency <= 0 or len(records) < concurrency:
+    d = min(concurrency, cap) if cap else concurrency
+    if d <= 0 or len(records) < d:
         return None
-    # At equal times a send is counted before an end, so a same-instant hand-off is no dip.
-    events = sorted([(r.t_send, 0, 1) for r in records] + [(r.t_end, 1, -1) for r in records])
-    count = 0
+    # (time, order, in-flight change, decoding change); at equal times a send comes before a first
+    # token before an end, so a same-instant hand-off is no dip.
+    events = sorted(
+        [(r.t_send, 0, 1, 0) for r in records]
+        + [(r.t_first, 1, 0, 1) for r in records if r.t_first is not None]
+        + [(r.t_end, 2, -1, -1 if r.t_first is not None else 0) for r in records]
+    )
+    count = decoding = 0
     start: float | None = None
     below_since: float | None = None
-    for t, _, delta in events:
-        count += delta
+    for t, _, d_flight, d_decoding in events:
+        count += d_flight
+        decoding += d_decoding
         if start is None:
-            if count >= concurrency:
+            if decoding >= d:
                 start = t
             continue
-        if count < concurrency:
+        if count < d:
             if below_since is None:
                 below_since = t
         elif below_since is not None:
             if t - below_since > max_dip_s:
                 return start, below_since
             below_since = None
-    if start is None or below_since is None:
+    if start is None or below_since is None or below_since <= start:
         return None
     return start, below_since
 
@@ -322,13 +394,11 @@ def steady_tok_s(
     concurrency: int,
     max_dip_s: float = STEADY_MAX_DIP_S,
     min_window_s: float = STEADY_MIN_WINDOW_S,
+    cap: int | None = None,
 ) -> tuple[float | None, float | None]:
-    """(tokens/s inside the steady window, window length), excluding ramp-up and drain tail.
-
-    Whole-level Agg tok/s divides by a wall time that includes the tail where fewer than C requests
-    are left; this figure shows what the server sustains while fully loaded.
-    """
-    window = steady_window(records, concurrency, max_dip_s)
+    """(tokens/s inside the steady window, window length): the rate the server sustains while
+    saturated, without the prefill burst at the start and the drain at the end."""
+    window = steady_window(records, concurrency, max_dip_s, cap)
     if window is None:
         return None, None
     a, b = window
@@ -337,6 +407,32 @@ def steady_tok_s(
         return None, length
     tokens = sum(_tokens_in_window(r, a, b) for r in records)
     return tokens / length, length
+
+
+def peak_in_flight(records: Sequence[RequestRecord]) -> int:
+    events = sorted([(r.t_send, 1) for r in records] + [(r.t_end, -1) for r in records], key=lambda e: (e[0], e[1]))
+    count = peak = 0
+    for _, delta in events:  # an end before a send at the same instant: a hand-off is no overlap
+        count += delta
+        peak = max(peak, count)
+    return peak
+
+
+def tok_s_series(records: Sequence[RequestRecord], bucket_s: float = SERIES_BUCKET_S) -> list[float]:
+    """Output tokens per second in consecutive buckets from the level's first send (the last,
+    partial bucket is divided by its own length)."""
+    if not records:
+        return []
+    t0 = min(r.t_send for r in records)
+    t1 = max(r.t_end for r in records)
+    n = max(1, math.ceil((t1 - t0) / bucket_s))
+    out = []
+    for i in range(n):
+        a, b = t0 + i * bucket_s, min(t1, t0 + (i + 1) * bucket_s)
+        if b <= a:
+            break
+        out.append(sum(_tokens_in_window(r, a, b) for r in records) / (b - a))
+    return out
 
 
 def _reasons(records: Iterable[RequestRecord]) -> dict[str, int]:
@@ -379,13 +475,22 @@ def _fill_outcomes(s: LevelStats, measured: list[RequestRecord]) -> None:
     s.reasons = _reasons(measured)
 
 
-def _fill_throughput(s: LevelStats, measured: list[RequestRecord]) -> None:
+def _prompt_len(r: RequestRecord) -> int:
+    return r.prompt_tokens if r.prompt_tokens is not None else r.requested_prompt_tokens
+
+
+def _fill_throughput(s: LevelStats, measured: list[RequestRecord], cap: int | None = None) -> None:
     wall = max(r.t_end for r in measured) - min(r.t_send for r in measured)
     s.wall_s = wall
     if wall > 0:
         s.agg_tok_s = s.output_tokens / wall
         s.mean_concurrency = sum(r.e2e_s for r in measured) / wall
-    s.steady_tok_s, s.steady_window_s = steady_tok_s(measured, s.concurrency)
+        s.req_s = s.ok / wall
+        s.input_tok_s = sum(_prompt_len(r) for r in measured) / wall
+        s.total_tok_s = s.input_tok_s + s.agg_tok_s
+    s.peak_in_flight = peak_in_flight(measured)
+    s.tok_s_series = tok_s_series(measured)
+    s.steady_tok_s, s.steady_window_s = steady_tok_s(measured, s.concurrency, cap=cap)
 
 
 def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
@@ -397,6 +502,10 @@ def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
     s.tpot_p50_ms, s.tpot_p99_ms = _ms(percentile(tpot, 50)), _ms(percentile(tpot, 99))
     s.e2e_p50_s, s.e2e_p99_s = percentile(e2e, 50), percentile(e2e, 99)
     s.decode_tok_s_mean = mean(r.decode_tok_s for r in ok)
+    s.dists = {"ttft": dist_of(ttft), "tpot": dist_of(tpot), "e2e": dist_of(e2e),
+               "itl": dist_of_hist(histogram.merge(r.itl for r in ok))}  # fmt: skip
+    units = {r.itl_unit for r in ok if r.itl}
+    s.itl_unit = units.pop() if len(units) == 1 else ("mixed" if units else None)
     s.prompt_tokens_mean = mean(r.prompt_tokens for r in ok)
     s.chunk_fallback_ok = sum(r.output_tokens_source == SRC_CHUNKS for r in ok)
     s.token_note = _token_note(s.chunk_fallback_ok, len(ok))
@@ -413,6 +522,7 @@ def summarize_level(
     index: int | None = None,
     status: str | None = None,
     samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
 ) -> LevelStats:
     """Stats of one level from any set of records (those of other levels are filtered out).
 
@@ -433,9 +543,14 @@ def summarize_level(
     if not measured:
         return s
     _fill_outcomes(s, measured)
-    _fill_throughput(s, measured)
-    _fill_latency(s, [r for r in measured if r.status == OK])
     if samples:
+        _fill_server(s, samples, min(r.t_send for r in measured), max(r.t_end for r in measured))
+    if s.server_running_max is not None and s.server_queued_max:
+        # The server queued part of this level: it ran at most what its gauge peaked at.
+        cap = min(cap or s.concurrency, int(s.server_running_max))
+    _fill_throughput(s, measured, cap)
+    _fill_latency(s, [r for r in measured if r.status == OK])
+    if samples and s.accept_length is None:
         _fill_server(s, samples, min(r.t_send for r in measured), max(r.t_end for r in measured))
     return s
 
@@ -458,6 +573,7 @@ def summarize_run(
     records: Sequence[RequestRecord],
     levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
     samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
 ) -> list[LevelStats]:
     """One row per run.json level (in sweep order, even without records), then any unplanned levels.
 
@@ -469,12 +585,13 @@ def summarize_run(
     samples = sorted(samples or [], key=lambda x: x.t)
     plan = _plan(levels_meta)
     out = [
-        summarize_level(records, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples)
+        summarize_level(records, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
+                        cap=cap)  # fmt: skip
         for lv in plan
     ]
     extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})
     for idx, c, rep in extra:
-        s = summarize_level(records, c, rep, index=idx, samples=samples)
+        s = summarize_level(records, c, rep, index=idx, samples=samples, cap=cap)
         s.planned = False
         out.append(s)
     return out

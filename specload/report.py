@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from specload.clocks import describe, is_off
-from specload.metrics import LevelStats, group_repeats
+from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
 from specload.records import level_label
 from specload.run import NotARunDir, Run, load_run
@@ -75,6 +75,7 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("E2E p50 (s)", "e2e_p50_s", 2),
     Column("Steady tok/s", "steady_tok_s", 1),
     Column("Mean conc", "mean_concurrency", 1),
+    Column("Req/s", "req_s", 2),
     Column("429", "rate_limited", 0, IF_COUNTED),
     Column("Accept len", "accept_length", 2, IF_VALUE),
     Column("Srv run max", "server_running_max", 0, IF_VALUE),
@@ -101,7 +102,66 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github") -> str:
     """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded)."""
     cols = _shown(levels)
     rows = [[c.cell(s) for c in cols] for s in levels]
-    return render_table([c.name for c in cols], rows, fmt, json_data=lambda: [asdict(s) for s in levels])
+    return render_table([c.name for c in cols], rows, fmt, json_data=lambda: [level_json(s) for s in levels])
+
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+_DIST_NAMES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``50,90,99.9`` -> (50.0, 90.0, 99.9); ValueError naming what is wrong (each must be one
+    specload keeps: metrics.PERCENTILES)."""
+    try:
+        qs = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--percentiles: expected numbers like 50,90,99, got {text!r}") from None
+    unknown = [q for q in qs if q not in PERCENTILES]
+    if not qs or unknown:
+        raise ValueError(f"--percentiles: each must be one of {', '.join(f'{q:g}' for q in PERCENTILES)}; "
+                         f"got {text!r}")  # fmt: skip
+    return qs
+
+
+def _few(n: int, q: float) -> bool:
+    """Fewer than one value lies above the q-th percentile: it is (about) the maximum."""
+    return n * (100.0 - q) / 100.0 < 1.0
+
+
+def _dist_name(key: str, label: str, s: LevelStats) -> str:
+    if key == "itl" and s.itl_unit:
+        return f"ITL (per {s.itl_unit})" if s.itl_unit != "mixed" else "ITL (mixed units)"
+    return label
+
+
+def render_distributions(
+    levels: Sequence[LevelStats], fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> str | None:
+    """Every latency's distribution per level (ms): n, mean, sd and the chosen percentiles. A
+    percentile with less than one value above it is marked ``*`` (it is about the maximum)."""
+    headers = ["C", "Latency", "n", "Mean", "Sd", *(f"p{q:g}" for q in percentiles)]
+    rows: list[list[str]] = []
+    for s in levels:
+        for key, label in _DIST_NAMES:
+            d = s.dists.get(key)
+            if d is None or d.n == 0:
+                continue
+            cells = [fmt_num(None if v is None else v * 1e3, 1) for v in (d.mean, d.std)]
+            pcts = [fmt_num(d.p.get(q, 0.0) * 1e3, 1) + ("*" if _few(d.n, q) else "") for q in percentiles]
+            rows.append([_c_cell(s), _dist_name(key, label, s), str(d.n), *cells, *pcts])
+    if not rows:
+        return None
+    return render_table(headers, rows, fmt, align_right=False)
+
+
+def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    headers = ["C", "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight", "Mean conc"]
+    rows = [
+        [_c_cell(s), fmt_num(s.req_s, 2), fmt_num(s.agg_tok_s, 1), fmt_num(s.input_tok_s, 1),
+         fmt_num(s.total_tok_s, 1), fmt_num(s.peak_in_flight, 0), fmt_num(s.mean_concurrency, 1)]
+        for s in levels if s.sent
+    ]  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
@@ -266,7 +326,7 @@ def _notes_block(run: Run) -> list[str]:
 # ---------------------------------------------------------------- the report
 
 
-def render_report(run: Run, fmt: str = "github") -> str:
+def render_report(run: Run, fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
     """Header, table(s) and notes as one text (markdown when fmt is github).
 
     For csv and json only the per-level data, so that the output parses; the words are in
@@ -278,6 +338,13 @@ def render_report(run: Run, fmt: str = "github") -> str:
     repeats = render_repeats(run.levels, fmt)
     if repeats is not None:
         lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
+    dists = render_distributions(run.levels, fmt, percentiles)
+    if dists is not None:
+        lines += ["", "## Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
+                  "", dists]  # fmt: skip
+    throughput = render_throughput(run.levels, fmt)
+    if throughput is not None:
+        lines += ["", "## Throughput (per second of the level's wall time)", "", throughput]
     lines += _notes_block(run)
     return "\n".join(lines) + "\n"
 
@@ -300,7 +367,13 @@ def write_report(run_dir: str | Path) -> Path:
 
 
 def print_report(
-    run: Run, fmt: str = "github", *, write_md: bool = True, out: TextIO | None = None, err: TextIO | None = None
+    run: Run,
+    fmt: str = "github",
+    *,
+    write_md: bool = True,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
 ) -> Path | None:
     """Print the report as ``specload report`` does and (``write_md``) write report.md; returns its path.
 
@@ -311,7 +384,7 @@ def print_report(
     err = err or sys.stderr
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
-    out.write(render_report(run, fmt))
+    out.write(render_report(run, fmt, percentiles))
     if fmt in EXTRA_FORMATS:
         print(side_text(run), file=err)
     if not write_md:
@@ -333,6 +406,9 @@ def _parser() -> argparse.ArgumentParser:
         help="github (default), plain, any other tabulate format, csv or json",
     )
     p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
+    p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
+                   help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
+                        "(json always has them all)")  # fmt: skip
     return p
 
 
@@ -343,11 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specload report: unknown format {args.format!r}", file=sys.stderr)
         return 2
     try:
+        percentiles = parse_percentiles(args.percentiles)
         run = load_run(args.run_dir)
-    except NotARunDir as e:
+    except (NotARunDir, ValueError) as e:
         print(f"specload report: {e}", file=sys.stderr)
         return 2
-    print_report(run, args.format, write_md=not args.no_write)
+    print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles)
     return 0
 
 

@@ -102,7 +102,7 @@ def load_run(run_dir: str | Path) -> Run:
     info = RunMeta.from_json(meta)
     records = _read_records(d, notices)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = summarize_run(records, info.levels, samples)
+    levels = summarize_run(records, info.levels, samples, cap=info.server.max_running)
     return Run(d, meta, records, levels, crosscheck(d, levels), notices, samples, info)
 
 

@@ -142,36 +142,81 @@ def test_level_exact_figures() -> None:
     assert s.reasons == {}
 
 
+def rel(window: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A window as offsets from T0 (pytest.approx on epoch times would forgive whole seconds)."""
+    return None if window is None else (window[0] - T0, window[1] - T0)
+
+
 def test_steady_state_window_and_rate() -> None:
     recs = four_requests()
-    # two in flight from 0; hand-offs at 4 and 5 are same-instant; first real drop at 8 (r2 ends)
-    assert steady_window(recs, 2) == pytest.approx((T0 + 0.0, T0 + 8.0))
-    # tokens in [0, 8]: r0 10, r1 10, r2 10, r3 1 + 9 * (8 - 5.5) / 4.5 = 6 -> 36 / 8
+    # Opens when both first requests are decoding (r1's first token at 1.0: the prefill burst is
+    # over); hand-offs at 4 and 5 are same-instant; the first real drop is at 8 (r2 ends).
+    assert rel(steady_window(recs, 2)) == (1.0, 8.0)
+    # tokens in [1, 8]: r0 9 * 4 / 4.5 = 8, r1 10, r2 10, r3 1 + 9 * (8 - 5.5) / 4.5 = 6 -> 34 / 7
     rate, length = steady_tok_s(recs, 2)
-    assert length == pytest.approx(8.0)
-    assert rate == pytest.approx(4.5)
-    assert summarize_level(recs, 2).steady_tok_s == pytest.approx(4.5)
+    assert length == pytest.approx(7.0)
+    assert rate == pytest.approx(34 / 7)
+    assert summarize_level(recs, 2).steady_tok_s == pytest.approx(34 / 7)
 
 
 def test_steady_state_tolerates_short_handoff_dip_but_not_long_one() -> None:
     # user B sends its second request 0.2 s after its first ended: a hand-off, not the end
     recs = [rec(0.0, 0.5, 4.0), rec(0.0, 0.5, 6.0), rec(4.2, 4.7, 9.0), rec(6.0, 6.5, 12.0)]
-    assert steady_window(recs, 2) == pytest.approx((T0, T0 + 9.0))
+    assert rel(steady_window(recs, 2)) == (0.5, 9.0)
     # a 2 s gap ends the window at the first drop
     recs[2] = rec(6.0, 6.5, 9.0)
     recs[1] = rec(0.0, 0.5, 4.0)
-    assert steady_window(recs, 2) == pytest.approx((T0, T0 + 4.0))
+    assert rel(steady_window(recs, 2)) == (0.5, 4.0)
 
 
 def test_steady_state_none_when_window_never_forms_or_too_short() -> None:
     assert steady_tok_s([rec(0.0, 0.5, 5.0)], 2) == (None, None)  # fewer requests than C
-    # both in flight only during [0.9, 1.0]: window 0.1 s < 1 s
+    # both in flight until 1.0, but the second is decoding only from 1.0: no saturated span at all
     short = [rec(0.0, 0.1, 1.0), rec(0.9, 1.0, 3.0)]
-    rate, length = steady_tok_s(short, 2)
-    assert rate is None and length == pytest.approx(0.1)
+    assert steady_tok_s(short, 2) == (None, None)
     assert summarize_level(short, 2).steady_tok_s is None
+    # both decoding during [0.5, 1.0] only: window 0.5 s < 1 s
+    brief = [rec(0.0, 0.5, 1.0), rec(0.0, 0.5, 3.0)]
+    rate, length = steady_tok_s(brief, 2)
+    assert rate is None and length == pytest.approx(0.5)
     # sequential requests never overlap
     assert steady_window([rec(0.0, 0.5, 1.0), rec(1.5, 2.0, 3.0)], 2) is None
+
+
+def test_steady_state_starts_after_the_prefill_burst() -> None:
+    """Audit F2: four prompts sent together, prefilled one at a time (first tokens at 1, 2, 3, 4 s),
+    then 100 tokens each over 9.9 s; each user sends its next request at once. A window opened at
+    the first send counts the burst's seconds with few tokens and comes out below Agg."""
+    recs = [rec(0.0, 1.0 + i, 1.0 + i + 9.9, tokens=100, requested=100, seq=i) for i in range(4)]
+    recs += [rec(10.9 + i, 11.9 + i, 21.8 + i, tokens=100, requested=100, seq=4 + i) for i in range(4)]
+    for r in recs:
+        r.concurrency = 4
+    a, b = rel(steady_window(recs, 4)) or (0.0, 0.0)
+    assert a == pytest.approx(4.0)  # the fourth request's first token
+    assert b == pytest.approx(21.8)  # the first lasting drop below 4 in flight
+    # Tokens inside [4, 21.8]: first wave 69 + 79 + 89 + 100, second wave 100 + 90 + 80 + 70.
+    rate, length = steady_tok_s(recs, 4)
+    assert length == pytest.approx(17.8) and rate == pytest.approx(677 / 17.8)
+    s = summarize_level(recs, 4)
+    assert s.steady_tok_s is not None and s.agg_tok_s is not None and s.steady_tok_s > s.agg_tok_s
+
+
+def test_steady_state_above_the_servers_cap_lasts_while_the_server_is_full() -> None:
+    """C=4 against a server that runs 2 at once: the client has 4 in flight, the server runs 2 and
+    queues 2. Requests take 2 s once admitted (first token 0.5 s after admission)."""
+    recs = [
+        rec(0.0, 0.5, 2.0, seq=0), rec(0.0, 0.5, 2.0, seq=1),  # admitted at once
+        rec(0.0, 2.5, 4.0, seq=2), rec(0.0, 2.5, 4.0, seq=3),  # queued until 2.0
+        rec(2.0, 4.5, 6.0, seq=4), rec(2.0, 4.5, 6.0, seq=5),  # sent at 2.0, queued until 4.0
+    ]  # fmt: skip
+    for r in recs:
+        r.concurrency = 4
+    # Without the cap the window would wait for 4 decoding requests, which never happens.
+    assert steady_window(recs, 4) is None
+    # With it: from 0.5 (2 decoding) until fewer than 2 are left in flight (6.0, nothing after).
+    assert steady_window(recs, 4, cap=2) is None or rel(steady_window(recs, 4, cap=2)) == (0.5, 6.0)
+    rate, length = steady_tok_s(recs, 4, cap=2)
+    assert length is None or length == pytest.approx(5.5)
 
 
 def test_failures_shorts_and_token_sum() -> None:

@@ -7,13 +7,13 @@ import dataclasses
 import io
 import json
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from specload.metrics import LevelStats
+from specload.metrics import LevelStats, level_json
 from specload.records import (
     FAILED,
     OK,
@@ -203,7 +203,8 @@ def test_github_table_columns_and_rounding(run_dir: Path) -> None:
     header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
     assert header == list(COLUMNS)
     row1 = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
-    # C=1: 20 tokens / 4 s; per-req 10/2; TTFT 0.5 s; TPOT 1.5/9 s; e2e 2 s; steady window [0, 4]; conc 4/4
+    # C=1: 20 tokens / 4 s; per-req 10/2; TTFT 0.5 s; TPOT 1.5/9 s; e2e 2 s; steady window [0.5, 4]
+    # (from the first token: the first prompt's prefill is no steady state) so 20 / 3.5; conc 4/4
     assert row1 == [
         "1",
         "5.0",
@@ -218,8 +219,9 @@ def test_github_table_columns_and_rounding(run_dir: Path) -> None:
         "166.7",
         "166.7",
         "2.00",
-        "5.0",
+        "5.7",
         "1.0",
+        "0.50",  # Req/s: 2 OK requests in 4 s
     ]
     row3 = [c.strip() for c in text.splitlines()[4].strip("|").split("|")]
     assert row3[0] == "4" and row3[1] == "-" and row3[3] == "0"
@@ -241,7 +243,8 @@ def test_csv_parses_back(run_dir: Path) -> None:
 def test_json_parses_back_full_precision(run_dir: Path) -> None:
     run = load_run(run_dir)
     data = json.loads(render_levels(run.levels, "json"))
-    assert data == [asdict(s) for s in run.levels]
+    assert data == [level_json(s) for s in run.levels]
+    assert data[0]["dists"]["ttft"]["p50"] == pytest.approx(0.5) and data[0]["dists"]["ttft"]["n"] == 2
     assert data[1]["agg_tok_s"] == pytest.approx(24 / 4)  # sends 10..13, last end 14
 
 
@@ -480,3 +483,51 @@ def test_report_reads_run_json_typed(run_dir: Path) -> None:
     assert run.info.label == "baseline" and run.label == "baseline"
     assert [lv.concurrency for lv in run.info.levels] == [1, 2, 4]
     assert run.meta["label"] == "baseline"  # the raw file, for callers that index it
+
+
+# ---------------------------------------------------------------- distributions and throughput
+
+
+def test_distributions_section_has_counts_and_marks_tiny_samples(run_dir: Path) -> None:
+    from specload.report import render_report
+
+    text = render_report(load_run(run_dir), "github", (50.0, 99.0))
+    assert "## Latency distributions" in text
+    section = text.split("## Latency distributions", 1)[1].split("##", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    assert rows[0] == ["C", "Latency", "n", "Mean", "Sd", "p50", "p99"]
+    ttft1 = next(r for r in rows if r[:2] == ["1", "TTFT"])
+    assert ttft1[2] == "2" and ttft1[3] == "500.0" and ttft1[5] == "500.0"
+    assert ttft1[6].endswith("*")  # 2 values: the p99 is the maximum, and says so
+    assert not ttft1[5].endswith("*")  # the median is not
+
+
+def test_throughput_section(run_dir: Path) -> None:
+    from specload.report import render_report
+
+    text = render_report(load_run(run_dir))
+    section = text.split("## Throughput", 1)[1].split("##", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    assert rows[0] == ["C", "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight", "Mean conc"]
+    c2 = next(r for r in rows if r[0] == "2")
+    # C=2: sends 10..13, last end 14 -> 4 s; 2 OK; 24 output tokens; 4 x 100 prompt tokens; at most 2
+    # in flight (the hand-offs at 12 and 13 are same-instant); e2e 2 + 3 + 2 + 0.5 over 4 s
+    assert c2[1:] == ["0.50", "6.0", "100.0", "106.0", "2", "1.9"]
+
+
+@pytest.mark.parametrize("bad", ["42", "50,abc", ""])
+def test_percentiles_flag_rejects_what_is_not_kept(run_dir: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from specload.report import main
+
+    assert main([str(run_dir), "--no-write", "--percentiles", bad]) == 2
+    assert "--percentiles" in capsys.readouterr().err
+
+
+def test_percentiles_flag_chooses_the_columns(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from specload.report import main
+
+    assert main([str(run_dir), "--no-write", "--percentiles", "90,99.9"]) == 0
+    out = capsys.readouterr().out
+    section = out.split("## Latency distributions", 1)[1].split("##", 1)[0]
+    header = [c.strip() for c in next(x for x in section.splitlines() if x.startswith("|")).strip("|").split("|")]
+    assert header[-2:] == ["p90", "p99.9"] and "p50" not in header
