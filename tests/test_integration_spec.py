@@ -80,6 +80,12 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
     assert [lv.ok for lv in mtp.levels] == [64, 128]
     assert all(lv.accept_length is not None and 1.9 < lv.accept_length <= 2.0 for lv in mtp.levels)
     assert mtp.levels[1].server_running_max == 48 and mtp.levels[1].server_queued_max > 0
+    # Steady tok/s against a batching server whose prefill and decode share steps (audit F2): the
+    # saturated rate, so never below the level's average (Agg) nor above its busiest second.
+    for lv in [*base.levels, *mtp.levels]:
+        assert lv.steady_tok_s is not None and lv.agg_tok_s is not None, lv.label
+        assert lv.agg_tok_s <= lv.steady_tok_s <= max(lv.tok_s_series) * 1.02, (lv.label, lv.agg_tok_s,
+                                                                                lv.steady_tok_s, lv.tok_s_series)
     cmp = subprocess.run(
         specload_cmd("compare", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp"), "--no-plot"),
         capture_output=True, text=True, timeout=120,
