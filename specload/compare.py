@@ -16,7 +16,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from specload.comparison import NOISE_MARK, Change, ComparedRun, Comparison, build_comparison
+from specload.comparison import (
+    NOISE_MARK,
+    NOT_COMPARABLE,
+    Change,
+    ComparedRun,
+    Comparison,
+    LevelCheck,
+    build_comparison,
+)
 from specload.metrics import RepeatedLevelStats
 from specload.output import (
     EXTRA_FORMATS,
@@ -45,9 +53,12 @@ def _fmt_half(hw: float) -> str:
 
 
 def change_cell(ch: Change) -> str:
-    """+12%, with the interval when there is one (+12% (±3%)) and NOISE_MARK when it contains 0."""
+    """+12%, with the interval when there is one (+12% (±3%)) and NOISE_MARK when the change is
+    inside the noise; NOT_COMPARABLE (n/c) where the runs are not comparable (the notes say why)."""
     if ch.pct is None:
         return MISSING
+    if not ch.comparable:
+        return NOT_COMPARABLE
     text = fmt_pct(ch.pct)
     if ch.ci is not None:
         text += f" ({_fmt_half(ch.ci)})"
@@ -75,6 +86,11 @@ def table_columns(comp: Comparison) -> list[str]:
     return cols
 
 
+def tpot_cell(pct: float | None, check: LevelCheck) -> str:
+    """The TPOT change, or n/c where the level is not comparable (a chunk count skews TPOT too)."""
+    return NOT_COMPARABLE if pct is not None and not check.comparable else fmt_pct(pct)
+
+
 def _server_cell(f: RepeatedLevelStats) -> str:
     if f.server_running_max is None and f.server_queued_max is None:
         return MISSING
@@ -93,7 +109,9 @@ def table_rows(comp: Comparison) -> list[list[str]]:
         row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
         row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [change_cell(comp.per_req[t.label][i]) for t in ts]
         row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
-        row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [fmt_pct(comp.tpot[t.label][i]) for t in ts]
+        row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [
+            tpot_cell(comp.tpot[t.label][i], comp.checks[t.label][i]) for t in ts
+        ]
         if accept:
             row += [fmt_num(f.accept_length_mean, 2) for f in figs]
         if server:
@@ -102,7 +120,8 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     return rows
 
 
-def _figures_dict(f: RepeatedLevelStats) -> dict[str, Any]:
+def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
+    f = r.figures[c]
     return {
         "concurrency": f.concurrency,
         "repeats": len(f.repeats),
@@ -116,6 +135,7 @@ def _figures_dict(f: RepeatedLevelStats) -> dict[str, Any]:
         "accept_length": f.accept_length_mean,
         "server_running_max": f.server_running_max,
         "server_queued_max": f.server_queued_max,
+        "quality": asdict(r.quality[c]),
     }
 
 
@@ -135,16 +155,27 @@ def _run_info(r: ComparedRun, baseline: bool) -> dict[str, Any]:
     }
 
 
+def _changes_dict(comp: Comparison, t: ComparedRun, i: int) -> dict[str, Any]:
+    k = comp.checks[t.label][i]
+    tpot = comp.tpot[t.label][i]
+    return {
+        "agg": comp.agg[t.label][i].to_dict(),
+        "per_req": comp.per_req[t.label][i].to_dict(),
+        "tpot_pct": tpot if k.comparable else None,
+        "tpot_raw_pct": tpot,
+        "comparable": k.comparable,
+        "not_comparable": list(k.reasons),
+        "remarks": list(k.remarks),
+    }
+
+
 def to_dict(comp: Comparison) -> dict[str, Any]:
     """The comparison as plain data, unrounded (what --format json prints)."""
     levels = [
         {
             "concurrency": c,
-            "runs": {r.label: _figures_dict(r.figures[c]) for r in comp.runs},
-            "changes": {
-                t.label: {"agg": comp.agg[t.label][i].to_dict(), "per_req": comp.per_req[t.label][i].to_dict()}
-                for t in comp.treatments
-            },
+            "runs": {r.label: _figures_dict(r, c) for r in comp.runs},
+            "changes": {t.label: _changes_dict(comp, t, i) for t in comp.treatments},
         }
         for i, c in enumerate(comp.levels)
     ]

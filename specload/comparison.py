@@ -5,7 +5,8 @@ The figures per run are those of ``specload report`` (specload.metrics), repeats
 combined by ``metrics.repeats_at``. Everything here is pure (no I/O, no formatting choices beyond
 the verdict's words), so the arithmetic can be tested on its own and every consumer (the
 ``specload compare`` text, its JSON, the plot) shows the same finished numbers instead of
-recomputing them. docs/metrics.md defines the change, the interval, the crossover and the verdict.
+recomputing them. docs/metrics.md defines the change, the interval, the crossover, the
+comparability rule and the verdict.
 """
 
 from __future__ import annotations
@@ -14,28 +15,92 @@ import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from specload.metrics import RepeatedLevelStats, mean, repeats_at
+from specload.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
 from specload.output import MISSING, fmt_pct
+from specload.records import SRC_CHUNKS
 from specload.run import Run
 from specload.rundir import RUN_COMPLETED, RunMeta
 
 NOISE_MARK = "~"
+NOT_COMPARABLE = "n/c"  # the Δ cell of a level where the runs are not comparable
 # A change smaller than this (in percent) is no direction: it neither makes nor breaks a crossover.
 NEGLIGIBLE_PCT = 1.0
-
-# Two-sided 95% quantiles of Student's t (t_{0.975, df}) for df = 1..30; above 30, the normal 1.96.
-T_975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-Z_975 = 1.96
+# Above this share of a level's measured requests (failed or short, or counted from stream chunks)
+# in either run, the level's changes are not comparable; at or below it they are noted only.
+NOT_COMPARABLE_SHARE = 0.05
 
 
-# ---------------------------------------------------------------- arithmetic
+# ---------------------------------------------------------------- Student's t, exact
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4).
+
+    Converges in O(sqrt(max(a, b))) terms when x < (a + 1) / (a + b + 2), which the caller ensures.
+    """
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 100_000):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((a - 1.0 + m2) * (a + m2)),
+                   -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2))):  # fmt: skip
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _reg_inc_beta(a: float, b: float, x: float, y: float) -> float:
+    """I_x(a, b), the regularized incomplete beta; ``y`` = 1 − x given separately (no cancellation)."""
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, y) / b
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| > t) for Student's t with ``df`` (real, > 0) degrees of freedom: I_{df/(df+t²)}(df/2, 1/2)."""
+    t2 = t * t
+    return _reg_inc_beta(df / 2.0, 0.5, df / (df + t2), t2 / (df + t2))
+
+
+@lru_cache(maxsize=1024)
+def t_quantile_975(df: float) -> float:
+    """t_{0.975, df} for any real df >= 1 (smaller df are taken as 1), to about 1e-10.
+
+    Found by bisection on the exact two-sided tail (t_two_sided_p): no scipy in the core
+    dependencies, and a table with 1.96 above 30 was anti-conservative (2.040 at df = 31).
+    """
+    df = max(1.0, float(df))
+    lo, hi = 0.0, 16.0
+    while t_two_sided_p(hi, df) > 0.05:
+        lo, hi = hi, hi * 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_two_sided_p(mid, df) > 0.05:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12 * hi:
+            break
+    return (lo + hi) / 2.0
+
+
+# ---------------------------------------------------------------- change and its interval
 
 
 def change_pct(base: float | None, new: float | None) -> float | None:
@@ -45,94 +110,142 @@ def change_pct(base: float | None, new: float | None) -> float | None:
     return (new - base) / base * 100.0
 
 
-def t_quantile_975(df: float) -> float:
-    """t_{0.975} for ``df`` degrees of freedom: the table at floor(df) (conservative), 1.96 above 30."""
-    df = math.floor(df + 1e-6)  # a df of 3.9999999 (float noise) is 4
-    if df > len(T_975):
-        return Z_975
-    return T_975[max(1, df) - 1]
-
-
-def ci_change(base: Sequence[float], new: Sequence[float]) -> tuple[float, float] | None:
-    """(change %, 95% half-width %) of mean(new) vs mean(base), from repeat values; None if n < 2.
-
-    Welch's t interval for mean(new) − mean(base), divided by mean(base): half-width =
-    t_{0.975, df} × sqrt(s²_b/n_b + s²_n/n_n) / mean(base) × 100, with the Welch–Satterthwaite df
-    (floored, see t_quantile_975). The baseline mean in the denominator is taken as exact.
-    """
-    if len(base) < 2 or len(new) < 2:
-        return None
-    mb = mean(base)
-    pct = change_pct(mb, mean(new))
-    if pct is None or mb is None:
-        return None
-    qb, qn = statistics.variance(base) / len(base), statistics.variance(new) / len(new)
-    se2 = qb + qn
-    if se2 <= 0:
-        return pct, 0.0
-    df = se2**2 / (qb**2 / (len(base) - 1) + qn**2 / (len(new) - 1))
-    return pct, t_quantile_975(df) * math.sqrt(se2) / mb * 100.0
+def _welch_df(qa: float, qb: float, na: int, nb: int) -> float:
+    """Welch–Satterthwaite degrees of freedom of a sum of two variance terms (each s²/n)."""
+    den = qa**2 / (na - 1) + qb**2 / (nb - 1)
+    return (qa + qb) ** 2 / den if den > 0 else float(na + nb - 2)
 
 
 @dataclass(frozen=True)
-class Crossover:
-    """Where a change crosses zero between two measured levels (low < high)."""
+class ChangeInterval:
+    """A change of the means with its 95% interval (printed) and its noise test (the ~ mark)."""
 
-    low: int  # the last level on the old side
-    high: int  # the first level on the new side
-    at: float  # interpolated concurrency, linear in log2(C)
-    direction: str  # "down": gain turns into loss; "up": loss turns into gain
+    pct: float  # (mean(new) / mean(base) − 1) × 100
+    half_width: float  # delta-method 95% half-width of the ratio, percent (printed as ±)
+    test_half_width: float  # Welch test at floor(df), relative to mean(base): |pct| <= it is ~
+    df: float  # degrees of freedom of the printed interval
 
 
-def crossover(levels: Sequence[int], changes: Sequence[float | None]) -> list[Crossover]:
-    """Every sign change of ``changes`` (aligned with ascending ``levels``), in level order.
+def ci_change(base: Sequence[float], new: Sequence[float]) -> ChangeInterval | None:
+    """The change of mean(new) vs mean(base) from repeat values, with its interval; None if n < 2.
 
-    Levels without a change (missing in a run) and exact zeros are skipped, so the two levels of a
-    crossover are the nearest measured ones on either side. The crossover concurrency is linear
-    interpolation in log2(C): log2(C*) = log2(Ca) + (log2(Cb) − log2(Ca)) × ya / (ya − yb).
+    Printed interval (delta method for R = mean_n / mean_b, so the baseline's own noise counts
+    in the denominator too): half-width = t_{0.975, df} × sqrt(s²_n/n_n + R² s²_b/n_b) / mean_b × 100,
+    df = Welch–Satterthwaite of the two terms. Noise test (the ~ mark): Welch's t test of
+    mean_n − mean_b, i.e. the same variance at R = 1 (no change), with t at floor(df) — flooring
+    keeps the test at or under its 5% false alarms when df is estimated from a few repeats.
     """
-    if len(levels) != len(changes):
-        raise ValueError("levels and changes must have the same length")
-    pts = [(c, y) for c, y in zip(levels, changes, strict=True) if y is not None and y != 0 and c > 0]
-    out: list[Crossover] = []
-    for (ca, ya), (cb, yb) in zip(pts, pts[1:], strict=False):
-        if (ya > 0) == (yb > 0):
-            continue
-        xa, xb = math.log2(ca), math.log2(cb)
-        x = xa + (xb - xa) * ya / (ya - yb)
-        out.append(Crossover(ca, cb, 2.0**x, "down" if ya > 0 else "up"))
-    return out
+    if len(base) < 2 or len(new) < 2:
+        return None
+    mb, mn = mean(base), mean(new)
+    pct = change_pct(mb, mn)
+    if pct is None or mb is None or mn is None:
+        return None
+    qb, qn = statistics.variance(base) / len(base), statistics.variance(new) / len(new)
+    r = mn / mb
+    rb = r * r * qb
+    df = _welch_df(rb, qn, len(base), len(new)) if rb + qn > 0 else float(len(base) + len(new) - 2)
+    half = t_quantile_975(df) * math.sqrt(rb + qn) / mb * 100.0
+    if qb + qn <= 0:
+        return ChangeInterval(pct, half, 0.0, df)
+    test_df = math.floor(_welch_df(qb, qn, len(base), len(new)) + 1e-6)  # float noise: 3.9999999 is 4
+    return ChangeInterval(pct, half, t_quantile_975(test_df) * math.sqrt(qb + qn) / mb * 100.0, df)
 
 
 @dataclass(frozen=True)
 class Change:
     """A treatment figure vs the baseline's at one level."""
 
-    pct: float | None  # change of the means, percent
-    ci: float | None = None  # 95% half-width, percent (None without >= 2 repeats in both runs)
-
-    def directional(self) -> float | None:
-        """The change as a direction: 0 when it is inside the noise or under NEGLIGIBLE_PCT."""
-        if self.pct is None:
-            return None
-        return 0.0 if self.noise or abs(self.pct) < NEGLIGIBLE_PCT else self.pct
+    pct: float | None  # change of the means, percent (computed even where not comparable)
+    ci: float | None = None  # printed 95% half-width, percent (None without >= 2 repeats in both runs)
+    test_hw: float | None = None  # the ~ test's threshold, percent (None: ``ci`` is the threshold)
+    comparable: bool = True  # False: the runs are not comparable at this level; shown as n/c
 
     @property
     def noise(self) -> bool:
-        """The confidence interval contains 0: the change is inside the repeats' noise."""
-        return self.pct is not None and self.ci is not None and abs(self.pct) <= self.ci
+        """The noise test does not reject 'no change': the change is inside the repeats' noise."""
+        hw = self.test_hw if self.test_hw is not None else self.ci
+        return self.pct is not None and hw is not None and abs(self.pct) <= hw
+
+    @property
+    def negligible(self) -> bool:
+        """Inside the noise or under NEGLIGIBLE_PCT: no direction (the verdict calls both 'inside the noise')."""
+        return self.pct is not None and (self.noise or abs(self.pct) < NEGLIGIBLE_PCT)
+
+    @property
+    def usable(self) -> bool:
+        """Measured in both runs and comparable: the verdict and the crossover may use it."""
+        return self.pct is not None and self.comparable
+
+    @property
+    def shown(self) -> float | None:
+        """The change as shown: None where it is suppressed (not comparable)."""
+        return self.pct if self.comparable else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pct": self.pct, "ci_half_width_pct": self.ci, "noise": self.noise}
+        return {"pct": self.shown, "raw_pct": self.pct, "ci_half_width_pct": self.ci, "noise": self.noise,
+                "noise_test_half_width_pct": self.test_hw, "comparable": self.comparable}  # fmt: skip
 
 
 def change_of(base: Sequence[float], new: Sequence[float], base_mean: float | None,
               new_mean: float | None) -> Change:  # fmt: skip
-    """Change of the means, with a confidence interval when both sides have >= 2 repeat values."""
+    """Change of the means, with an interval when both sides have >= 2 repeat values."""
     ci = ci_change(base, new)
     if ci is not None:
-        return Change(ci[0], ci[1])
+        return Change(ci.pct, ci.half_width, ci.test_half_width)
     return Change(change_pct(base_mean, new_mean))
+
+
+def _as_change(y: Change | float | None) -> Change:
+    return y if isinstance(y, Change) else Change(y)
+
+
+# ---------------------------------------------------------------- the crossover (one function)
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where a change crosses zero between two measured levels (low < high)."""
+
+    low: int  # the last level on the old side (outside the noise)
+    high: int  # the first level on the new side (outside the noise)
+    at: float  # interpolated concurrency, linear in log2(C); the level itself when inside_noise
+    direction: str  # "down": gain turns into loss; "up": loss turns into gain
+    inside_noise: bool = False  # the crossing is at a level whose change is inside the noise
+    skipped: tuple[int, ...] = ()  # levels between low and high left out: not comparable
+
+
+def crossover(levels: Sequence[int], changes: Sequence[Change | float | None]) -> list[Crossover]:
+    """Every sign change of ``changes`` (aligned with ascending ``levels``), in level order.
+
+    The one definition the verdict, the JSON and the plot all use. Levels without a change and
+    levels where the runs are not comparable are skipped (and listed in ``skipped``). Between two
+    levels of opposite sign outside the noise: when some level in between is inside the noise
+    (or under NEGLIGIBLE_PCT), the crossover is that level (the one nearest zero), since the data
+    cannot place it more finely; otherwise it is the raw changes' linear interpolation in log2(C):
+    log2(C*) = log2(Ca) + (log2(Cb) − log2(Ca)) × ya / (ya − yb).
+    """
+    if len(levels) != len(changes):
+        raise ValueError("levels and changes must have the same length")
+    pts = [(c, ch) for c, ch in zip(levels, map(_as_change, changes), strict=True) if c > 0 and ch.pct is not None]
+    usable = [(c, ch) for c, ch in pts if ch.comparable]
+    decided = [i for i, (_, ch) in enumerate(usable) if not ch.negligible]
+    out: list[Crossover] = []
+    for i, j in zip(decided, decided[1:], strict=False):
+        (ca, a), (cb, b) = usable[i], usable[j]
+        ya, yb = a.pct or 0.0, b.pct or 0.0
+        if (ya > 0) == (yb > 0):
+            continue
+        direction = "down" if ya > 0 else "up"
+        skipped = tuple(c for c, ch in pts if not ch.comparable and ca < c < cb)
+        between = usable[i + 1 : j]
+        if between:
+            c0 = min(between, key=lambda p: abs(p[1].pct or 0.0))[0]
+            out.append(Crossover(ca, cb, float(c0), direction, True, skipped))
+            continue
+        xa, xb = math.log2(ca), math.log2(cb)
+        out.append(Crossover(ca, cb, 2.0 ** (xa + (xb - xa) * ya / (ya - yb)), direction, False, skipped))
+    return out
 
 
 # ---------------------------------------------------------------- the verdict, in words
@@ -142,12 +255,15 @@ def _fmt_c(c: float) -> str:
     return f"{c:.0f}" if c >= 10 else f"{c:.1f}"
 
 
-def _segments(levels: Sequence[int], changes: Sequence[float | None]) -> list[list[tuple[int, float]]]:
-    """Measured (C, change) points grouped into runs of the same sign (exact zeros dropped)."""
+def fmt_raw_pct(pct: float) -> str:
+    """A change with one decimal (+0.4%): the raw value a whole percent would round to 0%."""
+    return f"{pct:+.1f}%"
+
+
+def _segments(points: Sequence[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+    """(C, change) points grouped into runs of the same sign."""
     segs: list[list[tuple[int, float]]] = []
-    for c, y in zip(levels, changes, strict=True):
-        if y is None or y == 0:
-            continue
+    for c, y in points:
         if segs and (segs[-1][-1][1] > 0) == (y > 0):
             segs[-1].append((c, y))
         else:
@@ -155,16 +271,28 @@ def _segments(levels: Sequence[int], changes: Sequence[float | None]) -> list[li
     return segs
 
 
-def _range(ys: Sequence[float]) -> str:
-    lo, hi = fmt_pct(min(ys)), fmt_pct(max(ys))
+def _range(ys: Sequence[float], fmt: Callable[[float], str] = fmt_pct) -> str:
+    lo, hi = fmt(min(ys)), fmt(max(ys))
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def _where(xs: Sequence[Crossover]) -> str:
-    parts = [f"C≈{_fmt_c(x.at)} (between C={x.low} and C={x.high})" for x in xs]
+def _left_out(levels: Sequence[int]) -> str:
+    return f"{', '.join(f'C={c}' for c in levels)} left out, not comparable"
+
+
+def _where_one(x: Crossover, raw: dict[int, float]) -> str:
+    extra = f"; {_left_out(x.skipped)}" if x.skipped else ""
+    if x.inside_noise:
+        c = int(x.at)
+        return f"at about C={c} (inside the noise: {fmt_raw_pct(raw[c])}{extra})"
+    return f"near C≈{_fmt_c(x.at)} (between C={x.low} and C={x.high}{extra})"
+
+
+def _where(xs: Sequence[Crossover], raw: dict[int, float]) -> str:
+    parts = [_where_one(x, raw) for x in xs]
     if len(parts) == 1:
-        return "crossover near " + parts[0]
-    return "crossovers near " + ", ".join(parts[:-1]) + " and " + parts[-1]
+        return "crossover " + parts[0]
+    return "crossovers " + ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 @dataclass(frozen=True)
@@ -172,7 +300,8 @@ class _Wording:
     """How one figure's changes are told: never changed, one direction throughout, or crossing."""
 
     unchanged: str
-    steady: Callable[[bool, list[tuple[int, float]]], str]  # (up, measured points) -> clause
+    steady: Callable[[bool, bool], str]  # (up, some levels inside the noise) -> clause head
+    detail: Callable[[list[tuple[int, float]]], str]  # the points outside the noise -> what is quoted
     first: Callable[[bool], str]  # the opening of a crossing clause
     later: Callable[[bool], str]  # each later side of a crossing clause
 
@@ -187,35 +316,47 @@ def _higher(up: bool) -> str:
 
 _AGG = _Wording(
     unchanged="leaves aggregate tok/s unchanged at every level measured",
-    steady=lambda up, pts: f"{_raises(up)} aggregate tok/s at every level measured ({_range([y for _, y in pts])})",
+    steady=lambda up, quiet: f"{_raises(up)} aggregate tok/s at every level "
+    + ("outside the noise" if quiet else "measured"),
+    detail=lambda pts: _range([y for _, y in pts]),
     first=lambda up: f"{_raises(up)} aggregate tok/s",
     later=lambda up: f"{_raises(up)} it",
 )
 _PER_REQ = _Wording(
     unchanged="per-request speed is unchanged at every level",
-    steady=lambda up, pts: f"per-request speed stays {_higher(up)} at every level ({fmt_pct(pts[-1][1])} at C={pts[-1][0]})",
+    steady=lambda up, quiet: f"per-request speed stays {_higher(up)} at every level" + (" outside the noise" if quiet else ""),
+    detail=lambda pts: f"{fmt_pct(pts[-1][1])} at C={pts[-1][0]}",
     first=lambda up: f"per-request speed is {_higher(up)}",
     later=_higher,
 )
 
 
-def _direction_part(levels: Sequence[int], changes: Sequence[float | None], wording: _Wording) -> str | None:
-    """One clause on where ``changes`` are up and where down, with the crossovers between."""
-    present = [(c, y) for c, y in zip(levels, changes, strict=True) if y is not None]
-    if not present:
+def _direction_part(levels: Sequence[int], changes: Sequence[Change], wording: _Wording) -> str | None:
+    """One clause on where ``changes`` are up and where down, with the crossovers between.
+
+    Only levels measured in both runs and comparable count. Levels inside the noise (or under
+    NEGLIGIBLE_PCT) have no direction: they are quoted with their raw change, never as 0%, and the
+    clause says "outside the noise" when it speaks of every other level.
+    """
+    pts = [(c, ch) for c, ch in zip(levels, changes, strict=True) if ch.usable]
+    if not pts:
         return None
-    segs = _segments(levels, changes)
-    if not segs:
-        return wording.unchanged
+    decided = [(c, ch.pct or 0.0) for c, ch in pts if not ch.negligible]
+    quiet = [(c, ch.pct or 0.0) for c, ch in pts if ch.negligible]
+    if not decided:
+        return f"{wording.unchanged} (all inside the noise: {_range([y for _, y in quiet], fmt_raw_pct)})"
+    segs = _segments(decided)
     if len(segs) == 1:
-        return wording.steady(segs[0][0][1] > 0, present)
+        noted = "; " + ", ".join(f"C={c}: {fmt_raw_pct(y)}" for c, y in quiet) + ", inside the noise" if quiet else ""
+        return f"{wording.steady(decided[0][1] > 0, bool(quiet))} ({wording.detail(decided)}{noted})"
     head = segs[0]
     parts = [f"{wording.first(head[0][1] > 0)} up to C={head[-1][0]} ({fmt_pct(head[-1][1])})"]
     for i, seg in enumerate(segs[1:]):
         again = " again" if i > 0 else ""
         parts.append(f"{wording.later(seg[0][1] > 0)}{again} from C={seg[0][0]} ({fmt_pct(seg[0][1])})")
     text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
-    return f"{text}, {_where(crossover(levels, changes))}"
+    raw = {c: ch.pct or 0.0 for c, ch in pts}
+    return f"{text}, {_where(crossover(levels, changes), raw)}"
 
 
 def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:
@@ -240,8 +381,8 @@ def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | 
 def crossover_sentence(
     label: str,
     levels: Sequence[int],
-    agg_changes: Sequence[float | None],
-    per_req_changes: Sequence[float | None],
+    agg_changes: Sequence[Change | float | None],
+    per_req_changes: Sequence[Change | float | None],
     *,
     queue_from: int | None = None,
     max_running: int | None = None,
@@ -249,14 +390,18 @@ def crossover_sentence(
 ) -> str:
     """The verdict for one treatment run vs the baseline, in plain words.
 
-    ``levels`` ascending; the changes (percent, None where a run lacks the level) aligned with it.
+    ``levels`` ascending; the changes (Change, or a bare percent; None where a run lacks the level)
+    aligned with it. ``tpot_changes``: None where a run lacks the level or it is not comparable.
     ``queue_from``: the first level at which the treatment's server queued requests (None: never or
     unknown); ``max_running``: its max_running_requests, when known.
     """
-    agg = _direction_part(levels, agg_changes, _AGG)
-    per = _direction_part(levels, per_req_changes, _PER_REQ)
+    agg_chs, per_chs = [_as_change(y) for y in agg_changes], [_as_change(y) for y in per_req_changes]
+    agg = _direction_part(levels, agg_chs, _AGG)
+    per = _direction_part(levels, per_chs, _PER_REQ)
     if agg is None and per is None:
-        text = f"{label}: no level was measured in both runs, so there is nothing to compare."
+        text = f"{label}: no level was measured in both runs and comparable, so there is nothing to compare."
+        if not any(ch.pct is not None for ch in (*agg_chs, *per_chs)):
+            text = f"{label}: no level was measured in both runs, so there is nothing to compare."
     elif agg is None:
         text = f"{label}: no aggregate tok/s to compare; {per}."
     else:
@@ -272,7 +417,139 @@ def crossover_sentence(
             text += f" (its max_running_requests is {max_running})."
         else:
             text += "."
+    left_out = [c for c, a, p in zip(levels, agg_chs, per_chs, strict=True)
+                if any(ch.pct is not None and not ch.comparable for ch in (a, p))]  # fmt: skip
+    if left_out:
+        text += f" Not comparable, so left out of this verdict: {', '.join(f'C={c}' for c in left_out)} (see the notes)."
     return text
+
+
+# ---------------------------------------------------------------- comparability
+
+
+@dataclass(frozen=True)
+class LevelQuality:
+    """One run's requests at one level, over its repeats: what decides whether a Δ there means
+    what it says (the figures alone hide a chunk-counted token total or a survivors-only mean)."""
+
+    sent: int = 0  # measured requests, any outcome
+    ok: int = 0
+    failed: int = 0
+    short: int = 0
+    chunk_counted: int = 0  # measured requests whose output count is a count of stream chunks
+    output_mismatch: int = 0  # non-failed requests whose output count != requested
+    prompt_mismatch: int = 0  # requests whose server prompt count != requested
+    requested_output_tokens: int | None = None  # most common, in the repeat with most requests
+    requested_prompt_tokens: int | None = None
+
+
+def level_quality(f: RepeatedLevelStats) -> LevelQuality:
+    """The counts of every repeat of a level summed (LevelStats keeps them per repeat)."""
+    ls: list[LevelStats] = [s for s in f.levels if s.sent > 0]
+    if not ls:
+        return LevelQuality()
+    top = max(ls, key=lambda s: s.sent)
+    return LevelQuality(
+        sent=sum(s.sent for s in ls), ok=sum(s.ok for s in ls), failed=sum(s.failed for s in ls),
+        short=sum(s.short for s in ls), chunk_counted=sum(s.token_sources.get(SRC_CHUNKS, 0) for s in ls),
+        output_mismatch=sum(s.output_mismatch for s in ls), prompt_mismatch=sum(s.prompt_mismatch for s in ls),
+        requested_output_tokens=top.requested_output_tokens, requested_prompt_tokens=top.requested_prompt_tokens,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LevelCheck:
+    """Whether one treatment's changes at one level mean what they say."""
+
+    reasons: tuple[str, ...] = ()  # why its changes are not comparable (empty: comparable)
+    remarks: tuple[str, ...] = ()  # worth knowing, but the changes stand
+
+    @property
+    def comparable(self) -> bool:
+        return not self.reasons
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k} of {n} requests"
+
+
+def _run_issues(label: str, q: LevelQuality) -> tuple[list[str], list[str]]:
+    """(reasons, remarks) from one run's own requests at a level; shares over NOT_COMPARABLE_SHARE suppress."""
+    reasons: list[str] = []
+    remarks: list[str] = []
+    if q.sent <= 0:
+        return reasons, remarks
+    if q.chunk_counted:
+        text = (f"{label} counted output tokens from stream chunks for {_share(q.chunk_counted, q.sent)} (the "
+                "server sent no count; a chunk can carry several tokens, so Tokens, Agg and TPOT are off)")  # fmt: skip
+        (reasons if q.chunk_counted / q.sent > NOT_COMPARABLE_SHARE else remarks).append(text)
+    bad = q.failed + q.short
+    if bad:
+        text = f"{label}: {_share(bad, q.sent)} failed or short ({bad / q.sent * 100:.1f}%)"
+        if bad / q.sent > NOT_COMPARABLE_SHARE:
+            reasons.append(text)
+        else:
+            remarks.append(text + "; Per-req, TTFT and TPOT are over the OK ones")
+    if q.output_mismatch:
+        remarks.append(f"{label}: output length differs from the one asked for in {_share(q.output_mismatch, q.sent)}")
+    if q.prompt_mismatch:
+        remarks.append(f"{label}: the server counted another prompt length than asked for in "
+                       f"{_share(q.prompt_mismatch, q.sent)}")  # fmt: skip
+    return reasons, remarks
+
+
+def prompt_material(m: RunMeta) -> str | None:
+    """What the prompt text is: 'dataset NAME' or 'synthetic' (random ids/words); None when unknown.
+
+    The acceptance length of speculative decoding depends on the text, so runs on different
+    material measure the prompts as much as the server."""
+    origin = m.prompts.get("origin")
+    if not isinstance(origin, str) or not origin:
+        return None
+    return origin.split(" (")[0] if origin.startswith("dataset") else "synthetic"
+
+
+def prompts_desc(m: RunMeta) -> str | None:
+    """'ids from server /tokenize': run.json prompts' kind and origin; None when not recorded."""
+    origin = m.prompts.get("origin")
+    if not isinstance(origin, str) or not origin:
+        return None
+    return f"{m.prompts.get('kind') or 'prompts'} from {origin}"
+
+
+def _own_lengths(m: RunMeta) -> tuple[bool, bool]:
+    """(output, prompt) lengths are fixed by the scenario (not each dataset item's own), so they must match."""
+    if not m.scenario.get("dataset"):
+        return True, True
+    return m.scenario.get("dataset_lengths") == "fixed", False
+
+
+def check_level(base: tuple[str, RunMeta, LevelQuality], treat: tuple[str, RunMeta, LevelQuality]) -> LevelCheck:
+    """The comparability rule (docs/metrics.md) for one treatment at one level.
+
+    Not comparable when, in either run, more than NOT_COMPARABLE_SHARE of the measured requests
+    counted tokens from stream chunks or failed or were short; when the requested output or prompt
+    length differs; or when the prompts are different material (dataset vs synthetic). Smaller
+    shares and length mismatches inside a run are remarks only. A level a run lacks is not checked.
+    """
+    (bl, bm, bq), (tl, tm, tq) = base, treat
+    if bq.sent <= 0 or tq.sent <= 0:
+        return LevelCheck()
+    reasons: list[str] = []
+    remarks: list[str] = []
+    for label, q in ((bl, bq), (tl, tq)):
+        r, k = _run_issues(label, q)
+        reasons += r
+        remarks += k
+    (bo, bp), (to, tp) = _own_lengths(bm), _own_lengths(tm)
+    for name, fixed, b, t in (("output", bo and to, bq.requested_output_tokens, tq.requested_output_tokens),
+                              ("prompt", bp and tp, bq.requested_prompt_tokens, tq.requested_prompt_tokens)):  # fmt: skip
+        if fixed and b is not None and t is not None and b != t:
+            reasons.append(f"requested {name} tokens differ ({bl} {b}, {tl} {t})")
+    mb, mt = prompt_material(bm), prompt_material(tm)
+    if mb is not None and mt is not None and mb != mt:
+        reasons.append(f"the prompts are different material ({bl} {mb}, {tl} {mt})")
+    return LevelCheck(tuple(reasons), tuple(remarks))
 
 
 # ---------------------------------------------------------------- the comparison
@@ -286,6 +563,7 @@ class ComparedRun:
     run: Run
     figures: dict[int, RepeatedLevelStats]  # by concurrency, for every level of the comparison
     max_running: int | None  # server max_running_requests from run.json (effective one first)
+    quality: dict[int, LevelQuality] = field(default_factory=dict)  # by concurrency
 
     @property
     def simulated(self) -> bool:
@@ -304,7 +582,7 @@ class ComparedRun:
 
 @dataclass(frozen=True)
 class Crossovers:
-    """Where one treatment's changes cross zero (changes inside the noise or negligible do not count)."""
+    """Where one treatment's changes cross zero (see ``crossover``)."""
 
     agg: list[Crossover]
     per_req: list[Crossover]
@@ -319,9 +597,10 @@ class Comparison:
     agg: dict[str, list[Change]]  # treatment label -> change per level
     per_req: dict[str, list[Change]]
     tpot: dict[str, list[float | None]]  # treatment label -> TPOT p50 change per level (no interval)
-    crossovers: dict[str, Crossovers]  # treatment label -> crossovers of its directional changes
+    crossovers: dict[str, Crossovers]  # treatment label -> crossovers of its changes
     sentences: list[str]  # the verdict, one per treatment
     notes: list[str]
+    checks: dict[str, list[LevelCheck]] = field(default_factory=dict)  # treatment label -> per level
 
     @property
     def baseline(self) -> ComparedRun:
@@ -350,20 +629,25 @@ def unique_labels(names: Sequence[str]) -> list[str]:
 
 def _sentence(comp: Comparison, t: ComparedRun) -> str:
     agg, per = comp.agg[t.label], comp.per_req[t.label]
+    checks = comp.checks[t.label]
     text = crossover_sentence(
         t.label,
         comp.levels,
-        [ch.directional() for ch in agg],
-        [ch.directional() for ch in per],
+        agg,
+        per,
         queue_from=t.queue_from(),
         max_running=t.max_running,
-        tpot_changes=comp.tpot[t.label],
+        tpot_changes=[y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)],
     )
-    noisy = [c for c, a, p in zip(comp.levels, agg, per, strict=True) if a.noise or p.noise]
+    noisy = [c for c, a, p in zip(comp.levels, agg, per, strict=True) if (a.noise and a.usable) or (p.noise and p.usable)]
     if noisy:
         where = ", ".join(f"C={c}" for c in noisy)
         text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
     return text
+
+
+def _with(ch: Change, check: LevelCheck) -> Change:
+    return ch if check.comparable else Change(ch.pct, ch.ci, ch.test_hw, comparable=False)
 
 
 def build_comparison(runs: Sequence[Run]) -> Comparison:
@@ -372,22 +656,23 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
         raise ValueError("a comparison needs at least two runs (the first is the baseline)")
     labels = unique_labels([r.label for r in runs])
     levels = sorted({s.concurrency for r in runs for s in r.levels})
-    cruns = [
-        ComparedRun(label, r, {c: repeats_at(r.levels, c) for c in levels}, r.info.server.max_running)
-        for label, r in zip(labels, runs, strict=True)
-    ]
+    cruns = []
+    for label, r in zip(labels, runs, strict=True):
+        figs = {c: repeats_at(r.levels, c) for c in levels}
+        cruns.append(ComparedRun(label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}))
     base = cruns[0]
     comp = Comparison(cruns, levels, {}, {}, {}, {}, [], [])
     for t in cruns[1:]:
+        checks = [check_level((base.label, base.run.info, base.quality[c]), (t.label, t.run.info, t.quality[c]))
+                  for c in levels]  # fmt: skip
         pairs = [(base.figures[c], t.figures[c]) for c in levels]
-        agg = [change_of(b.agg_tok_s_values, n.agg_tok_s_values, b.agg_tok_s_mean, n.agg_tok_s_mean) for b, n in pairs]
-        per = [change_of(b.per_req_tok_s_values, n.per_req_tok_s_values, b.per_req_tok_s_mean,
-                         n.per_req_tok_s_mean) for b, n in pairs]  # fmt: skip
-        comp.agg[t.label], comp.per_req[t.label] = agg, per
+        agg = [_with(change_of(b.agg_tok_s_values, n.agg_tok_s_values, b.agg_tok_s_mean, n.agg_tok_s_mean), k)
+               for (b, n), k in zip(pairs, checks, strict=True)]  # fmt: skip
+        per = [_with(change_of(b.per_req_tok_s_values, n.per_req_tok_s_values, b.per_req_tok_s_mean,
+                               n.per_req_tok_s_mean), k) for (b, n), k in zip(pairs, checks, strict=True)]  # fmt: skip
+        comp.agg[t.label], comp.per_req[t.label], comp.checks[t.label] = agg, per, checks
         comp.tpot[t.label] = [change_pct(b.tpot_p50_ms_mean, n.tpot_p50_ms_mean) for b, n in pairs]
-        comp.crossovers[t.label] = Crossovers(
-            crossover(levels, [ch.directional() for ch in agg]), crossover(levels, [ch.directional() for ch in per])
-        )
+        comp.crossovers[t.label] = Crossovers(crossover(levels, agg), crossover(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
     comp.notes = _notes(comp)
     return comp
@@ -407,6 +692,30 @@ _SAME: tuple[tuple[str, Callable[[RunMeta], Any]], ...] = (
 )
 
 
+def _prompt_notes(comp: Comparison) -> list[str]:
+    descs = [prompts_desc(r.run.info) for r in comp.runs]
+    if len({d for d in descs if d is not None}) <= 1:
+        return []
+    shown = "; ".join(f"{r.label} {d or 'not recorded'}" for r, d in zip(comp.runs, descs, strict=True))
+    materials = {m for m in (prompt_material(r.run.info) for r in comp.runs) if m is not None}
+    why = ("different material: the acceptance length depends on the text, so the changes are n/c"
+           if len(materials) > 1 else "the acceptance length can depend on the prompts")  # fmt: skip
+    return [f"the runs' prompts differ ({shown}): {why}"]
+
+
+def _level_notes(comp: Comparison) -> list[str]:
+    """Per level: why a treatment's changes are n/c, then the remarks that leave them standing."""
+    notes: list[str] = []
+    for i, c in enumerate(comp.levels):
+        for t in comp.treatments:
+            k = comp.checks[t.label][i]
+            if k.reasons:
+                notes.append(f"C={c}: not comparable (n/c), changes of {t.label} not shown: {'; '.join(k.reasons)}")
+        for t in comp.treatments:
+            notes += [f"C={c}: {remark}" for remark in comp.checks[t.label][i].remarks]
+    return list(dict.fromkeys(notes))  # a baseline remark is said once, not once per treatment
+
+
 def _notes(comp: Comparison) -> list[str]:
     notes: list[str] = []
     for r in comp.runs:
@@ -423,6 +732,8 @@ def _notes(comp: Comparison) -> list[str]:
         if len({json.dumps(v, sort_keys=True, default=str) for v in values if v is not None}) > 1:
             shown = ", ".join(f"{r.label} {v}" for r, v in zip(comp.runs, values, strict=True))
             notes.append(f"the runs differ in {name} ({shown}): the comparison is not like for like")
+    notes += _prompt_notes(comp)
+    notes += _level_notes(comp)
     reps = [
         f"C={c} " + "/".join(str(len(r.figures[c].repeats)) for r in comp.runs)
         for c in comp.levels
@@ -435,8 +746,9 @@ def _notes(comp: Comparison) -> list[str]:
         )
     if any(ch.ci is not None for chs in (*comp.agg.values(), *comp.per_req.values()) for ch in chs):
         notes.append(
-            "(±x%) is the 95% confidence interval of the change (Welch's t over the repeats, relative to "
-            f"the baseline mean); {NOISE_MARK} means the interval contains 0: the change is inside the noise"
+            "(±x%) is the 95% confidence interval of the change (delta method for the ratio of the means over "
+            f"the repeats, so the baseline's noise counts too); {NOISE_MARK} means Welch's t test of the means finds "
+            "no difference at 5%: the change is inside the noise"
         )
     for r in comp.runs:
         notes += [f"{r.label}: {n}" for n in r.run.max_running_notes()]

@@ -30,10 +30,18 @@ def _series(run: ComparedRun, cs: list[int], attr: str) -> tuple[list[int], list
     return [c for c, v in pts if v is not None], [v for _, v in pts if v is not None]
 
 
+def crossover_label(label: str, x: Crossover) -> str:
+    """The plot's words for a crossover, as the verdict says it (about C=32 inside the noise)."""
+    if x.inside_noise:
+        return f"{label} crossover\nabout C={x.at:.0f}\n(inside the noise)"
+    return f"{label} crossover\nC≈{x.at:.0f}"
+
+
 def _mark_crossover(ax: Any, label: str, x: Crossover) -> None:
-    ax.axvline(x.at, linestyle="--", color="grey", linewidth=1)
+    """A dashed line at an interpolated crossover; a dotted one at a level inside the noise."""
+    ax.axvline(x.at, linestyle=":" if x.inside_noise else "--", color="grey", linewidth=1)
     ax.annotate(
-        f"{label} crossover\nC≈{x.at:.0f}",
+        crossover_label(label, x),
         xy=(x.at, 1.0),
         xycoords=("data", "axes fraction"),
         xytext=(4, -4),
@@ -70,9 +78,10 @@ def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | No
     """Write one PNG with two panels (aggregate tok/s, per-request tok/s vs C) and return its path.
 
     Each run is a line through its figures per level (repeats averaged), on a log2 x axis with the
-    measured levels as ticks; each treatment's crossovers with the baseline (those the verdict
-    names) are vertical dashed lines. A simulated run puts SIMULATED in the title. Returns None
-    (after printing one line to stderr) when matplotlib is not installed.
+    measured levels as ticks; each treatment's crossovers with the baseline (comparison.crossover,
+    the ones the verdict names) are vertical dashed lines, dotted and labelled "(inside the noise)"
+    where the crossing is a level whose change is inside the noise. A simulated run puts SIMULATED
+    in the title. Returns None (after printing one line to stderr) when matplotlib is not installed.
     """
     try:
         import matplotlib  # noqa: F401 - first, so a blocked/missing package fails here

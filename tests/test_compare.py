@@ -88,31 +88,37 @@ def test_fmt_pct() -> None:
     assert [fmt_pct(x) for x in (12.4, -32.48, 0.3, -0.4, None)] == ["+12%", "-32%", "0%", "0%", "-"]
 
 
+# the table this module used for df = 1..30 (3 decimals); the exact quantile must agree with it
+T_TABLE = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+           2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+           2.045, 2.042)  # fmt: skip
+
+
 def test_t_quantile_table() -> None:
-    assert t_quantile_975(1) == 12.706
-    assert t_quantile_975(2) == 4.303
-    assert t_quantile_975(4.9) == 2.776  # floored: conservative
-    assert t_quantile_975(30) == 2.042
-    assert t_quantile_975(30.5) == 2.042  # floor(30.5) = 30
-    assert t_quantile_975(31) == 1.96 and t_quantile_975(1000) == 1.96
-    assert t_quantile_975(0.5) == 12.706
-    assert t_quantile_975(3.9999999) == 2.776  # float noise in Welch's df is not a lost degree
+    assert [t_quantile_975(df) for df in range(1, 31)] == pytest.approx(T_TABLE, abs=6e-4)
+    assert t_quantile_975(4) > t_quantile_975(4.9) > t_quantile_975(5)  # real df, not floored here
+    assert t_quantile_975(0.5) == t_quantile_975(1)  # df < 1 is taken as 1
+    assert 1.96 < t_quantile_975(1000) < t_quantile_975(31) < t_quantile_975(30)
 
 
 def test_ci_change_welch_hand_computed() -> None:
+    """The ~ test: Welch's t at floor(df), relative to the baseline mean."""
     # means 105 and 125 (+19.05%); variances 50 and 50, n = 2 each: se² = 25 + 25 = 50;
-    # df = 50² / (25²/1 + 25²/1) = 2 -> t = 4.303; half-width = 4.303 * sqrt(50) / 105 = 28.98%
-    pct, hw = ci_change([100.0, 110.0], [120.0, 130.0])  # type: ignore[misc]
-    assert pct == pytest.approx(20 / 105 * 100)
-    assert hw == pytest.approx(4.303 * math.sqrt(50) / 105 * 100)
-    # n = 3, variances 1 and 1: se² = 2/3, df = (4/9) / ((1/9)/2 + (1/9)/2) = 4 -> t = 2.776
-    pct, hw = ci_change([100.0, 101.0, 99.0], [120.0, 121.0, 119.0])  # type: ignore[misc]
-    assert pct == pytest.approx(20.0)
-    assert hw == pytest.approx(2.776 * math.sqrt(2 / 3))
-    # unequal variances: base var 0 -> df = n_new - 1 = 2
-    pct, hw = ci_change([100.0, 100.0], [110.0, 120.0, 130.0])  # type: ignore[misc]
-    assert pct == pytest.approx(20.0) and hw == pytest.approx(4.303 * math.sqrt(100 / 3))
-    assert ci_change([100.0, 100.0], [110.0, 110.0]) == (pytest.approx(10.0), 0.0)
+    # df = 50² / (25²/1 + 25²/1) = 2 -> t = 4.3027; threshold = 4.3027 * sqrt(50) / 105 = 28.98%
+    ci = ci_change([100.0, 110.0], [120.0, 130.0])
+    assert ci is not None and ci.pct == pytest.approx(20 / 105 * 100)
+    assert ci.test_half_width == pytest.approx(4.302653 * math.sqrt(50) / 105 * 100, rel=1e-6)
+    # n = 3, variances 1 and 1: se² = 2/3, df = (4/9) / ((1/9)/2 + (1/9)/2) = 4 -> t = 2.7764
+    ci = ci_change([100.0, 101.0, 99.0], [120.0, 121.0, 119.0])
+    assert ci is not None and ci.pct == pytest.approx(20.0)
+    assert ci.test_half_width == pytest.approx(2.776445 * math.sqrt(2 / 3), rel=1e-6)
+    # unequal variances: base var 0 -> df = n_new - 1 = 2 (the ratio's interval equals the test's here)
+    ci = ci_change([100.0, 100.0], [110.0, 120.0, 130.0])
+    assert ci is not None and ci.pct == pytest.approx(20.0)
+    assert ci.test_half_width == pytest.approx(4.302653 * math.sqrt(100 / 3), rel=1e-6)
+    assert ci.half_width == pytest.approx(ci.test_half_width)
+    same = ci_change([100.0, 100.0], [110.0, 110.0])
+    assert same is not None and (same.pct, same.half_width, same.test_half_width) == (pytest.approx(10.0), 0.0, 0.0)
     assert ci_change([100.0], [110.0, 120.0]) is None
     assert ci_change([0.0, 0.0], [1.0, 2.0]) is None
 
@@ -138,9 +144,9 @@ def test_crossover_interpolates_in_log2() -> None:
     # a missing level is skipped: between C=1 and C=4, x = 2 * 10/40 = 0.5
     (x,) = crossover([1, 2, 4], [10.0, None, -30.0])
     assert (x.low, x.high) == (1, 4) and x.at == pytest.approx(math.sqrt(2))
-    # an exact zero is skipped too
+    # an exact zero is no direction: the crossover is that level, inside the noise
     (x,) = crossover([1, 2, 4], [10.0, 0.0, -10.0])
-    assert (x.low, x.high) == (1, 4) and x.at == pytest.approx(2.0)
+    assert (x.low, x.high, x.at, x.inside_noise) == (1, 4, 2.0, True)
 
 
 def test_crossover_several_and_up() -> None:
@@ -271,17 +277,22 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     cols = table_columns(comp)
     rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
     assert rows["1"]["Agg tok/s baseline"] == "105.0" and rows["1"]["Agg tok/s mtp"] == "125.0"
-    assert rows["1"]["Δ agg mtp"] == "+19% (±29%) ~"
-    assert rows["4"]["Δ agg mtp"] == "+20% (±2%)"
+    assert rows["1"]["Δ agg mtp"] == "+19% (±33%) ~"
+    assert rows["4"]["Δ agg mtp"] == "+20% (±3%)"
     assert rows["4"]["Δ per-req mtp"] == "+10% (±0.0%)"
     assert rows["16"]["Δ agg mtp"] == "+12%"  # single repeat: no interval
     agg = comp.agg["mtp"]
-    assert agg[0].ci == pytest.approx(4.303 * math.sqrt(50) / 105 * 100, rel=1e-6)
-    # variances 9 and 9, n = 3: se² = 3 + 3, df = 36 / (9/2 + 9/2) = 4 -> t = 2.776
-    assert agg[1].ci == pytest.approx(2.776 * math.sqrt(6) / 300 * 100, rel=1e-6)
+    # printed: delta method, R = 125/105, (25 + R² 25) / 105², df Welch–Satterthwaite of the two terms
+    r = 125 / 105
+    df = (25 + r * r * 25) ** 2 / (25**2 + (r * r * 25) ** 2)
+    assert agg[0].ci == pytest.approx(t_quantile_975(df) * math.sqrt(25 + r * r * 25) / 105 * 100, rel=1e-6)
+    # the ~ test: Welch at floor(df) = 2 -> t = 4.3027, threshold 4.3027 * sqrt(50) / 105
+    assert agg[0].test_hw == pytest.approx(4.302653 * math.sqrt(50) / 105 * 100, rel=1e-6)
+    # variances 9 and 9, n = 3: se² = 3 + 3, df = 36 / (9/2 + 9/2) = 4 -> t = 2.7764
+    assert agg[1].test_hw == pytest.approx(2.776445 * math.sqrt(6) / 300 * 100, rel=1e-6)
     assert agg[0].noise and not agg[1].noise
     assert comp.sentences[0].endswith("The changes marked ~ (C=1) are inside the noise of the repeats.")
-    assert any("~ means the interval contains 0: the change is inside the noise" in n for n in comp.notes)
+    assert any("~ means Welch's t test of the means finds no difference at 5%: the change is inside the noise" in n for n in comp.notes)
     assert any("repeats per run (baseline/mtp): C=1 2/2, C=4 3/3" in n for n in comp.notes)
 
 
@@ -438,12 +449,13 @@ def test_plot_without_matplotlib(
 
 
 def test_changes_inside_the_noise_or_negligible_make_no_crossover() -> None:
-    assert Change(0.4).directional() == 0.0  # under 1%: no direction
-    assert Change(-3.0, ci=5.0).directional() == 0.0  # interval contains 0
-    assert Change(-3.0, ci=1.0).directional() == -3.0
-    assert Change(None).directional() is None
+    assert Change(0.4).negligible  # under 1%: no direction
+    assert Change(-3.0, ci=5.0).negligible and Change(-3.0, ci=5.0).noise  # interval contains 0
+    assert not Change(-3.0, ci=1.0).negligible
+    assert not Change(None).negligible
+    assert Change(-3.0, ci=2.0, test_hw=4.0).noise  # the test decides ~, not the printed interval
     levels = [1, 2, 4]
-    changes = [Change(0.4).directional(), Change(-0.3).directional(), Change(-3.0, ci=5.0).directional()]
+    changes = [Change(0.4), Change(-0.3), Change(-3.0, ci=5.0)]
     assert crossover(levels, changes) == []
     text = crossover_sentence("b", levels, changes, changes)
     assert "unchanged at every level" in text and "crossover" not in text
