@@ -25,7 +25,7 @@ from specload.comparison import (
     LevelCheck,
     build_comparison,
 )
-from specload.metrics import RepeatedLevelStats
+from specload.metrics import RepeatedLevelStats, level_json
 from specload.output import (
     EXTRA_FORMATS,
     MISSING,
@@ -78,7 +78,10 @@ def table_columns(comp: Comparison) -> list[str]:
     cols += [f"Agg tok/s {r.label}" for r in comp.runs] + [f"Δ agg {t.label}" for t in comp.treatments]
     cols += [f"Per-req tok/s {r.label}" for r in comp.runs] + [f"Δ per-req {t.label}" for t in comp.treatments]
     cols += [f"TTFT p50 (ms) {r.label}" for r in comp.runs]
+    cols += [f"TTFT p99 (ms) {r.label}" for r in comp.runs]
     cols += [f"TPOT p50 (ms) {r.label}" for r in comp.runs] + [f"Δ TPOT {t.label}" for t in comp.treatments]
+    if _has(comp, "itl_p99_ms_mean"):
+        cols += [f"ITL p99 (ms) {r.label}" for r in comp.runs]
     if _has(comp, "accept_length_mean"):
         cols += [f"Accept len {r.label}" for r in comp.runs]
     if _has_server(comp):
@@ -101,6 +104,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
     accept = _has(comp, "accept_length_mean")
     server = _has_server(comp)
+    itl = _has(comp, "itl_p99_ms_mean")
     rows: list[list[str]] = []
     for i, c in enumerate(comp.levels):
         figs = [r.figures[c] for r in comp.runs]
@@ -109,9 +113,12 @@ def table_rows(comp: Comparison) -> list[list[str]]:
         row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
         row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [change_cell(comp.per_req[t.label][i]) for t in ts]
         row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
+        row += [fmt_num(f.ttft_p99_ms_mean, 1) for f in figs]
         row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [
             tpot_cell(comp.tpot[t.label][i], comp.checks[t.label][i]) for t in ts
         ]
+        if itl:
+            row += [fmt_num(f.itl_p99_ms_mean, 1) for f in figs]
         if accept:
             row += [fmt_num(f.accept_length_mean, 2) for f in figs]
         if server:
@@ -131,7 +138,12 @@ def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
         "per_req_tok_s": f.per_req_tok_s_mean,
         "per_req_values": f.per_req_tok_s_values,
         "ttft_p50_ms": f.ttft_p50_ms_mean,
+        "ttft_p99_ms": f.ttft_p99_ms_mean,
         "tpot_p50_ms": f.tpot_p50_ms_mean,
+        "itl_p99_ms": f.itl_p99_ms_mean,
+        "req_s": f.req_s_mean,
+        "steady_tok_s": f.steady_tok_s_mean,
+        "levels": [level_json(s) for s in f.levels],  # every figure of every repeat, distributions included
         "accept_length": f.accept_length_mean,
         "server_running_max": f.server_running_max,
         "server_queued_max": f.server_queued_max,

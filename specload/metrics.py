@@ -203,7 +203,11 @@ class RepeatedLevelStats:
     agg_tok_s_values: list[float] = field(default_factory=list)  # per repeat, those with a value
     per_req_tok_s_values: list[float] = field(default_factory=list)
     ttft_p50_ms_mean: float | None = None
+    ttft_p99_ms_mean: float | None = None
     tpot_p50_ms_mean: float | None = None
+    itl_p99_ms_mean: float | None = None
+    req_s_mean: float | None = None
+    steady_tok_s_mean: float | None = None
     accept_length_mean: float | None = None
     server_running_max: float | None = None
     server_queued_max: float | None = None
@@ -601,6 +605,11 @@ def _sample_std(xs: list[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) >= 2 else None
 
 
+def _itl_p99_ms(s: LevelStats) -> float | None:
+    d = s.dists.get("itl")
+    return None if d is None or not d.n else d.p.get(99.0, 0.0) * 1e3
+
+
 def _combine(concurrency: int, levels: Sequence[LevelStats]) -> RepeatedLevelStats:
     agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
     per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
@@ -616,6 +625,10 @@ def _combine(concurrency: int, levels: Sequence[LevelStats]) -> RepeatedLevelSta
         agg_tok_s_values=agg,
         per_req_tok_s_values=per,
         ttft_p50_ms_mean=mean(s.ttft_p50_ms for s in levels),
+        ttft_p99_ms_mean=mean(s.ttft_p99_ms for s in levels),
+        itl_p99_ms_mean=mean(_itl_p99_ms(s) for s in levels),
+        req_s_mean=mean(s.req_s for s in levels),
+        steady_tok_s_mean=mean(s.steady_tok_s for s in levels),
         tpot_p50_ms_mean=mean(s.tpot_p50_ms for s in levels),
         accept_length_mean=mean(s.accept_length for s in levels),
         server_running_max=_max(s.server_running_max for s in levels),

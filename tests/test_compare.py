@@ -211,6 +211,7 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
         "Agg tok/s baseline", "Agg tok/s mtp", "Δ agg mtp",
         "Per-req tok/s baseline", "Per-req tok/s mtp", "Δ per-req mtp",
         "TTFT p50 (ms) baseline", "TTFT p50 (ms) mtp",
+        "TTFT p99 (ms) baseline", "TTFT p99 (ms) mtp",
         "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp", "Δ TPOT mtp",
         "Accept len baseline", "Accept len mtp",
         "Srv run/queue baseline", "Srv run/queue mtp",
@@ -228,7 +229,7 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
     assert rows["32"]["Srv run/queue mtp"] == "32 / 0"
     assert rows["128"]["Srv run/queue mtp"] == f"{CAP} / 80"
     assert rows["128"]["Srv run/queue baseline"] == "-"
-    assert rows["1"]["TTFT p50 (ms) mtp"] == "100.0"
+    assert rows["1"]["TTFT p50 (ms) mtp"] == "100.0" and rows["1"]["TTFT p99 (ms) mtp"] == "100.0"
     assert comp.sentences == [REF_SENTENCE]
     assert any("C=64 exceeds the server's max_running_requests (48)" in n for n in comp.notes)
     # spec_verify_ct = round(1000 / accept): 1000 / 526 = 1.901 at C=16
@@ -533,3 +534,12 @@ def test_plot_draws_a_finished_comparison() -> None:
 
     assert "specload.comparison" in imported(specload.plot) and "specload.compare" not in imported(specload.plot)
     assert "specload.report" not in imported(specload.compare)  # both read runs through specload.run
+
+
+def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path]) -> None:
+    from specload.compare import to_dict
+
+    data = to_dict(build_comparison([load_run(p) for p in pair]))
+    text = json.dumps(data)
+    assert '"ttft_p99_ms"' in text and '"itl_p99_ms"' in text and '"req_s"' in text
+    assert '"dists"' in text and '"p99.9"' in text and '"tok_s_series"' in text
