@@ -10,10 +10,12 @@ with a one-line notice and everything else carries on.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from specload.comparison import ComparedRun, Comparison, Crossover
+from specload.metrics import SERIES_BUCKET_S, LevelStats
 
 MISSING_NOTICE = "plot skipped: matplotlib is not installed (pip install 'specload[plot]')"
 
@@ -102,6 +104,38 @@ def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | No
     if comparison.simulated:
         heading += " (SIMULATED)"
     fig.suptitle(heading)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100)
+    return out
+
+
+def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = "", simulated: bool = False,
+                bucket_s: float = SERIES_BUCKET_S) -> Path | None:  # fmt: skip
+    """Output tok/s over time, one line per level (``LevelStats.tok_s_series``), each from its own
+    first send: where a level ramped, held and drained, and whether it ever held. Returns None
+    (after one line on stderr) without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        print(MISSING_NOTICE, file=sys.stderr)
+        return None
+    out = Path(path)
+    fig = Figure(figsize=(9, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for s in levels:
+        if s.tok_s_series:
+            xs = [(i + 0.5) * bucket_s for i in range(len(s.tok_s_series))]
+            line = ax.plot(xs, s.tok_s_series, marker=".", label=f"C={s.concurrency}" + (f" r{s.repeat}" if s.repeat else ""))
+            if s.steady_tok_s is not None:
+                ax.axhline(s.steady_tok_s, color=line[0].get_color(), linestyle=":", linewidth=1)
+    ax.set_xlabel(f"seconds since the level's first request ({bucket_s:g} s buckets)")
+    ax.set_ylabel("output tok/s")
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="level (dotted: Steady tok/s)", fontsize="small")
+    fig.suptitle((title or "specload: output tok/s over time") + (" (SIMULATED)" if simulated else ""))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=100)
     return out

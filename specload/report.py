@@ -25,6 +25,7 @@ from specload.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.text import shorten
 
 REASON_WIDTH = 120
+SERIES_PNG = "tok_s_over_time.png"
 
 # When a column is shown.
 ALWAYS = "always"
@@ -406,6 +407,8 @@ def _parser() -> argparse.ArgumentParser:
         help="github (default), plain, any other tabulate format, csv or json",
     )
     p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
+    p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
+                   help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
                    help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
                         "(json always has them all)")  # fmt: skip
@@ -425,6 +428,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specload report: {e}", file=sys.stderr)
         return 2
     print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles)
+    if args.plot is not None:
+        from specload.plot import plot_series
+
+        target = args.plot or str(run.run_dir / SERIES_PNG)
+        drawn = plot_series(run.levels, target, title=f"specload: {run.info.label or run.run_dir.name}, output tok/s "
+                            "over time", simulated=run.info.simulated)  # fmt: skip
+        if drawn is not None:
+            print(f"wrote {drawn}", file=sys.stderr)
     return 0
 
 

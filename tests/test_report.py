@@ -531,3 +531,18 @@ def test_percentiles_flag_chooses_the_columns(run_dir: Path, capsys: pytest.Capt
     section = out.split("## Latency distributions", 1)[1].split("##", 1)[0]
     header = [c.strip() for c in next(x for x in section.splitlines() if x.startswith("|")).strip("|").split("|")]
     assert header[-2:] == ["p90", "p99.9"] and "p50" not in header
+
+
+def test_plot_flag_draws_tok_s_over_time(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    from specload.report import SERIES_PNG, main
+
+    assert main([str(run_dir), "--no-write", "--plot"]) == 0
+    png = run_dir / SERIES_PNG
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in capsys.readouterr().err
+
+
+def test_tok_s_series_buckets_add_up(run_dir: Path) -> None:
+    lv = load_run(run_dir).levels[0]  # C=1: 20 tokens over 4 s, first tokens at 0.5 and 2.5
+    assert len(lv.tok_s_series) == 4
+    assert sum(lv.tok_s_series) * 1.0 == pytest.approx(lv.output_tokens)
