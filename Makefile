@@ -21,7 +21,7 @@ ARGS ?=
 
 SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
 
-.PHONY: install test test-real demo sweep ui report compare sim master worker locustfile clean
+.PHONY: install test test-real bench demo sweep ui report compare sim master worker locustfile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ test: install
 # ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.
 test-real: $(VENV)/.installed-real
 	SPECLOAD_REAL_STRICT=$(if $(CI),1,0) $(BIN)/pytest -q tests/real
+
+# Client CPU per token and per request against the simulator (two cores, one Locust process), and
+# report/compare time and memory on 500k-record runs, against the goals (docs/bench.md; ~3-4 min).
+# ARGS: --records 5000000 (the full-size goal), --repeat 3, --quick (a smoke run).
+bench: install
+	$(BIN)/python -m bench.run $(ARGS)
 
 demo: install
 	$(SPECLOAD) demo --out $(OUT)

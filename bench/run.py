@@ -1,0 +1,108 @@
+"""``make bench``: the client's CPU cost and the analysis side's scale, as one table against the goals.
+
+1. Client cost (bench/client_cost.py): one Locust process (``specload sweep``, no ``--processes``)
+   pinned to one core against the simulator on the other: CPU per streamed token and per request,
+   TTFT p50 over the simulator's exact 50 ms, aggregate tok/s vs the exact rate.
+2. Analysis scale (bench/analysis_scale.py): ``specload report`` and ``specload compare`` on
+   synthetic runs of N records each: wall time and peak RSS, per run and per 1M records, and
+   scaled to the goal's 5M.
+
+A benchmark, not a test: it prints figures and PASS / MISS against the goals, and exits 0 whatever
+they are (1 only when something could not be measured). The machine's other load is printed
+with the figures; CPU *time* per unit of work is little affected by it, wall-clock figures are.
+
+    .venv/bin/python -m bench.run                     # ~3 min: three levels, 500k-record runs
+    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7 GB of disk)
+    .venv/bin/python -m bench.run --quick             # a smoke run: one tiny level, 20k records
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench import analysis_scale, client_cost  # noqa: E402
+from bench.client_cost import Row, print_table, verdict  # noqa: E402
+
+
+def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
+    goal_n = analysis_scale.GOAL_RECORDS
+    out: list[Row] = []
+    for s in scales:
+        cmd = f"specload {s.what}" + (" (2 runs)" if s.what == "compare" else "")
+        where = f"{s.records / 1e6:g}M records per run"
+        out.append(Row(f"{cmd}: wall time", where, f"{s.wall_s:.1f} s ({s.s_per_m:.1f} s per 1M)", "-", "-"))
+        out.append(Row(f"{cmd}: CPU time", where, f"{s.cpu_s:.1f} s ({s.cpu_s_per_m:.1f} s per 1M)", "-", "-"))
+        out.append(Row(f"{cmd}: peak RSS", where, f"{s.peak_mb:.0f} MB ({s.mb_per_m:.0f} MB per 1M)", "-", "-"))
+        t5, c5, m5 = s.at(goal_n)
+        how = "measured" if s.records == goal_n else f"scaled from {s.small.records:,} and {s.records:,} records"
+        # One thread: on an idle core its wall time is its CPU time; the verdict uses CPU time, which
+        # other processes on the machine barely change (its wall time is shown above).
+        out.append(Row(f"{cmd}: at 5M records, time", how, f"{c5:.0f} s CPU ({t5:.0f} s wall)",
+                       f"< {analysis_scale.GOAL_S:g} s", verdict(c5 < analysis_scale.GOAL_S)))  # fmt: skip
+        out.append(Row(f"{cmd}: at 5M records, memory", how, f"{m5:.0f} MB", f"< {analysis_scale.GOAL_MB:g} MB",
+                       verdict(m5 < analysis_scale.GOAL_MB)))  # fmt: skip
+    return out
+
+
+def machine() -> str:
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    return (f"{platform.node()}: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+            f"Python {platform.python_version()}, load average {load} at the start")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: one tiny level and 20k records (not a measurement)")
+    p.add_argument("--records", type=int, default=None, help="records per synthetic run (default 500000; quick 20000)")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each client level; the median is shown")
+    p.add_argument("--no-client", action="store_true", help="skip the client cost part")
+    p.add_argument("--no-analysis", action="store_true", help="skip the analysis scale part")
+    p.add_argument("--keep", default=None, help="keep run directories and logs here (default: removed)")
+    args = p.parse_args(argv)
+    records = args.records or (20_000 if args.quick else 500_000)
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="specload-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    conditions = [machine()]
+    table: list[Row] = []
+    try:
+        if not args.no_client:
+            levels = client_cost.QUICK if args.quick else client_cost.FULL
+            results, pin = client_cost.measure(levels, args.repeat, work / "client", log)
+            table += client_cost.rows(results)
+            conditions += client_cost.conditions(results, pin)
+        if not args.no_analysis:
+            scales, gen_s = analysis_scale.measure(records, work / "analysis", log, fixed_part=not args.quick)
+            table += analysis_rows(scales)
+            conditions.append(f"analysis: synthetic runs of {records:,} records (~620 bytes each) written in "
+                              f"{gen_s:.1f} s; `specload report A --no-write`, `specload compare A B --no-plot`, "
+                              "each in a fresh process, peak RSS from its own rusage")  # fmt: skip
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n## specload bench{' (quick: a smoke run, not a measurement)' if args.quick else ''}\n")
+    print_table(table)
+    print("\nConditions:")
+    for line in conditions:
+        print(f"- {line}")
+    print(f"- bench wall time {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
