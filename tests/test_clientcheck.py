@@ -218,7 +218,7 @@ def test_a_light_sweep_is_not_flagged(sim, tmp_path: Path) -> None:
     assert client["flag"] is None, client
     assert client["processes"] == 1 and client["per_process"]["local"]["samples"] >= 10
     assert client["cpu_max"] < 0.5
-    assert client["mean_in_flight"] == pytest.approx(2.0, rel=0.05)
+    assert 1.8 <= client["mean_in_flight"] <= 2.01  # each user's gap between two requests: a few ms
     assert "c002 done:" in log and "; client ok" in log
     assert "bottleneck" not in (run_dir / "report.md").read_text()
     assert client_flags(load_run(run_dir)) == {}
