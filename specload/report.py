@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload.clientcheck import client_notes
 from specload.clocks import describe, is_off
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
@@ -270,6 +271,11 @@ def _level_meta_notes(run: Run) -> list[str]:
     return notes
 
 
+def _client_notes(run: Run) -> list[str]:
+    """Levels whose figures the load generator distorted (run.json ``levels[i].client``), with the fix."""
+    return client_notes(run.info.levels)
+
+
 def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
     sources = sorted({s.accept_length_source for s in levels if s.accept_length_source})
     names = {
@@ -304,6 +310,7 @@ def _notes(run: Run) -> list[str]:
     for s in run.levels:
         notes += _level_notes(s)
     notes += _level_meta_notes(run)
+    notes += _client_notes(run)
     notes += run.max_running_notes()
     notes += _accept_note(run.levels)
     notes += run.crosscheck

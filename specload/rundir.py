@@ -188,6 +188,9 @@ class LevelMeta:
     refused: int = 0  # measured requests refused during a server outage (counted as failed)
     outage_s: float = 0.0  # seconds the level waited for the server to come back
     note: str | None = None
+    # The client's own load during the level (specload.clientcheck.ClientFigures.to_json); None
+    # in runs made before it was measured.
+    client: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
 
     @classmethod
@@ -217,6 +220,7 @@ class LevelMeta:
             refused=_int(d.get("refused")) or 0,
             outage_s=_float(d.get("outage_s")) or 0.0,
             note=_str(d.get("note")),
+            client=dict(d["client"]) if isinstance(d.get("client"), Mapping) else None,
             extra=_extra(d, cls),
         )
 

@@ -21,6 +21,14 @@ from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.backends import get_backend
+from specload.clientcheck import (
+    ACTIVE_PHASES,
+    MASTER,
+    ClientFigures,
+    LevelTraffic,
+    ProcessLoad,
+    judge_in_flight,
+)
 from specload.clocks import describe, is_off
 from specload.config import Scenario, ScenarioError
 from specload.datasets import DatasetError, Item, load_items
@@ -37,11 +45,13 @@ from specload.locust.options import (
     scenario_from_options,
 )
 from specload.locust.protocol import (
+    MSG_CLIENT_LOAD,
     MSG_RECORD,
     MSG_STATE,
     MSG_TICKET,
     MSG_TICKET_REQ,
     MSG_TICKET_RETURN,
+    ClientLoadMsg,
     RecordMsg,
     RunConfig,
     StateMsg,
@@ -52,7 +62,7 @@ from specload.locust.protocol import (
 from specload.locust.sampler import MetricsSampler
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.records import PHASE_MEASURE, level_label
+from specload.records import FAILED, PHASE_MEASURE, level_label
 from specload.rundir import (
     RUN_COMPLETED,
     RUN_FAILED,
@@ -117,6 +127,10 @@ class SweepOwner:
         self._lost: set[str] = set()  # workers already written off
         self._ignored_from: dict[str, int] = {}  # messages ignored per claimed sender
         self.write_error: str | None = None  # the first failed write to the run directory
+        # The client's own load per level: each process's latest report, and the requests in flight.
+        self.client_load: dict[int, dict[str, ProcessLoad]] = {}
+        self.traffic: dict[int, LevelTraffic] = {}
+        self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
         self._run_dir_used = False
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
@@ -129,6 +143,7 @@ class SweepOwner:
         runner.register_message(MSG_TICKET_REQ, self.on_ticket_req)
         runner.register_message(MSG_RECORD, self.on_record)
         runner.register_message(MSG_TICKET_RETURN, self.on_ticket_return)
+        runner.register_message(MSG_CLIENT_LOAD, self.on_client_load)
         if isinstance(runner, MasterRunner):
             self.clock_probe = ClockProbe(runner, self._on_clock)
             self.clock_probe.register()
@@ -149,6 +164,7 @@ class SweepOwner:
         self.write_error = None
         self._reserve_space()
         self.outstanding, self._lost = {}, set()
+        self.client_load, self.traffic, self._in_flight = {}, {}, {}
         sc = run.scenario
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
@@ -323,6 +339,9 @@ class SweepOwner:
             return
         if self.ctrl is not None:
             self.meta.levels = self.ctrl.levels_meta()
+            for lv in self.meta.levels:
+                fig = self.client_figures(lv.index) if lv.index is not None else None
+                lv.client = fig.to_json() if fig is not None else None
         try:
             write_run_meta(self.run_dir, self.meta)
         except OSError as e:
@@ -450,6 +469,10 @@ class SweepOwner:
             self._ignore(msg.node_id, f"a record for a request it was not granted (level {rec.level}, "
                                       f"{rec.phase} #{rec.seq})")  # fmt: skip
             return
+        if rec.level not in self._in_flight or rec.level in self.traffic:  # not once its figure is final
+            self.traffic.setdefault(rec.level, LevelTraffic()).add(
+                rec.t_send, rec.t_end, rec.phase == PHASE_MEASURE, rec.status == FAILED
+            )
         if self.writer is not None and self.write_error is None:
             try:
                 self.writer.write(m.record)
@@ -459,6 +482,51 @@ class SweepOwner:
             changes = self.ctrl.receive(rec)  # counted even after the run closed (grace-period records)
             if self.active:
                 self._report(changes)
+
+    # the client's own load ---------------------------------------------------------------------
+    def on_client_load(self, environment: Any, msg: Any, **_: Any) -> None:
+        runner = self.env.runner
+        if isinstance(runner, MasterRunner) and msg.node_id not in runner.clients:
+            return  # not a worker of ours: its word on its own load counts for nothing
+        try:
+            m = ClientLoadMsg.from_wire(msg.data)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._ignore(msg.node_id, f"a malformed client load message ({e})")
+            return
+        self.take_load(msg.node_id, m)
+
+    def take_load(self, process: str, m: ClientLoadMsg) -> None:
+        """A process's load in a level so far (its latest report replaces the one before)."""
+        if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
+            return
+        self.client_load.setdefault(m.level, {})[process] = m.load
+
+    def where(self) -> tuple[str | None, int] | None:
+        """The master's own probe: the level handing out tickets or draining now, if any."""
+        lv = self.ctrl.current if self.active and self.ctrl is not None else None
+        return None if lv is None or lv.phase not in ACTIVE_PHASES else (self.run_dir, lv.plan.index)
+
+    def take_own_load(self, m: ClientLoadMsg) -> None:
+        self.take_load(MASTER, m)
+
+    def client_figures(self, index: int) -> ClientFigures | None:
+        """The client's own load in level ``index`` so far; None before anything was measured."""
+        if self.ctrl is None or not 0 <= index < len(self.ctrl.levels):
+            return None
+        procs, traffic = self.client_load.get(index, {}), self.traffic.get(index)
+        cached = self._in_flight.get(index)
+        if not procs and traffic is None and cached is None:
+            return None
+        lv = self.ctrl.levels[index]
+        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):  # O(records): when new came
+            stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
+            away = lv.refused > 0 or lv.outage_s > 0
+            cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
+                traffic, lv.plan.concurrency, lv.plan.budget, away, stagger))  # fmt: skip
+            if lv.status == LevelStatus.COMPLETED:
+                del self.traffic[index]  # every record is in: the figure is final, the spans can go
+        mif, why = cached[1] if cached is not None else (None, "no measured request")
+        return ClientFigures(lv.plan.concurrency, dict(procs), mif, why)
 
     _IGNORED_LOGGED = 3  # per process: a flood of forged messages must not become a flood of log lines
 
@@ -575,11 +643,15 @@ class SweepOwner:
         p, agg = lv.plan, lv.agg_tok_s()
         wall = (lv.last_end - lv.first_send) if lv.first_send and lv.last_end else 0.0
         budget = p.budget if p.budget is not None else lv.granted
-        logger.info("level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
-                    "%d tokens, agg %s tok/s over %.1f s",
-                    p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat), lv.received,
-                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
-                    f"{agg:.1f}" if agg is not None else "-", wall)  # fmt: skip
+        fig = self.client_figures(p.index)
+        flag = fig.flag() if fig is not None else None
+        client = f"; {flag}" if flag else "; client ok" if fig is not None else ""
+        logger.log(logging.WARNING if flag else logging.INFO,
+                   "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
+                   "%d tokens, agg %s tok/s over %.1f s%s",
+                   p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat), lv.received,
+                   budget, lv.ok, lv.failed, lv.short, lv.tokens,
+                   f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
 
 
 def sweep_owner(environment: Any) -> SweepOwner:

@@ -17,10 +17,12 @@ import locust.runners
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from specload.locust.clientload import LoadProbe, user_side_where
 from specload.locust.clockprobe import register_clock_answer
 from specload.locust.options import add_arguments
 from specload.locust.owner import SweepOwner, sweep_owner
-from specload.locust.user import register_user_side
+from specload.locust.protocol import MSG_CLIENT_LOAD
+from specload.locust.user import register_user_side, user_side
 
 logger = logging.getLogger("specload")
 
@@ -48,6 +50,7 @@ def on_init(environment: Any, **_: Any) -> None:
     locust.runners.WORKER_REPORT_INTERVAL = 1.0
     if not isinstance(runner, MasterRunner):
         register_user_side(environment)
+    _start_load_probe(environment)
     if isinstance(runner, WorkerRunner):
         register_clock_answer(runner)
     if _owns_sweep(environment):
@@ -66,6 +69,20 @@ def on_init(environment: Any, **_: Any) -> None:
 
             protect_web_ui(environment)  # before any route of ours exists
             extend_web_ui(environment, sweep_owner(environment))
+
+
+def _start_load_probe(environment: Any) -> None:
+    """Every process measures its own load per level for the owner (specload.clientcheck): user
+    processes send it over a message, the master (which runs no users, but hands out every ticket)
+    hands its own straight to the owner."""
+    runner = environment.runner
+    if isinstance(runner, MasterRunner):
+        owner = sweep_owner(environment)
+        probe = LoadProbe(owner.where, owner.take_own_load)
+    else:
+        side = user_side(environment)
+        probe = LoadProbe(user_side_where(side), lambda m: runner.send_message(MSG_CLIENT_LOAD, m.to_wire()))
+    probe.start()
 
 
 def _install_stop_signals(environment: Any) -> None:

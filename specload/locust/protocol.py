@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specload.clientcheck import ProcessLoad
 from specload.config import Scenario
 from specload.datasets import Item
 from specload.levels import Grant, Phase, SweepState
@@ -179,3 +180,29 @@ class ClockPong:
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ClockPong:
         return cls(float(d["sent"]), float(d["remote"]))
+
+
+MSG_CLIENT_LOAD = "specload_client_load"  # every process running users -> owner: its own load in a level
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLoadMsg:
+    """One process's own load (CPU, event-loop lag) in one level so far; the latest one counts.
+
+    ``run``: the run's id as the process learnt it (``StateMsg.config_id``), so that a report
+    from the last run is never counted in the next one's level of the same index."""
+
+    run: str | None
+    level: int
+    load: ProcessLoad
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"run": self.run, "level": self.level, "load": self.load.to_json()}
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> ClientLoadMsg:
+        load = ProcessLoad.from_json(d.get("load"))
+        if load is None:
+            raise ValueError("no load figures")
+        run = d.get("run")
+        return cls(None if run is None else str(run), int(d["level"]), load)

@@ -11,6 +11,7 @@ import io
 import json
 from typing import Any
 
+from specload.clientcheck import cell
 from specload.levels import LevelStatus
 from specload.locust.owner import SweepOwner
 from specload.records import level_label
@@ -19,6 +20,7 @@ _KEY = "specload-levels"
 _COLUMNS = [
     ("level", "Level"), ("concurrency", "C"), ("phase", "Phase"), ("requests", "Requests"),
     ("ok", "Ok"), ("failed", "Fail"), ("short", "Short"), ("tokens", "Tokens"), ("agg_tok_s", "Agg tok/s"),
+    ("client", "Client"),  # the load generator's own verdict (specload.clientcheck)
 ]  # fmt: skip
 
 
@@ -37,6 +39,7 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
             "requests": f"{lv.received}/{budget}",
             "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
             "agg_tok_s": "-" if agg is None else round(agg, 1),
+            "client": cell(owner.client_figures(lv.plan.index)),
         })  # fmt: skip
     return rows
 

@@ -1,0 +1,224 @@
+"""The client knows when it is the bottleneck: the verdict (pure), the probe, and two real sweeps.
+
+The saturating sweep pins one Locust process to one core (``taskset -c 1``) and the simulator to
+the other, at C=256 with 1 ms tokens: it cannot keep up on any machine, busy or quiet (quiet, its
+process runs at ~100 % CPU; busy, it waits for a CPU and its loop lags), so the flag must fire.
+The light sweep (C=2, 10 ms tokens) uses ~5 % of a core and its loop lags under ~11 ms even with
+the machine's cores kept busy by other processes (measured), half the 20 ms threshold.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+
+from specload.clientcheck import (
+    CPU_SATURATED,
+    LAG_P50_MS,
+    LAG_P99_MS,
+    MASTER,
+    ClientFigures,
+    LagHistogram,
+    LevelTraffic,
+    ProcessLoad,
+    cell,
+    client_flags,
+    client_notes,
+    judge_in_flight,
+    level_flags,
+    mean_in_flight,
+)
+from specload.locust.clientload import LoadProbe
+from specload.locust.protocol import ClientLoadMsg
+from specload.report import load_run
+from specload.rundir import LevelMeta, RunMeta
+from tests.conftest import specload_cmd
+
+
+def load(cpu: float = 0.05, lag: float = 1.0, wait: float | None = 0.0, median: float | None = None) -> ProcessLoad:
+    """A process's figures; the median wake-up a third of the p99 unless given."""
+    return ProcessLoad(cpu, lag, lag * 1.5, 100, 5.0, wait, lag / 3 if median is None else median)
+
+
+# ---------------------------------------------------------------- the verdict (pure)
+
+
+def test_lag_histogram_percentiles_within_a_bucket_and_exact_max() -> None:
+    h = LagHistogram()
+    assert h.percentile(0.99) is None
+    for _ in range(97):
+        h.add(1.0)
+    h.add(25.0)
+    h.add(30.0)
+    h.add(-0.2)  # an early wake-up counts as on time
+    assert h.n == 100 and h.max_ms == 30.0
+    assert 1.0 <= (h.percentile(0.5) or 0) <= 1.1  # the bucket's upper bound: at most 10 % high
+    assert 1.0 <= (h.percentile(0.98) or 0) <= 1.1
+    assert 25.0 <= (h.percentile(0.99) or 0) <= 27.5  # nearest rank: the 99th of 100
+    assert h.percentile(1.0) == 30.0
+    big = LagHistogram()
+    big.add(1e9)  # beyond the last bucket: still counted, the max is exact
+    assert big.percentile(0.99) == 1e9
+
+
+def test_mean_in_flight_is_time_weighted_over_the_window() -> None:
+    # Two requests in flight the whole window, a third for half of it.
+    spans = [(0.0, 10.0), (0.0, 10.0), (5.0, 20.0)]
+    assert mean_in_flight(spans, 0.0, 10.0) == pytest.approx(2.5)
+    assert mean_in_flight(spans, 0.0, 0.1) is None  # too short to say anything
+    t = LevelTraffic()
+    t.add(-1.0, 1.0, measured=False, failed=False)  # a warmup request still running counts
+    for i in range(4):  # C=4, one wave then another, each request 1 s, sends 1 s apart
+        t.add(float(i // 4), float(i // 4) + 1.0, measured=True, failed=False)
+    t.add(1.0, 2.0, measured=True, failed=False)
+    assert (t.first_send, t.last_send, t.received) == (0.0, 1.0, 5)
+    assert t.mean_in_flight() == pytest.approx(5.0)
+    assert t.mean_in_flight(skip_s=0.5) == pytest.approx(5.0)
+
+
+def test_in_flight_not_judged_when_the_server_or_the_plan_explains_the_gap() -> None:
+    t = LevelTraffic()
+    for i in range(20):
+        t.add(i * 0.1, i * 0.1 + 0.1, measured=True, failed=i < 2)  # one in flight of C=8
+    assert judge_in_flight(None, 8, 16, False) == (None, "no measured request")
+    assert judge_in_flight(t, 8, 8, False)[1] == "one wave only (8 requests for C=8)"
+    assert "server was away" in (judge_in_flight(t, 8, 16, True)[1] or "")
+    assert judge_in_flight(t, 8, 16, False)[1] == "2 of 20 requests failed"
+    t.failed = 0
+    mif, why = judge_in_flight(t, 8, 16, False)
+    assert why is None and mif == pytest.approx(1.0, rel=0.1)
+    assert judge_in_flight(t, 8, None, False)[0] == mif  # time-boxed levels are judged too
+
+
+def test_verdict_names_each_cause_and_the_fix() -> None:
+    quiet = ClientFigures(32, {"local": load()}, 31.8)
+    assert quiet.reasons() == [] and quiet.flag() is None and cell(quiet) == "ok"
+    busy = ClientFigures(256, {"w1": load(0.3), "w2": load(0.98, 38.0)}, 110.3)
+    assert busy.flag() == (
+        "the client was the bottleneck at C=256 (a Locust process at 98% CPU, loop lag p99 38 ms (median 13 ms), "
+        "mean in flight 110 of 256): add processes (`--processes N`) or worker machines"
+    )
+    assert cell(busy).startswith("BOTTLENECK: a Locust process at 98% CPU")
+    # Starved: little CPU, but the process waited for one the rest of the time.
+    starved = ClientFigures(64, {"local": load(0.4, 5.0, 0.55)}, 63.0)
+    assert starved.reasons() == ["a Locust process at 40% CPU and 55% waiting for one (other work on its machine)"]
+    assert (starved.flag() or "").endswith("; keep other work off the client's cores")
+    # Each cause alone, just over its threshold; just under it, nothing.
+    assert ClientFigures(8, {"l": load(CPU_SATURATED)}).reasons() == ["a Locust process at 90% CPU"]
+    assert ClientFigures(8, {"l": load(CPU_SATURATED - 0.01)}).reasons() == []
+    assert ClientFigures(8, {"l": load(lag=LAG_P99_MS + 1, median=6)}).reasons() == ["loop lag p99 21 ms (median 6 ms)"]
+    assert ClientFigures(8, {"l": load(lag=LAG_P99_MS, median=6)}).reasons() == []
+    # A one-off late wake-up in an idle loop (the machine's doing, measured: up to 158 ms) is no verdict.
+    assert ClientFigures(8, {"l": load(lag=158.0, median=LAG_P50_MS)}).reasons() == []
+    assert ClientFigures(100, {}, 89.0).reasons() == ["mean in flight 89 of 100"]
+    assert ClientFigures(100, {}, 90.0).reasons() == []
+    master = ClientFigures(64, {MASTER: load(0.95), "w": load(0.5)})
+    assert "give the master a core of its own" in (master.flag() or "")
+    assert cell(None) == "-" and cell(ClientFigures(4)) == "-"
+
+
+def test_figures_round_trip_through_run_json_and_readers_judge_them_anew() -> None:
+    fig = ClientFigures(256, {"local": load(1.0, 38.0, 0.0, 12.0)}, 110.25, None)
+    d = fig.to_json()
+    assert d["cpu_max"] == 1.0 and d["loop_lag_p99_ms"] == 38.0 and d["loop_lag_max_ms"] == 57.0
+    assert d["processes"] == 1 and d["mean_in_flight"] == 110.2 and d["flag"] == fig.flag()
+    back = ClientFigures.from_json(256, orjson.loads(orjson.dumps(d)))
+    assert back is not None and back.flag() == fig.flag()
+    levels = [
+        LevelMeta(index=0, concurrency=2, client=ClientFigures(2, {"local": load()}, 2.0).to_json()),
+        LevelMeta(index=1, concurrency=256, repeat=1, client=d),
+        LevelMeta(index=2, concurrency=512),  # a run from before: no figures, no flag
+        LevelMeta(index=3, concurrency=8, client={"per_process": "garbage", "mean_in_flight": "x"}),
+    ]
+    meta = RunMeta(levels=levels)
+    assert RunMeta.from_json(orjson.loads(orjson.dumps(meta.to_json()))).levels[1].client == d
+    assert level_flags(levels) == {1: fig.flag()}
+    assert client_notes(levels) == [f"c256.r1: {fig.flag()}"]
+    stale = dict(d, flag=None)  # the recorded flag is not trusted: the figures are judged again
+    assert level_flags([LevelMeta(index=0, concurrency=256, client=stale)]) == {0: fig.flag()}
+
+
+# ---------------------------------------------------------------- the probe (no greenlet: ticks by hand)
+
+
+def test_probe_counts_only_active_levels_and_reports_each_once_more_at_its_end() -> None:
+    where: list[tuple[str | None, int] | None] = [None]
+    sent: list[ClientLoadMsg] = []
+    probe = LoadProbe(lambda: where[0], sent.append)
+    probe.tick(0.0, 0.5)  # no level: nothing measured
+    where[0] = ("run", 0)
+    probe.tick(0.05, 0.5)  # the wake-up that saw the level start belongs to neither
+    for i in range(1, 4):
+        probe.tick(0.05 + i * 0.05, 0.002)
+    probe.tick(0.30, 0.030)  # 0.25 s after the start: a report
+    assert [(m.run, m.level, m.load.samples) for m in sent] == [("run", 0, 4)]
+    assert sent[0].load.lag_max_ms == pytest.approx(30.0) and sent[0].load.cpu >= 0
+    where[0] = ("run", 1)
+    probe.tick(0.35, 0.0)  # the level changed: the last word on level 0, nothing yet for level 1
+    assert [(m.level, m.load.samples) for m in sent] == [(0, 4), (0, 4)]
+    where[0] = None
+    probe.tick(0.40, 0.0)
+    assert len(sent) == 2  # level 1 had no sample: nothing to say
+    wire = sent[0].to_wire()
+    assert ClientLoadMsg.from_wire(orjson.loads(orjson.dumps(wire))).to_wire() == wire
+    assert sent[0].load.wall_s == pytest.approx(0.25)
+
+
+# ---------------------------------------------------------------- real sweeps
+
+
+def _sweep(tmp_path: Path, url: str, *flags: str, pin: str | None = None) -> tuple[str, dict, Path]:
+    cmd = specload_cmd("sweep", "--host", url, "--input-tokens", "16", "--read-timeout", "30",
+                       "--out", str(tmp_path), *flags)  # fmt: skip
+    if pin is not None:
+        cmd = ["taskset", "-c", pin, *cmd]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-4000:]
+    (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    return log, orjson.loads((run_dir / "run.json").read_bytes()), run_dir
+
+
+def _pin(pid: int, cpu: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {cpu})
+
+
+@pytest.mark.skipif(
+    shutil.which("taskset") is None or not {0, 1} <= os.sched_getaffinity(0), reason="needs taskset and cores 0, 1"
+)
+def test_a_client_that_cannot_keep_up_is_flagged(sim, tmp_path: Path) -> None:
+    server = sim("--ttft-ms", "1", "--itl-ms", "1", "--tokens-per-chunk", "1", "--max-running", "1024", "--model", "m")
+    _pin(server.proc.pid, 0)
+    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "256", "--output-tokens", "50",
+                                "--requests-per-level", "1024", pin="1")  # fmt: skip
+    client = meta["levels"][0]["client"]
+    flag = client["flag"]
+    assert flag and flag.startswith("the client was the bottleneck at C=256 ("), (client, log[-3000:])
+    assert "add processes (`--processes N`) or worker machines" in flag
+    assert client["processes"] == 1 and list(client["per_process"]) == ["local"]
+    assert None not in (client["cpu_max"], client["loop_lag_p99_ms"], client["mean_in_flight"]), client
+    done = next(line for line in log.splitlines() if "c256 done:" in line)
+    assert "WARNING" in done and "the client was the bottleneck at C=256" in done, done
+    report = (run_dir / "report.md").read_text()
+    assert f"- c256: {flag}" in report
+    assert client_flags(load_run(run_dir)) == {0: flag}
+
+
+def test_a_light_sweep_is_not_flagged(sim, tmp_path: Path) -> None:
+    server = sim("--ttft-ms", "50", "--itl-ms", "10", "--model", "m")
+    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "2", "--output-tokens", "50",
+                                "--requests-per-level", "8")  # fmt: skip
+    client = meta["levels"][0]["client"]
+    assert client["flag"] is None, client
+    assert client["processes"] == 1 and client["per_process"]["local"]["samples"] >= 10
+    assert client["cpu_max"] < 0.5
+    assert 1.8 <= client["mean_in_flight"] <= 2.01  # each user's gap between two requests: a few ms
+    assert "c002 done:" in log and "; client ok" in log
+    assert "bottleneck" not in (run_dir / "report.md").read_text()
+    assert client_flags(load_run(run_dir)) == {}
