@@ -31,6 +31,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from specload.histogram import bin_of  # noqa: E402
 from specload.records import (  # noqa: E402
     FAILED,
     OK,
@@ -72,7 +73,7 @@ def _record(level: int, c: int, seq: int, phase: str, t_send: float, rng: random
         t_first = t_send + ttft
         t_last = t_first + max(tokens - 1, 0) * itl
         t_end = t_last + 0.0005
-    ttft_s, e2e, tpot, per_req, decode = derived(t_send, t_first, t_last, t_end, tokens)
+    ttft_s, e2e, tpot, per_req, decode = derived(t_send, t_first, t_last, t_end, tokens, 1 if t_first else None)
     return {
         "level": level, "concurrency": c, "phase": phase, "seq": seq, "backend": "openai", "status": status,
         "reason": reason, "http_status": http, "t_send": t_send, "t_first": t_first, "t_last": t_last,
@@ -81,8 +82,23 @@ def _record(level: int, c: int, seq: int, phase: str, t_send: float, rng: random
         "requested_output_tokens": OUTPUT if phase == PHASE_MEASURE else 100, "requested_prompt_tokens": PROMPT,
         "chunks": tokens, "tpot_s": tpot, "itl_max_s": None if tpot is None else 3 * tpot,
         "per_request_tok_s": per_req, "decode_tok_s": decode, "spec_verify_ct": None, "worker": "local",
-        "repeat": 0,
+        "repeat": 0, "itl": _itl(itl, tokens, rng), "itl_unit": "event", "first_event_tokens": 1 if t_first else None,
     }  # fmt: skip
+
+
+def _itl(itl: float, tokens: int, rng: random.Random) -> list[list[int]] | None:
+    """A realistic per-request gap histogram: ~10 bins around the mean gap (what stream.py writes)."""
+    if tokens < 2:
+        return None
+    centre = bin_of(itl)
+    counts: dict[int, int] = {}
+    for _ in range(10):
+        b = centre + int(rng.gauss(0, 3))
+        counts[b] = counts.get(b, 0) + 1
+    total, gaps = sum(counts.values()), tokens - 1
+    pairs = [[b, c * gaps // total] for b, c in sorted(counts.items())]
+    pairs[-1][1] += gaps - sum(c for _, c in pairs)
+    return [p for p in pairs if p[1] > 0]
 
 
 def _check_schema() -> None:

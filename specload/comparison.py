@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from specload.clientcheck import client_flags
 from specload.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
 from specload.output import MISSING, fmt_pct
 from specload.records import SRC_CHUNKS
@@ -734,6 +735,8 @@ def _notes(comp: Comparison) -> list[str]:
             notes.append(f"the runs differ in {name} ({shown}): the comparison is not like for like")
     notes += _prompt_notes(comp)
     notes += _level_notes(comp)
+    for r in comp.runs:  # levels the load generator itself distorted (specload.clientcheck)
+        notes += [f"{r.label}: {flag}" for _, flag in sorted(client_flags(r.run).items())]
     reps = [
         f"C={c} " + "/".join(str(len(r.figures[c].repeats)) for r in comp.runs)
         for c in comp.levels

@@ -543,3 +543,18 @@ def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path
     text = json.dumps(data)
     assert '"ttft_p99_ms"' in text and '"itl_p99_ms"' in text and '"req_s"' in text
     assert '"dists"' in text and '"p99.9"' in text and '"tok_s_series"' in text
+
+
+def test_a_level_the_client_distorted_is_named_in_the_comparison(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """A run.json level whose client figures cross a threshold (specload.clientcheck) gets a note."""
+    import shutil
+
+    base, mtp = (Path(shutil.copytree(p, tmp_path / p.name)) for p in pair)  # the fixture is shared
+    meta = json.loads((mtp / "run.json").read_text())
+    lv = next(x for x in meta["levels"] if x["concurrency"] == 64)
+    lv["client"] = {"per_process": {"local": {"cpu": 0.99, "wall_s": 10.0, "lag_p99_ms": 40.0, "lag_p50_ms": 12.0,
+                                              "lag_max_ms": 90.0, "samples": 100}}, "mean_in_flight": 61.0}  # fmt: skip
+    (mtp / "run.json").write_text(json.dumps(meta))
+    comp = build_comparison([load_run(base), load_run(mtp)])
+    flagged = [n for n in comp.notes if "the client was the bottleneck at C=64" in n]
+    assert len(flagged) == 1 and flagged[0].startswith("mtp: ") and "--processes N" in flagged[0], comp.notes
