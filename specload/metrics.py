@@ -424,19 +424,38 @@ def peak_in_flight(records: Sequence[RequestRecord]) -> int:
 
 def tok_s_series(records: Sequence[RequestRecord], bucket_s: float = SERIES_BUCKET_S) -> list[float]:
     """Output tokens per second in consecutive buckets from the level's first send (the last,
-    partial bucket is divided by its own length)."""
+    partial bucket is divided by its own length). Tokens are placed as for the steady window: the
+    first event's at t_first, the rest spread evenly over (t_first, t_last]. Each record touches only
+    the buckets it overlaps, so a long level costs its request-seconds, not buckets x records."""
     if not records:
         return []
     t0 = min(r.t_send for r in records)
     t1 = max(r.t_end for r in records)
     n = max(1, math.ceil((t1 - t0) / bucket_s))
-    out = []
-    for i in range(n):
-        a, b = t0 + i * bucket_s, min(t1, t0 + (i + 1) * bucket_s)
-        if b <= a:
-            break
-        out.append(sum(_tokens_in_window(r, a, b) for r in records) / (b - a))
-    return out
+    tokens = [0.0] * n
+
+    def at(t: float) -> int:
+        return min(n - 1, max(0, int((t - t0) / bucket_s)))
+
+    for r in records:
+        total = r.output_tokens
+        if total <= 0:
+            continue
+        a = r.t_first if r.t_first is not None else r.t_end
+        b = r.t_last if r.t_last is not None else a
+        k = min(total, max(1, r.first_event_tokens or 1))
+        span = b - a
+        if span <= 0 or total == k:
+            tokens[at(a)] += total
+            continue
+        tokens[at(a)] += k
+        rate = (total - k) / span
+        for i in range(at(a), at(b) + 1):
+            lo, hi = max(a, t0 + i * bucket_s), min(b, t0 + (i + 1) * bucket_s)
+            if hi > lo:
+                tokens[i] += rate * (hi - lo)
+    widths = [min(bucket_s, t1 - (t0 + i * bucket_s)) for i in range(n)]
+    return [tok / w for tok, w in zip(tokens, widths, strict=True) if w > 0]
 
 
 def _reasons(records: Iterable[RequestRecord]) -> dict[str, int]:

@@ -456,3 +456,31 @@ def test_server_sample_from_dict() -> None:
     assert ServerSample.from_dict([1, 2]) is None
     assert ServerSample.from_dict({"t": T0, "running": True, "queued": "3"}) == ServerSample(T0)
     assert ServerSample.from_dict({"t": T0, "running": float("nan")}) == ServerSample(T0)
+
+
+def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
+    """Each bucket holds what _tokens_in_window says for it; long sparse levels cost their
+    request-seconds, not buckets x records (a 20 000 s level once took minutes to report)."""
+    import random
+
+    from specload.metrics import _tokens_in_window, tok_s_series
+
+    rnd = random.Random(5)
+    recs = []
+    for i in range(200):
+        s0 = rnd.uniform(0, 50)
+        first = s0 + rnd.uniform(0.01, 2)
+        end = first + rnd.uniform(0, 8)
+        recs.append(rec(s0, first, end, tokens=rnd.randint(1, 300), seq=i))
+    series = tok_s_series(recs, 1.0)
+    t0, t1 = min(r.t_send for r in recs), max(r.t_end for r in recs)
+    for i, value in enumerate(series):
+        a, b = t0 + i, min(t1, t0 + i + 1)
+        want = sum(_tokens_in_window(r, a, b) for r in recs) / (b - a)
+        assert value == pytest.approx(want, rel=1e-6, abs=1e-6), i
+    assert sum(v * min(1.0, t1 - (t0 + i)) for i, v in enumerate(series)) == pytest.approx(
+        sum(r.output_tokens for r in recs), rel=1e-9)
+    sparse = [rec(i * 10.0, i * 10.0 + 0.5, i * 10.0 + 9.0, seq=i) for i in range(2000)]  # 20 000 s
+    series = tok_s_series(sparse)  # (make bench measures the speed; this is the shape)
+    assert len(series) == 19_999 and series[0] == pytest.approx(1 + 0.5 * 9 / 8.5) and series[9] == 0.0
+    assert series[1] == pytest.approx(9 / 8.5) and series[10] == pytest.approx(series[0])
