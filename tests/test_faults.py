@@ -63,7 +63,12 @@ def _records(run_dir: Path) -> list[Any]:
 
 def _table(text: str) -> list[dict[str, str]]:
     """The rows of the first markdown table in ``text``, as dicts keyed by the header cells."""
-    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    lines: list[str] = []
+    for ln in text.splitlines():
+        if ln.startswith("|"):
+            lines.append(ln)
+        elif lines:
+            break  # the first table ends here (the report has more below)
     assert lines, text
     cells = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines]
     header, body = cells[0], cells[2:]
