@@ -38,10 +38,16 @@ def merge(pairs_list: Iterable[Sequence[Sequence[int]] | None]) -> Hist:
     """Sum of many requests' ``[[bin, count], ...]``; malformed pairs are skipped."""
     out: Hist = {}
     for pairs in pairs_list:
-        for pair in pairs or ():
-            if len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], int) and pair[1] > 0:
-                out[pair[0]] = out.get(pair[0], 0) + pair[1]
+        merge_into(out, pairs)
     return out
+
+
+def merge_into(out: Hist, pairs: Sequence[Sequence[int]] | None) -> None:
+    """Add one request's ``[[bin, count], ...]`` to ``out``; malformed pairs are skipped."""
+    get = out.get
+    for pair in pairs or ():
+        if len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], int) and pair[1] > 0:
+            out[pair[0]] = get(pair[0], 0) + pair[1]
 
 
 def count(hist: Hist) -> int:

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
+from array import array
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from itertools import compress, count, repeat
+from operator import eq, ge, gt, sub
 from typing import Any
 
 from specload import histogram
+from specload.columns import GroupKey, LevelColumns, Timeline
 from specload.records import (
-    FAILED,
     OK,
-    PHASE_MEASURE,
-    PHASE_WARMUP,
-    SHORT,
-    SRC_CHUNKS,
     RequestRecord,
     level_label,
 )
@@ -66,10 +68,52 @@ class Dist:
 
 def dist_of(values: Iterable[float | None]) -> Dist:
     xs = [v for v in values if v is not None]
+    return _dist(xs, sorted(xs))
+
+
+def _dist(xs: Sequence[float], ordered: Sequence[float]) -> Dist:
+    """The Dist of ``xs`` (in their own order: the mean sums them so) given them sorted too."""
     if not xs:
         return Dist()
-    return Dist(len(xs), sum(xs) / len(xs), statistics.stdev(xs) if len(xs) > 1 else None,
-                {q: percentile(xs, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+    return Dist(len(xs), sum(xs) / len(xs), stdev(xs) if len(xs) > 1 else None,
+                {q: percentile_sorted(ordered, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+
+
+def _integer_sqrt_of_frac_rto(n: int, m: int) -> int:
+    a = math.isqrt(n // m)
+    return a | (a * a * m != n)
+
+
+def _float_sqrt_of_frac(n: int, m: int) -> float:
+    """sqrt(n / m) correctly rounded (statistics' own method, CPython 3.11+)."""
+    q = (n.bit_length() - m.bit_length() - 109) // 2
+    if q >= 0:
+        return float(_integer_sqrt_of_frac_rto(n, m << 2 * q) << q)
+    return _integer_sqrt_of_frac_rto(n << -2 * q, m) / (1 << -q)
+
+
+def stdev(xs: Sequence[float]) -> float:
+    """Sample standard deviation, the value ``statistics.stdev`` gives (from Python 3.11 on: the
+    exact sum of squared deviations, its square root correctly rounded), without its per-value
+    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums."""
+    n = len(xs)
+    if n < 2:
+        raise statistics.StatisticsError("stdev requires at least two data points")
+    try:
+        smallest = min(map(abs, filter(None, xs)), default=0.0)
+        if smallest == 0.0:
+            return 0.0
+        shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
+        s1 = sum(map(int, map(math.ldexp, xs, repeat(shift))))
+        s2 = sum(map(pow, map(int, map(math.ldexp, xs, repeat(shift))), repeat(2)))
+    except (OverflowError, ValueError, TypeError):  # inf, nan, not floats: the library's way
+        return statistics.stdev(xs)
+    num = n * s2 - s1 * s1
+    return _float_sqrt_of_frac(num, (n * (n - 1)) << (2 * shift)) if num else 0.0
+
+
+if sys.version_info < (3, 11):  # statistics.stdev was not correctly rounded before 3.11
+    stdev = statistics.stdev  # type: ignore[assignment]  # noqa: F811
 
 
 def dist_of_hist(hist: histogram.Hist) -> Dist:
@@ -89,7 +133,11 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
     """
     if not 0.0 <= q <= 100.0:
         raise ValueError(f"percentile q must be within [0, 100], got {q}")
-    xs = sorted(v for v in values if v is not None)
+    return percentile_sorted(sorted(v for v in values if v is not None), q)
+
+
+def percentile_sorted(xs: Sequence[float], q: float) -> float | None:
+    """``percentile`` of values already sorted (no None among them)."""
     if not xs:
         return None
     pos = (len(xs) - 1) * q / 100.0
@@ -313,75 +361,60 @@ def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, e
             s.accept_length_source = ACCEPT_FROM_COUNTERS
 
 
-def _is_measured(r: RequestRecord) -> bool:
-    return r.phase == PHASE_MEASURE
-
-
 def _belongs(r: RequestRecord, concurrency: int, repeat: int, index: int | None) -> bool:
     if r.concurrency != concurrency or r.repeat != repeat:
         return False
     return index is None or r.level == index
 
 
-def _mode(values: Iterable[int]) -> int | None:
-    counts = Counter(values)
+def _mode(counts: Counter[Any]) -> Any:
+    """The most common value (the first seen among equals), None when there is none."""
     return counts.most_common(1)[0][0] if counts else None
 
 
-def _tokens_in_window(r: RequestRecord, a: float, b: float) -> float:
-    """Tokens a request produced inside [a, b], assuming a linear stream.
+def _timeline(records: Sequence[RequestRecord] | Timeline) -> Timeline:
+    return records if isinstance(records, Timeline) else Timeline.of(records)
 
-    The record keeps t_first and t_last (the first and last content events), so the first
-    token(s) arrive at t_first and the rest evenly over (t_first, t_last]; nothing arrives between
-    the last token and the end of the stream.
+
+def _window_tokens(tl: Timeline, a: float, b: float) -> Iterable[float]:
+    """Tokens each request produced inside [a, b], in file order, assuming a linear stream.
+
+    The first token(s) arrive at t_first (``t0``) and the rest evenly over (t_first, t_last];
+    nothing arrives between the last token and the end of the stream.
     """
-    n = r.output_tokens
-    if n <= 0:
-        return 0.0
-    t0 = r.t_first if r.t_first is not None else r.t_end
-    t1 = r.t_last if r.t_last is not None else t0
-    k = min(n, max(1, r.first_event_tokens or 1))
-    first = float(k) if a <= t0 <= b else 0.0
-    span = t1 - t0
-    if span <= 0 or n == k:
-        return n * (1.0 if a <= t0 <= b else 0.0)
-    overlap = max(0.0, min(b, t1) - max(a, t0))
-    return first + (n - k) * overlap / span
+    for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
+        if n <= 0:
+            yield 0.0
+            continue
+        inside = a <= t0 <= b
+        span = t1 - t0
+        if span <= 0 or n == k:
+            yield n * (1.0 if inside else 0.0)
+            continue
+        overlap = max(0.0, min(b, t1) - max(a, t0))
+        yield (float(k) if inside else 0.0) + (n - k) * overlap / span
 
 
-def steady_window(
-    records: Sequence[RequestRecord], concurrency: int, max_dip_s: float = STEADY_MAX_DIP_S, cap: int | None = None
-) -> tuple[float, float] | None:
-    """The span during which the server was saturated with this level's load, or None.
-
-    D = min(C, cap) requests can run at once (``cap``: the server's running-request limit, when
-    known). The window opens when the D-th request has its first token (the synchronized prefill
-    burst is over: D requests are decoding) and closes when fewer than D requests are left in flight
-    and that lasts over ``max_dip_s`` (a closed-loop user's hand-off from one request to its next
-    is no drop). With C above the cap the client keeps C in flight while the server runs ``cap``
-    and queues the rest, so the server stays saturated until fewer than ``cap`` are left.
-    """
-    d = min(concurrency, cap) if cap else concurrency
-    if d <= 0 or len(records) < d:
-        return None
-    # (time, order, in-flight change, decoding change); at equal times a send comes before a first
-    # token before an end, so a same-instant hand-off is no dip.
+def _steady_window_events(tl: Timeline, d: int, max_dip_s: float) -> tuple[float, float] | None:
+    """The steady window by walking every send, first token and end in time order (the
+    definition; ``_steady_window`` gets the same answer from sorted arrays)."""
+    has = tl.has_first
     events = sorted(
-        [(r.t_send, 0, 1, 0) for r in records]
-        + [(r.t_first, 1, 0, 1) for r in records if r.t_first is not None]
-        + [(r.t_end, 2, -1, -1 if r.t_first is not None else 0) for r in records]
+        [(t, 0, 1, 0) for t in tl.t_send]
+        + [(t, 1, 0, 1) for t in compress(tl.t0, has)]
+        + [(t, 2, -1, -1 if f else 0) for t, f in zip(tl.t_end, has, strict=True)]
     )
-    count = decoding = 0
+    n_flight = decoding = 0
     start: float | None = None
     below_since: float | None = None
     for t, _, d_flight, d_decoding in events:
-        count += d_flight
+        n_flight += d_flight
         decoding += d_decoding
         if start is None:
             if decoding >= d:
                 start = t
             continue
-        if count < d:
+        if n_flight < d:
             if below_since is None:
                 below_since = t
         elif below_since is not None:
@@ -393,77 +426,167 @@ def steady_window(
     return start, below_since
 
 
+def _steady_window(
+    tl: Timeline, d: int, max_dip_s: float, sends: Sequence[float], ends: Sequence[float]
+) -> tuple[float, float] | None:
+    """``_steady_window_events`` from the sorted sends and ends, without a list of events.
+
+    At equal times a send comes before a first token before an end. The window opens at the first
+    first-token event after which ``d`` requests are decoding: the j-th first token (sorted) has
+    j + 1 - (ends of decoding requests before it) decoding. From there on, the requests in flight
+    cross below d only at an end (after the i-th end: sends up to it - (i + 1)) and back at a send
+    (after the j-th send: j + 1 - ends strictly before it); the window closes at the first crossing
+    below whose way back takes longer than ``max_dip_s``, or at the last one when there is no way back.
+    """
+    has = tl.has_first
+    firsts = sorted(compress(tl.t0, has))
+    ends_decoding = sorted(compress(tl.t_end, has))
+    decoding = map(sub, count(1), map(partial(bisect_left, ends_decoding), firsts))
+    start = next(compress(firsts, map(ge, decoding, repeat(d))), None)
+    del firsts, ends_decoding
+    if start is None:
+        return None
+    if bisect_right(sends, start) - bisect_left(ends, start) < d:  # a first token before its send
+        return _steady_window_events(tl, d, max_dip_s)
+    after_end = map(sub, map(partial(bisect_right, sends), ends), count(1))
+    down = array("d", compress(ends, map(eq, after_end, repeat(d - 1))))
+    after_send = map(sub, count(1), map(partial(bisect_left, ends), sends))
+    up = array("d", compress(sends, map(eq, after_send, repeat(d))))
+    down = down[bisect_left(down, start):]
+    up = up[bisect_right(up, start):]
+    long_dip = next(compress(count(), map(gt, map(sub, up, down), repeat(max_dip_s))), None)
+    if long_dip is not None:
+        return start, down[long_dip]
+    below_since = down[len(up)] if len(down) > len(up) else None
+    if below_since is None or below_since <= start:
+        return None
+    return start, below_since
+
+
+def steady_window(
+    records: Sequence[RequestRecord] | Timeline,
+    concurrency: int,
+    max_dip_s: float = STEADY_MAX_DIP_S,
+    cap: int | None = None,
+    *,
+    sends: Sequence[float] | None = None,
+    ends: Sequence[float] | None = None,
+) -> tuple[float, float] | None:
+    """The span during which the server was saturated with this level's load, or None.
+
+    D = min(C, cap) requests can run at once (``cap``: the server's running-request limit, when
+    known). The window opens when the D-th request has its first token (the synchronized prefill
+    burst is over: D requests are decoding) and closes when fewer than D requests are left in flight
+    and that lasts over ``max_dip_s`` (a closed-loop user's hand-off from one request to its next
+    is no drop). With C above the cap the client keeps C in flight while the server runs ``cap``
+    and queues the rest, so the server stays saturated until fewer than ``cap`` are left.
+    ``sends``/``ends``: the sorted t_send and t_end, when the caller has them.
+    """
+    tl = _timeline(records)
+    d = min(concurrency, cap) if cap else concurrency
+    if d <= 0 or len(tl) < d:
+        return None
+    return _steady_window(tl, d, max_dip_s, sends if sends is not None else sorted(tl.t_send),
+                          ends if ends is not None else sorted(tl.t_end))  # fmt: skip
+
+
 def steady_tok_s(
-    records: Sequence[RequestRecord],
+    records: Sequence[RequestRecord] | Timeline,
     concurrency: int,
     max_dip_s: float = STEADY_MAX_DIP_S,
     min_window_s: float = STEADY_MIN_WINDOW_S,
     cap: int | None = None,
+    *,
+    sends: Sequence[float] | None = None,
+    ends: Sequence[float] | None = None,
 ) -> tuple[float | None, float | None]:
     """(tokens/s inside the steady window, window length): the rate the server sustains while
     saturated, without the prefill burst at the start and the drain at the end."""
-    window = steady_window(records, concurrency, max_dip_s, cap)
+    tl = _timeline(records)
+    window = steady_window(tl, concurrency, max_dip_s, cap, sends=sends, ends=ends)
     if window is None:
         return None, None
     a, b = window
     length = b - a
     if length < min_window_s:
         return None, length
-    tokens = sum(_tokens_in_window(r, a, b) for r in records)
-    return tokens / length, length
+    return sum(_window_tokens(tl, a, b)) / length, length
 
 
-def peak_in_flight(records: Sequence[RequestRecord]) -> int:
-    events = sorted([(r.t_send, 1) for r in records] + [(r.t_end, -1) for r in records], key=lambda e: (e[0], e[1]))
-    count = peak = 0
-    for _, delta in events:  # an end before a send at the same instant: a hand-off is no overlap
-        count += delta
-        peak = max(peak, count)
-    return peak
+def peak_in_flight(records: Sequence[RequestRecord] | Timeline, *, sends: Sequence[float] | None = None,
+                   ends: Sequence[float] | None = None) -> int:  # fmt: skip
+    """The most requests in flight at once; an end before a send at the same instant (a hand-off
+    is no overlap): after the j-th send (sorted), j + 1 - (ends at or before it) are in flight."""
+    if sends is None or ends is None:
+        tl = _timeline(records)
+        sends, ends = sorted(tl.t_send), sorted(tl.t_end)
+    return max(0, max(map(sub, count(1), map(partial(bisect_right, ends), sends)), default=0))
 
 
-def tok_s_series(records: Sequence[RequestRecord], bucket_s: float = SERIES_BUCKET_S) -> list[float]:
+def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = SERIES_BUCKET_S) -> list[float]:
     """Output tokens per second in consecutive buckets from the level's first send (the last,
-    partial bucket is divided by its own length). Tokens are placed as for the steady window: the
-    first event's at t_first, the rest spread evenly over (t_first, t_last]. Each record touches only
-    the buckets it overlaps, so a long level costs its request-seconds, not buckets x records."""
-    if not records:
+    partial bucket is divided by its own length), each request's tokens spread as in the steady
+    window (its first event's at t_first, the rest evenly up to t_last; a bucket's ends both count).
+
+    One pass over the requests: a request adds its first tokens to the bucket of t_first, its rate
+    to the buckets it spans (partial ones directly, whole ones through a running sum), so the cost
+    is the requests plus the buckets, not their product. The sums run in another order than a
+    bucket-by-bucket sum over the requests would: equal up to float rounding (~1e-12 relative).
+    """
+    tl = _timeline(records)
+    if not len(tl):
         return []
-    t0 = min(r.t_send for r in records)
-    t1 = max(r.t_end for r in records)
-    n = max(1, math.ceil((t1 - t0) / bucket_s))
-    tokens = [0.0] * n
+    t_lo, t_hi = min(tl.t_send), max(tl.t_end)
+    edges: list[float] = []  # bucket i is [edges[i], ends_[i]]
+    ends_: list[float] = []
+    for i in range(max(1, math.ceil((t_hi - t_lo) / bucket_s))):
+        a, b = t_lo + i * bucket_s, min(t_hi, t_lo + (i + 1) * bucket_s)
+        if b <= a:
+            break
+        edges.append(a)
+        ends_.append(b)
+    nb = len(edges)
+    if not nb:
+        return []
+    last = nb - 1
+    tokens = [0.0] * nb  # first-event tokens and partial buckets
+    rate_diff = [0.0] * (nb + 1)  # rate of the requests covering whole buckets, as differences
 
-    def at(t: float) -> int:
-        return min(n - 1, max(0, int((t - t0) / bucket_s)))
+    def bucket(t: float) -> int:
+        i = int((t - t_lo) // bucket_s)
+        return 0 if i < 0 else (last if i > last else i)
 
-    for r in records:
-        total = r.output_tokens
-        if total <= 0:
+    for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
+        if n <= 0:
             continue
-        a = r.t_first if r.t_first is not None else r.t_end
-        b = r.t_last if r.t_last is not None else a
-        k = min(total, max(1, r.first_event_tokens or 1))
-        span = b - a
-        if span <= 0 or total == k:
-            tokens[at(a)] += total
+        span = t1 - t0
+        mass = n if span <= 0 or n == k else k
+        if t_lo <= t0 <= t_hi:
+            i = bucket(t0)
+            tokens[i] += mass
+            if i and t0 == edges[i]:  # on a boundary: in both buckets, as [a, b] intervals are
+                tokens[i - 1] += mass
+        if mass == n:
             continue
-        tokens[at(a)] += k
-        rate = (total - k) / span
-        for i in range(at(a), at(b) + 1):
-            lo, hi = max(a, t0 + i * bucket_s), min(b, t0 + (i + 1) * bucket_s)
-            if hi > lo:
-                tokens[i] += rate * (hi - lo)
-    widths = [min(bucket_s, t1 - (t0 + i * bucket_s)) for i in range(n)]
-    return [tok / w for tok, w in zip(tokens, widths, strict=True) if w > 0]
-
-
-def _reasons(records: Iterable[RequestRecord]) -> dict[str, int]:
-    counts: Counter[str] = Counter()
-    for r in records:
-        if r.status != OK:
-            counts[f"{r.status}: {r.reason or 'no reason given'}"] += 1
-    return dict(counts)
+        rate = (n - k) / span
+        u, v = max(t0, t_lo), min(t1, t_hi)
+        if v <= u:
+            continue
+        iu, iv = bucket(u), bucket(v)
+        if iu == iv:
+            tokens[iu] += rate * (v - u)
+            continue
+        tokens[iu] += rate * (ends_[iu] - u)
+        tokens[iv] += rate * (v - edges[iv])
+        rate_diff[iu + 1] += rate
+        rate_diff[iv] -= rate
+    out = []
+    running = 0.0
+    for i in range(nb):
+        running += rate_diff[i]
+        width = ends_[i] - edges[i]
+        out.append((tokens[i] + running * width) / width)
+    return out
 
 
 def _token_note(fallback: int, ok: int) -> str | None:
@@ -475,66 +598,98 @@ def _token_note(fallback: int, ok: int) -> str | None:
     )
 
 
-def _output_mismatch(r: RequestRecord) -> bool:
-    return r.status != FAILED and r.output_tokens != r.requested_output_tokens
+def _fill_outcomes(s: LevelStats, c: LevelColumns) -> None:
+    s.sent = c.sent
+    s.ok, s.short, s.failed, s.rate_limited = c.ok, c.short, c.failed, c.rate_limited
+    s.output_tokens = c.output_tokens
+    s.token_sources = dict(c.token_sources)
+    s.output_mismatch = c.output_mismatch
+    s.prompt_mismatch = c.prompt_mismatch
+    s.requested_output_tokens = _mode(c.requested_output)
+    s.requested_prompt_tokens = _mode(c.requested_prompt)
+    s.reasons = dict(c.reasons)
 
 
-def _prompt_mismatch(r: RequestRecord) -> bool:
-    return r.prompt_tokens is not None and r.prompt_tokens != r.requested_prompt_tokens
-
-
-def _fill_outcomes(s: LevelStats, measured: list[RequestRecord]) -> None:
-    s.sent = len(measured)
-    s.ok = sum(r.status == OK for r in measured)
-    s.short = sum(r.status == SHORT for r in measured)
-    s.failed = sum(r.status == FAILED for r in measured)
-    s.rate_limited = sum(r.status == FAILED and r.http_status == 429 for r in measured)
-    s.output_tokens = sum(max(r.output_tokens, 0) for r in measured)
-    s.token_sources = dict(Counter(r.output_tokens_source for r in measured))
-    s.output_mismatch = sum(_output_mismatch(r) for r in measured)
-    s.prompt_mismatch = sum(_prompt_mismatch(r) for r in measured)
-    s.requested_output_tokens = _mode(r.requested_output_tokens for r in measured)
-    s.requested_prompt_tokens = _mode(r.requested_prompt_tokens for r in measured)
-    s.reasons = _reasons(measured)
-
-
-def _prompt_len(r: RequestRecord) -> int:
-    return r.prompt_tokens if r.prompt_tokens is not None else r.requested_prompt_tokens
-
-
-def _fill_throughput(s: LevelStats, measured: list[RequestRecord], cap: int | None = None) -> None:
-    wall = max(r.t_end for r in measured) - min(r.t_send for r in measured)
+def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, cap: int | None = None) -> None:
+    tl = c.timeline
+    wall = end - start
     s.wall_s = wall
     if wall > 0:
         s.agg_tok_s = s.output_tokens / wall
-        s.mean_concurrency = sum(r.e2e_s for r in measured) / wall
+        s.mean_concurrency = sum(tl.e2e) / wall
         s.req_s = s.ok / wall
-        s.input_tok_s = sum(_prompt_len(r) for r in measured) / wall
+        s.input_tok_s = c.input_tokens / wall
         s.total_tok_s = s.input_tok_s + s.agg_tok_s
-    s.peak_in_flight = peak_in_flight(measured)
-    s.tok_s_series = tok_s_series(measured)
-    s.steady_tok_s, s.steady_window_s = steady_tok_s(measured, s.concurrency, cap=cap)
+    sends, ends = sorted(tl.t_send), sorted(tl.t_end)
+    s.peak_in_flight = peak_in_flight(tl, sends=sends, ends=ends)
+    s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
+    del sends, ends
+    s.tok_s_series = tok_s_series(tl)
 
 
-def _fill_latency(s: LevelStats, ok: list[RequestRecord]) -> None:
-    s.per_req_tok_s = mean(r.output_tokens / r.e2e_s for r in ok if r.e2e_s > 0)
-    ttft = [r.ttft_s for r in ok]
-    tpot = [r.tpot_s for r in ok]
-    e2e = [r.e2e_s for r in ok]
-    s.ttft_p50_ms, s.ttft_p99_ms = _ms(percentile(ttft, 50)), _ms(percentile(ttft, 99))
-    s.tpot_p50_ms, s.tpot_p99_ms = _ms(percentile(tpot, 50)), _ms(percentile(tpot, 99))
-    s.e2e_p50_s, s.e2e_p99_s = percentile(e2e, 50), percentile(e2e, 99)
-    s.decode_tok_s_mean = mean(r.decode_tok_s for r in ok)
-    s.dists = {"ttft": dist_of(ttft), "tpot": dist_of(tpot), "e2e": dist_of(e2e),
-               "itl": dist_of_hist(histogram.merge(r.itl for r in ok))}  # fmt: skip
-    units = {r.itl_unit for r in ok if r.itl}
+def _sorted_dist(xs: array) -> tuple[Dist, array]:
+    ordered = array("d", sorted(xs))
+    return _dist(xs, ordered), ordered
+
+
+def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
+    s.per_req_tok_s = sum(c.per_req) / len(c.per_req) if c.per_req else None
+    dists: dict[str, Dist] = {}
+    for name, xs in (("ttft", c.ttft), ("tpot", c.tpot), ("e2e", c.e2e_ok)):
+        dists[name], ordered = _sorted_dist(xs)
+        p50, p99 = percentile_sorted(ordered, 50), percentile_sorted(ordered, 99)
+        del ordered
+        if name == "ttft":
+            s.ttft_p50_ms, s.ttft_p99_ms = _ms(p50), _ms(p99)
+        elif name == "tpot":
+            s.tpot_p50_ms, s.tpot_p99_ms = _ms(p50), _ms(p99)
+        else:
+            s.e2e_p50_s, s.e2e_p99_s = p50, p99
+    s.decode_tok_s_mean = sum(c.decode) / len(c.decode) if c.decode else None
+    s.dists = {"ttft": dists["ttft"], "tpot": dists["tpot"], "e2e": dists["e2e"], "itl": dist_of_hist(c.itl)}
+    units = set(c.itl_units)
     s.itl_unit = units.pop() if len(units) == 1 else ("mixed" if units else None)
-    s.prompt_tokens_mean = mean(r.prompt_tokens for r in ok)
-    s.chunk_fallback_ok = sum(r.output_tokens_source == SRC_CHUNKS for r in ok)
-    s.token_note = _token_note(s.chunk_fallback_ok, len(ok))
-    s.accept_length, s.accept_length_requests = accept_length_from_records(ok)
-    if s.accept_length is not None:
+    s.prompt_tokens_mean = c.prompt_sum / c.prompt_n if c.prompt_n else None
+    s.chunk_fallback_ok = c.chunk_fallback_ok
+    s.token_note = _token_note(c.chunk_fallback_ok, c.ok)
+    if c.verify_n:
+        s.accept_length, s.accept_length_requests = c.verify_tokens / c.verify_sum, c.verify_n
         s.accept_length_source = ACCEPT_FROM_RECORDS
+
+
+def level_stats(
+    c: LevelColumns,
+    concurrency: int,
+    repeat: int = 0,
+    *,
+    index: int | None = None,
+    status: str | None = None,
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+) -> LevelStats:
+    """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
+    s = LevelStats(
+        concurrency=concurrency,
+        repeat=repeat,
+        label=level_label(concurrency, repeat),
+        index=index,
+        status=status,
+        warmup=c.warmup,
+    )
+    if not c.sent:
+        return s
+    start, end = min(c.timeline.t_send), max(c.timeline.t_end)
+    _fill_outcomes(s, c)
+    if samples:
+        _fill_server(s, samples, start, end)
+    if s.server_running_max is not None and s.server_queued_max:
+        # The server queued part of this level: it ran at most what its gauge peaked at.
+        cap = min(cap or s.concurrency, int(s.server_running_max))
+    _fill_throughput(s, c, start, end, cap)
+    _fill_latency(s, c)
+    if samples and s.accept_length is None:
+        _fill_server(s, samples, start, end)
+    return s
 
 
 def summarize_level(
@@ -553,29 +708,8 @@ def summarize_level(
     ``status`` is that level's status in run.json, copied as is. ``samples`` are the run's
     server samples (any order; those outside the level's measured window are ignored).
     """
-    mine = [r for r in records if _belongs(r, concurrency, repeat, index)]
-    measured = [r for r in mine if _is_measured(r)]
-    s = LevelStats(
-        concurrency=concurrency,
-        repeat=repeat,
-        label=level_label(concurrency, repeat),
-        index=index,
-        status=status,
-        warmup=sum(r.phase == PHASE_WARMUP for r in mine),
-    )
-    if not measured:
-        return s
-    _fill_outcomes(s, measured)
-    if samples:
-        _fill_server(s, samples, min(r.t_send for r in measured), max(r.t_end for r in measured))
-    if s.server_running_max is not None and s.server_queued_max:
-        # The server queued part of this level: it ran at most what its gauge peaked at.
-        cap = min(cap or s.concurrency, int(s.server_running_max))
-    _fill_throughput(s, measured, cap)
-    _fill_latency(s, [r for r in measured if r.status == OK])
-    if samples and s.accept_length is None:
-        _fill_server(s, samples, min(r.t_send for r in measured), max(r.t_end for r in measured))
-    return s
+    cols = LevelColumns.of(r for r in records if _belongs(r, concurrency, repeat, index))
+    return level_stats(cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap)
 
 
 def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
@@ -615,6 +749,40 @@ def summarize_run(
     extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})
     for idx, c, rep in extra:
         s = summarize_level(records, c, rep, index=idx, samples=samples, cap=cap)
+        s.planned = False
+        out.append(s)
+    return out
+
+
+def summarize_columns(
+    groups: Mapping[GroupKey, LevelColumns],
+    levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+) -> list[LevelStats]:
+    """``summarize_run`` from columns per (level, concurrency, repeat) (``columns.read_columns``).
+
+    The same rows with the same figures; a run.json level without an index that matches several
+    groups gets them one after the other (not interleaved in file order, so its float sums can
+    differ from summarize_run's in the last bits).
+    """
+    samples = sorted(samples or [], key=lambda x: x.t)
+    plan = _plan(levels_meta)
+    out: list[LevelStats] = []
+    claimed: set[GroupKey] = set()
+    for lv in plan:
+        if lv.index is None:
+            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
+        else:
+            key = (lv.index, lv.concurrency, lv.repeat)
+            keys = [key] if key in groups else []
+        claimed.update(keys)
+        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
+        out.append(level_stats(cols, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
+                               cap=cap))  # fmt: skip
+    for key in sorted(k for k in groups if k not in claimed):
+        idx, c, rep = key
+        s = level_stats(groups[key], c, rep, index=idx, samples=samples, cap=cap)
         s.planned = False
         out.append(s)
     return out

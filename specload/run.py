@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specload.metrics import LevelStats, ServerSample, summarize_run
+from specload.columns import GroupKey, LevelColumns, read_columns
+from specload.metrics import LevelStats, ServerSample, summarize_columns
 from specload.records import RequestRecord, read_records
 from specload.rundir import (
     LOCUST_CSV,
@@ -39,12 +40,24 @@ class Run:
 
     run_dir: Path
     meta: dict[str, Any]  # run.json as read ({} when absent); typed code reads ``info``
-    records: list[RequestRecord]
     levels: list[LevelStats]
     crosscheck: list[str] = field(default_factory=list)  # record counts vs Locust's counts
     notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
     samples: list[ServerSample] = field(default_factory=list)  # server_samples.jsonl ([] when absent)
     info: RunMeta = field(default_factory=RunMeta)  # run.json, typed (RunMeta() when absent)
+    _records: list[RequestRecord] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every record as an object, read from records.jsonl on first use ([] when absent).
+
+        The figures never need it (they come from columns, see specload.columns): at ~1 KB a
+        record it is for small runs, tests and tools that want to look at single requests.
+        """
+        if self._records is None:
+            path = self.run_dir / RECORDS
+            self._records = read_records(str(path)) if path.exists() else []
+        return self._records
 
     @property
     def label(self) -> str:
@@ -73,12 +86,12 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _read_records(run_dir: Path, notices: list[str]) -> list[RequestRecord]:
+def _read_columns(run_dir: Path, notices: list[str]) -> dict[GroupKey, LevelColumns]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
-        return []
-    return read_records(str(path), notices)
+        return {}
+    return read_columns(str(path), notices)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:
@@ -100,10 +113,11 @@ def load_run(run_dir: str | Path) -> Run:
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
-    records = _read_records(d, notices)
+    groups = _read_columns(d, notices)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = summarize_run(records, info.levels, samples, cap=info.server.max_running)
-    return Run(d, meta, records, levels, crosscheck(d, levels), notices, samples, info)
+    levels = summarize_columns(groups, info.levels, samples, cap=info.server.max_running)
+    del groups  # the columns: what stays of a run is its figures
+    return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info)
 
 
 # ---------------------------------------------------------------- Locust cross-check

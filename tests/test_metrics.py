@@ -463,7 +463,7 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
     request-seconds, not buckets x records (a 20 000 s level once took minutes to report)."""
     import random
 
-    from specload.metrics import _tokens_in_window, tok_s_series
+    from specload.metrics import Timeline, _window_tokens, tok_s_series
 
     rnd = random.Random(5)
     recs = []
@@ -476,7 +476,7 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
     t0, t1 = min(r.t_send for r in recs), max(r.t_end for r in recs)
     for i, value in enumerate(series):
         a, b = t0 + i, min(t1, t0 + i + 1)
-        want = sum(_tokens_in_window(r, a, b) for r in recs) / (b - a)
+        want = sum(_window_tokens(Timeline.of(recs), a, b)) / (b - a)
         assert value == pytest.approx(want, rel=1e-6, abs=1e-6), i
     assert sum(v * min(1.0, t1 - (t0 + i)) for i, v in enumerate(series)) == pytest.approx(
         sum(r.output_tokens for r in recs), rel=1e-9)
