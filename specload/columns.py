@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import fields
 from operator import attrgetter, itemgetter
 from typing import Any
-
-import orjson
 
 from specload import histogram
 from specload.records import (
@@ -35,6 +33,7 @@ from specload.records import (
     _checked,
     read_notes,
 )
+from specload.rundir import read_jsonl
 
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
@@ -259,23 +258,6 @@ def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColum
     return groups
 
 
-def _lines(path: str, torn: list[int], counter: list[int]) -> Iterator[Any]:
-    """Each parsed line (as rundir.read_jsonl), counting torn lines and keeping the first numbers."""
-    loads = orjson.loads
-    bad = orjson.JSONDecodeError
-    with open(path, "rb") as f:
-        for no, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield loads(line)
-            except bad:
-                counter[0] += 1
-                if len(torn) < 6:
-                    torn.append(no)
-
-
 def read_columns(path: str, notes: list[str] | None = None) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
@@ -286,14 +268,13 @@ def read_columns(path: str, notes: list[str] | None = None) -> dict[GroupKey, Le
     """
     groups: dict[GroupKey, LevelColumns] = {}
     torn: list[int] = []
-    n_torn = [0]
     bad_records = 0
     first_bad: str | None = None
     bad_fields: dict[str, int] = {}
     num_types = _NUM_TYPES
     all_fields = _ALL_FIELDS
     get_used, get_numbers, get_not_null = _get_used, _get_numbers, _get_not_null
-    for d in _lines(path, torn, n_torn):
+    for d in read_jsonl(path, torn):
         if (
             type(d) is dict
             and d.keys() >= all_fields
@@ -316,5 +297,5 @@ def read_columns(path: str, notes: list[str] | None = None) -> dict[GroupKey, Le
             cols = groups[key] = LevelColumns()
         cols.add(*vals[3:])
     if notes is not None:
-        read_notes(notes, n_torn[0], torn, bad_records, first_bad, bad_fields)
+        read_notes(notes, len(torn), torn, bad_records, first_bad, bad_fields)
     return groups
