@@ -73,10 +73,8 @@ def prompt_ids(seed: int, n: int, length: int, pool: IdPool, shared_prefix: int 
     prefix cache on purpose), the rest distinct per n with overwhelming probability."""
     out: list[int] = []
     if shared_prefix:
-        draw = pool.sampler(random.Random(f"specload-prefix-{seed}"))
-        out = [draw() for _ in range(min(shared_prefix, length))]
-    draw = pool.sampler(random.Random(f"specload-{seed}-{n}"))
-    out.extend(draw() for _ in range(length - len(out)))
+        out = pool.draw(random.Random(f"specload-prefix-{seed}"), min(shared_prefix, length))
+    out.extend(pool.draw(random.Random(f"specload-{seed}-{n}"), length - len(out)))
     return out
 
 

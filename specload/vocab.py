@@ -92,6 +92,9 @@ class ServerTokenizer:
         return ids
 
 
+_FLAT_MAX = 4_000_000  # pools up to this many ids are kept as a list for O(1) draws (~32 MB at most)
+
+
 @dataclass(frozen=True)
 class IdPool:
     """Token ids a prompt may use, as sorted half-open ranges (a whole vocabulary stays small)."""
@@ -123,6 +126,28 @@ class IdPool:
             cum.append(total)
             total += b - a
         return starts, cum, total
+
+    @functools.cached_property
+    def _flat(self) -> list[int] | None:
+        """Every id of the pool in order, plus the last once more (``int(random() * size)`` may
+        round up to ``size`` with odds of about 2^-53); None for a pool too big to list."""
+        if self.size > _FLAT_MAX:
+            return None
+        out: list[int] = []
+        for a, b in self.ranges:
+            out.extend(range(a, b))
+        out.append(out[-1])
+        return out
+
+    def draw(self, rng: random.Random, n: int) -> list[int]:
+        """``n`` ids uniformly from the pool, in bulk: a 1000-id prompt costs the client ~0.15 ms of
+        CPU instead of ~1.2 ms one ``randrange`` at a time (make bench: per-request cost)."""
+        flat = self._flat
+        if flat is None or n <= 0:
+            one = self.sampler(rng)
+            return [one() for _ in range(n)]
+        rand, size = rng.random, len(flat) - 1
+        return [flat[int(rand() * size)] for _ in range(n)]
 
     def sampler(self, rng: random.Random) -> Any:
         """A function of no arguments that draws one id uniformly from the pool."""

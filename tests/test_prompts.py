@@ -131,3 +131,26 @@ def test_source_overhead_is_taken_off_the_units() -> None:
     words = PromptSource(TEXT, "t", words=("a", "b"), overhead=12)
     assert len(str(make_prompt(words, 0, 1, 100)).split()) == 88
     assert PromptSource.from_wire(ids.to_wire()) == ids and PromptSource.from_wire(words.to_wire()) == words
+
+
+def test_pool_draws_in_bulk_uniformly_and_only_from_the_pool() -> None:
+    import random
+    from collections import Counter
+
+    pool = IdPool.from_ids([*range(10, 20), *range(100, 110)])
+    counts = Counter(pool.draw(random.Random(1), 40_000))
+    assert set(counts) == set(range(10, 20)) | set(range(100, 110))  # every id, nothing else
+    assert max(counts.values()) < 2300 and min(counts.values()) > 1700  # 2000 each, +-~4.5 sd
+    assert pool.draw(random.Random(1), 5) == pool.draw(random.Random(1), 5)  # reproducible
+    assert pool.draw(random.Random(1), 0) == []
+
+
+def test_a_pool_too_big_to_list_still_draws(monkeypatch: pytest.MonkeyPatch) -> None:
+    import random
+
+    import specload.vocab as vocab
+
+    monkeypatch.setattr(vocab, "_FLAT_MAX", 5)
+    pool = IdPool.from_ids([1, 2, 3, 50, 51, 52, 53])
+    ids = pool.draw(random.Random(2), 500)
+    assert set(ids) <= {1, 2, 3, 50, 51, 52, 53} and len(set(ids)) == 7
