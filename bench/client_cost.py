@@ -42,6 +42,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specload import simproc
+from specload.simproc import SimProcess, stop_process
+
 REPO = Path(__file__).resolve().parent.parent
 
 TTFT_MS = 50.0
@@ -266,41 +269,9 @@ def pinning() -> tuple[list[str], list[str], str]:
     return ["taskset", "-c", str(a)], ["taskset", "-c", str(b)], f"simulator on CPU {a}, Locust on CPU {b}"
 
 
-def start_sim(prefix: list[str], itl_ms: float, max_running: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    cmd = [*prefix, sys.executable, "-m", "specload.sim", "--port", "0", "--model", "m",
-           "--ttft-ms", str(TTFT_MS), "--itl-ms", str(itl_ms), "--max-running", str(max_running)]  # fmt: skip
-    with open(log, "wb") as errf:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, cwd=REPO, env=child_env())
-    assert proc.stdout is not None
-    line = b""
-    deadline = time.monotonic() + 30
-    os.set_blocking(proc.stdout.fileno(), False)
-    buf = b""
-    while time.monotonic() < deadline and proc.poll() is None:
-        chunk = proc.stdout.read() or b""
-        buf += chunk
-        if b"\n" in buf:
-            line = buf.split(b"\n", 1)[0]
-            break
-        time.sleep(0.02)
-    text = line.decode(errors="replace")
-    if "listening on " not in text:
-        stop(proc)
-        raise RuntimeError(f"simulator did not start: {text!r}; see {log}")
-    return proc, text.strip().rsplit("listening on ", 1)[1]
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a child of ours by its PID: SIGTERM, then SIGKILL."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    if proc.stdout is not None:
-        proc.stdout.close()
+def start_sim(prefix: list[str], itl_ms: float, max_running: int) -> SimProcess:
+    args = ["--model", "m", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(itl_ms), "--max-running", str(max_running)]
+    return simproc.start_sim(args, timeout=30, prefix=prefix, env=child_env())
 
 
 def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[str]) -> LevelResult:
@@ -311,25 +282,25 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
     tag = f"c{lv.concurrency}-itl{lv.itl_ms:g}-L{lv.output_tokens}"
     work = out / tag
     work.mkdir(parents=True, exist_ok=True)
-    sim, url = start_sim(sim_prefix, lv.itl_ms, max(4 * lv.concurrency, 64), work / "sim.log")
+    sim = start_sim(sim_prefix, lv.itl_ms, max(4 * lv.concurrency, 64))
     try:
-        cmd = [*client_prefix, sys.executable, "-m", "specload", "sweep", "--host", url, "--out", str(work),
+        cmd = [*client_prefix, sys.executable, "-m", "specload", "sweep", "--host", sim.url, "--out", str(work),
                "--label", tag, "--levels", str(lv.concurrency), "--input-tokens", str(lv.input_tokens),
                "--output-tokens", str(lv.output_tokens), "--requests-per-level", str(lv.concurrency * lv.waves),
                "--warmup-requests", str(lv.concurrency * lv.short_waves), "--warmup-output-tokens", "1",
                "--read-timeout", "120", "--format", "plain"]  # fmt: skip
         with open(work / "sweep.log", "wb") as log:
             sweep = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env())
-            sampler = Sampler(sweep.pid, sim.pid)
+            sampler = Sampler(sweep.pid, sim.proc.pid)
             sampler.start()
             try:
                 code = sweep.wait(timeout=600)
             finally:
                 sampler.stop.set()
                 sampler.join()
-                stop(sweep)
+                stop_process(sweep)
     finally:
-        stop(sim)
+        sim.stop()
     dirs = [d for d in work.iterdir() if d.is_dir()]
     if code != 0 or len(dirs) != 1:
         text = (work / "sweep.log").read_text(errors="replace")

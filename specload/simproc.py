@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,13 +41,17 @@ class SimProcess:
         stop_process(self.proc, timeout)
 
 
-def start_sim(args: list[str], timeout: float = 20.0) -> SimProcess:
-    """Run ``python -m specload.sim --port 0 ARGS`` and return once it listens."""
+def start_sim(
+    args: list[str], timeout: float = 20.0, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> SimProcess:
+    """Run ``python -m specload.sim --port 0 ARGS`` and return once it listens. ``prefix`` runs it
+    under a launcher (``taskset -c 0`` pins it to a core for a benchmark); ``env``: its environment."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specload.sim", "--port", "0", *args],
+        [*prefix, sys.executable, "-m", "specload.sim", "--port", "0", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env=None if env is None else dict(env),
     )
     found: list[str] = []
     seen: list[str] = []
