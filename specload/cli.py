@@ -15,11 +15,13 @@ import argparse
 import sys
 from pathlib import Path
 
+from specload.capacity import SearchSpace
 from specload.config import FLAG_FIELDS
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
     LaunchError,
     SweepSettings,
+    run_capacity,
     run_sweep,
     run_ui,
     run_worker,
@@ -63,6 +65,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return _die(e.code, str(e))
 
 
+def cmd_capacity(args: argparse.Namespace) -> int:
+    space = SearchSpace("concurrency", args.start, args.min, args.max, args.tolerance, args.max_probes)
+    try:
+        return run_capacity(settings(args), space, args.format).exit_code
+    except LaunchError as e:
+        return _die(e.code, str(e))
+
+
 def cmd_ui(args: argparse.Namespace) -> int:
     try:
         return run_ui(settings(args), args.web_host, args.web_port, web_auth=not args.no_web_auth)
@@ -101,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("sweep", help="run a headless sweep and print the per-level table")
+    p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    p.add_argument("--format", default="github", help="table format of the final report")
+    p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
+    _add_run_flags(p)
+
+    p = sub.add_parser("capacity", help="search the highest concurrency that meets --slo (one run, levels "
+                       "chosen as it goes: doubling from --start, then bisection)")  # fmt: skip
+    p.add_argument("--start", type=int, default=8, help="first concurrency probed (default 8)")
+    p.add_argument("--min", type=int, default=1, help="lowest concurrency probed (default 1)")
+    p.add_argument("--max", type=int, default=512, help="highest concurrency probed (default 512)")
+    p.add_argument("--tolerance", type=float, default=0.0,
+                   help="stop when the bracket is within this fraction of its lower end (default 0: one apart)")  # fmt: skip
+    p.add_argument("--max-probes", type=int, default=12, help="most levels the search runs (default 12)")
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
@@ -152,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "locustfile":
         print(locustfile_path())
         return 0
-    handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
+    handler = {"sweep": cmd_sweep, "capacity": cmd_capacity, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
     return handler[args.command](args)
 
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from specload.resources import builtin_scenario, builtin_scenarios
+from specload.slo import SloError, parse_slo
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -81,6 +82,18 @@ def _model(source: str, name: str, value: Any) -> str | None:
     return value
 
 
+
+
+def _slo(source: str, name: str, value: Any) -> str | None:
+    """An SLO (``ttft_p99=2s,tpot_p50=50ms``) in canonical form; None (or "") for none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _expect(source, name, "a string like ttft_p99=2s,tpot_p50=50ms", value)
+    try:
+        return parse_slo(value).text
+    except SloError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e}") from None
 
 
 def _choice(*allowed: str) -> Check:
@@ -300,6 +313,11 @@ class Scenario:
     metrics_interval_s: float = _f(
         1.0, help="Seconds between samples of the server's /metrics (0: off)",
         check=_number(), flag="--metrics-interval",
+    )  # fmt: skip
+    slo: str | None = _f(
+        None, help="Service-level objective, e.g. ttft_p99=2s,tpot_p50=50ms (ttft, tpot, itl, e2e; p50, p90, p95, "
+        "p99, p99.9 or mean; ms or s): per level the share of requests that met it, goodput, and whether the "
+        "level met it", check=_slo, flag="--slo",
     )  # fmt: skip
     extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
 

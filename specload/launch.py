@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specload.capacity import KIND_CONCURRENCY, SearchSpace
 from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.http import check_host
 from specload.output import is_known_format
@@ -245,6 +246,26 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOu
     ]  # fmt: skip
     print(f"specload: run directory {run_dir}", flush=True)
     return _outcome(run_dir, run_locust(cmd), report_format)
+
+
+def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None = "github") -> SweepOutcome:
+    """``specload capacity``: one run whose levels the search picks (specload.capacity), then its
+    report, which ends with the answer. Raises LaunchError before any run (no SLO, bad space)."""
+    sc, _ = check_settings(s)
+    if not sc.slo:
+        raise LaunchError(EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)")
+    if "levels" in s.overrides:
+        raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max)")
+    try:
+        space.check()
+    except ValueError as e:
+        raise LaunchError(EXIT_USAGE, f"capacity search: {e}") from None
+    if space.kind != KIND_CONCURRENCY:
+        raise LaunchError(EXIT_USAGE, "capacity search: only concurrency levels can be probed yet")
+    overrides = {**s.overrides, "levels": [int(space.start)]}  # run.json's scenario: where the search began
+    _ensure_open_files(int(space.maximum), s.processes)
+    args = [*s.locust_args, "--capacity-search", space.to_option()]
+    return run_sweep(replace(s, overrides=overrides, locust_args=args), report_format)
 
 
 def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> SweepOutcome:

@@ -22,6 +22,8 @@ RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
     ("run_dir", "--run-dir", "", "Exact run directory to write (default: <results-dir>/<label>-<UTC time>)", False),
     ("results_dir", "--results-dir", "results", "Where new run directories are made", False),
     ("label", "--label", "", "Run label, first part of the run directory name (default: scenario name)", True),
+    ("capacity_search", "--capacity-search", "", "Search the highest load meeting --slo instead of sweeping "
+     "--levels (KIND:START:MIN:MAX:TOLERANCE:PROBES, as `specload capacity` passes it)", False),
 ]  # fmt: skip
 
 SEND_KEY_FLAG, SEND_KEY_DEST = "--send-key-to-new-host", "send_key_to_new_host"

@@ -21,6 +21,7 @@ from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.backends import get_backend
+from specload.capacity import CAPACITY_JSON, CapacityRun, SearchSpace, verdict_text
 from specload.clientcheck import (
     ACTIVE_PHASES,
     MASTER,
@@ -74,8 +75,10 @@ from specload.rundir import (
     ServerInfo,
     claim_run_dir,
     new_run_dir,
+    write_json_atomic,
     write_run_meta,
 )
+from specload.slo import Slo, SloTally, parse_slo
 from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
@@ -101,6 +104,7 @@ class ResolvedRun:
     label: str
     server: dict[str, Any]
     items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
+    capacity: CapacityRun | None = None  # a capacity search (specload capacity) instead of the scenario's levels
 
 
 class SweepOwner:
@@ -132,6 +136,9 @@ class SweepOwner:
         self.traffic: dict[int, LevelTraffic] = {}
         self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
         self._run_dir_used = False
+        self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
+        self.slo_tallies: dict[int, SloTally] = {}
+        self.capacity: CapacityRun | None = None
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
@@ -166,7 +173,10 @@ class SweepOwner:
         self.outstanding, self._lost = {}, set()
         self.client_load, self.traffic, self._in_flight = {}, {}, {}
         sc = run.scenario
-        self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
+        self.slo, self.slo_tallies, self.capacity = parse_slo(sc.slo) if sc.slo else None, {}, run.capacity
+        plans = [run.capacity.first_plan()] if run.capacity is not None else plan_levels(sc)
+        self.ctrl = SweepController(plans, sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s,
+                                    open_ended=run.capacity is not None)  # fmt: skip
         self.meta = self._run_meta(run)
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
@@ -177,6 +187,10 @@ class SweepOwner:
             run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
             ",".join(map(str, sc.levels)), self.run_dir,
         )  # fmt: skip
+        if self.capacity is not None:
+            sp = self.capacity.space
+            logger.info("capacity search under the SLO %s: from %g (min %g, max %g, at most %d probes); each probe "
+                        "is a level of its own", self.capacity.slo, sp.start, sp.minimum, sp.maximum, sp.max_probes)  # fmt: skip
         return True
 
     def _resolve(self) -> ResolvedRun:
@@ -214,7 +228,19 @@ class SweepOwner:
         if items:
             prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
-        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items)
+        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
+
+    def _capacity_run(self, sc: Scenario) -> CapacityRun | None:
+        """The capacity search --capacity-search asks for (specload capacity), or None for a sweep."""
+        text = getattr(self.env.parsed_options, "capacity_search", "") or ""
+        if not text:
+            return None
+        if not sc.slo:
+            raise CannotStart("a capacity search needs an SLO (--slo ttft_p99=2s,...)")
+        try:
+            return CapacityRun(SearchSpace.from_option(text), parse_slo(sc.slo), sc)
+        except ValueError as e:
+            raise CannotStart(str(e)) from None
 
     def _send_key(self, host: str) -> bool:
         """Whether this run's requests (probes included) carry the API key: to the host given at
@@ -394,6 +420,9 @@ class SweepOwner:
         self.meta.status = status
         self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
         self.meta.ended_at = time.time()
+        if self.capacity is not None:
+            self.capacity.search.stop()  # an unfinished search ends with the bracket it has
+            self._write_capacity()
         self.write_meta()
         self.release_reserve()
         self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
@@ -473,6 +502,8 @@ class SweepOwner:
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
                 rec.t_send, rec.t_end, rec.phase == PHASE_MEASURE, rec.status == FAILED
             )
+        if self.slo is not None and rec.phase == PHASE_MEASURE:
+            self.slo_tallies.setdefault(rec.level, SloTally(self.slo)).add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
                 self.writer.write(m.record)
@@ -591,6 +622,7 @@ class SweepOwner:
                 self._clocks_for_level()
             elif change == Change.DONE:
                 self._log_level_done()
+                self._capacity_step()
             elif change == Change.OUTAGE:
                 self._watch_outage()
             elif change == Change.RESUMED:
@@ -603,6 +635,32 @@ class SweepOwner:
                 logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()
+
+    def _capacity_step(self) -> None:
+        """A capacity search: the level just done is judged, and the next one appended (or the search ends)."""
+        if self.capacity is None or self.ctrl is None or self.ctrl.finished or not self.ctrl.open_ended:
+            return
+        lv = next(x for x in reversed(self.ctrl.levels) if x.status == LevelStatus.COMPLETED)
+        fig = self.client_figures(lv.plan.index)
+        try:
+            plan, line = self.capacity.level_done(lv.plan.index, self.slo_tallies.get(lv.plan.index),
+                                                  fig.flag() if fig is not None else None)  # fmt: skip
+        except (ValueError, NotImplementedError) as e:
+            plan, line = None, f"capacity: the search stopped: {e}"
+        logger.info("%s", line)
+        if plan is not None:
+            self.ctrl.append(plan)
+        else:
+            self.ctrl.close()
+        self._write_capacity()
+
+    def _write_capacity(self) -> None:
+        if self.capacity is None or self.run_dir is None:
+            return
+        try:
+            write_json_atomic(os.path.join(self.run_dir, CAPACITY_JSON), self.capacity.to_json())
+        except OSError as e:
+            self._cannot_write(CAPACITY_JSON, e)
 
     def _watch_outage(self) -> None:
         """A refused connection: hold new requests and check the server with growing pauses; the
@@ -646,6 +704,8 @@ class SweepOwner:
         fig = self.client_figures(p.index)
         flag = fig.flag() if fig is not None else None
         client = f"; {flag}" if flag else "; client ok" if fig is not None else ""
+        if self.slo is not None and self.capacity is None:  # (a capacity search says it in its own line)
+            client += f"; {verdict_text((self.slo_tallies.get(p.index) or SloTally(self.slo)).result())}"
         logger.log(logging.WARNING if flag else logging.INFO,
                    "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
                    "%d tokens, agg %s tok/s over %.1f s%s",
