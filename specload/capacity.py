@@ -63,7 +63,7 @@ class SearchSpace:
     minimum: float = 1
     maximum: float = 512
     tolerance: float = 0.0
-    max_probes: int = 12
+    max_probes: int = 16
 
     @property
     def integer(self) -> bool:
@@ -552,7 +552,7 @@ class CapacityRecord:
         if isinstance(sp, Mapping):
             try:
                 space = SearchSpace(str(sp.get("kind")), float(sp["start"]), float(sp["minimum"]), float(sp["maximum"]),
-                                    float(sp.get("tolerance", 0.0)), int(sp.get("max_probes", 12)))  # fmt: skip
+                                    float(sp.get("tolerance", 0.0)), int(sp.get("max_probes", 16)))  # fmt: skip
             except (KeyError, TypeError, ValueError):
                 space = None
         probes = (

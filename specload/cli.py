@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=int, default=512, help="highest concurrency probed (default 512)")
     p.add_argument("--tolerance", type=float, default=0.0,
                    help="stop when the bracket is within this fraction of its lower end (default 0: one apart)")  # fmt: skip
-    p.add_argument("--max-probes", type=int, default=12, help="most levels the search runs (default 12)")
+    p.add_argument("--max-probes", type=int, default=16, help="most levels the search runs (default 16: enough for 1..512)")
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")

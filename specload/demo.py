@@ -57,7 +57,7 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
         return None
     lo = int(cap.lo) if cap.lo is not None else 1
     hi = int(cap.hi) if cap.hi is not None else max(levels)
-    space = SearchSpace("concurrency", lo, lo, max(hi, lo), DEMO_CAPACITY_TOLERANCE, 12)
+    space = SearchSpace("concurrency", lo, lo, max(hi, lo), DEMO_CAPACITY_TOLERANCE)
     print(f"\n--- {preset}: its sweep met the SLO at C={lo} and missed it at C={hi}; searching between ---", flush=True)
     sim = start_sim(sim_args(preset))
     try:

@@ -202,7 +202,7 @@ def count_inside_noise(over: int, n: int, q: float) -> bool:
 
 def requests_to_settle(q: float) -> int:
     """The fewest requests that, with none over the threshold, tell a q-th percentile below it
-    outside the noise: the smallest n with (q/100)^n <= ALPHA/2 (367 for p99, 35 for p90)."""
+    outside the noise: the smallest n with (q/100)^n <= ALPHA/2 (368 for p99, 36 for p90)."""
     return math.ceil(math.log(ALPHA / 2) / math.log(q / 100.0))
 
 
