@@ -62,7 +62,8 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     # The verdicts read back from records.jsonl are the ones the sweep judged live.
     for probe, s in zip(doc["probes"], run.levels, strict=True):
         assert s.slo is not None
-        assert (probe["slo"]["good"], probe["slo"]["sent"], probe["met"]) == (s.slo.good, s.slo.sent, s.slo.met)
+        live = (probe["slo"]["good"], probe["slo"]["sent"], probe["met"])
+        assert live == (s.slo.good, s.slo.sent, s.slo.met)
     at8, at9 = run.levels[1].slo, run.levels[5].slo
     assert at8 is not None and at9 is not None
     assert at8.good == at8.sent == 16 and at8.targets[0].value_s < 0.15  # ~100 ms: every request on time
@@ -100,7 +101,8 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     assert "cap12 fails at C=13 on TTFT p99" in text and "max_running_requests (12)" in text
     md = (tmp_path / "cmp" / "comparison.md").read_text()
     assert "## Capacity under the SLO ttft_p99=200ms" in md and text in md
-    assert result.pareto is not None and result.pareto.name == "pareto.png" and result.pareto.stat().st_size > 0
+    assert result.pareto is not None and result.pareto.name == "pareto.png"
+    assert result.pareto.stat().st_size > 0
     pts = result.comparison.slo.pareto["cap8"]
     assert [p.x for p in pts] == [4, 8, 9, 10, 12, 16] and all(p.user_tok_s > 90 for p in pts)  # ~1 / 10 ms
     assert [p.met for p in pts] == [True, True, False, False, False, False]
