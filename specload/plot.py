@@ -165,6 +165,9 @@ def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None =
     fig = Figure(figsize=(8, 6), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
+    placed: list[tuple[float, float]] = []  # labels so far, to stack the labels of points that coincide
+    span_x = max((p.agg_tok_s for pts in slo.pareto.values() for p in pts), default=1.0) or 1.0
+    span_y = max((p.user_tok_s for pts in slo.pareto.values() for p in pts), default=1.0) or 1.0
     for run in comparison.runs:
         pts = sorted(slo.pareto.get(run.label, []), key=lambda p: p.x)
         if not pts:
@@ -175,8 +178,10 @@ def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None =
             hollow = p.met is False
             ax.plot([p.agg_tok_s], [p.user_tok_s], marker="o", linestyle="", color=color,
                     markerfacecolor="white" if hollow else color)  # fmt: skip
-            ax.annotate(_x_label(p.x), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4), textcoords="offset points",
-                        fontsize=8, color=color)  # fmt: skip
+            near = sum(1 for x, y in placed if abs(x - p.agg_tok_s) < 0.03 * span_x and abs(y - p.user_tok_s) < 0.03 * span_y)
+            placed.append((p.agg_tok_s, p.user_tok_s))
+            ax.annotate(_x_label(p.x), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4 + 10 * near),
+                        textcoords="offset points", fontsize=8, color=color)  # fmt: skip
     if slo.floor_tok_s is not None and slo.slo is not None:
         target = slo.slo.target("tpot")
         ax.axhline(slo.floor_tok_s, linestyle="--", color="grey", linewidth=1)
