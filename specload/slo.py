@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -335,14 +336,15 @@ class SloTally:
     first_send: float | None = None
     last_end: float | None = None
     # per target (in slo order): each measured request's own value, +inf when failed/short/missing
-    values: list[list[float]] = field(default_factory=list)
+    # (8 bytes a request and target: a run of millions of requests stays small)
+    values: list[array] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
     itl: histogram.Hist = field(default_factory=dict)  # the OK requests' gaps, merged (the level's ITL)
     itl_requests: int = 0  # OK requests with gaps
 
     def __post_init__(self) -> None:
         if not self.values:
-            self.values = [[] for _ in self.slo.targets]
+            self.values = [array("d") for _ in self.slo.targets]
             self.missing = [0] * len(self.slo.targets)
 
     def add(self, status: str, t_send: float, t_end: float, output_tokens: int, ttft: float | None,
