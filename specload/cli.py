@@ -1,6 +1,6 @@
-"""The ``specload`` command: sweep, ui, worker, report, compare, sim, demo.
+"""The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo.
 
-``sweep`` and ``ui`` check everything they can before any traffic (scenario fields, host URL,
+``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
 ``specload.launch``). The scenario flags are made from the field table in ``specload.config``, the
 same table that makes Locust's options and the web UI's form.
