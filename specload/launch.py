@@ -256,6 +256,8 @@ def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None
         raise LaunchError(EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)")
     if "levels" in s.overrides:
         raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max)")
+    if sc.repeat != 1:
+        raise LaunchError(EXIT_USAGE, "--repeat: a capacity search probes each level once (run it again to repeat)")
     try:
         space.check()
     except ValueError as e:

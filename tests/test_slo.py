@@ -89,10 +89,17 @@ def test_bad_slo_flag_exits_2_before_any_traffic() -> None:
     assert out.returncode == 2, out.stderr
     assert "field 'slo'" in out.stderr and "ms or s" in out.stderr
     out = subprocess.run(
-        specload_cmd("capacity", "--host", "http://127.0.0.1:1", "--levels", "1,2"),
+        specload_cmd("capacity", "--host", "http://127.0.0.1:1"),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 2 and "needs an SLO" in out.stderr, out.stderr
+    for flags, says in ((("--levels", "1,2"), "picks its own levels"), (("--repeat", "2"), "probes each level once"),
+                        (("--start", "0"), "0 < minimum <= start")):  # fmt: skip
+        out = subprocess.run(
+            specload_cmd("capacity", "--host", "http://127.0.0.1:1", "--slo", "ttft_p99=1s", *flags),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert out.returncode == 2 and says in out.stderr, (flags, out.stderr)
 
 
 # ---------------------------------------------------------------- per request
