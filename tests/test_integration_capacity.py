@@ -66,7 +66,7 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
         assert live == (s.slo.good, s.slo.sent, s.slo.met)
     at8, at9 = run.levels[1].slo, run.levels[5].slo
     assert at8 is not None and at9 is not None
-    assert at8.good == at8.sent == 16 and at8.targets[0].value_s < 0.15  # ~100 ms: every request on time
+    assert at8.good == at8.sent == 16 and at8.targets[0].value_s < 0.2  # ~100 ms: every request on time
     assert at9.targets[0].value_s > 0.3 and at9.good < at9.sent  # the queued ones missed it
     assert at9.goodput_req_s == pytest.approx(at9.good / at9.wall_s)
     report = (a / "report.md").read_text()
@@ -104,5 +104,9 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     assert result.pareto is not None and result.pareto.name == "pareto.png"
     assert result.pareto.stat().st_size > 0
     pts = result.comparison.slo.pareto["cap8"]
-    assert [p.x for p in pts] == [4, 8, 9, 10, 12, 16] and all(p.user_tok_s > 90 for p in pts)  # ~1 / 10 ms
+    assert [p.x for p in pts] == [4, 8, 9, 10, 12, 16]
+    # Per-user tok/s is 1 / the level's TPOT p50 (the SLO has no TPOT target): the simulator's 10 ms
+    # a token, as the report measured it.
+    tpot_p50 = {s.concurrency: s.dists["tpot"].p[50.0] for s in run.levels}
+    assert [p.user_tok_s for p in pts] == pytest.approx([1 / tpot_p50[p.x] for p in pts])
     assert [p.met for p in pts] == [True, True, False, False, False, False]
