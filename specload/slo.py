@@ -341,11 +341,14 @@ class SloTally:
     missing: list[int] = field(default_factory=list)
     itl: histogram.Hist = field(default_factory=dict)  # the OK requests' gaps, merged (the level's ITL)
     itl_requests: int = 0  # OK requests with gaps
+    # an ITL target: only then is each request's gap histogram read
+    _gaps: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.values:
             self.values = [array("d") for _ in self.slo.targets]
             self.missing = [0] * len(self.slo.targets)
+        self._gaps = any(t.metric == "itl" for t in self.slo.targets)
 
     def add(self, status: str, t_send: float, t_end: float, output_tokens: int, ttft: float | None,
             tpot: float | None, e2e: float | None, itl: Any) -> None:  # fmt: skip
@@ -357,7 +360,9 @@ class SloTally:
         if not ok:
             self.bad += 1
         good = ok
-        hist = histogram.merge([itl]) if isinstance(itl, list) else (itl or {})
+        hist: histogram.Hist = {}
+        if ok and self._gaps and itl:
+            hist = histogram.merge([itl]) if isinstance(itl, list) else itl
         for i, t in enumerate(self.slo.targets):
             v = request_value(t.metric, t.q, ttft, tpot, e2e, hist) if ok else None
             if ok and v is None:
@@ -365,7 +370,7 @@ class SloTally:
             if v is None or v > t.threshold_s:
                 good = False
             self.values[i].append(math.inf if v is None else v)
-        if ok and hist and any(t.metric == "itl" for t in self.slo.targets):
+        if hist:
             for b, c in hist.items():
                 self.itl[b] = self.itl.get(b, 0) + c
             self.itl_requests += 1
