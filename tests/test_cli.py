@@ -32,7 +32,8 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
     # A value different from the default, typed on `specload sweep`, arrives in the same field of
     # the Scenario that the Locust child resolves from the flags it is given.
     samples = {int: "7", float: "2.5", str: "m1"}
-    special = {"backend": "chat", "levels": "3,5", "token_id_range": "5:500", "dataset_lengths": "fixed"}
+    special = {"backend": "chat", "levels": "3,5", "token_id_range": "5:500", "dataset_lengths": "fixed",
+               "rates": "0.5,2", "arrival": "gamma"}
     value = special.get(spec.name, samples[spec.option_type])
     s = settings(sweep_args(spec.flag, value))
     argv = scenario_locust_flags(s)
