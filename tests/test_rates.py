@@ -204,3 +204,21 @@ def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> N
     ch = result.comparison.per_req["fast"]
     assert all(c.pct is not None and c.pct > 20 for c in ch)  # ITL 10 -> 5 ms: much faster per request
     assert math.isfinite(run.levels[0].per_req_tok_s or math.nan)
+
+
+def test_arrivals_above_capacity_queue_at_the_server(sim, tmp_path: Path) -> None:
+    """20 req/s into a server that runs 2 requests at once (capacity 2 / 0.29 s = 6.9 req/s): the
+    client keeps to its schedule (no late sends), the server queues, and each TTFT is the FIFO
+    queue's answer: request k starts at s_k = max(a_k, s_{k-2} + E2E), TTFT = s_k - a_k + TTFT."""
+    n, rate = 16, 20.0
+    run_dir = _sweep(sim, tmp_path, "--rates", str(rate), "--arrival", "constant", "--requests-per-level", str(n),
+                     "--max-in-flight", "32", sim_args=("--max-running", "2"))  # fmt: skip
+    (s,) = load_run(run_dir).levels
+    assert s.sent == s.ok == n and s.late == 0
+    starts: list[float] = []
+    for k in range(n):
+        a = k / rate
+        starts.append(max(a, starts[k - 2] + E2E_S) if k >= 2 else a)
+    ttfts = sorted(st - k / rate + TTFT_MS / 1000 for k, st in enumerate(starts))
+    got = sorted(r.ttft_s for r in load_run(run_dir).records if r.phase == PHASE_MEASURE)  # type: ignore[misc]
+    assert got == pytest.approx(ttfts, abs=0.03)
