@@ -67,6 +67,8 @@ class RequestSpec:
     repeat: int
     requested_output_tokens: int
     requested_prompt_tokens: int
+    t_sched: float | None = None  # rate levels: when the request was due
+    rate: float | None = None  # the level's requests/s (None: a concurrency level)
 
 
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
@@ -104,7 +106,7 @@ def stream_request(
             reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
             output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
             requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
-            worker=worker, repeat=spec.repeat,
+            worker=worker, repeat=spec.repeat, t_sched=spec.t_sched, rate=spec.rate,
         )  # fmt: skip
 
 
@@ -300,4 +302,6 @@ def _record(
         spec_verify_ct=parser.spec_verify_ct,
         worker=worker,
         repeat=spec.repeat,
+        t_sched=spec.t_sched,
+        rate=spec.rate,
     )

@@ -33,7 +33,7 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
     # the Scenario that the Locust child resolves from the flags it is given.
     samples = {int: "7", float: "2.5", str: "m1"}
     special = {"backend": "chat", "levels": "3,5", "token_id_range": "5:500", "dataset_lengths": "fixed",
-               "slo": "ttft_p99=2s"}  # fmt: skip
+               "rates": "0.5,2", "arrival": "gamma", "slo": "ttft_p99=2s"}
     value = special.get(spec.name, samples[spec.option_type])
     s = settings(sweep_args(spec.flag, value))
     argv = scenario_locust_flags(s)
