@@ -12,8 +12,8 @@ sweep with ``--slo``): ``capacity_of`` gives the bracket (met at x=lo, failed at
 the verdict at either end is inside the noise (specload.slo). docs/metrics.md, "Capacity", has the
 definitions; this module only applies them.
 
-x is a number: a concurrency (an integer) today, a request rate (req/s, a float) once levels can
-be rates: ``probe_plan`` is the one place that turns an x into a level.
+x is a number: a concurrency (an integer) or a request rate (req/s, a float; ``--rates``):
+``probe_plan`` is the one place that turns an x into a level.
 """
 
 from __future__ import annotations
@@ -202,14 +202,33 @@ class CapacitySearch:
         return float(nxt)
 
 
-def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelPlan:
-    """The level that probes ``x``: a short level with the scenario's own budget rule and warmup.
+RATE_TOLERANCE = 0.05  # a rate search's default: stop when the bracket is within 5 % of its lower end
 
-    Rate levels plug in here: ``space.kind == KIND_RATE`` becomes a LevelPlan with the rate x
-    (req/s) once levels.py has them; the search itself already works on floats.
-    """
-    if space.kind != KIND_CONCURRENCY:
-        raise NotImplementedError("rate levels are not in levels.py yet: a LevelPlan with rate x goes here")
+
+def search_space(sc: Scenario, start: float | None = None, minimum: float = 1, maximum: float = 512,
+                 tolerance: float | None = None, max_probes: int = 16) -> SearchSpace:  # fmt: skip
+    """The space ``specload capacity`` searches: concurrency, or request rates when the scenario has
+    rate levels (``--rates R``: the search starts at R unless ``start`` says otherwise). ValueError
+    when it does not hold together."""
+    if len(sc.rates) > 1 and start is None:
+        raise ValueError(f"--rates: give one rate to start the search from (or --start), got {sc.rates}")
+    if sc.rates:
+        first = sc.rates[0] if start is None else start
+        return SearchSpace(KIND_RATE, float(first), float(minimum), float(maximum),
+                           RATE_TOLERANCE if tolerance is None else tolerance, max_probes).check()  # fmt: skip
+    return SearchSpace(KIND_CONCURRENCY, 8 if start is None else start, minimum, maximum,
+                       0.0 if tolerance is None else tolerance, max_probes).check()  # fmt: skip
+
+
+def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelPlan:
+    """The level that probes ``x``: a short level with the scenario's own budget rule and warmup,
+    a concurrency level (C users, closed loop) or a rate level (x requests/s, open loop, with the
+    scenario's arrival process and user pool)."""
+    if space.kind == KIND_RATE:
+        return LevelPlan(index=index, concurrency=sc.pool(), repeat=0, budget=sc.rate_budget(x),
+                         warmup=sc.warmup_requests, duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens,
+                         output_tokens=sc.output_tokens, rate=x, arrival=sc.arrival, burstiness=sc.burstiness,
+                         seed=sc.seed)  # fmt: skip
     c = int(x)
     return LevelPlan(index=index, concurrency=c, repeat=0, budget=sc.budget(c), warmup=sc.warmup_requests,
                      duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens, output_tokens=sc.output_tokens)  # fmt: skip
@@ -365,11 +384,16 @@ def limit_reason(c: Capacity, limits: ServerLimits) -> str | None:
         why.append(f"{fmt_x(c.kind, c.hi)} is above the server's max_running_requests ({cap}{reset}), so the "
                    f"excess requests wait in its queue" + (f" (up to {queued:.0f} waiting)" if queued else ""))  # fmt: skip
     elif queue_hit and queued > 0:
-        kv = f" (KV cache of {limits.kv_tokens} tokens)" if limits.kv_tokens else ""
-        where = f" below its max_running_requests ({cap})" if cap is not None else ""
-        why.append(
-            f"the server queued requests{where} (up to {queued:.0f} waiting): its memory{kv} held fewer"
-        )
+        full = cap is not None and limits.running_max is not None and limits.running_max >= cap
+        if full:
+            why.append(f"the server ran its max_running_requests ({cap}) at once and queued the rest (up to "
+                       f"{queued:.0f} waiting)")  # fmt: skip
+        elif cap is not None and limits.running_max is not None:
+            kv = f" (KV cache of {limits.kv_tokens} tokens)" if limits.kv_tokens else ""
+            why.append(f"the server queued requests below its max_running_requests ({cap}) (up to {queued:.0f} "
+                       f"waiting, at most {limits.running_max:.0f} running): its memory{kv} held fewer")  # fmt: skip
+        else:
+            why.append(f"the server queued requests (up to {queued:.0f} waiting)")
     for r in failed:
         if r.target.metric not in _DECODE_METRICS:
             continue

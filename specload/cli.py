@@ -15,10 +15,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from specload.capacity import SearchSpace
-from specload.config import FLAG_FIELDS
+from specload.capacity import search_space
+from specload.config import FLAG_FIELDS, ScenarioError
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
+    EXIT_USAGE,
     LaunchError,
     SweepSettings,
     run_capacity,
@@ -66,9 +67,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    space = SearchSpace("concurrency", args.start, args.min, args.max, args.tolerance, args.max_probes)
+    s = settings(args)
     try:
-        return run_capacity(settings(args), space, args.format).exit_code
+        sc = s.scenario()
+        space = search_space(sc, args.start, args.min, args.max, args.tolerance, args.max_probes)
+    except ScenarioError as e:
+        return _die(EXIT_USAGE, str(e))
+    except ValueError as e:
+        return _die(EXIT_USAGE, f"capacity search: {e}")
+    try:
+        return run_capacity(s, space, args.format).exit_code
     except LaunchError as e:
         return _die(e.code, str(e))
 
@@ -116,13 +124,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
     _add_run_flags(p)
 
-    p = sub.add_parser("capacity", help="search the highest concurrency that meets --slo (one run, levels "
-                       "chosen as it goes: doubling from --start, then bisection)")  # fmt: skip
-    p.add_argument("--start", type=int, default=8, help="first concurrency probed (default 8)")
-    p.add_argument("--min", type=int, default=1, help="lowest concurrency probed (default 1)")
-    p.add_argument("--max", type=int, default=512, help="highest concurrency probed (default 512)")
-    p.add_argument("--tolerance", type=float, default=0.0,
-                   help="stop when the bracket is within this fraction of its lower end (default 0: one apart)")  # fmt: skip
+    p = sub.add_parser("capacity", help="search the highest concurrency (or, with --rates R, request rate) that "
+                       "meets --slo: one run, levels chosen as it goes: doubling from --start, then bisection")  # fmt: skip
+    p.add_argument("--start", type=float, default=None,
+                   help="first level probed (default: C=8; with --rates R, R requests/s)")  # fmt: skip
+    p.add_argument("--min", type=float, default=1, help="lowest level probed (default 1)")
+    p.add_argument("--max", type=float, default=512, help="highest level probed (default 512)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="stop when the bracket is within this fraction of its lower end (default: concurrency "
+                        "one apart; rates 0.05)")  # fmt: skip
     p.add_argument("--max-probes", type=int, default=16, help="most levels the search runs (default 16: enough for 1..512)")
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")

@@ -255,17 +255,21 @@ def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None
     if not sc.slo:
         raise LaunchError(EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)")
     if "levels" in s.overrides:
-        raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max)")
+        raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max; "
+                                      "--rates R to search a request rate from R)")  # fmt: skip
     if sc.repeat != 1:
         raise LaunchError(EXIT_USAGE, "--repeat: a capacity search probes each level once (run it again to repeat)")
     try:
         space.check()
     except ValueError as e:
         raise LaunchError(EXIT_USAGE, f"capacity search: {e}") from None
-    if space.kind != KIND_CONCURRENCY:
-        raise LaunchError(EXIT_USAGE, "capacity search: only concurrency levels can be probed yet")
-    overrides = {**s.overrides, "levels": [int(space.start)]}  # run.json's scenario: where the search began
-    _ensure_open_files(int(space.maximum), s.processes)
+    # run.json's scenario: where the search began
+    if space.kind == KIND_CONCURRENCY:
+        overrides = {**s.overrides, "levels": [int(space.start)]}
+        _ensure_open_files(int(space.maximum), s.processes)
+    else:
+        overrides = {**s.overrides, "rates": [space.start]}
+        _ensure_open_files(sc.pool(), s.processes)
     args = [*s.locust_args, "--capacity-search", space.to_option()]
     return run_sweep(replace(s, overrides=overrides, locust_args=args), report_format)
 

@@ -147,13 +147,13 @@ def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = 
     return out
 
 
-def _x_label(x: float) -> str:
-    return f"C={x:.0f}" if float(x).is_integer() else f"{x:.3g}/s"
+def _x_label(x: float, axis: Axis) -> str:
+    return f"{x:g} req/s" if axis.rate else f"C={x:.0f}"
 
 
 def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None = None) -> Path | None:
     """The trade-off picture: per-user decode tok/s (y) against aggregate tok/s (x), one point per
-    level labelled with its C, one curve per run; the SLO's per-user floor (1 / its TPOT threshold)
+    level labelled with its C (or request rate), one curve per run; the SLO's per-user floor (1 / its TPOT threshold)
     as a dashed line. A filled point met the SLO, a hollow one did not. Up and to the right is
     better: a run whose curve lies above another's serves each user faster at the same aggregate
     throughput. Returns None (after one line on stderr) without matplotlib.
@@ -185,7 +185,7 @@ def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None =
                     markerfacecolor="white" if hollow else color)  # fmt: skip
             near = sum(1 for x, y in placed if abs(x - p.agg_tok_s) < 0.03 * span_x and abs(y - p.user_tok_s) < 0.03 * span_y)
             placed.append((p.agg_tok_s, p.user_tok_s))
-            ax.annotate(_x_label(p.x), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4 + 10 * near),
+            ax.annotate(_x_label(p.x, comparison.axis), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4 + 10 * near),
                         textcoords="offset points", fontsize=8, color=color)  # fmt: skip
     if slo.floor_tok_s is not None and slo.slo is not None:
         target = slo.slo.target("tpot")

@@ -226,14 +226,14 @@ def render_slo(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     if not judged:
         return None
     slo = judged[0].slo.slo  # type: ignore[union-attr]
-    headers = ["C", *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets), "Met", "Good", "Good %",
-               "Goodput req/s", "Goodput tok/s"]  # fmt: skip
+    headers = [_x_header(judged), *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets), "Met", "Good",
+               "Good %", "Goodput req/s", "Goodput tok/s"]  # fmt: skip
     rows = []
     for s in judged:
         r = s.slo
         assert r is not None
         share = None if r.good_share is None else r.good_share * 100
-        rows.append([_c_cell(s), *(target_cell(t) for t in r.targets), slo_met_cell(r), f"{r.good}/{r.sent}",
+        rows.append([_x_cell(s), *(target_cell(t) for t in r.targets), slo_met_cell(r), f"{r.good}/{r.sent}",
                      fmt_num(share, 1), fmt_num(r.goodput_req_s, 2), fmt_num(r.goodput_tok_s, 1)])  # fmt: skip
     return render_table(headers, rows, fmt, align_right=False)
 

@@ -19,6 +19,7 @@ from typing import Any
 from specload.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
+    KIND_RATE,
     Capacity,
     CapacityRecord,
     ServerLimits,
@@ -87,13 +88,15 @@ class Run:
         """The highest level that met the SLO, bracketed (specload.capacity.capacity_of); None without an SLO."""
         if self.slo is None:
             return None
-        return capacity_of([(s.concurrency, s.slo) for s in self.levels], KIND_CONCURRENCY)
+        kind = KIND_RATE if any(s.rate is not None for s in self.levels) else KIND_CONCURRENCY
+        return capacity_of([(s.x, s.slo) for s in self.levels], kind)
 
-    def limits_at(self, concurrency: float | None) -> ServerLimits:
+    def limits_at(self, x: float | None) -> ServerLimits:
         """What the server said about its limits (run.json ``server``), with its sampled queue and
-        running gauges at ``concurrency`` (the max over repeats): what explains a capacity."""
+        running gauges at the level ``x`` (a concurrency or a rate; the max over repeats): what
+        explains a capacity."""
         srv = self.info.server
-        at = [s for s in self.levels if concurrency is not None and s.concurrency == concurrency]
+        at = [s for s in self.levels if x is not None and s.x == x]
         queued = [s.server_queued_max for s in at if s.server_queued_max is not None]
         running = [s.server_running_max for s in at if s.server_running_max is not None]
         kv = srv.get("max_total_num_tokens")

@@ -27,6 +27,7 @@ from specload.capacity import (
     describe,
     limit_reason,
     probe_plan,
+    search_space,
 )
 from specload.config import Scenario
 from specload.levels import Change, LevelPlan, SweepController
@@ -152,8 +153,32 @@ def test_probe_plan_uses_the_scenarios_budget_and_warmup() -> None:
     sc = Scenario(warmup_requests=2, output_tokens=100, warmup_output_tokens=10)
     plan = probe_plan(sc, SearchSpace(), 24, 3)
     assert plan == LevelPlan(3, 24, 0, 48, 2, None, 10, 100)
-    with pytest.raises(NotImplementedError, match="rate"):
-        probe_plan(sc, SearchSpace(KIND_RATE, 1.0, 0.5, 10.0, 0.05), 2.0, 0)
+    # A rate probe: x requests/s, the scenario's arrivals, its user pool and its rate budget.
+    rsc = Scenario(warmup_requests=1, rates=[4.0], arrival="constant", max_in_flight=32, rate_window_s=10.0)
+    plan = probe_plan(rsc, SearchSpace(KIND_RATE, 4.0, 0.5, 64.0, 0.05), 6.5, 2)
+    assert (plan.index, plan.rate, plan.arrival, plan.concurrency, plan.budget, plan.warmup) == (
+        2, 6.5, "constant", 32, 65, 1,
+    )  # fmt: skip
+    assert plan.x == 6.5
+
+
+def test_search_space_follows_the_scenario() -> None:
+    sp = search_space(Scenario())
+    assert (sp.kind, sp.start, sp.minimum, sp.maximum, sp.tolerance, sp.max_probes) == (
+        "concurrency",
+        8,
+        1,
+        512,
+        0.0,
+        16,
+    )
+    sp = search_space(Scenario(rates=[4.0]), minimum=0.5)
+    assert (sp.kind, sp.start, sp.minimum, sp.tolerance) == (KIND_RATE, 4.0, 0.5, 0.05)
+    assert search_space(Scenario(rates=[4.0, 8.0]), start=2).start == 2
+    with pytest.raises(ValueError, match="one rate to start"):
+        search_space(Scenario(rates=[4.0, 8.0]))
+    with pytest.raises(ValueError, match="whole numbers"):
+        search_space(Scenario(), start=2.5)
 
 
 # ---------------------------------------------------------------- the answer from levels
@@ -207,9 +232,16 @@ def test_limit_reason_names_the_running_request_cap() -> None:
     assert why == ("fails at C=49 on TTFT p90 2 s > 1 s: C=49 is above the server's max_running_requests (48, with "
                    "NEXTN speculation), so the excess requests wait in its queue (up to 1 waiting)")  # fmt: skip
     # Queued below the cap: the memory held fewer.
-    why = limit_reason(c, ServerLimits(max_running=64, kv_tokens=300000, queued_max=3))
-    assert (
-        why is not None and "queued requests below its max_running_requests (64)" in why and "300000" in why
+    why = limit_reason(c, ServerLimits(max_running=64, kv_tokens=300000, queued_max=3, running_max=40))
+    assert why is not None and "queued requests below its max_running_requests (64)" in why
+    assert "at most 40 running" in why and "300000" in why
+    # A request rate beyond what the server runs at once: it ran its cap and queued the rest.
+    r = capacity_of([(20.0, PASS), (28.0, FAIL)], KIND_RATE)
+    assert r is not None
+    why = limit_reason(r, ServerLimits(max_running=8, queued_max=5, running_max=8))
+    assert why == (
+        "fails at 28 req/s on TTFT p90 2 s > 1 s: the server ran its max_running_requests (8) at once "
+        "and queued the rest (up to 5 waiting)"
     )
     # A TPOT failure is the batch slowing decoding, with the value where it still met it.
     fast = level(0.5, slo="tpot_p50=50ms")

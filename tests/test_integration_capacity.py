@@ -110,3 +110,34 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     tpot_p50 = {s.concurrency: s.dists["tpot"].p[50.0] for s in run.levels}
     assert [p.user_tok_s for p in pts] == pytest.approx([1 / tpot_p50[p.x] for p in pts])
     assert [p.met for p in pts] == [True, True, False, False, False, False]
+
+
+def test_capacity_search_over_request_rates(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--rates R``: the search runs over requests/s (open loop, constant arrivals, 60 requests a probe).
+
+    The server above runs at most 8 requests of 0.29 s at once: it completes at most 8 / 0.29 = 27.6
+    requests/s. Below that every request starts at once (TTFT ~100 ms); above it a queue builds up
+    over the level, by 60 × (1 − 27.6 / r) requests by its end, each waiting 0.29 / 8 s per request
+    ahead of it, so the level's TTFT p99 (between its two slowest) passes 200 ms once about 2.8
+    requests wait: r ≈ 28.9. The capacity is between 27.6 and 28.9 req/s; the search stops with its
+    bracket within 10 % (--tolerance 0.1), so it ends with lo in 25..29 and hi in 27..32."""
+    server = sim(*_sim_args(8))
+    out = subprocess.run(
+        specload_cmd("capacity", "--host", server.url, "--slo", SLO, "--rates", "16", "--max", "32", "--tolerance",
+                     "0.1", "--arrival", "constant", "--max-in-flight", "32", "--requests-per-level", "60",
+                     "--label", "rates", *FLAGS, "--out", str(tmp_path)),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "capacity: 16 req/s met the SLO" in log and "capacity: 32 req/s missed the SLO" in log
+    run_dir = _only(tmp_path)
+    doc = json.loads((run_dir / "capacity.json").read_text())
+    assert doc["space"]["kind"] == "rate" and doc["status"] == "bracketed", doc
+    lo, hi = doc["lo"], doc["hi"]
+    assert 25 <= lo <= 29 and 27 <= hi <= 32 and hi - lo <= 0.1 * lo, (lo, hi)
+    run = load_run(run_dir)
+    assert all(s.rate is not None for s in run.levels)
+    cap = run.capacity()
+    assert cap is not None and (cap.kind, cap.lo, cap.hi) == ("rate", lo, hi)
+    assert f"meets the SLO up to {lo:g} req/s" in (run_dir / "report.md").read_text()
