@@ -114,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specload", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("sweep", help="run a headless sweep and print the per-level table")
+    p = sub.add_parser("sweep", help="run a headless sweep (on a terminal: a live progress line per level) and "
+                       "print the per-level table")  # fmt: skip
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
     # A display option, not a scenario field: it changes what is printed, never what is measured

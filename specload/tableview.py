@@ -92,8 +92,9 @@ def columns_help() -> str:
     """The ``--columns`` help text, the same for every command that prints a table."""
     sets = "; ".join(f"{s}: {', '.join(f.title for f in PRIORITY if s in f.sets and f.key not in AXES)}" for s in SETS)
     return (f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
-            f"width), '{ALL}', sets ({sets}) or single columns by name, combined with commas "
-            f"(e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json keep every column")  # fmt: skip
+            f"width; not on a terminal: $COLUMNS, else {DEFAULT_WIDTH}), '{ALL}', sets ({sets}) or single columns "
+            f"by name, combined with commas (e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json "
+            f"keep every column")  # fmt: skip
 
 
 @dataclass(frozen=True)
