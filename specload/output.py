@@ -4,6 +4,8 @@
 this is the one place that dispatches on it, so the two commands accept the same formats and
 treat a missing value the same way (``-`` in a table, an empty CSV cell, null or absent in JSON).
 Cells arrive pre-formatted, so the rounding a caller chose is exactly what is printed.
+What a terminal gets of a wide table (``render_view``: the columns specload.tableview keeps for its
+width or ``--columns``, laid out compactly) is decided here too; files get ``render_table``'s whole.
 """
 
 from __future__ import annotations
