@@ -133,5 +133,5 @@ def render_view(
         choice = choose(keys, view, lambda cols: _width(table(cols)))
         text = table(choice.shown)
     if choice.hidden:
-        text += "\n\n" + hidden_note(choice.hidden, view.width, kept_in)
+        text += "\n\n" + hidden_note(choice.hidden, view.width, kept_in, choice.hidden_columns(len(headers)))
     return text

@@ -153,10 +153,14 @@ def view_for(columns: str | None, width: int | None = None) -> TableView:
 
 @dataclass(frozen=True)
 class Choice:
-    """The columns to print (indices into the table's, in its order) and the titles of those hidden."""
+    """The columns to print (indices into the table's, in its order) and the titles of the figures
+    hidden (one title for all the columns of a figure: compare's Agg tok/s of each run and its change)."""
 
     shown: tuple[int, ...]
     hidden: tuple[str, ...]
+
+    def hidden_columns(self, n_columns: int) -> int:
+        return n_columns - len(self.shown)
 
 
 def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int]], int]) -> Choice:
@@ -186,9 +190,10 @@ def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int
     return Choice(shown, hidden)
 
 
-def hidden_note(hidden: Sequence[str], width: int | None, kept_in: str) -> str:
-    """One line naming the hidden columns and how to see them, cut (with "...") to ``width``."""
-    n = len(hidden)
+def hidden_note(hidden: Sequence[str], width: int | None, kept_in: str, n: int | None = None) -> str:
+    """One line naming the hidden figures (``n`` columns in all; default: one each) and how to see
+    them, cut (with "...") to ``width``."""
+    n = len(hidden) if n is None else n
     head = f"{n} more column{'s' if n > 1 else ''} with --columns {ALL} (or in {kept_in}): "
     names = ", ".join(hidden)
     if width is None or len(head) + len(names) <= width:
