@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 
 import pytest
 
@@ -162,3 +163,40 @@ def test_terminal_handlers_are_the_stream_handlers_of_that_stream(tmp_path) -> N
         for h in (on_term, on_other, to_file):
             lg.removeHandler(h)
         to_file.close()
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_owners_bar_redraws_under_the_log_lines_and_gives_the_handlers_back() -> None:
+    import gevent
+
+    from specload.locust.progressbar import start_progress
+
+    assert start_progress(lambda: None, io.StringIO()) is None  # not a terminal: no bar, handlers untouched
+    c, clk = measuring([4], output_tokens=50)
+    term = _Tty()
+    handler = logging.StreamHandler(term)
+    lg = logging.getLogger("specload.test_progress_bar")
+    lg.addHandler(handler)
+    lg.propagate = False
+    try:
+        bar = start_progress(lambda: c, term)
+        assert bar is not None and handler.stream is not term  # the handler now writes around the line
+        gevent.sleep(0.3)  # one redraw at least
+        lg.warning("a log line")
+        drawn = term.getvalue()
+        bar.stop()
+        assert handler.stream is term
+        line = render(snap(c, clk), 80)  # a StringIO has no size: 80 columns (the clock stands still)
+        assert line.startswith("level 1/1 c004 [......")
+        blank = "\r" + " " * len(line) + "\r"
+        assert re.fullmatch(f"(\\r{re.escape(line)})+{re.escape(blank)}a log line\n\\r{re.escape(line)}", drawn), drawn
+        assert term.getvalue() == drawn + blank  # stopped: the line is blanked, nothing drawn after
+        lg.warning("after")
+        assert term.getvalue() == drawn + blank + "after\n"  # the handler writes straight to the terminal again
+    finally:
+        lg.removeHandler(handler)
+        lg.propagate = True

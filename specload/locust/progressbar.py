@@ -20,6 +20,8 @@ import gevent
 from specload.levels import Phase, SweepController
 from specload.progress import TerminalLine, render, snapshot, terminal_handlers
 
+logger = logging.getLogger("specload")
+
 REDRAW_S = 0.25
 FALLBACK_WIDTH = 80
 _SHOWN = (Phase.RAMPING, Phase.WARMUP, Phase.MEASURE, Phase.DRAINING)
@@ -67,7 +69,13 @@ class ProgressBar:
 
     def _run(self) -> None:
         while True:
-            self.line.show(self.text())
+            try:
+                self.line.show(self.text())
+            except Exception as e:  # noqa: BLE001 - a progress line must never stop a sweep
+                self._greenlet = None
+                self._release()
+                logger.warning("progress line stopped: %r (the log lines go on)", e)
+                return
             gevent.sleep(REDRAW_S)
 
     def stop(self) -> None:
@@ -75,6 +83,9 @@ class ProgressBar:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
             self._greenlet = None
+        self._release()
+
+    def _release(self) -> None:
         self.line.clear()
         for h, original in self._handlers:
             h.setStream(original)
