@@ -32,7 +32,7 @@ class LevelSnapshot:
 
     index: int  # 0-based
     levels: int  # levels in the sweep
-    label: str  # c016, c016.r1 (records.level_label)
+    label: str  # c016, c016.r1, rate2 (records.level_label, as the log lines name it)
     concurrency: int
     phase: str  # a levels.Phase value
     done: int  # measured requests back (ok, short or failed)
@@ -57,7 +57,7 @@ def snapshot(lv: LevelProgress, levels: int, now: float) -> LevelSnapshot:
         return None if t is None else max(0.0, now - t)
 
     return LevelSnapshot(
-        index=p.index, levels=levels, label=level_label(p.concurrency, p.repeat), concurrency=p.concurrency,
+        index=p.index, levels=levels, label=level_label(p.concurrency, p.repeat, p.rate), concurrency=p.concurrency,
         phase=lv.phase.value, done=lv.received, budget=p.budget, duration_s=p.duration_s,
         warmup_done=lv.received_warmup, warmup=p.warmup, in_flight=lv.in_flight, failed=lv.failed,
         tokens=lv.tokens, elapsed_s=since(lv.t_start) or 0.0, measure_s=since(lv.t_measure_start),

@@ -125,6 +125,12 @@ def test_the_line_fits_the_width(width: int, expected: str) -> None:
     assert len(line) <= width - 1  # never the last column: some terminals wrap there
 
 
+def test_a_rate_level_is_named_as_its_log_lines_name_it() -> None:
+    c, clk = controller(Scenario(rates=[2.5], requests=10))
+    c.tick(0)
+    assert render(snap(c, clk), 100).startswith("level 1/1 rate2.5 starting ")
+
+
 def test_clock() -> None:
     assert [clock(None), clock(0), clock(4.4), clock(59.6), clock(754), clock(3723)] == [
         "?", "00:00", "00:04", "01:00", "12:34", "1:02:03",

@@ -6,6 +6,7 @@ every optional column: accept length and the server's running/queued samples); n
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import shlex
 import shutil
@@ -72,8 +73,8 @@ def note(text: str) -> str | None:
 def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
     assert len(RANK) == len(PRIORITY)  # each key once
     assert {c.key for c in LEVEL_COLUMNS} <= set(FIGURES)
-    assert [f.key for f in PRIORITY[:6]] == ["c", "agg", "per_req", "tokens", "wall", "ok"]  # the seed first
-    assert [f.key for f in PRIORITY[6:12]] == ["fail", "short", "429", "ttft_p50", "tpot_p50", "srv_queue_max"]
+    assert [f.key for f in PRIORITY[:7]] == ["rate", "c", "agg", "per_req", "tokens", "wall", "ok"]  # the seed first
+    assert [f.key for f in PRIORITY[7:14]] == ["fail", "short", "429", "late", "ttft_p50", "tpot_p50", "srv_queue_max"]
     assert all(any(s in f.sets for f in PRIORITY) for s in SETS)
 
 
@@ -87,21 +88,22 @@ def test_compare_columns_have_keys(pair: tuple[Path, Path]) -> None:
 @pytest.mark.parametrize(
     ("text", "keys"),
     [
-        ("seed", {"c", "agg", "per_req", "tokens", "wall", "ok"}),
-        ("latency", {"c", *LATENCY}),
-        ("server", {"c", "accept", "srv_run_max", "srv_run_mean", "srv_queue_max", "srv_queue_mean", "srv_run_queue"}),
-        ("failures", {"c", "ok", "fail", "short", "429"}),
-        ("throughput", {"c", "steady", "req_s", "mean_conc"}),
+        ("seed", {"agg", "per_req", "tokens", "wall", "ok"}),
+        ("latency", {*LATENCY}),
+        ("server", {"accept", "srv_run_max", "srv_run_mean", "srv_queue_max", "srv_queue_mean", "srv_run_queue"}),
+        ("failures", {"ok", "fail", "short", "429", "late"}),
+        ("throughput", {"steady", "req_s", "mean_conc"}),
         ("all", set(FIGURES)),
         ("ALL", set(FIGURES)),
-        ("seed,latency", {"c", "agg", "per_req", "tokens", "wall", "ok", *LATENCY}),
-        ("agg, fail,srv_queue_max", {"c", "agg", "fail", "srv_queue_max"}),  # single columns by key
-        ("TTFT p50,Srv queue max,Per-req tok/s", {"c", "ttft_p50", "srv_queue_max", "per_req"}),  # or by title
+        ("seed,latency", {"agg", "per_req", "tokens", "wall", "ok", *LATENCY}),
+        ("agg, fail,srv_queue_max", {"agg", "fail", "srv_queue_max"}),  # single columns by key
+        ("TTFT p50,Srv queue max,Per-req tok/s", {"ttft_p50", "srv_queue_max", "per_req"}),  # or by title
         ("auto", None),
     ],
 )
 def test_parse_columns(text: str, keys: set[str] | None) -> None:
-    assert parse_columns(text) == (None if keys is None else frozenset(keys))
+    # The levels' own column (C, or a rate level's Rate) comes with every choice.
+    assert parse_columns(text) == (None if keys is None else frozenset(keys) | {"rate", "c"})
 
 
 @pytest.mark.parametrize(
@@ -319,3 +321,12 @@ def test_make_sweep_passes_columns_through_args() -> None:
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("/nonexistent/bin/specload sweep"))
     args = build_parser().parse_args(shlex.split(line)[1:])
     assert (args.command, args.host, args.columns) == ("sweep", "http://h:1", "all")
+
+
+def test_rate_levels_keep_their_rate_column(mtp: Run) -> None:
+    levels = [dataclasses.replace(s, rate=float(2 * (i + 1))) for i, s in enumerate(mtp.levels)]
+    text = render_levels(levels, "github", TableView(width=80))
+    assert header(text)[:3] == ["Rate (req/s)", "C", "Agg tok/s"]  # the levels' own columns, always
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    latency = render_levels(levels, "github", view_for("latency", 80))
+    assert header(latency)[:3] == ["Rate (req/s)", "C", "TTFT p50 (ms)"]
