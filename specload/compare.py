@@ -33,15 +33,14 @@ from specload.output import (
     fmt_num,
     fmt_pct,
     is_known_format,
-)
-from specload.output import (
-    render_table as render_cells,
+    render_view,
 )
 from specload.plot import plot_comparison, plot_pareto
 from specload.run import RUN_SLO, NotARunDir, Run, load_run
 from specload.rundir import read_run_meta, safe_name
 from specload.slo import Slo, SloError, parse_slo
 from specload.slo_compare import good_share, goodput_tok_s, level_met
+from specload.tableview import WHOLE, TableView, columns_help, view_for
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -76,23 +75,29 @@ def _has_server(comp: Comparison) -> bool:
     return _has(comp, "server_running_max") or _has(comp, "server_queued_max")
 
 
-def table_columns(comp: Comparison) -> list[str]:
-    cols = ["Req/s" if comp.axis.rate else "C"]
-    cols += [f"Agg tok/s {r.label}" for r in comp.runs] + [f"Δ agg {t.label}" for t in comp.treatments]
-    cols += [f"Per-req tok/s {r.label}" for r in comp.runs] + [f"Δ per-req {t.label}" for t in comp.treatments]
-    cols += [f"TTFT p50 (ms) {r.label}" for r in comp.runs]
-    cols += [f"TTFT p99 (ms) {r.label}" for r in comp.runs]
-    cols += [f"TPOT p50 (ms) {r.label}" for r in comp.runs] + [f"Δ TPOT {t.label}" for t in comp.treatments]
+def _columns(comp: Comparison) -> list[tuple[str, str]]:
+    """(header, key in tableview.PRIORITY) of each column, in order."""
+    runs, ts = comp.runs, comp.treatments
+    cols = [("Req/s" if comp.axis.rate else "C", "c")]  # the level axis
+    cols += [(f"Agg tok/s {r.label}", "agg") for r in runs] + [(f"Δ agg {t.label}", "agg") for t in ts]
+    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [(f"Δ per-req {t.label}", "per_req") for t in ts]
+    cols += [(f"TTFT p50 (ms) {r.label}", "ttft_p50") for r in runs]
+    cols += [(f"TTFT p99 (ms) {r.label}", "ttft_p99") for r in runs]
+    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [(f"Δ TPOT {t.label}", "tpot_p50") for t in ts]
     if _has(comp, "itl_p99_ms_mean"):
-        cols += [f"ITL p99 (ms) {r.label}" for r in comp.runs]
+        cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
     if _has(comp, "accept_length_mean"):
-        cols += [f"Accept len {r.label}" for r in comp.runs]
+        cols += [(f"Accept len {r.label}", "accept") for r in runs]
     if _has_server(comp):
-        cols += [f"Srv run/queue {r.label}" for r in comp.runs]
+        cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
     if comp.slo.slo is not None:
-        cols += [f"SLO met {r.label}" for r in comp.runs] + [f"Good % {r.label}" for r in comp.runs]
-        cols += [f"Goodput tok/s {r.label}" for r in comp.runs]
+        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [(f"Good % {r.label}", "good_pct") for r in runs]
+        cols += [(f"Goodput tok/s {r.label}", "goodput_tok_s") for r in runs]
     return cols
+
+
+def table_columns(comp: Comparison) -> list[str]:
+    return [name for name, _key in _columns(comp)]
 
 
 def _met_cell(f: RepeatedLevelStats) -> str:
@@ -219,9 +224,13 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
             "slo": comp.slo.to_json()}  # fmt: skip
 
 
-def render_table(comp: Comparison, fmt: str = "github") -> str:
-    """The side-by-side table; csv has the same cells, json the full data (see to_dict)."""
-    return render_cells(table_columns(comp), table_rows(comp), fmt, json_data=lambda: to_dict(comp))
+def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
+    """The side-by-side table; csv has the same cells, json the full data (see to_dict).
+
+    ``view``: the columns a terminal shows (default: all, as comparison.md has them)."""
+    cols = _columns(comp)
+    return render_view([name for name, _ in cols], [key for _, key in cols], table_rows(comp), fmt, view,
+                       COMPARISON_MD, json_data=lambda: to_dict(comp))  # fmt: skip
 
 
 # ---------------------------------------------------------------- header, text
@@ -251,10 +260,10 @@ def header_lines(comp: Comparison) -> list[str]:
     return lines
 
 
-def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None,
+def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE,
                 pareto_name: str | None = None) -> str:  # fmt: skip
     """Header, table, verdict and notes as one text (markdown when fmt is github)."""
-    lines = header_lines(comp) + ["", render_table(comp, fmt)]
+    lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
     if comp.slo.slo is not None:
         lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
@@ -360,15 +369,16 @@ def run_compare(
     fmt: str = "github",
     plot: bool = True,
     plot_path: str | Path | None = None,
+    view: TableView = WHOLE,
     slo: str | Slo | None = None,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
     ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
     baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png; the Pareto picture,
-    pareto.png, goes next to it). ``slo``: judge every run against it (default: the runs' own,
-    when they agree). Prints nothing but matplotlib's absence; the caller prints ``text`` (see
-    print_result). Raises CompareError.
+    pareto.png, goes next to it); ``view``: the table's columns in ``text`` (comparison.md has them
+    all); ``slo``: judge every run against it (default: the runs' own, when they agree). Prints
+    nothing but matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
         raise CompareError("give at least two run directories (the first is the baseline)")
@@ -390,10 +400,10 @@ def run_compare(
         pareto = plot_pareto(comp, (Path(plot_path).parent if plot_path else out_dir) / PARETO_PNG) if png else None
     md = out_dir / COMPARISON_MD
     md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir),
-                              None if pareto is None else _plot_ref(pareto, out_dir)))  # fmt: skip
+                              pareto_name=None if pareto is None else _plot_ref(pareto, out_dir)))  # fmt: skip
     if fmt in EXTRA_FORMATS:
         return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt), None, md, png, pareto)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
 
 
 def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextIO | None = None) -> None:
@@ -424,6 +434,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
         "next to the baseline run)",
     )  # fmt: skip
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     p.add_argument("--slo", default=None, help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
                    "and compare their capacities (default: the SLO the runs were made with, when they agree)")  # fmt: skip
     return p
@@ -433,8 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the comparison and write comparison.md (+ plot); csv/json print only the data."""
     args = _parser().parse_args(argv)
     try:
+        view = view_for(args.columns)
+    except ValueError as e:
+        print(f"specload compare: {e}", file=sys.stderr)
+        return 2
+    try:
         result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
-                             slo=args.slo)  # fmt: skip
+                             view=view, slo=args.slo)  # fmt: skip
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2
