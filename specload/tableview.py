@@ -59,11 +59,11 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("short", "Short", (FAILURES,)),
     Figure("429", "429", (FAILURES,)),  # (only in a table where a level was rate limited)
     Figure("late", "Late", (FAILURES,)),  # (rate levels: requests sent late skew their latencies)
-    Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
-    Figure("good_pct", "Good %", (SLO,)),
     Figure("ttft_p50", "TTFT p50", (LATENCY,)),
     Figure("tpot_p50", "TPOT p50", (LATENCY,)),
     Figure("srv_queue_max", "Srv queue max", (SERVER,)),
+    Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
+    Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
     Figure("accept", "Accept len", (SERVER,)),
     Figure("ttft_p99", "TTFT p99", (LATENCY,)),
@@ -71,8 +71,8 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare
     Figure("e2e_p50", "E2E p50", (LATENCY,)),
     Figure("srv_run_max", "Srv run max", (SERVER,)),
-    Figure("goodput_tok_s", "Goodput tok/s", (SLO, THROUGHPUT)),
-    Figure("goodput_req_s", "Goodput req/s", (SLO, THROUGHPUT)),
+    Figure("goodput_tok_s", "Goodput tok/s", (SLO,)),
+    Figure("goodput_req_s", "Goodput req/s", (SLO,)),
     Figure("steady", "Steady tok/s", (THROUGHPUT,)),
     Figure("req_s", "Req/s", (THROUGHPUT,)),
     Figure("mean_conc", "Mean conc", (THROUGHPUT,)),

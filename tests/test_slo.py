@@ -254,3 +254,9 @@ def test_level_noise_flags() -> None:
     far = [(OK, 0.1, 0.080, 1.0, 10)] * 40
     r = _tally("tpot_p50=50ms", far).result()
     assert not r.met and not r.inside_noise
+
+
+def test_the_slo_columns_are_a_set_of_columns() -> None:
+    from specload.tableview import parse_columns
+
+    assert parse_columns("slo") == {"rate", "c", "slo_met", "good_pct", "goodput_tok_s", "goodput_req_s"}
