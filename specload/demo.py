@@ -46,9 +46,10 @@ def _sweep(preset: str, scenario: str, out: str, view: TableView) -> tuple[int, 
 
 
 def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | None:
-    """A capacity search on a fresh simulator of ``preset``, inside the bracket its sweep found (the
-    sweep's levels that met and missed the SLO): the search re-measures both ends, so its answer
-    stands on its own run. Returns the run directory (None when it did not complete)."""
+    """A capacity search on a fresh simulator of ``preset``, from the level where its sweep missed
+    the SLO, down to the level where it met it (and up to twice the first, should that level pass
+    this time: a boundary is noisy). The search re-measures its own levels, so its answer stands on
+    its own run. Returns the run directory (None when it did not complete)."""
     from specload.run import load_run
 
     run = load_run(sweep_dir)
@@ -58,8 +59,9 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
         return None
     lo = int(cap.lo) if cap.lo is not None else 1
     hi = int(cap.hi) if cap.hi is not None else max(levels)
-    space = SearchSpace("concurrency", lo, lo, max(hi, lo), DEMO_CAPACITY_TOLERANCE)
-    print(f"\n--- {preset}: its sweep met the SLO at C={lo} and missed it at C={hi}; searching between ---", flush=True)
+    space = SearchSpace("concurrency", hi, lo, 2 * hi, DEMO_CAPACITY_TOLERANCE)
+    found = f"met the SLO at C={lo} and missed it at C={hi}" if cap.hi is not None else f"met the SLO up to C={hi}"
+    print(f"\n--- {preset}: its sweep {found}; searching from C={hi} ---", flush=True)
     sim = start_sim(sim_args(preset))
     try:
         settings = SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=os.path.join(out, "capacity"))
