@@ -23,8 +23,8 @@ from specload.tableview import WHOLE, TableView
 # Time runs DEMO_TIME_SCALE times faster than in the reference deployment, so both sweeps fit in
 # about three minutes on two cores; tok/s figures are reported in simulated time (see below).
 DEMO_TIME_SCALE = 0.5
-# The capacity searches stop when the bracket is within an eighth of its lower end (C=16..18, not
-# 16..17): one probe less per server, so the whole demo stays under about four minutes.
+# The capacity searches stop when the bracket is within an eighth of its lower end (C=20..22, not
+# 20..21): one probe less per server, so the whole demo stays under about four minutes.
 DEMO_CAPACITY_TOLERANCE = 0.125
 
 
@@ -47,9 +47,9 @@ def _sweep(preset: str, scenario: str, out: str, view: TableView) -> tuple[int, 
 
 def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | None:
     """A capacity search on a fresh simulator of ``preset``, from the level where its sweep missed
-    the SLO, down to the level where it met it (and up to twice the first, should that level pass
-    this time: a boundary is noisy). The search re-measures its own levels, so its answer stands on
-    its own run. Returns the run directory (None when it did not complete)."""
+    the SLO, between half the level where it met it and twice the first (a level near the boundary
+    can go the other way on a second look). The search measures its own levels, so its answer
+    stands on its own run. Returns the run directory (None when it did not complete)."""
     from specload.run import load_run
 
     run = load_run(sweep_dir)
@@ -59,7 +59,7 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
         return None
     lo = int(cap.lo) if cap.lo is not None else 1
     hi = int(cap.hi) if cap.hi is not None else max(levels)
-    space = SearchSpace("concurrency", hi, lo, 2 * hi, DEMO_CAPACITY_TOLERANCE)
+    space = SearchSpace("concurrency", hi, max(1, lo // 2), 2 * hi, DEMO_CAPACITY_TOLERANCE)
     found = f"met the SLO at C={lo} and missed it at C={hi}" if cap.hi is not None else f"met the SLO up to C={hi}"
     print(f"\n--- {preset}: its sweep {found}; searching from C={hi} ---", flush=True)
     sim = start_sim(sim_args(preset))
