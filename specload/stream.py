@@ -67,6 +67,11 @@ class RequestSpec:
     repeat: int
     requested_output_tokens: int
     requested_prompt_tokens: int
+    # The workload's labels (specload.workload), copied into the record as they are.
+    request_class: str | None = None
+    turn: int | None = None
+    conversation: str | None = None
+    prefix_group: int | None = None
 
 
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
@@ -89,12 +94,17 @@ def stream_request(
     worker: str,
     read_timeout: float,
     connect_timeout: float | None = None,
+    text: list[str] | None = None,
 ) -> RequestRecord:
     """One request, one record, whatever happens: an answer nobody foresaw (or a bug here) becomes a
-    failed record with the exception named, so a level never waits for a record that cannot come."""
+    failed record with the exception named, so a level never waits for a record that cannot come.
+
+    ``text``: a list that receives the answer's text as it streams (a conversation resends it); None,
+    the default, keeps no text."""
     t_send = now()
     try:
-        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout)
+        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout,
+                               text)  # fmt: skip
     except Interrupted:
         raise
     except Exception as e:  # noqa: BLE001
@@ -104,7 +114,8 @@ def stream_request(
             reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
             output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
             requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
-            worker=worker, repeat=spec.repeat,
+            worker=worker, repeat=spec.repeat, request_class=spec.request_class, turn=spec.turn,
+            conversation=spec.conversation, prefix_group=spec.prefix_group,
         )  # fmt: skip
 
 
@@ -118,9 +129,11 @@ def _stream_request(
     worker: str,
     read_timeout: float,
     connect_timeout: float | None = None,
+    text: list[str] | None = None,
 ) -> RequestRecord:
     payload = orjson.dumps(body)
     parser = backend.parser()
+    parser.text = text
     feed = parser.feed
     perf = time.perf_counter
     http_status: int | None = None
@@ -300,4 +313,9 @@ def _record(
         spec_verify_ct=parser.spec_verify_ct,
         worker=worker,
         repeat=spec.repeat,
+        request_class=spec.request_class,
+        turn=spec.turn,
+        conversation=spec.conversation,
+        prefix_group=spec.prefix_group,
+        cached_tokens=parser.cached_tokens,
     )
