@@ -299,16 +299,19 @@ def _level_notes(s: LevelStats) -> list[str]:
     notes: list[str] = []
     if s.token_note:
         notes.append(f"{s.label}: {s.token_note}")
+    varied = s.mix is not None and s.mix.varied  # lengths from a distribution: no one length was requested
     if s.output_mismatch:
+        asked = "the count each asked for" if varied else f"the {s.requested_output_tokens} requested"
         notes.append(
             f"{s.label}: {s.output_mismatch} of {s.sent} requests got an output token count different "
-            f"from the {s.requested_output_tokens} requested"
+            f"from {asked}"
         )
     if s.prompt_mismatch:
         mean = fmt_num(s.prompt_tokens_mean, 1)
+        asked = "the length each asked for" if varied else f"the {s.requested_prompt_tokens} requested"
         notes.append(
             f"{s.label}: {s.prompt_mismatch} of {s.sent} requests had a server-counted prompt length "
-            f"different from the {s.requested_prompt_tokens} requested (mean counted {mean})"
+            f"different from {asked} (mean counted {mean})"
         )
     if not s.planned:
         notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
