@@ -28,7 +28,9 @@ from specload.run import load_run
 from specload.rundir import RECORDS, LevelMeta, RunMeta, write_run_meta
 
 
-def rec(seq: int, prompt: int, out: int, *, status: str = OK, level: int = 0, c: int = 4, **extra: Any) -> dict:
+def rec(
+    seq: int, prompt: int, out: int, *, status: str = OK, level: int = 0, c: int = 4, **extra: Any
+) -> dict:
     t = 100.0 + seq * 0.01
     r = make_record(
         t_send=t, t_first=t + 0.05, t_last=t + 0.05 + 0.01 * max(0, out - 1), t_end=t + 0.06 + 0.01 * out,
@@ -55,8 +57,12 @@ def test_counter_summaries_are_the_percentiles_of_the_values() -> None:
         counts = Counter({r.randrange(1, 40): r.randrange(1, 9) for _ in range(r.randrange(1, 12))})
         values = [v for v, k in counts.items() for _ in range(k)]
         s = summarize_counts(counts)
-        assert s.n == len(values) and s.mean == pytest.approx(sum(values) / len(values)) and s.max == max(values)
-        assert s.p50 == pytest.approx(percentile(values, 50)) and s.p90 == pytest.approx(percentile(values, 90))
+        assert (
+            s.n == len(values) and s.mean == pytest.approx(sum(values) / len(values)) and s.max == max(values)
+        )
+        assert s.p50 == pytest.approx(percentile(values, 50)) and s.p90 == pytest.approx(
+            percentile(values, 90)
+        )
         assert _pct_of(values, 99.0) == percentile(values, 99.0)
     assert summarize_counts(Counter()).n == 0
 
@@ -76,7 +82,9 @@ def test_lengths_classes_and_turns_of_a_level(tmp_path: Path) -> None:
     assert m.lengths["input_sent"].n == 31 and m.lengths["input_sent"].mean == pytest.approx(sum(sent) / 31)
     assert m.lengths["input_sent"].max == 3000
     counted = [r["prompt_tokens"] for r in records[1:] if r["status"] != FAILED]
-    assert m.lengths["input_counted"].n == 30 and m.lengths["input_counted"].mean == pytest.approx(sum(counted) / 30)
+    assert m.lengths["input_counted"].n == 30 and m.lengths["input_counted"].mean == pytest.approx(
+        sum(counted) / 30
+    )
     assert m.lengths["output_received"].n == 30 and m.lengths["output_asked"].n == 31
     by_name = {g.key: g for g in m.classes}
     assert set(by_name) == {"chat", "summary"}
@@ -86,7 +94,10 @@ def test_lengths_classes_and_turns_of_a_level(tmp_path: Path) -> None:
     assert chat.output_tokens + summ.output_tokens == s.output_tokens
     assert chat.agg_tok_s + summ.agg_tok_s == pytest.approx(s.agg_tok_s)
     assert [g.key for g in m.turns] == [0, 1] and sum(g.sent for g in m.turns) == 31
-    assert s.prefix_cache_hit_rate == pytest.approx(64 * 30 / sum(counted)) and s.prefix_cache_source == CACHE_FROM_RECORDS
+    assert (
+        s.prefix_cache_hit_rate == pytest.approx(64 * 30 / sum(counted))
+        and s.prefix_cache_source == CACHE_FROM_RECORDS
+    )
     text = render_report(run)
     for heading in ("## Request lengths", "## Request classes", "## Conversation turns", "Prefix hit %"):
         assert heading in text
