@@ -168,6 +168,18 @@ def test_fixed_engine_first_token_skips_the_cached_prefill() -> None:
     gevent.sleep(0)
 
 
+def test_fixed_engine_stores_the_answer_before_its_last_chunk() -> None:
+    # The server closes the engine's generator as soon as it has the last chunk: the answer must be in.
+    cache = PrefixCache(100_000, B)
+    eng = FixedEngine(ttft_s=0.0, itl_s=0.0, max_running=1, prefix_cache=cache)
+    for p, n in ((47, 1), (40, 8)):  # the answer completes the prompt's third block
+        k = key(list(range(100 * n, 100 * n + p)))
+        gen = eng.generate(p, n, key=k)
+        assert [c.tokens for c in [next(gen) for _ in range(n + 1)]][1:] == [1] * n
+        gen.close()
+        assert cache.match(key([*range(100 * n, 100 * n + p), *([-7] * n), *range(9000, 9040)]), 80) == 48
+
+
 # over HTTP -------------------------------------------------------------------------------------------
 
 

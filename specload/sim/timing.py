@@ -269,18 +269,26 @@ class FixedEngine(Engine):
             sleep_until(first)
             if cache is not None and key is not None:
                 cache.insert(key)  # the prompt's KV exists from its first token on
+                if max_tokens == 1:
+                    self._store_answer(cache, key, max_tokens)
             yield Chunk(1, 1)
             done = 1
             while done < max_tokens:
                 n = min(per_chunk, max_tokens - done)
                 done += n
                 sleep_until(first + (done - 1) * itl)
+                if done == max_tokens and cache is not None and key is not None:
+                    # Before the last chunk goes out: the caller may close this generator right after it.
+                    self._store_answer(cache, key, max_tokens)
                 yield Chunk(n, n)
-            if cache is not None and key is not None:
-                key.add_output(max_tokens)
-                cache.insert(key)
         finally:
             self._slots.release()
+
+    @staticmethod
+    def _store_answer(cache: PrefixCache, key: PromptKey, tokens: int) -> None:
+        """The prompt with its answer into the cache (a next turn resends both)."""
+        key.add_output(tokens)
+        cache.insert(key)
 
     def server_info(self) -> dict[str, Any]:
         return {
