@@ -39,7 +39,7 @@ import bisect
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from specload.config import CLASS_KEYS, Scenario
@@ -166,7 +166,7 @@ class Conversation:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Planned:
     """One request, ready to send: its prompt, its lengths and its labels for the record."""
 
@@ -177,7 +177,7 @@ class Planned:
     turn: int | None
     conversation: str | None
     prefix_group: int | None
-    conv: Conversation | None = field(default=None, compare=False)  # the conversation it is a turn of
+    conv: Conversation | None = None  # the conversation it is a turn of
 
     @property
     def wants_answer(self) -> bool:

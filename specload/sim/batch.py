@@ -13,8 +13,8 @@ deployment shows comes from (docs/simulator.md has the model, the presets and th
     speculative: verify_ms(batch) (default decode_ms) instead of decode_ms, plus k * draft_ms(batch)
 
 times ``time_scale``. Admission is FIFO under a cap on running requests and a KV budget: a request
-reserves ``prompt + max_tokens`` tokens when admitted and holds them until it ends (no retraction,
-no prefix cache). Speculation shrinks the budget by the draft's memory and replaces the cap (SGLang
+reserves ``prompt + max_tokens`` tokens when admitted and holds them until it ends (no retraction).
+With a prefix cache (specload.sim.prefix), what it holds of a prompt is not prefilled again. Speculation shrinks the budget by the draft's memory and replaces the cap (SGLang
 resets max_running_requests to 48 for speculative decoding).
 
 Two layers: :class:`BatchScheduler` is the pure bookkeeping (no clock, no gevent; time only enters
