@@ -304,5 +304,6 @@ def test_bad_mix_flags_exit_2_naming_the_field(tmp_path: Path, flags: tuple[str,
 def test_the_built_in_chat_mix_scenario() -> None:
     sc = load_scenario("chat-mix")
     chat, summ = request_classes(sc)
-    assert (chat.name, chat.turns, chat.prefix_groups, summ.name, summ.turns) == ("chat", 3, 4, "summarise", 1)
+    assert (chat.name, chat.turns, chat.prefix_groups) == ("chat", 3, 4)
+    assert (summ.name, summ.turns) == ("summarise", 1)
     assert chat.input_dist.minimum(0) > chat.shared_prefix_tokens
