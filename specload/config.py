@@ -307,13 +307,8 @@ class Scenario:
         None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
         "of exact length from the model's own vocabulary (default: ask the server)", check=_model, flag="--tokenizer",
     )  # fmt: skip
-    shared_prefix_tokens: int = _f(
-        0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
-    )
-    prefix_groups: int = _f(
-        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
-        check=_integer(), flag="--prefix-groups",
-    )  # fmt: skip
+    # Before shared_prefix_tokens: flags are checked one at a time in this order, and the prefix must be
+    # shorter than the shortest prompt the input distribution gives.
     input_dist: str = _f(
         "fixed", help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
         "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)", check=_dist, flag="--input-dist",
@@ -321,6 +316,13 @@ class Scenario:
     output_dist: str = _f(
         "fixed", help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
         check=_dist, flag="--output-dist",
+    )  # fmt: skip
+    shared_prefix_tokens: int = _f(
+        0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
+    )
+    prefix_groups: int = _f(
+        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
+        check=_integer(), flag="--prefix-groups",
     )  # fmt: skip
     turns: int = _f(
         1, help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
