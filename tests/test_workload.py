@@ -307,3 +307,13 @@ def test_the_built_in_chat_mix_scenario() -> None:
     assert (chat.name, chat.turns, chat.prefix_groups) == ("chat", 3, 4)
     assert (summ.name, summ.turns) == ("summarise", 1)
     assert chat.input_dist.minimum(0) > chat.shared_prefix_tokens
+
+
+def test_flags_checked_one_by_one_see_the_distribution_before_the_prefix() -> None:
+    from specload.cli import settings
+    from tests.test_cli import sweep_args
+
+    s = settings(
+        sweep_args("--input-tokens", "100", "--input-dist", "uniform:400:800", "--shared-prefix", "300")
+    )
+    assert s.scenario().shared_prefix_tokens == 300
