@@ -301,7 +301,8 @@ def _lagging(p: ProcessLoad) -> bool:
 
 
 def judge_in_flight(
-    traffic: LevelTraffic | None, concurrency: int, budget: int | None, server_away: bool, skip_s: float = 0.0
+    traffic: LevelTraffic | None, concurrency: int, budget: int | None, server_away: bool, skip_s: float = 0.0,
+    rate: float | None = None,
 ) -> tuple[float | None, str | None]:
     """(mean in flight, None) when the gap to C says something about the client; else (None, why not).
 
@@ -311,6 +312,8 @@ def judge_in_flight(
     not lower the figure: a gap is the client's."""
     if traffic is None or traffic.received == 0:
         return None, "no measured request"
+    if rate is not None:
+        return None, "a rate level: what is in flight follows the arrivals (late sends are judged instead)"
     if budget is not None and budget <= concurrency:
         return None, f"one wave only ({budget} requests for C={concurrency})"
     if server_away:
@@ -349,7 +352,7 @@ def client_flags(run: Run) -> dict[int, str]:
 def client_notes(levels: Sequence[LevelMeta]) -> list[str]:
     """The report's note lines: one per level the client distorted, labelled like the table."""
     flags = level_flags(levels)
-    return [f"{level_label(lv.concurrency, lv.repeat)}: {flags[lv.index]}" for lv in levels
+    return [f"{level_label(lv.concurrency, lv.repeat, lv.rate)}: {flags[lv.index]}" for lv in levels
             if lv.index is not None and lv.index in flags]  # fmt: skip
 
 

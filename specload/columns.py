@@ -43,7 +43,7 @@ _KEY = ("level", "concurrency", "repeat")
 _USED = _KEY + (
     "phase", "status", "reason", "http_status", "t_send", "t_first", "t_last", "t_end", "ttft_s", "e2e_s",
     "tpot_s", "decode_tok_s", "output_tokens", "output_tokens_source", "prompt_tokens", "requested_output_tokens",
-    "requested_prompt_tokens", "spec_verify_ct", "itl", "itl_unit", "first_event_tokens",
+    "requested_prompt_tokens", "spec_verify_ct", "itl", "itl_unit", "first_event_tokens", "t_sched",
     "request_class", "turn", "cached_tokens",
 )  # fmt: skip
 # Numbers the figures do arithmetic with: a record where one is null has no place on the time line
@@ -123,7 +123,7 @@ class LevelColumns:
         "warmup", "timeline", "ok", "short", "failed", "rate_limited", "output_tokens", "token_sources",
         "output_mismatch", "prompt_mismatch", "requested_output", "requested_prompt", "reasons", "input_tokens",
         "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok", "itl",
-        "itl_units", "verify_n", "verify_sum", "verify_tokens",
+        "itl_units", "verify_n", "verify_sum", "verify_tokens", "lag", "ttft_sched", "e2e_sched",
         "prompt_counted", "output_got", "cached_n", "cached_sum", "cached_prompt", "groups",
     )  # fmt: skip
 
@@ -151,6 +151,11 @@ class LevelColumns:
         self.verify_n = 0
         self.verify_sum: Any = 0
         self.verify_tokens: Any = 0
+        # Rate levels: t_send - t_sched of each measured request that had a due time (how late it
+        # went), and the OK requests' TTFT and E2E counted from the due time instead of the send.
+        self.lag = array("d")
+        self.ttft_sched = array("d")
+        self.e2e_sched = array("d")
         # The workload (specload.mixstats): lengths the server counted and returned (not-failed
         # requests), the prefix cache's share of the prompts of those that said, and the same
         # columns per request class and per conversation turn (keys ("class", name), ("turn", k)).
@@ -168,8 +173,8 @@ class LevelColumns:
     def add(self, phase: Any, status: Any, reason: Any, http_status: Any, t_send: float, t_first: float | None,
             t_last: float | None, t_end: float, ttft: float | None, e2e: float, tpot: float | None,
             decode: float | None, n: Any, source: Any, prompt: Any, req_out: Any, req_prompt: Any, verify: Any,
-            itl: Any, itl_unit: Any, first_event_tokens: Any, request_class: Any = None, turn: Any = None,
-            cached: Any = None) -> None:  # fmt: skip
+            itl: Any, itl_unit: Any, first_event_tokens: Any, t_sched: float | None = None, request_class: Any = None,
+            turn: Any = None, cached: Any = None) -> None:  # fmt: skip
         """One record (its fields in ``_USED`` order, after the level key)."""
         if phase != PHASE_MEASURE:
             if phase == PHASE_WARMUP:
@@ -177,7 +182,8 @@ class LevelColumns:
             return
         if request_class is not None or turn is not None:
             args = (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
-                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, None, None, cached)
+                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched, None, None,
+                    cached)
             for key in (("class", request_class), ("turn", turn)):
                 if key[1] is not None:
                     group = self.groups.get(key)
@@ -202,6 +208,9 @@ class LevelColumns:
         self.requested_output[req_out] += 1
         self.requested_prompt[req_prompt] += 1
         self.input_tokens += prompt if prompt is not None else req_prompt
+        lag = None if t_sched is None else t_send - t_sched
+        if lag is not None:
+            self.lag.append(lag)
         if status != OK:
             key = f"{status}: {reason or 'no reason given'}"
             self.reasons[key] = self.reasons.get(key, 0) + 1
@@ -218,6 +227,10 @@ class LevelColumns:
         if tpot is not None:
             self.tpot.append(tpot)
         self.e2e_ok.append(e2e)
+        if lag is not None:
+            if ttft is not None:
+                self.ttft_sched.append(ttft + lag)
+            self.e2e_sched.append(e2e + lag)
         if decode is not None:
             self.decode.append(decode)
         if e2e > 0:
@@ -267,7 +280,7 @@ class LevelColumns:
                     mine[key] = mine.get(key, 0) + n
             out.requested_output.update(p.requested_output)
             out.requested_prompt.update(p.requested_prompt)
-            for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req"):
+            for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req", "lag", "ttft_sched", "e2e_sched"):
                 getattr(out, name).extend(getattr(p, name))
             for b, n in p.itl.items():
                 out.itl[b] = out.itl.get(b, 0) + n
@@ -276,7 +289,8 @@ class LevelColumns:
 
     def nbytes(self) -> int:
         """Bytes held in arrays (what grows with the number of requests)."""
-        arrays = (self.ttft, self.tpot, self.e2e_ok, self.decode, self.per_req)
+        arrays = (self.ttft, self.tpot, self.e2e_ok, self.decode, self.per_req, self.lag, self.ttft_sched,
+                  self.e2e_sched)  # fmt: skip
         return self.timeline.nbytes() + sum(a.buffer_info()[1] * a.itemsize for a in arrays)
 
 

@@ -74,7 +74,7 @@ def _has_server(comp: Comparison) -> bool:
 
 
 def table_columns(comp: Comparison) -> list[str]:
-    cols = ["C"]
+    cols = ["Req/s" if comp.axis.rate else "C"]
     cols += [f"Agg tok/s {r.label}" for r in comp.runs] + [f"Δ agg {t.label}" for t in comp.treatments]
     cols += [f"Per-req tok/s {r.label}" for r in comp.runs] + [f"Δ per-req {t.label}" for t in comp.treatments]
     cols += [f"TTFT p50 (ms) {r.label}" for r in comp.runs]
@@ -109,7 +109,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     for i, c in enumerate(comp.levels):
         figs = [r.figures[c] for r in comp.runs]
         ts = comp.treatments
-        row = [str(c)]
+        row = [f"{c:g}"]
         row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
         row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [change_cell(comp.per_req[t.label][i]) for t in ts]
         row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
@@ -131,6 +131,7 @@ def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
     f = r.figures[c]
     return {
         "concurrency": f.concurrency,
+        "rate": f.rate,
         "repeats": len(f.repeats),
         "measured": f.measured,
         "agg_tok_s": f.agg_tok_s_mean,
@@ -185,7 +186,7 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
     """The comparison as plain data, unrounded (what --format json prints)."""
     levels = [
         {
-            "concurrency": c,
+            ("rate" if comp.axis.rate else "concurrency"): c,
             "runs": {r.label: _figures_dict(r, c) for r in comp.runs},
             "changes": {t.label: _changes_dict(comp, t, i) for t in comp.treatments},
         }

@@ -256,6 +256,32 @@ def _fmt_c(c: float) -> str:
     return f"{c:.0f}" if c >= 10 else f"{c:.1f}"
 
 
+@dataclass(frozen=True)
+class Axis:
+    """How a comparison's levels are named in words: concurrency (C=32) or request rate (8 req/s)."""
+
+    rate: bool = False
+
+    def at(self, x: float) -> str:
+        return f"{x:g} req/s" if self.rate else f"C={x}"
+
+    def many(self, xs: Sequence[float]) -> str:
+        return f"{', '.join(f'{x:g}' for x in xs)} req/s" if self.rate else f"C={', '.join(map(str, xs))}"
+
+    def near(self, x: float) -> str:
+        return f"≈{_fmt_c(x)} req/s" if self.rate else f"C≈{_fmt_c(x)}"
+
+    def from_(self, x: float) -> str:
+        return f"from {x:g} req/s" if self.rate else f"at C>={x}"
+
+    @property
+    def name(self) -> str:
+        return "request rate" if self.rate else "concurrency"
+
+
+CONCURRENCY, RATE = Axis(), Axis(rate=True)
+
+
 def fmt_raw_pct(pct: float) -> str:
     """A change with one decimal (+0.4%): the raw value a whole percent would round to 0%."""
     return f"{pct:+.1f}%"
@@ -277,20 +303,20 @@ def _range(ys: Sequence[float], fmt: Callable[[float], str] = fmt_pct) -> str:
     return lo if lo == hi else f"{lo} to {hi}"
 
 
-def _left_out(levels: Sequence[int]) -> str:
-    return f"{', '.join(f'C={c}' for c in levels)} left out, not comparable"
+def _left_out(levels: Sequence[float], axis: Axis = CONCURRENCY) -> str:
+    return f"{', '.join(axis.at(c) for c in levels)} left out, not comparable"
 
 
-def _where_one(x: Crossover, raw: dict[int, float]) -> str:
-    extra = f"; {_left_out(x.skipped)}" if x.skipped else ""
+def _where_one(x: Crossover, raw: dict[float, float], axis: Axis = CONCURRENCY) -> str:
+    extra = f"; {_left_out(x.skipped, axis)}" if x.skipped else ""
     if x.inside_noise:
-        c = int(x.at)
-        return f"at about C={c} (inside the noise: {fmt_raw_pct(raw[c])}{extra})"
-    return f"near C≈{_fmt_c(x.at)} (between C={x.low} and C={x.high}{extra})"
+        c = x.at if axis.rate else int(x.at)
+        return f"at about {axis.at(c)} (inside the noise: {fmt_raw_pct(raw[c])}{extra})"
+    return f"near {axis.near(x.at)} (between {axis.at(x.low)} and {axis.at(x.high)}{extra})"
 
 
-def _where(xs: Sequence[Crossover], raw: dict[int, float]) -> str:
-    parts = [_where_one(x, raw) for x in xs]
+def _where(xs: Sequence[Crossover], raw: dict[float, float], axis: Axis = CONCURRENCY) -> str:
+    parts = [_where_one(x, raw, axis) for x in xs]
     if len(parts) == 1:
         return "crossover " + parts[0]
     return "crossovers " + ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -302,7 +328,7 @@ class _Wording:
 
     unchanged: str
     steady: Callable[[bool, bool], str]  # (up, some levels inside the noise) -> clause head
-    detail: Callable[[list[tuple[int, float]]], str]  # the points outside the noise -> what is quoted
+    detail: Callable[[list[tuple[float, float]], Axis], str]  # the points outside the noise -> what is quoted
     first: Callable[[bool], str]  # the opening of a crossing clause
     later: Callable[[bool], str]  # each later side of a crossing clause
 
@@ -319,20 +345,22 @@ _AGG = _Wording(
     unchanged="leaves aggregate tok/s unchanged at every level measured",
     steady=lambda up, quiet: f"{_raises(up)} aggregate tok/s at every level "
     + ("outside the noise" if quiet else "measured"),
-    detail=lambda pts: _range([y for _, y in pts]),
+    detail=lambda pts, axis: _range([y for _, y in pts]),
     first=lambda up: f"{_raises(up)} aggregate tok/s",
     later=lambda up: f"{_raises(up)} it",
 )
 _PER_REQ = _Wording(
     unchanged="per-request speed is unchanged at every level",
     steady=lambda up, quiet: f"per-request speed stays {_higher(up)} at every level" + (" outside the noise" if quiet else ""),
-    detail=lambda pts: f"{fmt_pct(pts[-1][1])} at C={pts[-1][0]}",
+    detail=lambda pts, axis: f"{fmt_pct(pts[-1][1])} at {axis.at(pts[-1][0])}",
     first=lambda up: f"per-request speed is {_higher(up)}",
     later=_higher,
 )
 
 
-def _direction_part(levels: Sequence[int], changes: Sequence[Change], wording: _Wording) -> str | None:
+def _direction_part(
+    levels: Sequence[float], changes: Sequence[Change], wording: _Wording, axis: Axis = CONCURRENCY
+) -> str | None:
     """One clause on where ``changes`` are up and where down, with the crossovers between.
 
     Only levels measured in both runs and comparable count. Levels inside the noise (or under
@@ -348,19 +376,19 @@ def _direction_part(levels: Sequence[int], changes: Sequence[Change], wording: _
         return f"{wording.unchanged} (all inside the noise: {_range([y for _, y in quiet], fmt_raw_pct)})"
     segs = _segments(decided)
     if len(segs) == 1:
-        noted = "; " + ", ".join(f"C={c}: {fmt_raw_pct(y)}" for c, y in quiet) + ", inside the noise" if quiet else ""
-        return f"{wording.steady(decided[0][1] > 0, bool(quiet))} ({wording.detail(decided)}{noted})"
+        noted = "; " + ", ".join(f"{axis.at(c)}: {fmt_raw_pct(y)}" for c, y in quiet) + ", inside the noise" if quiet else ""
+        return f"{wording.steady(decided[0][1] > 0, bool(quiet))} ({wording.detail(decided, axis)}{noted})"
     head = segs[0]
-    parts = [f"{wording.first(head[0][1] > 0)} up to C={head[-1][0]} ({fmt_pct(head[-1][1])})"]
+    parts = [f"{wording.first(head[0][1] > 0)} up to {axis.at(head[-1][0])} ({fmt_pct(head[-1][1])})"]
     for i, seg in enumerate(segs[1:]):
         again = " again" if i > 0 else ""
-        parts.append(f"{wording.later(seg[0][1] > 0)}{again} from C={seg[0][0]} ({fmt_pct(seg[0][1])})")
+        parts.append(f"{wording.later(seg[0][1] > 0)}{again} from {axis.at(seg[0][0])} ({fmt_pct(seg[0][1])})")
     text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
     raw = {c: ch.pct or 0.0 for c, ch in pts}
-    return f"{text}, {_where(crossover(levels, changes), raw)}"
+    return f"{text}, {_where(crossover(levels, changes), raw, axis)}"
 
 
-def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | None:
+def _tpot_part(levels: Sequence[float], changes: Sequence[float | None], axis: Axis = CONCURRENCY) -> str | None:
     """How the time between tokens of running requests changed: speculation's per-step gain,
     which queueing (in E2E, hence in Per-req tok/s) can hide at high concurrency."""
     pts = [(c, y) for c, y in zip(levels, changes, strict=False) if y is not None]
@@ -370,12 +398,12 @@ def _tpot_part(levels: Sequence[int], changes: Sequence[float | None]) -> str | 
     faster = [c for c, y in pts if y <= -NEGLIGIBLE_PCT]
     slower = [c for c, y in pts if y >= NEGLIGIBLE_PCT]
     if len(faster) == len(pts):
-        return f"Running requests decode faster at every level (TPOT {fmt_pct(top_y)} at C={top_c})"
+        return f"Running requests decode faster at every level (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})"
     if len(slower) == len(pts):
-        return f"Running requests decode slower at every level (TPOT {fmt_pct(top_y)} at C={top_c})"
+        return f"Running requests decode slower at every level (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})"
     if faster and slower:
-        return (f"Running requests decode faster at C={', '.join(map(str, faster))} and slower at "
-                f"C={', '.join(map(str, slower))} (TPOT {fmt_pct(top_y)} at C={top_c})")  # fmt: skip
+        return (f"Running requests decode faster at {axis.many(faster)} and slower at "
+                f"{axis.many(slower)} (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})")  # fmt: skip
     return None
 
 
@@ -388,6 +416,7 @@ def crossover_sentence(
     queue_from: int | None = None,
     max_running: int | None = None,
     tpot_changes: Sequence[float | None] = (),
+    axis: Axis = CONCURRENCY,
 ) -> str:
     """The verdict for one treatment run vs the baseline, in plain words.
 
@@ -397,8 +426,8 @@ def crossover_sentence(
     unknown); ``max_running``: its max_running_requests, when known.
     """
     agg_chs, per_chs = [_as_change(y) for y in agg_changes], [_as_change(y) for y in per_req_changes]
-    agg = _direction_part(levels, agg_chs, _AGG)
-    per = _direction_part(levels, per_chs, _PER_REQ)
+    agg = _direction_part(levels, agg_chs, _AGG, axis)
+    per = _direction_part(levels, per_chs, _PER_REQ, axis)
     if agg is None and per is None:
         text = f"{label}: no level was measured in both runs and comparable, so there is nothing to compare."
         if not any(ch.pct is not None for ch in (*agg_chs, *per_chs)):
@@ -407,11 +436,12 @@ def crossover_sentence(
         text = f"{label}: no aggregate tok/s to compare; {per}."
     else:
         text = f"{label} {agg}" + (f"; {per}." if per else ".")
-    decode = _tpot_part(levels, tpot_changes)
+    decode = _tpot_part(levels, tpot_changes, axis)
     if decode:
         text += f" {decode}."
     if queue_from is not None:
-        text += f" At C>={queue_from} the server queued requests"
+        where = axis.from_(queue_from)
+        text += f" {where[0].upper()}{where[1:]} the server queued requests"
         if max_running is not None and queue_from > max_running:
             text += f": its max_running_requests is {max_running}."
         elif max_running is not None:
@@ -421,7 +451,7 @@ def crossover_sentence(
     left_out = [c for c, a, p in zip(levels, agg_chs, per_chs, strict=True)
                 if any(ch.pct is not None and not ch.comparable for ch in (a, p))]  # fmt: skip
     if left_out:
-        text += f" Not comparable, so left out of this verdict: {', '.join(f'C={c}' for c in left_out)} (see the notes)."
+        text += f" Not comparable, so left out of this verdict: {', '.join(axis.at(c) for c in left_out)} (see the notes)."
     return text
 
 
@@ -576,7 +606,8 @@ class ComparedRun:
             f = self.figures[c]
             if not f.measured:
                 continue
-            if (f.server_queued_max or 0) > 0 or (self.max_running is not None and c > self.max_running):
+            over_cap = f.rate is None and self.max_running is not None and c > self.max_running
+            if (f.server_queued_max or 0) > 0 or over_cap:
                 return c
         return None
 
@@ -594,7 +625,7 @@ class Comparison:
     """The finished comparison: every number, crossover and sentence its consumers show."""
 
     runs: list[ComparedRun]  # runs[0] is the baseline
-    levels: list[int]  # union of all runs' concurrencies, ascending
+    levels: list[float]  # union of all runs' levels (concurrencies, or request rates), ascending
     agg: dict[str, list[Change]]  # treatment label -> change per level
     per_req: dict[str, list[Change]]
     tpot: dict[str, list[float | None]]  # treatment label -> TPOT p50 change per level (no interval)
@@ -602,6 +633,7 @@ class Comparison:
     sentences: list[str]  # the verdict, one per treatment
     notes: list[str]
     checks: dict[str, list[LevelCheck]] = field(default_factory=dict)  # treatment label -> per level
+    axis: Axis = CONCURRENCY  # what the levels are: concurrencies, or request rates
 
     @property
     def baseline(self) -> ComparedRun:
@@ -639,10 +671,11 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
         queue_from=t.queue_from(),
         max_running=t.max_running,
         tpot_changes=[y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)],
+        axis=comp.axis,
     )
     noisy = [c for c, a, p in zip(comp.levels, agg, per, strict=True) if (a.noise and a.usable) or (p.noise and p.usable)]
     if noisy:
-        where = ", ".join(f"C={c}" for c in noisy)
+        where = ", ".join(comp.axis.at(c) for c in noisy)
         text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
     return text
 
@@ -656,13 +689,18 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     if len(runs) < 2:
         raise ValueError("a comparison needs at least two runs (the first is the baseline)")
     labels = unique_labels([r.label for r in runs])
-    levels = sorted({s.concurrency for r in runs for s in r.levels})
+    kinds = [any(s.rate is not None for s in r.levels) for r in runs]
+    if len(set(kinds)) > 1:
+        which = ", ".join(f"{label} ({'request rates' if k else 'concurrency'})" for label, k in zip(labels, kinds, strict=True))
+        raise ValueError(f"cannot compare runs of request-rate levels with runs of concurrency levels: {which}")
+    axis = RATE if kinds[0] else CONCURRENCY
+    levels = sorted({s.x for r in runs for s in r.levels})
     cruns = []
     for label, r in zip(labels, runs, strict=True):
-        figs = {c: repeats_at(r.levels, c) for c in levels}
+        figs = {c: repeats_at(r.levels, c, axis.rate) for c in levels}
         cruns.append(ComparedRun(label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}))
     base = cruns[0]
-    comp = Comparison(cruns, levels, {}, {}, {}, {}, [], [])
+    comp = Comparison(cruns, levels, {}, {}, {}, {}, [], [], axis=axis)
     for t in cruns[1:]:
         checks = [check_level((base.label, base.run.info, base.quality[c]), (t.label, t.run.info, t.quality[c]))
                   for c in levels]  # fmt: skip
@@ -711,9 +749,10 @@ def _level_notes(comp: Comparison) -> list[str]:
         for t in comp.treatments:
             k = comp.checks[t.label][i]
             if k.reasons:
-                notes.append(f"C={c}: not comparable (n/c), changes of {t.label} not shown: {'; '.join(k.reasons)}")
+                notes.append(f"{comp.axis.at(c)}: not comparable (n/c), changes of {t.label} not shown: "
+                             f"{'; '.join(k.reasons)}")  # fmt: skip
         for t in comp.treatments:
-            notes += [f"C={c}: {remark}" for remark in comp.checks[t.label][i].remarks]
+            notes += [f"{comp.axis.at(c)}: {remark}" for remark in comp.checks[t.label][i].remarks]
     return list(dict.fromkeys(notes))  # a baseline remark is said once, not once per treatment
 
 
@@ -727,7 +766,7 @@ def _notes(comp: Comparison) -> list[str]:
     for c in comp.levels:
         lacking = [r.label for r in comp.runs if not r.figures[c].measured]
         if lacking:
-            notes.append(f"C={c}: no measured requests in {', '.join(lacking)}; shown as {MISSING}")
+            notes.append(f"{comp.axis.at(c)}: no measured requests in {', '.join(lacking)}; shown as {MISSING}")
     for name, value_of in _SAME:
         values = [value_of(r.run.info) for r in comp.runs]
         if len({json.dumps(v, sort_keys=True, default=str) for v in values if v is not None}) > 1:
@@ -738,7 +777,7 @@ def _notes(comp: Comparison) -> list[str]:
     for r in comp.runs:  # levels the load generator itself distorted (specload.clientcheck)
         notes += [f"{r.label}: {flag}" for _, flag in sorted(client_flags(r.run).items())]
     reps = [
-        f"C={c} " + "/".join(str(len(r.figures[c].repeats)) for r in comp.runs)
+        f"{comp.axis.at(c)} " + "/".join(str(len(r.figures[c].repeats)) for r in comp.runs)
         for c in comp.levels
         if any(len(r.figures[c].repeats) > 1 for r in comp.runs)
     ]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from specload.arrivals import ARRIVALS
 from specload.lengths import DATASET, SYNTAX, LengthError, parse_dist
 from specload.resources import builtin_scenario, builtin_scenarios
 
@@ -27,6 +28,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 BACKENDS = ("openai", "sglang", "chat")
+# Rate levels without --max-in-flight: this many users, the same for every rate level, so that they
+# are started once (Locust ramps users at 100/s) and stay. Each idle one is a waiting greenlet; a
+# server that keeps more requests than this in flight makes the sends late, and the report says so.
+DEFAULT_POOL = 512
 REFERENCE_LEVELS = [1, 4, 16, 32, 64, 128]
 
 
@@ -158,6 +163,28 @@ def _levels(source: str, name: str, value: Any) -> list[int]:
     return parse_levels(source, value)
 
 
+def _rates(source: str, name: str, value: Any) -> list[float]:
+    """Request rates from a TOML list or a flag string "0.5,1,2"; empty (the default) means
+    concurrency levels."""
+    items = value
+    expected = "a comma-separated list of positive request rates (requests/s), or empty"
+    if isinstance(value, str):
+        try:
+            items = [float(x) for x in value.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise _expect(source, name, expected, value) from None
+    if not isinstance(items, list):
+        raise _expect(source, name, expected, value)
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
+            raise _expect(source, name, expected, value)
+    return [float(x) for x in items]
+
+
+def _rate_text(value: list[float]) -> str:
+    return ",".join(f"{x:g}" for x in value)
+
+
 def _id_range(source: str, name: str, value: Any) -> tuple[int, int] | None:
     """``"MIN:MAX"`` (a flag) or ``[MIN, MAX]`` (a file): token ids MIN <= id < MAX."""
     if value is None:
@@ -234,7 +261,9 @@ class FieldSpec:
 
 
 # Optional fields carry no typed default; their option type is declared here.
-_OPTION_TYPES: dict[str, type] = {"requests": int, "duration_s": float, "warmup_output_tokens": int}
+_OPTION_TYPES: dict[str, type] = {
+    "requests": int, "duration_s": float, "warmup_output_tokens": int, "max_in_flight": int,
+}  # fmt: skip
 
 
 def _f(default: Any = None, *, help: str, check: Check, flag: str | None = None, web: bool = True,
@@ -266,6 +295,28 @@ class Scenario:
     levels: list[int] = _f(
         help="Concurrency levels, comma-separated", check=_levels, flag="--levels",
         factory=lambda: list(REFERENCE_LEVELS),
+    )  # fmt: skip
+    rates: list[float] = _f(
+        help="Request rates (requests/s), comma-separated: open-loop levels instead of concurrency levels; "
+        "requests arrive on a schedule whatever the server does", check=_rates, flag="--rates",
+        factory=list, text=_rate_text,
+    )  # fmt: skip
+    arrival: str = _f(
+        "poisson", help="Arrival process of rate levels: poisson, constant (even gaps) or gamma (see --burstiness)",
+        check=_choice(*ARRIVALS), flag="--arrival", choices=ARRIVALS,
+    )  # fmt: skip
+    burstiness: float = _f(
+        1.0, help="Gamma arrivals' shape: 1 is Poisson, below 1 burstier, above 1 more even (vLLM's --burstiness)",
+        check=_number(strict=True), flag="--burstiness",
+    )  # fmt: skip
+    max_in_flight: int | None = _f(
+        None, help="Rate levels: most requests in flight at once (0: 512); a request due while all are busy is "
+        "sent late, and counted so",
+        check=_optional(_integer()), flag="--max-in-flight",
+    )  # fmt: skip
+    rate_window_s: float = _f(
+        30.0, help="Rate levels without a fixed budget: seconds of arrivals per level (budget rate * seconds)",
+        check=_number(strict=True), flag="--rate-window",
     )  # fmt: skip
     # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
     # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
@@ -372,6 +423,18 @@ class Scenario:
         if self.requests is not None:
             return self.requests
         return max(self.min_requests, math.ceil(self.requests_per_user * concurrency))
+
+    def rate_budget(self, rate: float) -> int | None:
+        """Measured requests for a rate level; None for time-boxed levels."""
+        if self.duration_s is not None:
+            return None
+        if self.requests is not None:
+            return self.requests
+        return max(self.min_requests, math.ceil(rate * self.rate_window_s - 1e-9))
+
+    def pool(self) -> int:
+        """Users of a rate level: the cap on requests in flight (each user sends one at a time)."""
+        return self.max_in_flight if self.max_in_flight is not None else DEFAULT_POOL
 
     @property
     def warmup_tokens(self) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from specload.arrivals import POISSON, Schedule, schedule_seed
 from specload.config import Scenario
 from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord
 from specload.rundir import LevelMeta
@@ -62,6 +63,14 @@ class Outcome(str, Enum):
     ABORTED = "aborted"
 
 
+# A rate level's first request is due this long after its phase opens: time for the first grants
+# to reach their users and for them to build their requests, so that the schedule's start is not
+# late by construction.
+SCHEDULE_LEAD_S = 0.05
+# A rate level's ticket is granted at most this long before its request is due: users do not sit
+# on far-future tickets (a pool's users are interchangeable; whoever is free near the time sends).
+GRANT_AHEAD_S = 0.1
+
 PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = (
     Phase.PENDING, Phase.RAMPING, Phase.WARMUP, Phase.MEASURE, Phase.DRAINING, Phase.DONE,
 )  # fmt: skip
@@ -77,10 +86,33 @@ class LevelPlan:
     duration_s: float | None
     warmup_tokens: int
     output_tokens: int
+    # A rate level (requests/s, open loop): requests are due on a seeded schedule and
+    # ``concurrency`` is the user pool, the cap on requests in flight. None: a concurrency level.
+    rate: float | None = None
+    arrival: str = POISSON
+    burstiness: float = 1.0
+    seed: int = 0
+
+    @property
+    def x(self) -> float:
+        """The level's value on a report's x axis: its rate, or its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
 
 
 def plan_levels(sc: Scenario) -> list[LevelPlan]:
     plans: list[LevelPlan] = []
+    if sc.rates:
+        for rate in sc.rates:
+            for r in range(sc.repeat):
+                plans.append(
+                    LevelPlan(
+                        index=len(plans), concurrency=sc.pool(), repeat=r, budget=sc.rate_budget(rate),
+                        warmup=sc.warmup_requests, duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens,
+                        output_tokens=sc.output_tokens, rate=rate, arrival=sc.arrival, burstiness=sc.burstiness,
+                        seed=sc.seed,
+                    )
+                )  # fmt: skip
+        return plans
     for c in sc.levels:
         for r in range(sc.repeat):
             plans.append(
@@ -102,6 +134,10 @@ class Grant:
     phase: str
     seq: int
     max_tokens: int
+    # Rate levels: seconds from the grant to the request's due time (negative: it is already late,
+    # all users were busy). The user waits this long on its own clock, so no clock is compared.
+    delay_s: float | None = None
+    rate: float | None = None  # the level's requests/s (None: a concurrency level)
 
 
 @dataclass
@@ -126,6 +162,9 @@ class LevelProgress:
     outage_s: float = 0.0  # time the level spent waiting for the server to come back
     status: LevelStatus = LevelStatus.PENDING
     note: str | None = None
+    # Rate levels: each phase's arrival schedule and the time it opened (its offsets' origin).
+    schedule: Schedule | None = None
+    t_phase: float | None = None
 
     @property
     def in_flight(self) -> int:
@@ -144,7 +183,7 @@ class LevelProgress:
             duration_s=p.duration_s, t_start=self.t_start, t_measure_start=self.t_measure_start, t_end=self.t_end,
             status=self.status.value, granted=self.granted, received=self.received,
             granted_warmup=self.granted_warmup, received_warmup=self.received_warmup, lost=self.lost,
-            refused=self.refused, outage_s=round(self.outage_s, 3), note=self.note,
+            refused=self.refused, outage_s=round(self.outage_s, 3), note=self.note, rate=p.rate,
         )  # fmt: skip
 
 
@@ -257,6 +296,15 @@ class SweepController:
             lv.phase = WARMUP
         else:
             lv.phase, lv.t_measure_start = MEASURE, now
+        self._schedule(lv, now)
+
+    @staticmethod
+    def _schedule(lv: LevelProgress, now: float) -> None:
+        """A rate level's phase opened: its arrivals are due from now."""
+        p = lv.plan
+        if p.rate is not None:
+            seed = schedule_seed(p.seed, p.index, PHASE_WARMUP if lv.phase == WARMUP else PHASE_MEASURE)
+            lv.schedule, lv.t_phase = Schedule(p.rate, p.arrival, p.burstiness, seed), now + SCHEDULE_LEAD_S
 
     def grant(self) -> Grant | None:
         lv = self.current
@@ -264,14 +312,33 @@ class SweepController:
             return None
         p = lv.plan
         if lv.phase == WARMUP:
-            g = Grant(p.index, p.concurrency, p.repeat, PHASE_WARMUP, lv.granted_warmup, p.warmup_tokens)
+            g = Grant(p.index, p.concurrency, p.repeat, PHASE_WARMUP, lv.granted_warmup, p.warmup_tokens,
+                      self._delay(lv, lv.granted_warmup), p.rate)  # fmt: skip
             lv.granted_warmup += 1
         else:
-            g = Grant(p.index, p.concurrency, p.repeat, PHASE_MEASURE, lv.granted, p.output_tokens)
+            g = Grant(p.index, p.concurrency, p.repeat, PHASE_MEASURE, lv.granted, p.output_tokens,
+                      self._delay(lv, lv.granted), p.rate)  # fmt: skip
             lv.granted += 1
             if p.budget is not None and lv.granted >= p.budget:
                 lv.phase = DRAINING
         return g
+
+    def wait_s(self) -> float | None:
+        """Seconds until the next ticket may be granted: 0 now; None when no ticket is available
+        (the level is closed or between phases). Only a rate level's tickets ever wait: each is
+        granted GRANT_AHEAD_S before its request is due."""
+        lv = self.current
+        if lv is None or not self._can_grant(lv):
+            return None
+        if lv.schedule is None or lv.t_phase is None:
+            return 0.0
+        seq = lv.granted_warmup if lv.phase == WARMUP else lv.granted
+        return max(0.0, lv.t_phase + lv.schedule.offset(seq) - GRANT_AHEAD_S - self.clock())
+
+    def _delay(self, lv: LevelProgress, seq: int) -> float | None:
+        if lv.schedule is None or lv.t_phase is None:
+            return None
+        return lv.t_phase + lv.schedule.offset(seq) - self.clock()
 
     def give_back(self, level: int, phase: str) -> None:
         """A ticket that was granted but never used (its user was stopped before sending)."""
@@ -326,6 +393,7 @@ class SweepController:
         changes: list[Change] = []
         if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
             lv.phase, lv.t_measure_start = MEASURE, now
+            self._schedule(lv, now)
             changes.append(Change.MEASURE)
         return changes + self._maybe_finish_level(lv, now)
 

@@ -43,6 +43,9 @@ STEADY_MIN_WINDOW_S = 1.0
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 # Below this many values a high percentile is little more than the maximum: the report marks it.
 SMALL_SAMPLE = 100
+# Rate levels: a request sent more than this long after it was due was late (it waited for a
+# free user, or for the client's own event loop). Below it is ordinary scheduling jitter.
+LATE_S = 0.010
 SERIES_BUCKET_S = 1.0  # tok/s over time: one value per this many seconds of the level
 
 
@@ -223,11 +226,25 @@ class LevelStats:
     server_running_mean: float | None = None
     server_queued_max: float | None = None
     server_queued_mean: float | None = None
-    # The workload (specload.mixstats, filled by run.load_run): the share of prompt tokens the
+    # Rate levels (open loop): the planned requests/s, the rate the sends really had, how many went
+    # late (more than LATE_S after they were due) and how late; dists also get "ttft_sched" and
+    # "e2e_sched", the latencies counted from the due time (no coordinated omission).
+    rate: float | None = None
+    send_rate: float | None = None  # (sent - 1) / (last t_send - first t_send)
+    late: int = 0
+    lag_p99_ms: float | None = None
+    lag_max_ms: float | None = None
+    late_note: str | None = None
+    # The workload (specload.mixstats, filled by level_stats): the share of prompt tokens the
     # server's prefix cache served, where that figure came from, and the lengths, classes and turns.
     prefix_cache_hit_rate: float | None = None
     prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
     mix: MixStats | None = None
+
+    @property
+    def x(self) -> float:
+        """The level's value on a report's x axis: its rate, or its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
 
 
 def level_json(s: LevelStats) -> dict[str, Any]:
@@ -265,6 +282,12 @@ class RepeatedLevelStats:
     accept_length_mean: float | None = None
     server_running_max: float | None = None
     server_queued_max: float | None = None
+    rate: float | None = None  # a rate level's requests/s (then ``concurrency`` is its user pool)
+
+    @property
+    def x(self) -> float:
+        """The level's value on the x axis: its rate, or its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
 
     @property
     def measured(self) -> bool:
@@ -634,7 +657,10 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
         s.total_tok_s = s.input_tok_s + s.agg_tok_s
     sends, ends = sorted(tl.t_send), sorted(tl.t_end)
     s.peak_in_flight = peak_in_flight(tl, sends=sends, ends=ends)
-    s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
+    if s.rate is None:  # an open loop has no saturated closed-loop window to measure
+        s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
+    elif len(sends) > 1 and sends[-1] > sends[0]:
+        s.send_rate = (len(sends) - 1) / (sends[-1] - sends[0])
     del sends, ends
     s.tok_s_series = tok_s_series(tl)
 
@@ -667,6 +693,42 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
     if c.verify_n:
         s.accept_length, s.accept_length_requests = c.verify_tokens / c.verify_sum, c.verify_n
         s.accept_length_source = ACCEPT_FROM_RECORDS
+    if c.lag:
+        _fill_schedule(s, c)
+
+
+def _fill_schedule(s: LevelStats, c: LevelColumns) -> None:
+    """Rate levels: how far the sends kept to their schedule, and latencies from the due time."""
+    lags = sorted(c.lag)
+    s.late = sum(1 for x in lags if x > LATE_S)
+    s.lag_p99_ms, s.lag_max_ms = _ms(percentile_sorted(lags, 99)), lags[-1] * 1e3
+    s.dists["ttft_sched"] = dist_of(c.ttft_sched)
+    s.dists["e2e_sched"] = dist_of(c.e2e_sched)
+    s.late_note = late_note(s.late, len(lags), s.lag_p99_ms or 0.0, s.peak_in_flight, s.concurrency)
+
+
+def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> str | None:
+    """Why a rate level's requests went late, and what to read instead; None when they kept time.
+
+    A request goes late when no user was free (the in-flight cap was reached: the server was too
+    slow for the rate) or when the client itself lagged (its event loop woke late). Either way its
+    latency from the send hides the wait, as a closed-loop tool's would (coordinated omission).
+    """
+    if late == 0 or n == 0:
+        return None
+    share = late / n
+    if share < 0.01 and p99_ms <= LATE_S * 1e3:
+        return None
+    why = (
+        f"all {pool} users were busy (the cap on requests in flight, --max-in-flight): the server did not keep up "
+        "with the rate"
+        if peak is not None and peak >= pool
+        else "the client sent them late (its event loop lagged: see the Client column)"
+    )
+    return (
+        f"{late} of {n} requests ({share:.0%}) were sent more than {LATE_S * 1e3:g} ms after they were due "
+        f"(p99 {p99_ms:.0f} ms late): {why}; read the latencies counted from the schedule (TTFT and E2E from schedule)"
+    )
 
 
 def level_stats(
@@ -678,15 +740,17 @@ def level_stats(
     status: str | None = None,
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
+    rate: float | None = None,
 ) -> LevelStats:
     """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
     s = LevelStats(
         concurrency=concurrency,
         repeat=repeat,
-        label=level_label(concurrency, repeat),
+        label=level_label(concurrency, repeat, rate),
         index=index,
         status=status,
         warmup=c.warmup,
+        rate=rate,
     )
     if not c.sent:
         return s
@@ -715,6 +779,7 @@ def summarize_level(
     status: str | None = None,
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
+    rate: float | None = None,
 ) -> LevelStats:
     """Stats of one level from any set of records (those of other levels are filtered out).
 
@@ -723,7 +788,7 @@ def summarize_level(
     server samples (any order; those outside the level's measured window are ignored).
     """
     cols = LevelColumns.of(r for r in records if _belongs(r, concurrency, repeat, index))
-    return level_stats(cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap)
+    return level_stats(cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate)
 
 
 def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
@@ -757,12 +822,13 @@ def summarize_run(
     plan = _plan(levels_meta)
     out = [
         summarize_level(records, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
-                        cap=cap)  # fmt: skip
+                        cap=cap, rate=lv.rate)  # fmt: skip
         for lv in plan
     ]
     extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})
     for idx, c, rep in extra:
-        s = summarize_level(records, c, rep, index=idx, samples=samples, cap=cap)
+        rate = next((r.rate for r in records if (r.level, r.concurrency, r.repeat) == (idx, c, rep)), None)
+        s = summarize_level(records, c, rep, index=idx, samples=samples, cap=cap, rate=rate)
         s.planned = False
         out.append(s)
     return out
@@ -793,7 +859,7 @@ def summarize_columns(
         claimed.update(keys)
         cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
         out.append(level_stats(cols, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
-                               cap=cap))  # fmt: skip
+                               cap=cap, rate=lv.rate))  # fmt: skip
     for key in sorted(k for k in groups if k not in claimed):
         idx, c, rep = key
         s = level_stats(groups[key], c, rep, index=idx, samples=samples, cap=cap)
@@ -811,11 +877,13 @@ def _itl_p99_ms(s: LevelStats) -> float | None:
     return None if d is None or not d.n else d.p.get(99.0, 0.0) * 1e3
 
 
-def _combine(concurrency: int, levels: Sequence[LevelStats]) -> RepeatedLevelStats:
+def _combine(x: float, levels: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
+    """``x`` is the level's concurrency, or its requests/s when ``rate``."""
     agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
     per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
     return RepeatedLevelStats(
-        concurrency=concurrency,
+        concurrency=levels[0].concurrency if rate and levels else int(x),
+        rate=x if rate else None,
         repeats=[s.repeat for s in levels],
         n=len(agg),
         agg_tok_s_mean=mean(agg),
@@ -841,21 +909,22 @@ def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
     """Mean and sample std-dev across repeats of one concurrency (levels without a value are skipped)."""
     if not levels:
         raise ValueError("combine_repeats needs at least one LevelStats")
-    concurrencies = {s.concurrency for s in levels}
-    if len(concurrencies) != 1:
-        raise ValueError(f"combine_repeats got several concurrencies: {sorted(concurrencies)}")
-    return _combine(levels[0].concurrency, levels)
+    xs = {(s.rate is not None, s.x) for s in levels}
+    if len(xs) != 1:
+        raise ValueError(f"combine_repeats got several levels: {sorted(x for _, x in xs)}")
+    return _combine(levels[0].x, levels, levels[0].rate is not None)
 
 
-def repeats_at(levels: Sequence[LevelStats], concurrency: int) -> RepeatedLevelStats:
-    """Every repeat of ``concurrency`` among a run's ``levels`` combined; a run without that
-    concurrency gives an empty one (repeats [], every figure None), so runs line up level by level."""
-    return _combine(concurrency, [s for s in levels if s.concurrency == concurrency])
+def repeats_at(levels: Sequence[LevelStats], x: float, rate: bool = False) -> RepeatedLevelStats:
+    """Every repeat of level ``x`` (a concurrency, or a rate when ``rate``) among a run's ``levels``
+    combined; a run without it gives an empty one (repeats [], every figure None), so runs line up
+    level by level."""
+    return _combine(x, [s for s in levels if s.x == x and (s.rate is not None) == rate], rate)
 
 
 def group_repeats(levels: Sequence[LevelStats]) -> list[RepeatedLevelStats]:
-    """combine_repeats for every concurrency, in first-seen order."""
-    by_c: dict[int, list[LevelStats]] = {}
+    """combine_repeats for every level value, in first-seen order."""
+    by_x: dict[tuple[bool, float], list[LevelStats]] = {}
     for s in levels:
-        by_c.setdefault(s.concurrency, []).append(s)
-    return [combine_repeats(group) for group in by_c.values()]
+        by_x.setdefault((s.rate is not None, s.x), []).append(s)
+    return [combine_repeats(group) for group in by_x.values()]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from specload.comparison import ComparedRun, Comparison, Crossover
+from specload.comparison import CONCURRENCY, Axis, ComparedRun, Comparison, Crossover
 from specload.metrics import SERIES_BUCKET_S, LevelStats
 
 MISSING_NOTICE = "plot skipped: matplotlib is not installed (pip install 'specload[plot]')"
@@ -32,18 +32,23 @@ def _series(run: ComparedRun, cs: list[int], attr: str) -> tuple[list[int], list
     return [c for c, v in pts if v is not None], [v for _, v in pts if v is not None]
 
 
-def crossover_label(label: str, x: Crossover) -> str:
+def _level_name(s: LevelStats) -> str:
+    head = f"C={s.concurrency}" if s.rate is None else f"{s.rate:g} req/s"
+    return head + (f" r{s.repeat}" if s.repeat else "")
+
+
+def crossover_label(label: str, x: Crossover, axis: Axis = CONCURRENCY) -> str:
     """The plot's words for a crossover, as the verdict says it (about C=32 inside the noise)."""
     if x.inside_noise:
-        return f"{label} crossover\nabout C={x.at:.0f}\n(inside the noise)"
-    return f"{label} crossover\nC≈{x.at:.0f}"
+        return f"{label} crossover\nabout {axis.at(x.at if axis.rate else round(x.at))}\n(inside the noise)"
+    return f"{label} crossover\n{axis.near(x.at)}"
 
 
-def _mark_crossover(ax: Any, label: str, x: Crossover) -> None:
+def _mark_crossover(ax: Any, label: str, x: Crossover, axis: Axis) -> None:
     """A dashed line at an interpolated crossover; a dotted one at a level inside the noise."""
     ax.axvline(x.at, linestyle=":" if x.inside_noise else "--", color="grey", linewidth=1)
     ax.annotate(
-        crossover_label(label, x),
+        crossover_label(label, x, axis),
         xy=(x.at, 1.0),
         xycoords=("data", "axes fraction"),
         xytext=(4, -4),
@@ -61,16 +66,16 @@ def _panel(ax: Any, comp: Comparison, cs: list[int], attr: str, key: str, name: 
             ax.plot(xs, ys, marker="o", label=run.label)
     for t in comp.treatments:
         for x in getattr(comp.crossovers[t.label], key):
-            _mark_crossover(ax, t.label, x)
+            _mark_crossover(ax, t.label, x, comp.axis)
     if cs:
         from matplotlib.ticker import NullLocator
 
         ax.set_xscale("log", base=2)
-        ax.set_xticks(cs, [str(c) for c in cs])
+        ax.set_xticks(cs, [f"{c:g}" for c in cs])
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("concurrency C (log2)")
+    ax.set_xlabel("request rate (req/s, log2)" if comp.axis.rate else "concurrency C (log2)")
     ax.set_ylabel(name)
-    ax.set_title(f"{name} vs concurrency")
+    ax.set_title(f"{name} vs {comp.axis.name}")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -128,7 +133,7 @@ def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = 
     for s in levels:
         if s.tok_s_series:
             xs = [(i + 0.5) * bucket_s for i in range(len(s.tok_s_series))]
-            line = ax.plot(xs, s.tok_s_series, marker=".", label=f"C={s.concurrency}" + (f" r{s.repeat}" if s.repeat else ""))
+            line = ax.plot(xs, s.tok_s_series, marker=".", label=_level_name(s))
             if s.steady_tok_s is not None:
                 ax.axhline(s.steady_tok_s, color=line[0].get_color(), linestyle=":", linewidth=1)
     ax.set_xlabel(f"seconds since the level's first request ({bucket_s:g} s buckets)")

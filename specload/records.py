@@ -81,6 +81,10 @@ class RequestRecord:
     itl: list[list[int]] | None = None
     itl_unit: str | None = None  # ITL_PER_TOKEN | ITL_PER_EVENT
     first_event_tokens: int | None = None  # tokens the first content event carried (TPOT leaves them out)
+    # Rate levels: when the request was due (wall clock of the process that sent it). t_send later
+    # than this means it waited for a free user; latencies "from schedule" count that wait.
+    t_sched: float | None = None
+    rate: float | None = None  # the level's requests/s for a rate level (None: a concurrency level)
     # The workload (specload.workload): the request's class ([[classes]]; None without classes), its
     # turn in a conversation (0-based) and the conversation's id (None when single-turn), its shared
     # prefix's group (None without a shared prefix), and the prompt tokens the server's prefix cache
@@ -206,6 +210,8 @@ def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:
         return None
 
 
-def level_label(concurrency: int, repeat: int = 0) -> str:
-    """Name of a level in Locust's rows: c016, or c016.r1 for a repetition."""
-    return f"c{concurrency:03d}" + (f".r{repeat}" if repeat else "")
+def level_label(concurrency: int, repeat: int = 0, rate: float | None = None) -> str:
+    """Name of a level in Locust's rows and logs: c016 (or c016.r1 for a repetition), or for a
+    rate level its requests/s: rate2, rate0.5 (rate2.r1)."""
+    head = f"c{concurrency:03d}" if rate is None else f"rate{rate:g}"
+    return head + (f".r{repeat}" if repeat else "")

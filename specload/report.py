@@ -36,9 +36,24 @@ IF_COUNTED = "if_counted"  # some level counted one (0 elsewhere)
 
 
 def _c_cell(s: LevelStats) -> str:
+    if s.rate is not None:  # a rate level: its user pool caps what is in flight
+        return f"<={s.concurrency}" if s.repeat == 0 else f"<={s.concurrency} r{s.repeat}"
     return str(s.concurrency) if s.repeat == 0 else f"{s.concurrency} r{s.repeat}"
 
 
+def _x_header(levels: Sequence[LevelStats]) -> str:
+    return "Rate (req/s)" if any(s.rate is not None for s in levels) else "C"
+
+
+def _x_cell(s: LevelStats) -> str:
+    """The level as the side tables name it: its rate for a rate level, else its concurrency."""
+    return _rate_cell(s) if s.rate is not None else _c_cell(s)
+
+
+def _rate_cell(s: LevelStats) -> str:
+    if s.rate is None:
+        return ""
+    return f"{s.rate:g}" if s.repeat == 0 else f"{s.rate:g} r{s.repeat}"
 def _pct_cell(rate: float | None) -> str:
     return fmt_num(None if rate is None else rate * 100.0, 1)
 
@@ -67,6 +82,7 @@ class Column:
 
 # The table, in order; docs/metrics.md defines every column.
 LEVEL_COLUMNS: tuple[Column, ...] = (
+    Column("Rate (req/s)", "rate", show=IF_VALUE, cell_of=_rate_cell),
     Column("C", "concurrency", cell_of=_c_cell),
     Column("Agg tok/s", "agg_tok_s", 1),
     Column("Per-req tok/s", "per_req_tok_s", 1),
@@ -83,6 +99,7 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Steady tok/s", "steady_tok_s", 1),
     Column("Mean conc", "mean_concurrency", 1),
     Column("Req/s", "req_s", 2),
+    Column("Late", "late", 0, IF_COUNTED),
     Column("429", "rate_limited", 0, IF_COUNTED),
     Column("Accept len", "accept_length", 2, IF_VALUE),
     Column("Prefix hit %", "prefix_cache_hit_rate", 1, IF_COUNTED, cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),
@@ -114,7 +131,10 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github") -> str:
 
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
-_DIST_NAMES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"))
+_DIST_NAMES = (
+    ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"),
+    ("ttft_sched", "TTFT from schedule"), ("e2e_sched", "E2E from schedule"),  # rate levels
+)  # fmt: skip
 
 
 def parse_percentiles(text: str) -> tuple[float, ...]:
@@ -147,7 +167,7 @@ def render_distributions(
 ) -> str | None:
     """Every latency's distribution per level (ms): n, mean, sd and the chosen percentiles. A
     percentile with less than one value above it is marked ``*`` (it is about the maximum)."""
-    headers = ["C", "Latency", "n", "Mean", "Sd", *(f"p{q:g}" for q in percentiles)]
+    headers = [_x_header(levels), "Latency", "n", "Mean", "Sd", *(f"p{q:g}" for q in percentiles)]
     rows: list[list[str]] = []
     for s in levels:
         for key, label in _DIST_NAMES:
@@ -156,16 +176,17 @@ def render_distributions(
                 continue
             cells = [fmt_num(None if v is None else v * 1e3, 1) for v in (d.mean, d.std)]
             pcts = [fmt_num(d.p.get(q, 0.0) * 1e3, 1) + ("*" if _few(d.n, q) else "") for q in percentiles]
-            rows.append([_c_cell(s), _dist_name(key, label, s), str(d.n), *cells, *pcts])
+            rows.append([_x_cell(s), _dist_name(key, label, s), str(d.n), *cells, *pcts])
     if not rows:
         return None
     return render_table(headers, rows, fmt, align_right=False)
 
 
 def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    headers = ["C", "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight", "Mean conc"]
+    headers = [_x_header(levels), "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight",
+               "Mean conc"]  # fmt: skip
     rows = [
-        [_c_cell(s), fmt_num(s.req_s, 2), fmt_num(s.agg_tok_s, 1), fmt_num(s.input_tok_s, 1),
+        [_x_cell(s), fmt_num(s.req_s, 2), fmt_num(s.agg_tok_s, 1), fmt_num(s.input_tok_s, 1),
          fmt_num(s.total_tok_s, 1), fmt_num(s.peak_in_flight, 0), fmt_num(s.mean_concurrency, 1)]
         for s in levels if s.sent
     ]  # fmt: skip
@@ -182,14 +203,14 @@ def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
     shown = _mixed(levels)
     if not any(s.mix.varied or s.mix.classes or s.mix.turns for s in shown):
         return None
-    headers = ["C", "Length", "n", "Mean", "p50", "p90", "Max"]
+    headers = [_x_header(levels), "Length", "n", "Mean", "p50", "p90", "Max"]
     rows = []
     for s in shown:
         for key, label in LENGTHS:
             d = s.mix.lengths.get(key)
             if d is None or not d.n:
                 continue
-            rows.append([_c_cell(s), label, str(d.n), fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1),
+            rows.append([_x_cell(s), label, str(d.n), fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1),
                          fmt_num(d.max, 0)])  # fmt: skip
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
@@ -198,7 +219,7 @@ def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> lis
     rows = []
     for g in groups:
         rows.append([
-            _c_cell(s), str(g.key), _pct_cell(g.share), str(g.ok), str(g.failed + g.short), fmt_num(g.input_mean, 1),
+            _x_cell(s), str(g.key), _pct_cell(g.share), str(g.ok), str(g.failed + g.short), fmt_num(g.input_mean, 1),
             fmt_num(g.output_mean, 1), fmt_num(g.ttft_p50_ms, 1), fmt_num(g.ttft_p99_ms, 1), fmt_num(g.tpot_p50_ms, 1),
             fmt_num(g.e2e_p50_s, 2), fmt_num(g.per_req_tok_s, 1), fmt_num(g.agg_tok_s, 1), _pct_cell(g.prefix_cache_hit_rate),
         ])  # fmt: skip
@@ -206,7 +227,7 @@ def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> lis
         m = s.mix
         inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
         rows.append([
-            _c_cell(s), "all", _pct_cell(1.0), str(s.ok), str(s.failed + s.short), fmt_num(inp.mean if inp else None, 1),
+            _x_cell(s), "all", _pct_cell(1.0), str(s.ok), str(s.failed + s.short), fmt_num(inp.mean if inp else None, 1),
             fmt_num(out.mean if out else None, 1), fmt_num(s.ttft_p50_ms, 1), fmt_num(s.ttft_p99_ms, 1),
             fmt_num(s.tpot_p50_ms, 1), fmt_num(s.e2e_p50_s, 2), fmt_num(s.per_req_tok_s, 1), fmt_num(s.agg_tok_s, 1),
             _pct_cell(s.prefix_cache_hit_rate),
@@ -221,13 +242,13 @@ _GROUP_HEADERS = ["Share", "Ok", "Fail+short", "Input mean", "Output mean", "TTF
 def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each request class and then all of them together; None without classes."""
     rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.classes, True)]
-    return render_table(["C", "Class", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+    return render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
 
 
 def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
     rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.turns, False)]
-    return render_table(["C", "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+    return render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
 
 
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
@@ -235,9 +256,10 @@ def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
     if not groups:
         return None
-    headers = ["C", "Repeats", "Agg tok/s mean", "Agg tok/s sd", "Per-req tok/s mean", "Per-req tok/s sd"]
+    headers = [_x_header(levels), "Repeats", "Agg tok/s mean", "Agg tok/s sd", "Per-req tok/s mean",
+               "Per-req tok/s sd"]  # fmt: skip
     rows = [
-        [g.concurrency, g.n, fmt_num(g.agg_tok_s_mean, 1), fmt_num(g.agg_tok_s_std, 1),
+        [f"{g.x:g}", g.n, fmt_num(g.agg_tok_s_mean, 1), fmt_num(g.agg_tok_s_std, 1),
          fmt_num(g.per_req_tok_s_mean, 1), fmt_num(g.per_req_tok_s_std, 1)]
         for g in groups
     ]  # fmt: skip
@@ -315,6 +337,8 @@ def _level_notes(s: LevelStats) -> list[str]:
         )
     if not s.planned:
         notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
+    if s.late_note:
+        notes.append(f"{s.label}: {s.late_note}")
     return notes
 
 
@@ -322,7 +346,7 @@ def _level_meta_notes(run: Run) -> list[str]:
     """Levels run.json does not mark completed, with their budget vs what came back."""
     notes: list[str] = []
     for lv in run.info.levels:
-        label = level_label(lv.concurrency, lv.repeat)
+        label = level_label(lv.concurrency, lv.repeat, lv.rate)
         if lv.lost:
             why = f" ({lv.note})" if lv.note else ""
             notes.append(f"{label}: {lv.lost} request(s) lost with a worker, no record can exist for them{why}")

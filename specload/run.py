@@ -69,7 +69,7 @@ class Run:
         cap = self.info.server.max_running
         if cap is None:
             return []
-        over = sorted({s.concurrency for s in self.levels if s.concurrency > cap})
+        over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap})
         return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
 
 

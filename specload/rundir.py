@@ -191,7 +191,15 @@ class LevelMeta:
     # The client's own load during the level (specload.clientcheck.ClientFigures.to_json); None
     # in runs made before it was measured.
     client: dict[str, Any] | None = None
+    # A rate level's requests/s (open loop; ``concurrency`` is then its user pool); None: a
+    # concurrency level.
+    rate: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
+
+    @property
+    def x(self) -> float:
+        """The level's value on a report's x axis: its rate, or its concurrency."""
+        return self.rate if self.rate is not None else self.concurrency
 
     @classmethod
     def from_json(cls, d: Any) -> LevelMeta | None:
@@ -221,6 +229,7 @@ class LevelMeta:
             outage_s=_float(d.get("outage_s")) or 0.0,
             note=_str(d.get("note")),
             client=dict(d["client"]) if isinstance(d.get("client"), Mapping) else None,
+            rate=rate if (rate := _float(d.get("rate"))) is not None and rate > 0 else None,
             extra=_extra(d, cls),
         )
 

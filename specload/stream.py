@@ -67,6 +67,8 @@ class RequestSpec:
     repeat: int
     requested_output_tokens: int
     requested_prompt_tokens: int
+    t_sched: float | None = None  # rate levels: when the request was due
+    rate: float | None = None  # the level's requests/s (None: a concurrency level)
     # The workload's labels (specload.workload), copied into the record as they are.
     request_class: str | None = None
     turn: int | None = None
@@ -114,8 +116,8 @@ def stream_request(
             reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
             output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
             requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
-            worker=worker, repeat=spec.repeat, request_class=spec.request_class, turn=spec.turn,
-            conversation=spec.conversation, prefix_group=spec.prefix_group,
+            worker=worker, repeat=spec.repeat, t_sched=spec.t_sched, rate=spec.rate, request_class=spec.request_class,
+            turn=spec.turn, conversation=spec.conversation, prefix_group=spec.prefix_group,
         )  # fmt: skip
 
 
@@ -313,6 +315,8 @@ def _record(
         spec_verify_ct=parser.spec_verify_ct,
         worker=worker,
         repeat=spec.repeat,
+        t_sched=spec.t_sched,
+        rate=spec.rate,
         request_class=spec.request_class,
         turn=spec.turn,
         conversation=spec.conversation,

@@ -135,5 +135,5 @@ def test_where_the_prefix_cache_rate_comes_from() -> None:
     assert prefix_cache_rate(c, gauge_only, 10.0, 12.0) == (pytest.approx(0.6), CACHE_FROM_GAUGE)
     assert prefix_cache_rate(c, [], 10.0, 12.0) == (None, None)
     c.add(PHASE_MEASURE, OK, None, 200, 10.0, 10.1, 10.2, 10.3, 0.1, 0.3, 0.01, 100.0, 10, "usage", 200, 10, 200,
-          None, None, None, 1, None, None, 50)  # fmt: skip
+          None, None, None, 1, cached=50)  # fmt: skip
     assert prefix_cache_rate(c, samples, 10.0, 12.0) == (0.25, CACHE_FROM_RECORDS)  # the records win

@@ -219,7 +219,7 @@ def test_run_meta_reads_unversioned_files_as_version_1_and_writes_them_back_unch
     assert meta.server.engine == "sglang" and meta.server.speculative_algorithm is None
     assert meta.extra == {} and meta.levels[0].extra == {}
     # Nothing lost, nothing renamed; fields added since come with their defaults.
-    added = {"refused": 0, "outage_s": 0.0, "client": None}
+    added = {"refused": 0, "outage_s": 0.0, "client": None, "rate": None}
     assert meta.to_json() == d | {"schema_version": 1, "levels": [lv | added for lv in d["levels"]]}
 
 

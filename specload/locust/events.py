@@ -18,7 +18,7 @@ class RequestFailed(Exception):
 
 
 def fire_record(fire: Any, rec: RequestRecord, path: str) -> None:
-    label = level_label(rec.concurrency, rec.repeat)
+    label = level_label(rec.concurrency, rec.repeat, rec.rate)
     warm = rec.phase == PHASE_WARMUP
     name = f"{label} warmup {path}" if warm else f"{label} {path}"
     fire(

@@ -12,11 +12,13 @@ import os
 import secrets
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gevent
 import locust
+from gevent.event import Event
 from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
@@ -118,6 +120,10 @@ class SweepOwner:
         self.failure: str | None = None
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
+        # Rate levels: ticket requests of idle users, answered in turn as requests fall due.
+        self.parked: deque[tuple[str, str]] = deque()  # (node id, user id)
+        self._parked_event = Event()
+        self._dispatcher: Any = None
         self.clocks: dict[str, ClientClock] = {}  # each worker's clock against ours (master only)
         self.clock_probe: ClockProbe | None = None
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
@@ -175,7 +181,8 @@ class SweepOwner:
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
             run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
-            ",".join(map(str, sc.levels)), self.run_dir,
+            f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s" if sc.rates else ",".join(map(str, sc.levels)),
+            self.run_dir,
         )  # fmt: skip
         return True
 
@@ -427,6 +434,35 @@ class SweepOwner:
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
         req = TicketRequest.from_wire(msg.data)
+        if self.active and self.ctrl is not None and (self.parked or (self.ctrl.wait_s() or 0.0) > 0):
+            # A rate level's next request is not due yet: this user waits its turn (in order).
+            self.parked.append((msg.node_id, req.uid))
+            self._parked_event.set()
+            if self._dispatcher is None or self._dispatcher.dead:
+                self._dispatcher = gevent.spawn(self._dispatch)
+            return
+        self._answer(msg.node_id, req.uid)
+
+    def _dispatch(self) -> None:
+        """Answer parked ticket requests as a rate level's requests fall due; refuse them when the
+        level closes (they ask again when tickets open)."""
+        while self.parked or self.active:
+            ctrl = self.ctrl
+            if not self.parked:
+                self._parked_event.clear()
+                self._parked_event.wait(1.0)
+                continue
+            wait = ctrl.wait_s() if self.active and ctrl is not None else None
+            if wait is None or wait <= 0:
+                node, uid = self.parked.popleft()
+                self._answer(node, uid)
+            else:
+                gevent.sleep(min(wait, 0.1))
+            if not self.active and not self.parked:
+                return
+
+    def _answer(self, node: str, uid: str) -> None:
+        """Grant the next ticket to user ``uid`` of process ``node``, or refuse (None) when closed."""
         grant = item = None
         closed = False
         ticket = ""
@@ -434,7 +470,7 @@ class SweepOwner:
             grant = self.ctrl.grant()
             if grant is not None:
                 ticket = secrets.token_hex(8)
-                self.outstanding.setdefault(msg.node_id, {})[(grant.level, grant.phase, grant.seq)] = ticket
+                self.outstanding.setdefault(node, {})[(grant.level, grant.phase, grant.seq)] = ticket
                 closed = not self.ctrl.is_open
                 if self.items:
                     item = self.items[self._next_item % len(self.items)]
@@ -443,8 +479,8 @@ class SweepOwner:
                         grant = replace(grant, max_tokens=item.output_tokens)
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
-        reply = TicketReply(req.uid, grant, item, ticket)
-        self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=msg.node_id)
+        reply = TicketReply(uid, grant, item, ticket)
+        self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)
@@ -522,7 +558,7 @@ class SweepOwner:
             stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
             away = lv.refused > 0 or lv.outage_s > 0
             cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
-                traffic, lv.plan.concurrency, lv.plan.budget, away, stagger))  # fmt: skip
+                traffic, lv.plan.concurrency, lv.plan.budget, away, stagger, lv.plan.rate))  # fmt: skip
             if lv.status == LevelStatus.COMPLETED:
                 del self.traffic[index]  # every record is in: the figure is final, the spans can go
         mif, why = cached[1] if cached is not None else (None, "no measured request")
@@ -596,7 +632,7 @@ class SweepOwner:
             elif change == Change.RESUMED:
                 lv = self.ctrl.current
                 logger.warning("the server answers again; new requests resume%s",
-                               f" ({level_label(lv.plan.concurrency, lv.plan.repeat)})" if lv else "")  # fmt: skip
+                               f" ({level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate)})" if lv else "")  # fmt: skip
             elif change in (Change.ABORT, Change.TIMEOUT):
                 if hint := invalid_prompt_hint(self.ctrl.abort_reason):
                     self.ctrl.abort_reason = f"{self.ctrl.abort_reason}; {hint}"
@@ -634,8 +670,10 @@ class SweepOwner:
         p = lv.plan
         what = f"{p.budget} requests" if p.budget is not None else f"{p.duration_s:g} s"
         warm = f" after {p.warmup} warmup" if p.warmup else ""
-        logger.info("level %d/%d %s started: C=%d, %s%s", p.index + 1, len(self.ctrl.levels),
-                    level_label(p.concurrency, p.repeat), p.concurrency, what, warm)  # fmt: skip
+        load = f"C={p.concurrency}" if p.rate is None else (
+            f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+        logger.info("level %d/%d %s started: %s, %s%s", p.index + 1, len(self.ctrl.levels),
+                    level_label(p.concurrency, p.repeat, p.rate), load, what, warm)  # fmt: skip
 
     def _log_level_done(self) -> None:
         assert self.ctrl is not None
@@ -649,7 +687,7 @@ class SweepOwner:
         logger.log(logging.WARNING if flag else logging.INFO,
                    "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
                    "%d tokens, agg %s tok/s over %.1f s%s",
-                   p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat), lv.received,
+                   p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat, p.rate), lv.received,
                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
                    f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
 

@@ -34,7 +34,7 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.prompts import IDS
-from specload.records import RequestRecord
+from specload.records import RequestRecord, now
 from specload.stream import Interrupted, RequestSpec, stream_request
 from specload.vocab import ServerTokenizer
 from specload.workload import Conversation, RequestMaker
@@ -78,9 +78,13 @@ class UserSide:
         if waiter is not None:
             waiter.set(reply if reply.grant is not None else None)
         elif reply.grant is not None:
-            g = reply.grant
-            back = TicketReturn(g.level, g.phase, g.seq, reply.ticket)
-            self.runner.send_message(MSG_TICKET_RETURN, back.to_wire())
+            self.give_back(reply)
+
+    def give_back(self, reply: TicketReply) -> None:
+        """A grant that will not be used: the level may hand it out again."""
+        assert reply.grant is not None
+        g = reply.grant
+        self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire())
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
@@ -171,10 +175,11 @@ class SpecloadUser(User):
         if reply is None or reply.grant is None:
             return
         grant = reply.grant
+        t_sched = None if grant.delay_s is None else now() + grant.delay_s
         cfg = side.config
         assert cfg is not None
         sc = cfg.scenario
-        if sc.stagger_s > 0 and grant.level != self._last_level:
+        if t_sched is None and sc.stagger_s > 0 and grant.level != self._last_level:
             gevent.sleep(random.uniform(0, sc.stagger_s))
         self._last_level = grant.level
         backend = side.backend()
@@ -184,14 +189,25 @@ class SpecloadUser(User):
         spec = RequestSpec(
             level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
             repeat=grant.repeat, requested_output_tokens=req.max_tokens, requested_prompt_tokens=req.prompt_tokens,
-            request_class=req.request_class, turn=req.turn, conversation=req.conversation,
-            prefix_group=req.prefix_group,
+            t_sched=t_sched, rate=grant.rate, request_class=req.request_class, turn=req.turn,
+            conversation=req.conversation, prefix_group=req.prefix_group,
         )  # fmt: skip
+        http = self._http(cfg)  # a new user's connection is opened before its due time, not after
+        if t_sched is not None:
+            # A rate level: the request is due at t_sched whatever else is in flight. A late one
+            # (every user was busy) goes at once, and its record keeps when it was due.
+            wait = t_sched - now()
+            if wait > 0:
+                try:
+                    gevent.sleep(wait)
+                except gevent.GreenletExit:
+                    side.give_back(reply)  # stopped before it was due: nothing was sent
+                    raise
         path = endpoint(cfg.host, backend.path)
         text: list[str] | None = [] if req.wants_answer else None
         try:
             rec = stream_request(
-                self._http(cfg), path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
+                http, path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
                 sc.read_timeout_s, sc.connect_timeout_s, text,
             )  # fmt: skip
         except Interrupted as stop:
