@@ -507,6 +507,12 @@ def _check_whole(source: str, sc: Scenario) -> Scenario:
     _check_class(source, sc, "", {})
     for i, c in enumerate(sc.classes):
         _check_class(source, sc, f"classes[{i}].", c)
+    if sc.rates and (sc.turns > 1 or any(c.get("turns", 1) > 1 for c in sc.classes)):
+        # At a rate level each arrival goes to whichever user is free: a conversation's next turn
+        # would not follow its own answer (follow-up turns of an open-loop conversation: not yet).
+        where = "turns" if sc.turns > 1 else "classes"
+        raise ScenarioError(f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
+                            f"(--levels), not --rates")  # fmt: skip
     if sc.dataset:
         # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
         # output length may be drawn instead.

@@ -317,3 +317,11 @@ def test_flags_checked_one_by_one_see_the_distribution_before_the_prefix() -> No
         sweep_args("--input-tokens", "100", "--input-dist", "uniform:400:800", "--shared-prefix", "300")
     )
     assert s.scenario().shared_prefix_tokens == 300
+
+
+def test_conversations_are_refused_at_rate_levels() -> None:
+    with pytest.raises(ScenarioError, match="field 'turns': conversations .* need concurrency levels"):
+        scenario_from_dict({"rates": [2.0], "turns": 3}, "f.toml")
+    with pytest.raises(ScenarioError, match="field 'classes': conversations"):
+        scenario_from_dict({"rates": [2.0], "classes": [{"name": "a", "weight": 1, "turns": 2}]}, "f.toml")
+    assert scenario_from_dict({"rates": [2.0], "input_dist": "uniform:5:9"}).rates == [2.0]
