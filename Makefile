@@ -52,7 +52,7 @@ bench: install
 	$(BIN)/python -m bench.run $(ARGS)
 
 demo: install
-	$(SPECLOAD) demo --out $(OUT)
+	$(SPECLOAD) demo --out $(OUT) $(ARGS)
 
 sweep: install
 	@test -n "$(HOST)" || { echo "usage: make sweep HOST=http://server:port [SCENARIO=...] [LABEL=...] [OUT=...] [BACKEND=...]"; exit 2; }
@@ -64,7 +64,7 @@ ui: install
 
 report: install
 	@test -n "$(RUN)" || { echo "usage: make report RUN=results/<run-dir>"; exit 2; }
-	$(SPECLOAD) report $(RUN)
+	$(SPECLOAD) report $(RUN) $(ARGS)
 
 compare: install
 	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make compare A=results/<baseline-run> B=results/<other-run> [C=...]"; exit 2; }

@@ -18,6 +18,7 @@ from pathlib import Path
 from specload.config import FLAG_FIELDS
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
+    EXIT_USAGE,
     LaunchError,
     SweepSettings,
     run_sweep,
@@ -25,6 +26,7 @@ from specload.launch import (
     run_worker,
 )
 from specload.resources import builtin_scenarios, locustfile_path
+from specload.tableview import TableView, columns_help, view_for
 
 
 def _die(code: int, message: str) -> int:
@@ -56,9 +58,17 @@ def settings(args: argparse.Namespace) -> SweepSettings:
     )  # fmt: skip
 
 
+def _view(args: argparse.Namespace) -> TableView:
+    """``--columns`` as a table view for this terminal; LaunchError(EXIT_USAGE) for an unknown name."""
+    try:
+        return view_for(args.columns)
+    except ValueError as e:
+        raise LaunchError(EXIT_USAGE, str(e)) from None
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
-        return run_sweep(settings(args), args.format).exit_code
+        return run_sweep(settings(args), args.format, _view(args)).exit_code
     except LaunchError as e:
         return _die(e.code, str(e))
 
@@ -77,7 +87,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from specload.demo import run_demo
 
-    return run_demo(args.scenario, args.out)
+    try:
+        view = _view(args)
+    except LaunchError as e:
+        return _die(e.code, str(e))
+    return run_demo(args.scenario, args.out, view)
 
 
 def _add_locust_common(p: argparse.ArgumentParser) -> None:
@@ -100,9 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specload", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("sweep", help="run a headless sweep and print the per-level table")
+    p = sub.add_parser("sweep", help="run a headless sweep (on a terminal: a live progress line per level) and "
+                       "print the per-level table")  # fmt: skip
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
+    # A display option, not a scenario field: it changes what is printed, never what is measured
+    # (run.json, report.md and the Locust child do not see it).
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
     _add_run_flags(p)
 
@@ -128,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="sweep the built-in simulated server and print the table")
     p.add_argument("--out", default="results")
     p.add_argument("--scenario", default="demo")
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
 
     sub.add_parser("locustfile", help="print the locustfile's path, for a plain `locust -f` run")
     return parser

@@ -33,13 +33,12 @@ from specload.output import (
     fmt_num,
     fmt_pct,
     is_known_format,
-)
-from specload.output import (
-    render_table as render_cells,
+    render_view,
 )
 from specload.plot import plot_comparison
 from specload.run import NotARunDir, Run, load_run
 from specload.rundir import safe_name
+from specload.tableview import WHOLE, TableView, columns_help, view_for
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -73,20 +72,26 @@ def _has_server(comp: Comparison) -> bool:
     return _has(comp, "server_running_max") or _has(comp, "server_queued_max")
 
 
-def table_columns(comp: Comparison) -> list[str]:
-    cols = ["Req/s" if comp.axis.rate else "C"]
-    cols += [f"Agg tok/s {r.label}" for r in comp.runs] + [f"Δ agg {t.label}" for t in comp.treatments]
-    cols += [f"Per-req tok/s {r.label}" for r in comp.runs] + [f"Δ per-req {t.label}" for t in comp.treatments]
-    cols += [f"TTFT p50 (ms) {r.label}" for r in comp.runs]
-    cols += [f"TTFT p99 (ms) {r.label}" for r in comp.runs]
-    cols += [f"TPOT p50 (ms) {r.label}" for r in comp.runs] + [f"Δ TPOT {t.label}" for t in comp.treatments]
+def _columns(comp: Comparison) -> list[tuple[str, str]]:
+    """(header, key in tableview.PRIORITY) of each column, in order."""
+    runs, ts = comp.runs, comp.treatments
+    cols = [("Req/s" if comp.axis.rate else "C", "c")]  # the level axis
+    cols += [(f"Agg tok/s {r.label}", "agg") for r in runs] + [(f"Δ agg {t.label}", "agg") for t in ts]
+    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [(f"Δ per-req {t.label}", "per_req") for t in ts]
+    cols += [(f"TTFT p50 (ms) {r.label}", "ttft_p50") for r in runs]
+    cols += [(f"TTFT p99 (ms) {r.label}", "ttft_p99") for r in runs]
+    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [(f"Δ TPOT {t.label}", "tpot_p50") for t in ts]
     if _has(comp, "itl_p99_ms_mean"):
-        cols += [f"ITL p99 (ms) {r.label}" for r in comp.runs]
+        cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
     if _has(comp, "accept_length_mean"):
-        cols += [f"Accept len {r.label}" for r in comp.runs]
+        cols += [(f"Accept len {r.label}", "accept") for r in runs]
     if _has_server(comp):
-        cols += [f"Srv run/queue {r.label}" for r in comp.runs]
+        cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
     return cols
+
+
+def table_columns(comp: Comparison) -> list[str]:
+    return [name for name, _key in _columns(comp)]
 
 
 def tpot_cell(pct: float | None, check: LevelCheck) -> str:
@@ -200,9 +205,13 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
             "crossovers": crossovers, "sentences": comp.sentences, "notes": comp.notes}  # fmt: skip
 
 
-def render_table(comp: Comparison, fmt: str = "github") -> str:
-    """The side-by-side table; csv has the same cells, json the full data (see to_dict)."""
-    return render_cells(table_columns(comp), table_rows(comp), fmt, json_data=lambda: to_dict(comp))
+def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
+    """The side-by-side table; csv has the same cells, json the full data (see to_dict).
+
+    ``view``: the columns a terminal shows (default: all, as comparison.md has them)."""
+    cols = _columns(comp)
+    return render_view([name for name, _ in cols], [key for _, key in cols], table_rows(comp), fmt, view,
+                       COMPARISON_MD, json_data=lambda: to_dict(comp))  # fmt: skip
 
 
 # ---------------------------------------------------------------- header, text
@@ -232,9 +241,9 @@ def header_lines(comp: Comparison) -> list[str]:
     return lines
 
 
-def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None) -> str:
+def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE) -> str:
     """Header, table, verdict and notes as one text (markdown when fmt is github)."""
-    lines = header_lines(comp) + ["", render_table(comp, fmt)]
+    lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
     if comp.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in comp.notes]
@@ -310,12 +319,14 @@ def run_compare(
     fmt: str = "github",
     plot: bool = True,
     plot_path: str | Path | None = None,
+    view: TableView = WHOLE,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
     ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
-    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png). Prints nothing
-    but matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
+    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png); ``view``: the
+    table's columns in ``text`` (comparison.md has them all). Prints nothing but matplotlib's
+    absence; the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
         raise CompareError("give at least two run directories (the first is the baseline)")
@@ -332,7 +343,7 @@ def run_compare(
     md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir)))
     if fmt in EXTRA_FORMATS:
         return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt), None, md, png)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png)
 
 
 def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextIO | None = None) -> None:
@@ -363,6 +374,7 @@ def _parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
         "next to the baseline run)",
     )  # fmt: skip
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     return p
 
 
@@ -370,7 +382,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the comparison and write comparison.md (+ plot); csv/json print only the data."""
     args = _parser().parse_args(argv)
     try:
-        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot)
+        view = view_for(args.columns)
+    except ValueError as e:
+        print(f"specload compare: {e}", file=sys.stderr)
+        return 2
+    try:
+        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
+                             view=view)  # fmt: skip
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

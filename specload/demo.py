@@ -14,6 +14,7 @@ import sys
 
 from specload.launch import LaunchError, SweepSettings, run_sweep
 from specload.simproc import start_sim
+from specload.tableview import WHOLE, TableView
 
 # Time runs DEMO_TIME_SCALE times faster than in the reference deployment, so both sweeps fit in
 # about three minutes on two cores; tok/s figures are reported in simulated time (see below).
@@ -24,11 +25,11 @@ def sim_args(preset: str) -> list[str]:
     return ["--engine", "batch", "--preset", preset, "--time-scale", str(DEMO_TIME_SCALE), "--model", "demo-model"]
 
 
-def _sweep(preset: str, scenario: str, out: str) -> tuple[int, str | None]:
+def _sweep(preset: str, scenario: str, out: str, view: TableView) -> tuple[int, str | None]:
     print(f"\n=== specload demo: {preset.upper()} (SIMULATED server, preset '{preset}') ===", flush=True)
     sim = start_sim(sim_args(preset))
     try:
-        outcome = run_sweep(SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=out))
+        outcome = run_sweep(SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=out), view=view)
     except LaunchError as e:
         print(f"specload demo: {e}", file=sys.stderr)
         return e.code, None
@@ -37,7 +38,8 @@ def _sweep(preset: str, scenario: str, out: str) -> tuple[int, str | None]:
     return outcome.exit_code, outcome.run_dir
 
 
-def run_demo(scenario: str, out: str) -> int:
+def run_demo(scenario: str, out: str, view: TableView = WHOLE) -> int:
+    """Both sweeps and their comparison; ``view``: the printed tables' columns (``--columns``)."""
     from specload.compare import CompareError, print_result, run_compare
 
     print(
@@ -47,14 +49,14 @@ def run_demo(scenario: str, out: str) -> int:
     )
     runs: list[str] = []
     for preset in ("baseline", "mtp"):
-        code, run_dir = _sweep(preset, scenario, out)
+        code, run_dir = _sweep(preset, scenario, out, view)
         if code != 0 or run_dir is None:
             print(f"specload demo: the {preset} sweep did not complete (exit {code})", file=sys.stderr)
             return code or 1
         runs.append(run_dir)
     print("\n=== specload demo: baseline vs MTP ===", flush=True)
     try:
-        print_result(run_compare(runs))
+        print_result(run_compare(runs, view=view))
         code = 0
     except CompareError as e:
         print(f"specload demo: {e}", file=sys.stderr)

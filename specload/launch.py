@@ -26,6 +26,7 @@ from specload.http import check_host
 from specload.output import is_known_format
 from specload.resources import locustfile_path
 from specload.rundir import LOCUST_PREFIX, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.tableview import WHOLE, TableView
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -229,8 +230,10 @@ def run_locust(cmd: list[str], env: dict[str, str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
-def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOutcome:
-    """Check, run one headless sweep to its end, print its report; raises LaunchError before any run."""
+def run_sweep(s: SweepSettings, report_format: str | None = "github", view: TableView = WHOLE) -> SweepOutcome:
+    """Check, run one headless sweep to its end, print its report; raises LaunchError before any run.
+
+    ``view``: the per-level table's columns as printed (``--columns``; report.md has them all)."""
     sc, host = check_settings(s)
     if report_format is not None and not is_known_format(report_format):
         raise LaunchError(EXIT_USAGE, f"--format: unknown table format {report_format!r}")
@@ -244,10 +247,10 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github") -> SweepOu
         *(["--insecure"] if s.insecure else []), *distribution_flags(s), *s.locust_args,
     ]  # fmt: skip
     print(f"specload: run directory {run_dir}", flush=True)
-    return _outcome(run_dir, run_locust(cmd), report_format)
+    return _outcome(run_dir, run_locust(cmd), report_format, view)
 
 
-def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> SweepOutcome:
+def _outcome(run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE) -> SweepOutcome:
     from specload.report import print_report
     from specload.run import load_run
 
@@ -258,7 +261,7 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None) -> Sweep
         return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
     if report_format is not None:
         try:
-            print_report(load_run(run_dir), report_format)
+            print_report(load_run(run_dir), report_format, view=view)
         except OSError as e:  # report.md could not be written (a full disk): the table was printed
             print(f"specload: could not write report.md in {run_dir}: {e.strerror or e}", file=sys.stderr)
     status = read_run_meta(run_dir).status

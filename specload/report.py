@@ -20,10 +20,11 @@ from specload.clientcheck import client_notes
 from specload.clocks import describe, is_off
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS, GroupStats
-from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
+from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table, render_view
 from specload.records import level_label
 from specload.run import NotARunDir, Run, load_run
 from specload.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
+from specload.tableview import WHOLE, TableView, columns_help, view_for
 from specload.text import shorten
 
 REASON_WIDTH = 120
@@ -54,6 +55,8 @@ def _rate_cell(s: LevelStats) -> str:
     if s.rate is None:
         return ""
     return f"{s.rate:g}" if s.repeat == 0 else f"{s.rate:g} r{s.repeat}"
+
+
 def _pct_cell(rate: float | None) -> str:
     return fmt_num(None if rate is None else rate * 100.0, 1)
 
@@ -63,6 +66,7 @@ class Column:
     """One column of the per-level table: the LevelStats field it shows, rounded to ``digits``."""
 
     name: str
+    key: str  # in tableview.PRIORITY
     attr: str
     digits: int = 0
     show: str = ALWAYS  # ALWAYS | IF_VALUE | IF_COUNTED
@@ -80,33 +84,35 @@ class Column:
         return any(values) if self.show == IF_COUNTED else any(v is not None for v in values)
 
 
-# The table, in order; docs/metrics.md defines every column.
+# The table, in order; docs/metrics.md defines every column. The second field is the column's key in
+# tableview.PRIORITY (its rank when a terminal cannot show them all, its name for --columns).
 LEVEL_COLUMNS: tuple[Column, ...] = (
-    Column("Rate (req/s)", "rate", show=IF_VALUE, cell_of=_rate_cell),
-    Column("C", "concurrency", cell_of=_c_cell),
-    Column("Agg tok/s", "agg_tok_s", 1),
-    Column("Per-req tok/s", "per_req_tok_s", 1),
-    Column("Tokens", "output_tokens"),
-    Column("Wall(s)", "wall_s", 1),
-    Column("Ok", "ok"),
-    Column("Fail", "failed"),
-    Column("Short", "short"),
-    Column("TTFT p50 (ms)", "ttft_p50_ms", 1),
-    Column("TTFT p99 (ms)", "ttft_p99_ms", 1),
-    Column("TPOT p50 (ms)", "tpot_p50_ms", 1),
-    Column("TPOT p99 (ms)", "tpot_p99_ms", 1),
-    Column("E2E p50 (s)", "e2e_p50_s", 2),
-    Column("Steady tok/s", "steady_tok_s", 1),
-    Column("Mean conc", "mean_concurrency", 1),
-    Column("Req/s", "req_s", 2),
-    Column("Late", "late", 0, IF_COUNTED),
-    Column("429", "rate_limited", 0, IF_COUNTED),
-    Column("Accept len", "accept_length", 2, IF_VALUE),
-    Column("Prefix hit %", "prefix_cache_hit_rate", 1, IF_COUNTED, cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),
-    Column("Srv run max", "server_running_max", 0, IF_VALUE),
-    Column("Srv run mean", "server_running_mean", 1, IF_VALUE),
-    Column("Srv queue max", "server_queued_max", 0, IF_VALUE),
-    Column("Srv queue mean", "server_queued_mean", 1, IF_VALUE),
+    Column("Rate (req/s)", "rate", "rate", show=IF_VALUE, cell_of=_rate_cell),
+    Column("C", "c", "concurrency", cell_of=_c_cell),
+    Column("Agg tok/s", "agg", "agg_tok_s", 1),
+    Column("Per-req tok/s", "per_req", "per_req_tok_s", 1),
+    Column("Tokens", "tokens", "output_tokens"),
+    Column("Wall(s)", "wall", "wall_s", 1),
+    Column("Ok", "ok", "ok"),
+    Column("Fail", "fail", "failed"),
+    Column("Short", "short", "short"),
+    Column("TTFT p50 (ms)", "ttft_p50", "ttft_p50_ms", 1),
+    Column("TTFT p99 (ms)", "ttft_p99", "ttft_p99_ms", 1),
+    Column("TPOT p50 (ms)", "tpot_p50", "tpot_p50_ms", 1),
+    Column("TPOT p99 (ms)", "tpot_p99", "tpot_p99_ms", 1),
+    Column("E2E p50 (s)", "e2e_p50", "e2e_p50_s", 2),
+    Column("Steady tok/s", "steady", "steady_tok_s", 1),
+    Column("Mean conc", "mean_conc", "mean_concurrency", 1),
+    Column("Req/s", "req_s", "req_s", 2),
+    Column("Late", "late", "late", 0, IF_COUNTED),
+    Column("429", "429", "rate_limited", 0, IF_COUNTED),
+    Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
+    Column("Prefix hit %", "prefix_hit", "prefix_cache_hit_rate", 1, IF_COUNTED,
+           cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),  # fmt: skip
+    Column("Srv run max", "srv_run_max", "server_running_max", 0, IF_VALUE),
+    Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
+    Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
+    Column("Srv queue mean", "srv_queue_mean", "server_queued_mean", 1, IF_VALUE),
 )
 COLUMNS = tuple(c.name for c in LEVEL_COLUMNS if c.show == ALWAYS)  # the columns every table has
 
@@ -123,11 +129,15 @@ def columns(levels: Sequence[LevelStats]) -> list[str]:
     return [c.name for c in _shown(levels)]
 
 
-def render_levels(levels: Sequence[LevelStats], fmt: str = "github") -> str:
-    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded)."""
+def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: TableView = WHOLE) -> str:
+    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded).
+
+    ``view``: the columns a terminal shows (default: all of them, as report.md has them); when it
+    hides some, a line below the table names them."""
     cols = _shown(levels)
     rows = [[c.cell(s) for c in cols] for s in levels]
-    return render_table([c.name for c in cols], rows, fmt, json_data=lambda: [level_json(s) for s in levels])
+    return render_view([c.name for c in cols], [c.key for c in cols], rows, fmt, view, REPORT_MD,
+                       json_data=lambda: [level_json(s) for s in levels])  # fmt: skip
 
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
@@ -438,15 +448,17 @@ def _notes_block(run: Run) -> list[str]:
 # ---------------------------------------------------------------- the report
 
 
-def render_report(run: Run, fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> str:
+def render_report(
+    run: Run, fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES, view: TableView = WHOLE
+) -> str:
     """Header, table(s) and notes as one text (markdown when fmt is github).
 
     For csv and json only the per-level data, so that the output parses; the words are in
-    ``side_text``.
+    ``side_text``. ``view``: the per-level table's columns, for a terminal (report.md has them all).
     """
     if fmt in EXTRA_FORMATS:
         return render_levels(run.levels, fmt)
-    lines = _header_lines(run) + ["", render_levels(run.levels, fmt)]
+    lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
     repeats = render_repeats(run.levels, fmt)
     if repeats is not None:
         lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
@@ -496,17 +508,19 @@ def print_report(
     out: TextIO | None = None,
     err: TextIO | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    view: TableView = WHOLE,
 ) -> Path | None:
     """Print the report as ``specload report`` does and (``write_md``) write report.md; returns its path.
 
     csv/json print only the data on ``out`` (so it parses) and the header and notes on ``err``.
+    ``view``: the per-level table's columns on ``out``; report.md always has every column.
     Raises ValueError for an unknown format.
     """
     out = out or sys.stdout
     err = err or sys.stderr
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
-    out.write(render_report(run, fmt, percentiles))
+    out.write(render_report(run, fmt, percentiles, view))
     if fmt in EXTRA_FORMATS:
         print(side_text(run), file=err)
     if not write_md:
@@ -533,6 +547,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
                    help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
                         "(json always has them all)")  # fmt: skip
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     return p
 
 
@@ -544,11 +559,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         percentiles = parse_percentiles(args.percentiles)
+        view = view_for(args.columns)
         run = load_run(args.run_dir)
     except (NotARunDir, ValueError) as e:
         print(f"specload report: {e}", file=sys.stderr)
         return 2
-    print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles)
+    print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles, view=view)
     if args.plot is not None:
         from specload.plot import plot_series
 

@@ -57,6 +57,7 @@ def test_cli_values_are_literal_and_named_in_errors() -> None:
         (("--level-pause", "inf"), "field 'pause_s': expected a finite number"),
         (("--stagger", "nan"), "field 'stagger_s'"),
         (("--format", "nope"), "--format: unknown table format"),
+        (("--columns", "nope"), "--columns: unknown column or set 'nope'"),
     ],
 )
 def test_bad_values_exit_2_naming_the_flag(tmp_path, flags: tuple[str, ...], named: str) -> None:  # type: ignore[no-untyped-def]

@@ -37,6 +37,7 @@ from specload.comparison import (
 from specload.output import fmt_pct
 from specload.plot import MISSING_NOTICE, plot_comparison
 from specload.run import load_run
+from specload.tableview import view_for
 from tests.fixtures.make_compare_runs import (
     BASE_AGG,
     BASE_PER,
@@ -479,7 +480,7 @@ def test_run_compare_is_main_without_argv(
 ) -> None:
     assert main([str(pair[0]), str(pair[1]), "--format", fmt, "--out", str(tmp_path / "a"), "--no-plot"]) == 0
     by_main = capsys.readouterr()
-    result = run_compare(pair, out=tmp_path / "b", fmt=fmt, plot=False)
+    result = run_compare(pair, out=tmp_path / "b", fmt=fmt, plot=False, view=view_for(None))  # what fits here
     assert result.sentences == [REF_SENTENCE] and result.comparison.levels == list(LEVELS)
     assert result.markdown == tmp_path / "b" / "comparison.md" and result.plot is None
     assert result.written == [result.markdown]

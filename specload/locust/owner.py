@@ -46,6 +46,7 @@ from specload.locust.options import (
     launch_values,
     scenario_from_options,
 )
+from specload.locust.progressbar import ProgressBar, start_progress
 from specload.locust.protocol import (
     MSG_CLIENT_LOAD,
     MSG_RECORD,
@@ -138,6 +139,7 @@ class SweepOwner:
         self.traffic: dict[int, LevelTraffic] = {}
         self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
         self._run_dir_used = False
+        self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
@@ -178,6 +180,7 @@ class SweepOwner:
         self._clocks_for_run()
         self.write_meta()
         self.active = True
+        self.progress = self.progress or start_progress(lambda: self.ctrl if self.active else None)
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
             run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
@@ -387,6 +390,9 @@ class SweepOwner:
         if not self.active or self.ctrl is None:
             return
         self.active = False
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
         if self.sampler is not None:
             self.sampler.stop()
             self.sampler = None

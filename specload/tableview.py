@@ -1,0 +1,204 @@
+"""What a terminal shows of a wide table: the column priority, the named sets, and fitting to a width.
+
+The per-level table has about 20 columns (some 250 characters) and ``compare``'s grows with every
+run: printed whole, a terminal wraps it into an unreadable block. So the tables printed for people
+(``specload sweep``, ``report``, ``demo``, ``compare``) show by default what fits the terminal,
+choosing columns in the order of ``PRIORITY`` below (the one place that ranks them), and say in
+one line what they hid; ``--columns`` picks sets or single columns instead. The files (report.md,
+comparison.md) and the machine formats (csv, json) always keep every column.
+
+Each table names its columns by the keys of ``PRIORITY`` (report.LEVEL_COLUMNS, compare's
+table_columns): a key may cover several columns (compare's ``agg`` is every run's Agg tok/s and
+each change), which are shown or hidden together.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+DEFAULT_WIDTH = 120  # when the output is not a terminal and COLUMNS is not set
+
+AUTO = "auto"  # the default: by priority, what fits
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure some table shows: its ``--columns`` key, a short title (for the hidden-columns
+    line), and the named sets it belongs to."""
+
+    key: str
+    title: str
+    sets: tuple[str, ...]
+
+
+SEED, FAILURES, LATENCY, THROUGHPUT, SERVER = "seed", "failures", "latency", "throughput", "server"
+# The named sets, in the order the help lists them; "seed" is the reference benchmark's table
+# (/work/shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
+SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)
+
+# Most important first. By default a table shows the longest head of this list that fits the width
+# (dropping from the tail until it fits), in the table's own column order: the seed's columns, then
+# whether the level's requests came back whole (failed, short, rate limited: figures of a level
+# with some are suspect), how it felt (first token, decode speed), the server's queue, then the
+# rest. With tabulate's github layout made compact, 120 characters hold the per-level table up to
+# TPOT p50 (107), and the queue from 123. A key a table does not have (or a column no level has a
+# value for) is skipped.
+PRIORITY: tuple[Figure, ...] = (
+    Figure("rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)),  # rate levels: the axis
+    Figure("c", "C", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)),  # (compare: its axis, C or Req/s)
+    Figure("agg", "Agg tok/s", (SEED,)),
+    Figure("per_req", "Per-req tok/s", (SEED,)),
+    Figure("tokens", "Tokens", (SEED,)),
+    Figure("wall", "Wall(s)", (SEED,)),
+    Figure("ok", "Ok", (SEED, FAILURES)),
+    Figure("fail", "Fail", (FAILURES,)),
+    Figure("short", "Short", (FAILURES,)),
+    Figure("429", "429", (FAILURES,)),  # (only in a table where a level was rate limited)
+    Figure("late", "Late", (FAILURES,)),  # (rate levels: requests sent late skew their latencies)
+    Figure("ttft_p50", "TTFT p50", (LATENCY,)),
+    Figure("tpot_p50", "TPOT p50", (LATENCY,)),
+    Figure("srv_queue_max", "Srv queue max", (SERVER,)),
+    Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
+    Figure("accept", "Accept len", (SERVER,)),
+    Figure("prefix_hit", "Prefix hit %", (SERVER,)),  # (only when the server's prefix cache served some prompt)
+    Figure("ttft_p99", "TTFT p99", (LATENCY,)),
+    Figure("tpot_p99", "TPOT p99", (LATENCY,)),
+    Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare
+    Figure("e2e_p50", "E2E p50", (LATENCY,)),
+    Figure("srv_run_max", "Srv run max", (SERVER,)),
+    Figure("steady", "Steady tok/s", (THROUGHPUT,)),
+    Figure("req_s", "Req/s", (THROUGHPUT,)),
+    Figure("mean_conc", "Mean conc", (THROUGHPUT,)),
+    Figure("srv_queue_mean", "Srv queue mean", (SERVER,)),
+    Figure("srv_run_mean", "Srv run mean", (SERVER,)),
+)
+FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
+RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}
+AXES = ("rate", "c")  # a table's levels: in every set, always shown
+ALWAYS_SHOWN = (*AXES, "agg")  # a table without these says nothing, whatever the width
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_BY_NAME: dict[str, str] = {**{_norm(f.title): f.key for f in PRIORITY}, **{_norm(f.key): f.key for f in PRIORITY}}
+
+
+def columns_help() -> str:
+    """The ``--columns`` help text, the same for every command that prints a table."""
+    sets = "; ".join(f"{s}: {', '.join(f.title for f in PRIORITY if s in f.sets and f.key not in AXES)}" for s in SETS)
+    return (f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
+            f"width; not on a terminal: $COLUMNS, else {DEFAULT_WIDTH}), '{ALL}', sets ({sets}) or single columns "
+            f"by name, combined with commas (e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json "
+            f"keep every column")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TableView:
+    """How much of a table to print: ``keys`` chosen by ``--columns`` (exactly those), or, with
+    ``keys`` None, the most important columns that fit ``width`` characters (None: no limit, the
+    whole table)."""
+
+    keys: frozenset[str] | None = None
+    width: int | None = None
+
+    @property
+    def whole(self) -> bool:
+        return self.keys is None and self.width is None
+
+
+WHOLE = TableView()
+
+
+def parse_columns(text: str) -> frozenset[str] | None:
+    """A ``--columns`` value -> the keys it names; None for ``auto``. ValueError naming the accepted names."""
+    keys: set[str] = set()
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    for w in words:
+        low = w.lower()
+        if low == AUTO:
+            if len(words) > 1:
+                raise ValueError(f"--columns: '{AUTO}' goes alone (it is the default), got {text!r}")
+            return None
+        if low == ALL:
+            keys.update(FIGURES)
+        elif low in SETS:
+            keys.update(f.key for f in PRIORITY if low in f.sets)
+        elif _norm(w) in _BY_NAME:
+            keys.add(_BY_NAME[_norm(w)])
+        else:
+            names = ", ".join(f.key for f in PRIORITY)
+            raise ValueError(f"--columns: unknown column or set {w!r}; use {AUTO}, {ALL}, a set "
+                             f"({', '.join(SETS)}) or column names ({names}), separated by commas")  # fmt: skip
+    if not keys:
+        raise ValueError(f"--columns: expected {AUTO}, {ALL}, a set or column names, got {text!r}")
+    return frozenset(keys | set(AXES))
+
+
+def terminal_width() -> int:
+    """The width tables are fitted to: COLUMNS when set, else the terminal's (stdout), else DEFAULT_WIDTH."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+
+
+def view_for(columns: str | None, width: int | None = None) -> TableView:
+    """The view a command's ``--columns`` asks for; ``width`` defaults to the terminal's. ValueError
+    for an unknown name (commands check it before any work)."""
+    keys = parse_columns(columns) if columns else None
+    return TableView(keys, None if keys is not None else (width if width is not None else terminal_width()))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The columns to print (indices into the table's, in its order) and the titles of the figures
+    hidden (one title for all the columns of a figure: compare's Agg tok/s of each run and its change)."""
+
+    shown: tuple[int, ...]
+    hidden: tuple[str, ...]
+
+    def hidden_columns(self, n_columns: int) -> int:
+        return n_columns - len(self.shown)
+
+
+def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int]], int]) -> Choice:
+    """The columns ``view`` keeps of a table whose columns have these ``keys``.
+
+    ``measure(indices)``: the printed width of the table with those columns (rendered, so that any
+    format's borders and padding count). A key missing from PRIORITY is a programming error.
+    """
+    unknown = sorted({k for k in keys if k not in FIGURES})
+    assert not unknown, f"columns without a place in tableview.PRIORITY: {unknown}"
+    everything = tuple(range(len(keys)))
+    if view.keys is not None:
+        return Choice(tuple(i for i, k in enumerate(keys) if k in view.keys), ())
+    if view.width is None:
+        return Choice(everything, ())
+    ranked = sorted(set(keys), key=RANK.__getitem__)
+    n = len(ranked)
+    kept = set(ranked)
+    # Drop the least important until it fits (never below the figures a table cannot do without).
+    while n > 0 and measure([i for i, k in enumerate(keys) if k in kept]) > view.width:
+        if ranked[n - 1] in ALWAYS_SHOWN:
+            break
+        n -= 1
+        kept.discard(ranked[n])
+    shown = tuple(i for i, k in enumerate(keys) if k in kept)
+    hidden = tuple(FIGURES[k].title for k in sorted(set(keys) - kept, key=keys.index))
+    return Choice(shown, hidden)
+
+
+def hidden_note(hidden: Sequence[str], width: int | None, kept_in: str, n: int | None = None) -> str:
+    """One line naming the hidden figures (``n`` columns in all; default: one each) and how to see
+    them, cut (with "...") to ``width``."""
+    n = len(hidden) if n is None else n
+    head = f"{n} more column{'s' if n > 1 else ''} with --columns {ALL} (or in {kept_in}): "
+    names = ", ".join(hidden)
+    if width is None or len(head) + len(names) <= width:
+        return head + names
+    cut = names[: max(0, width - len(head) - 4)]
+    cut = cut[: cut.rfind(",")] if "," in cut else ""
+    return head + (cut + ", ..." if cut else "...")
