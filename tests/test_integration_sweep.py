@@ -91,6 +91,10 @@ def _check_run_files(run_dir: Path) -> None:
     # Every prompt distinct per request is checked in unit tests; here each (level, seq) is unique.
     assert len({(r.level, r.phase, r.seq) for r in recs}) == len(recs)
     assert (run_dir / "report.md").exists()
+    # Locust's own statistics count the real requests and nothing else (no pseudo-request rows).
+    entries = orjson.loads((run_dir / "locust.json").read_bytes())
+    assert {e["method"] for e in entries} == {"POST"}
+    assert sum(e["num_requests"] for e in entries) == len(recs)
 
 
 def _sweep_and_check(sim, tmp_path: Path, *extra: str, burst_s: float = BURST_LOCAL_S) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
