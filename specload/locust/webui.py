@@ -24,6 +24,18 @@ _COLUMNS = [
 ]  # fmt: skip
 
 
+# Locust's page polls /stats/requests only while the state is "spawning" or "running": a poll that
+# sees "cleanup" (a local runner stopping its users: in-flight requests get their grace period) or
+# "stopping" (a master waiting for its workers) was its last, and the page stayed on CLEANUP until
+# reloaded. Those states are shown as "running", so the page keeps polling until "stopped".
+_STILL_RUNNING = {"cleanup": "running", "stopping": "running"}
+
+
+def polled_state(state: Any) -> Any:
+    """The runner state as Locust's page should see it (it must keep polling until "stopped")."""
+    return _STILL_RUNNING.get(state, state)
+
+
 def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
     ctrl = owner.ctrl
     if ctrl is None:
@@ -59,6 +71,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         if request.path == "/stats/requests" and response.is_json:
             data = response.get_json()
             data["extended_stats"] = [{"key": _KEY, "data": level_rows(owner)}]
+            data["state"] = polled_state(data.get("state"))
             response.set_data(json.dumps(data))
         return response
 
