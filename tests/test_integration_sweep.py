@@ -168,6 +168,17 @@ def _post(url: str, form: dict[str, str]) -> bytes:
         return resp.read()
 
 
+def _check_ui_run_dir(run_dir: Path) -> None:
+    """A web UI run's directory is complete when the run has ended: its final run.json, Locust's
+    counts (the requests sent, nothing else) and report.md, written by the UI itself."""
+    assert orjson.loads((run_dir / "run.json").read_bytes())["status"] in ("completed", "interrupted")
+    assert (run_dir / "report.md").exists(), sorted(os.listdir(run_dir))
+    entries = orjson.loads((run_dir / "locust.json").read_bytes())
+    assert {e["method"] for e in entries} == {"POST"}
+    assert sum(e["num_requests"] for e in entries) == len(read_records(str(run_dir / "records.jsonl")))
+    assert load_run(run_dir).crosscheck == []
+
+
 def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None:
     server = sim(*SIM_ARGS)
     web_port = free_port()
@@ -209,6 +220,10 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     stats = orjson.loads(_get(base + "/stats/requests"))
     levels_tab = next(t for t in stats["extended_stats"] if t["key"] == "specload-levels")["data"]
     assert [row["requests"] for row in levels_tab] == ["4/4", "4/4"]
+    wait_until(
+        lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop"
+    )
+    _check_ui_run_dir(first_dir)  # complete as soon as the run ended, not only when Locust quits
     report = subprocess.run(
         specload_cmd("report", str(first_dir)), capture_output=True, text=True, timeout=60
     )
@@ -218,7 +233,6 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert lv[0].per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
 
     # 2) A second sweep stopped through the HTTP API mid-level: a new run directory, marked interrupted.
-    wait_until(lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop")
     form.update({"levels": "2", "requests_per_level": "400"})
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
@@ -233,6 +247,10 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
                      30, "run.json to be closed")  # fmt: skip
     assert meta["status"] == "interrupted"
     assert meta["levels"][0]["status"] == "incomplete"
+    wait_until(
+        lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop"
+    )
+    _check_ui_run_dir(second_dir)
     report = subprocess.run(
         specload_cmd("report", str(second_dir)), capture_output=True, text=True, timeout=60
     )

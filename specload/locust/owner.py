@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -65,7 +66,9 @@ from specload.locust.sampler import MetricsSampler
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import FAILED, PHASE_MEASURE, level_label
+from specload.run import Run
 from specload.rundir import (
+    LOCUST_PREFIX,
     RUN_COMPLETED,
     RUN_FAILED,
     RUN_INTERRUPTED,
@@ -138,6 +141,7 @@ class SweepOwner:
         self.traffic: dict[int, LevelTraffic] = {}
         self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
         self._run_dir_used = False
+        self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self._explicit = explicit_options(sys.argv[1:])
@@ -158,6 +162,7 @@ class SweepOwner:
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
+        self.close_run()  # the previous run (web UI), should a new start come before its test_stop did
         self.failure = None
         try:
             run = self._resolve()
@@ -177,7 +182,7 @@ class SweepOwner:
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
         self.write_meta()
-        self.active = True
+        self.active, self.closed = True, False
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
             run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
@@ -406,6 +411,45 @@ class SweepOwner:
         self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
         logger.info("sweep %s%s; results in %s", status,
                     f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
+
+    def close_run(self) -> Run | None:
+        """Complete this run's directory once it has ended (idempotent): run.json with the final
+        counts (records that arrived during the grace period included), Locust's own counts
+        (locust.json) and report.md. Every run of a web UI session gets this at its test_stop; a
+        headless run at quitting. Returns the run as read back for the report (None: nothing to do,
+        or the report could not be made; the raw files are on disk whatever happens)."""
+        if self.closed or self.active or self.run_dir is None:
+            return None
+        self.closed = True
+        self.write_meta()
+        self.write_locust_stats()
+        from specload.report import load_run, write_report_md
+
+        try:
+            run = load_run(self.run_dir)
+            write_report_md(run)
+            return run
+        except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
+            logger.warning("could not write report.md (%s); run `specload report %s`", e, self.run_dir)
+            return None
+
+    def write_locust_stats(self) -> None:
+        """Locust's per-row counts into the run directory (locust.json), for the report's cross-check,
+        unless the run was started with ``--json-file RUN/locust`` (Locust writes that one itself,
+        later, at shutdown). Locust clears its statistics when the next run starts, so each run's
+        are its own."""
+        opts, runner = self.env.parsed_options, self.env.runner
+        assert self.run_dir is not None
+        target = os.path.join(self.run_dir, LOCUST_PREFIX)
+        if opts is None or getattr(opts, "json_file", None) == target or runner is None:
+            return
+        entries = [e.serialize() for e in runner.stats.entries.values() if e.num_requests or e.num_failures]
+        try:
+            with open(target + ".json.tmp", "w") as f:
+                json.dump(entries, f)  # (json: Locust's histograms have integer keys)
+            os.replace(target + ".json.tmp", target + ".json")
+        except OSError as e:
+            logger.warning("could not write %s.json: %s", target, e.strerror or e)
 
     # shape hook -------------------------------------------------------------------------------
     def tick(self, user_count: int) -> int | None:
