@@ -103,24 +103,24 @@ def _table(source: str, name: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def parse_levels(source: str, value: Any) -> list[int]:
+def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
     """Levels from a TOML list or a flag string "1,4,16"."""
     items = value
     if isinstance(value, str):
         try:
             items = [int(x) for x in value.replace(" ", "").split(",") if x]
         except ValueError:
-            raise _expect(source, "levels", "a comma-separated list of positive integers", value) from None
+            raise _expect(source, name, "a comma-separated list of positive integers", value) from None
     if not isinstance(items, list) or not items:
-        raise _expect(source, "levels", "a non-empty list of positive integers", value)
+        raise _expect(source, name, "a non-empty list of positive integers", value)
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise _expect(source, "levels", "a non-empty list of positive integers", value)
+            raise _expect(source, name, "a non-empty list of positive integers", value)
     return list(items)
 
 
 def _levels(source: str, name: str, value: Any) -> list[int]:
-    return parse_levels(source, value)
+    return parse_levels(source, value, name)
 
 
 def _rates(source: str, name: str, value: Any) -> list[float]:
@@ -190,6 +190,11 @@ class FieldSpec:
         """The option's name in Locust's parsed options and the web form."""
         assert self.flag is not None
         return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """The field's name in the web UI's start forms ("Input Tokens"), as Locust's form writes it."""
+        return " ".join(w.capitalize() for w in self.dest.split("_"))
 
     @property
     def option_type(self) -> type:

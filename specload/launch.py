@@ -25,7 +25,7 @@ from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, lo
 from specload.http import check_host
 from specload.output import is_known_format
 from specload.resources import locustfile_path
-from specload.rundir import LOCUST_PREFIX, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -121,9 +121,6 @@ def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
                                       f"over processes (--processes N) or machines (--workers N)")  # fmt: skip
     if soft != resource.RLIM_INFINITY and soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard))
-
-
-MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes
 
 
 def _check_out(out: str) -> None:

@@ -210,9 +210,15 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     home = _get(base + "/").decode()
     assert "output_tokens" in home and "levels" in home and "run_dir" not in home  # paths hidden
 
-    # 1) A whole sweep started from the form, with options edited there.
-    form = {"host": server.url, "levels": "1,2", "output_tokens": str(OUT), "input_tokens": str(INP),
+    # 0) A bad value is refused before anything starts, naming the form's field.
+    form = {"host": server.url, "levels": "1,x", "output_tokens": str(OUT), "input_tokens": str(INP),
             "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
+    reply = orjson.loads(_post(base + "/swarm", form))
+    assert reply["success"] is False and reply["message"].startswith("start form: field 'Levels': expected")
+    assert orjson.loads(_get(base + "/stats/requests"))["state"] == "ready" and os.listdir(tmp_path) == []
+
+    # 1) A whole sweep started from the form, with options edited there.
+    form["levels"] = "1,2"
     assert orjson.loads(_post(base + "/swarm", form))["success"]
     run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
                     60, "the UI sweep to complete")  # fmt: skip
@@ -241,6 +247,8 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
     run2 = wait_until(_second, 60, "the second sweep to make progress")
+    reply = orjson.loads(_post(base + "/swarm", form))  # one sweep at a time
+    assert reply["success"] is False and "a sweep is running" in reply["message"]
     _post(base + "/stop", {})
     second_dir = Path(run2["run_dir"])
     meta = wait_until(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,

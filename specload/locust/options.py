@@ -12,9 +12,12 @@ was given on the command line, or was edited in the web UI, overrides the matchi
 from __future__ import annotations
 
 from argparse import Namespace
+from collections.abc import Mapping
 from typing import Any
 
-from specload.config import FLAG_FIELDS, FieldSpec, Scenario, apply_overrides, load_scenario
+from specload.config import FLAG_FIELDS, FieldSpec, Scenario, ScenarioError, apply_overrides, load_scenario
+from specload.http import check_host
+from specload.rundir import MAX_LABEL
 
 # The run's own options: (dest, flag, default, help, in web UI).
 RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
@@ -67,7 +70,10 @@ def explicit_options(argv: list[str]) -> set[str]:
 
 
 def scenario_from_options(
-    opts: Namespace, explicit: set[str] | frozenset[str] = frozenset(), launch: dict[str, Any] | None = None
+    opts: Namespace,
+    explicit: set[str] | frozenset[str] = frozenset(),
+    launch: dict[str, Any] | None = None,
+    source: str = "command line",
 ) -> Scenario:
     """The Scenario a Locust run uses: the file (if any), overridden by each option that was set.
 
@@ -85,7 +91,7 @@ def scenario_from_options(
         edited = launch is not None and value != launch.get(spec.dest, default)
         if spec.dest in explicit or value != default or edited:
             overrides[spec.name] = spec.from_option(value) if value != default else spec.default
-    return apply_overrides(sc, overrides) if overrides else sc
+    return apply_overrides(sc, overrides, source) if overrides else sc
 
 
 def launch_values(opts: Namespace) -> dict[str, Any]:
@@ -109,3 +115,74 @@ def option_flags(values: dict[str, Any]) -> list[str]:
 def scenario_flags(sc: Scenario) -> dict[str, Any]:
     """Option values that reproduce a fully resolved Scenario on a Locust command line."""
     return {s.dest: s.to_option(getattr(sc, s.name)) for s in FLAG_FIELDS}
+
+
+# ---------------------------------------------------------------- the web UI's start form
+
+FORM_SOURCE = "start form"  # how an error names where a value came from
+_TYPE_WORDS = {int: "an integer", float: "a number"}
+
+
+def _form_value(current: Any, raw: str) -> Any:
+    """The value Locust's ``/swarm`` writes into ``parsed_options`` for a form field: the type of the
+    option's current value (bool: "true"), as its own code does. ValueError when that fails (Locust
+    would answer with an HTTP 500 and a traceback in its log)."""
+    if isinstance(current, bool):
+        return raw == "true"
+    if current is None or isinstance(current, str):
+        return raw
+    return type(current)(raw)
+
+
+def _relabel(message: str) -> str:
+    """A scenario field's name in a message, as the start form calls it."""
+    for spec in FLAG_FIELDS:
+        message = message.replace(f"field '{spec.name}'", f"field '{spec.label}'")
+    return message
+
+
+def check_form(
+    form: Mapping[str, str],
+    opts: Namespace,
+    explicit: set[str] | frozenset[str] = frozenset(),
+    launch: dict[str, Any] | None = None,
+) -> str | None:
+    """What is wrong with a start form submission (Locust's ``/swarm`` fields), naming the form
+    field and what it expects; None when a run can start with it. Nothing is changed.
+
+    The checks are the scenario field table's own (``config.FieldSpec``), applied to the values
+    Locust would write into ``parsed_options``, then the whole scenario as the run would resolve it
+    (``scenario_from_options``), so the form refuses exactly what the run would fail on.
+    """
+    host = form.get("host")
+    if host is not None:
+        if not host.strip():
+            return f"{FORM_SOURCE}: field 'Host': enter the server's URL, e.g. http://gpu-box:30000"
+        try:
+            check_host(host)  # as Locust will use it: unstripped
+        except ValueError as e:
+            return f"{FORM_SOURCE}: field 'Host': {e}"
+    label = form.get("label")
+    if label is not None and len(label) > MAX_LABEL:
+        return f"{FORM_SOURCE}: field 'Label': expected at most {MAX_LABEL} characters, got {len(label)}"
+    values = Namespace(**vars(opts))
+    for spec in FLAG_FIELDS:
+        raw = form.get(spec.dest)
+        if raw is None:
+            continue
+        current = getattr(opts, spec.dest, spec.option_default)
+        try:
+            value = _form_value(current, raw)
+        except ValueError:
+            expected = _TYPE_WORDS.get(type(current), "a value")
+            return f"{FORM_SOURCE}: field '{spec.label}': expected {expected}, got {raw!r}"
+        try:
+            spec.check(FORM_SOURCE, spec.label, spec.from_option(value) if value != spec.option_default else spec.default)
+        except ScenarioError as e:
+            return str(e)
+        setattr(values, spec.dest, value)
+    try:
+        scenario_from_options(values, explicit, launch, FORM_SOURCE)
+    except ScenarioError as e:
+        return _relabel(str(e))
+    return None

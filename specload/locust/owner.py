@@ -40,6 +40,7 @@ from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
 from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import (
+    FORM_SOURCE,
     LAUNCH_HOST,
     SEND_KEY_DEST,
     SEND_KEY_FLAG,
@@ -144,8 +145,8 @@ class SweepOwner:
         self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
-        self._explicit = explicit_options(sys.argv[1:])
-        self._launch = launch_values(opts) if opts else None
+        self.explicit = explicit_options(sys.argv[1:])
+        self.launch = launch_values(opts) if opts else None
 
     # lifecycle --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -195,7 +196,8 @@ class SweepOwner:
         """The scenario, the host, the model and the server's configuration, or CannotStart."""
         opts = self.env.parsed_options
         try:
-            sc = scenario_from_options(opts, self._explicit, self._launch)
+            source = FORM_SOURCE if getattr(self.env, "web_ui", None) is not None else "command line"
+            sc = scenario_from_options(opts, self.explicit, self.launch, source)
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             raise CannotStart(str(e)) from None
@@ -232,7 +234,7 @@ class SweepOwner:
         """Whether this run's requests (probes included) carry the API key: to the host given at
         launch always, to another (typed in the web form) only when the user ticked the form's box.
         A withheld key is said, so a run that the server then refuses is not a mystery."""
-        launched = self._launch.get(LAUNCH_HOST) if self._launch else None
+        launched = self.launch.get(LAUNCH_HOST) if self.launch else None
         confirmed = bool(getattr(self.env.parsed_options, SEND_KEY_DEST, False))
         send = key_may_go_to(host, launched, confirmed)
         if api_key() is None:

@@ -9,12 +9,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+from collections.abc import Mapping
 from typing import Any
+
+from locust.runners import MasterRunner
 
 from specload.clientcheck import cell
 from specload.levels import LevelStatus
+from specload.locust.options import check_form
 from specload.locust.owner import SweepOwner
 from specload.records import level_label
+
+logger = logging.getLogger("specload")
 
 _KEY = "specload-levels"
 _COLUMNS = [
@@ -56,8 +63,44 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
     return rows
 
 
+def start_refusal(environment: Any, owner: SweepOwner, form: Mapping[str, str]) -> str | None:
+    """Why a start form submission (``POST /swarm``) must not start a run, or None. Checked before
+    Locust applies the form, so a bad value starts nothing and the form shows the message."""
+    if owner.active:
+        return f"a sweep is running ({owner.run_dir}): stop it before starting another"
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) and runner.worker_count == 0:
+        return ("no Locust worker is ready: after a run, workers rest for the stop timeout "
+                f"({environment.stop_timeout:g} s) before they take another; try again in a moment")  # fmt: skip
+    return check_form(form, environment.parsed_options, owner.explicit, owner.launch)
+
+
+def install_form_check(environment: Any, owner: SweepOwner) -> None:
+    """Validate the start form before Locust's ``/swarm`` applies it: a refusal is Locust's own
+    ``{"success": false, "message": ...}`` answer, which its form (and specload's) shows; nothing
+    starts and ``parsed_options`` keep their values."""
+    from flask import jsonify, request
+    from flask_login import current_user
+
+    web_ui = environment.web_ui
+
+    @web_ui.app.before_request
+    def _check_start_form() -> Any:
+        if request.method != "POST" or request.endpoint != "locust.swarm":
+            return None
+        if web_ui.web_login and not current_user.is_authenticated:
+            return None  # the view itself sends the caller to the login page
+        message = start_refusal(environment, owner, request.form)
+        if message is None:
+            return None
+        logger.info("start refused: %s", message)
+        return jsonify({"success": False, "message": message, "host": environment.host})
+
+
 def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     from flask import Response, request
+
+    install_form_check(environment, owner)
 
     web_ui = environment.web_ui
     web_ui.template_args["extended_tabs"] = [{"title": "specload levels", "key": _KEY}]
