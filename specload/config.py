@@ -305,7 +305,7 @@ class Scenario:
         check=_integer(0), flag="--warmup-requests",
     )  # fmt: skip
     warmup_output_tokens: int | None = _f(
-        None, help="Output tokens of warmup requests (0: same as --output-tokens)",
+        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
         check=_optional(_integer()), flag="--warmup-output-tokens",
     )  # fmt: skip
     pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
@@ -316,8 +316,8 @@ class Scenario:
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
     token_id_range: tuple[int, int] | None = _f(
-        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from --tokenizer "
-        "or the server's own tokenizer", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
     )  # fmt: skip
     tokenizer: str | None = _f(
         None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
@@ -333,7 +333,7 @@ class Scenario:
     )  # fmt: skip
     dataset_lengths: str = _f(
         "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
-        "'fixed' (prompts cut to --input-tokens, shorter ones skipped; --output-tokens for all)",
+        "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
         check=_choice("dataset", "fixed"),
         flag="--dataset-lengths", choices=("dataset", "fixed"),
     )  # fmt: skip

@@ -34,18 +34,50 @@ _BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
 _FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest for s in FLAG_FIELDS if s.flag}}
 
 
+# The start forms' order (Locust's lists its options in the order they were registered, once the page
+# keeps that order): what the sweep is first (levels, prompt and output length, how much per level),
+# then the run's label, then the rest as the field table has them.
+FORM_FIRST = ("levels", "input_tokens", "output_tokens", "requests_per_level", "level_duration", "warmup_requests",
+              "repeat", "backend", "model")  # fmt: skip
+LABEL_DEST = "label"
+
+
+def form_order() -> list[str]:
+    """Every option dest the start form shows, in order (the run's label among them)."""
+    rest = [s.dest for s in FLAG_FIELDS if s.web and s.dest not in FORM_FIRST]
+    return [*FORM_FIRST, LABEL_DEST, *rest]
+
+
 def add_arguments(parser: Any) -> None:
-    """Register the options on Locust's parser (init_command_line_parser event)."""
+    """Register the options on Locust's parser (init_command_line_parser event), the web form's in
+    its order."""
     for dest, flag, default, help_text, in_ui in RUN_OPTIONS:
-        parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+        if dest != LABEL_DEST:
+            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+    by_dest = {o[0]: o for o in RUN_OPTIONS}
+    for dest in form_order():
+        if dest == LABEL_DEST:
+            _dest, flag, default, help_text, in_ui = by_dest[LABEL_DEST]
+            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+        else:
+            _add_field(parser, _BY_DEST[dest])
     for spec in FLAG_FIELDS:
-        kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
-                                  "include_in_web_ui": spec.web}  # fmt: skip
-        if spec.choices:
-            kwargs["choices"] = list(spec.choices)
-        elif spec.option_type is not str:
-            kwargs["type"] = spec.option_type
-        parser.add_argument(spec.flag, **kwargs)
+        if not spec.web:
+            _add_field(parser, spec)
+    _add_run_flags(parser)
+
+
+def _add_field(parser: Any, spec: FieldSpec) -> None:
+    kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
+                              "include_in_web_ui": spec.web}  # fmt: skip
+    if spec.choices:
+        kwargs["choices"] = list(spec.choices)
+    elif spec.option_type is not str:
+        kwargs["type"] = spec.option_type
+    parser.add_argument(spec.flag, **kwargs)
+
+
+def _add_run_flags(parser: Any) -> None:
     parser.add_argument(
         "--insecure", dest="insecure", action="store_true", default=False,
         help="Do not verify the server's TLS certificate (https:// hosts)", include_in_web_ui=False,

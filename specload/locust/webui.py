@@ -103,6 +103,9 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     install_form_check(environment, owner)
 
     web_ui = environment.web_ui
+    # Locust's start form lists its options in the order of the page's template args (Jinja's tojson
+    # sorts keys by default): keep the order they were registered in (options.form_order).
+    web_ui.app.jinja_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
     web_ui.template_args["extended_tabs"] = [{"title": "specload levels", "key": _KEY}]
     web_ui.template_args["extended_tables"] = [
         {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
