@@ -273,7 +273,7 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     any page the operator's browser visits could start sweeps through the UI.
     """
     from specload.locust.options import option_flags, scenario_flags
-    from specload.locust.websafety import LOGIN_PATH, WEB_TOKEN_ENV, new_token
+    from specload.locust.websafety import LOGIN_PATH, PAGE, WEB_TOKEN_ENV, new_token
 
     sc, host = check_settings(s)
     cmd = [
@@ -288,12 +288,14 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     if web_auth:
         token = new_token()
         env = {**os.environ, WEB_TOKEN_ENV: token}
-        print(f"specload: web UI on {url} ; log in with any user name and the password {token}")
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
+              f"the password {token}")  # fmt: skip
         print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
     else:
         print(f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
               "any page your browser opens, can start sweeps with your API key; keep it behind your own "
               "authenticating proxy", file=sys.stderr)  # fmt: skip
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/)")
     print(f"specload: each run goes to {s.out}/<label>-<time>/", flush=True)
     return run_locust(cmd, env)
 

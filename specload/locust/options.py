@@ -209,7 +209,8 @@ def check_form(
             expected = _TYPE_WORDS.get(type(current), "a value")
             return f"{FORM_SOURCE}: field '{spec.label}': expected {expected}, got {raw!r}"
         try:
-            spec.check(FORM_SOURCE, spec.label, spec.from_option(value) if value != spec.option_default else spec.default)
+            field_value = spec.from_option(value) if value != spec.option_default else spec.default
+            spec.check(FORM_SOURCE, spec.label, field_value)
         except ScenarioError as e:
             return str(e)
         setattr(values, spec.dest, value)

@@ -38,6 +38,7 @@ from specload.datasets import DatasetError, Item, load_items
 from specload.http import api_key, check_host, key_may_go_to, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.live import LiveRun
 from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import (
     FORM_SOURCE,
@@ -64,6 +65,7 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.locust.sampler import MetricsSampler
+from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import FAILED, PHASE_MEASURE, level_label
@@ -122,6 +124,7 @@ class SweepOwner:
         self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.failure: str | None = None
+        self.live: LiveRun | None = None  # what the web UI shows of this run (specload.live)
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
         # Rate levels: ticket requests of idle users, answered in turn as requests fall due.
@@ -180,6 +183,7 @@ class SweepOwner:
         sc = run.scenario
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
+        self.live = LiveRun(len(self.ctrl.levels), self.meta.server.max_running)
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
         self.write_meta()
@@ -298,9 +302,10 @@ class SweepOwner:
         if sc.metrics_interval_s <= 0:
             return "off"
         assert self.run_dir is not None
+        live = self.live
         self.sampler = MetricsSampler(
             run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
-            run.config.send_key,
+            run.config.send_key, on_sample=None if live is None else lambda d: _add_sample(live, d),
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
@@ -459,6 +464,9 @@ class SweepOwner:
         assert self.ctrl is not None
         self._check_workers()
         changes = self.ctrl.tick(user_count)
+        lv = self.ctrl.current
+        if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
+            self.live.sample_streamed(lv.plan.index, time.time())
         self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
@@ -555,6 +563,8 @@ class SweepOwner:
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
                 rec.t_send, rec.t_end, rec.phase == PHASE_MEASURE, rec.status == FAILED
             )
+        if self.live is not None:
+            self.live.add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
                 self.writer.write(m.record)
@@ -582,6 +592,8 @@ class SweepOwner:
         if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
             return
         self.client_load.setdefault(m.level, {})[process] = m.load
+        if self.live is not None:
+            self.live.set_streamed(m.level, process, m.streamed)
 
     def where(self) -> tuple[str | None, int] | None:
         """The master's own probe: the level handing out tickets or draining now, if any."""
@@ -736,6 +748,12 @@ class SweepOwner:
                    p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat, p.rate), lv.received,
                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
                    f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
+
+
+def _add_sample(live: LiveRun, line: dict[str, Any]) -> None:
+    sample = ServerSample.from_dict(line)
+    if sample is not None:
+        live.add_sample(sample)
 
 
 def sweep_owner(environment: Any) -> SweepOwner:
