@@ -266,3 +266,43 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert "interrupted" in report.stdout
     assert ui.poll() is None  # the UI survives a stop and is ready for another run
     assert sorted(os.listdir(tmp_path)) == sorted([first_dir.name, second_dir.name])
+
+
+def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path: Path) -> None:
+    """`specload ui --processes 2`: the master's page has every worker's records and streamed tokens."""
+    server = sim(*SIM_ARGS)
+    web_port = free_port()
+    procs.popen(specload_cmd("ui", "--host", server.url, "--no-web-auth", "--web-host", "127.0.0.1", "--web-port",
+                             str(web_port), "--out", str(tmp_path), "--processes", "2", "--read-timeout", "30"))  # fmt: skip
+    base = f"http://127.0.0.1:{web_port}"
+
+    def _workers() -> bool:
+        try:
+            return orjson.loads(_get(base + "/specload/live"))["workers"] == 2
+        except OSError:
+            return False
+
+    wait_until(_workers, 60, "two workers ready")
+    form = {"host": server.url, "levels": "4,8", "output_tokens": str(OUT), "input_tokens": str(INP),
+            "requests_per_level": "32"}  # fmt: skip
+    assert orjson.loads(_post(base + "/swarm", form))["success"]
+    streamed: list[float] = []
+
+    def _done() -> dict | None:
+        live = orjson.loads(_get(base + "/specload/live"))
+        streamed.extend(lv["live_tok_s"] for lv in live["levels"] if lv["live_tok_s"])
+        return live if live["state"] == "stopped" and live["run"] and live["run"]["report"] else None
+
+    live = wait_until(_done, 90, "the sweep and its run directory", interval=0.3)
+    assert live["mode"] == "master" and live["run"]["status"] == "completed"
+    assert streamed and max(streamed) > 0  # tokens streamed in the workers reached the master's page
+    run_dir = Path(live["run"]["run_dir"])
+    run = load_run(run_dir)
+    assert len({r.worker for r in run.records}) == 2 and run.meta["mode"] == "master"
+    report = orjson.loads(subprocess.run(specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
+                                         capture_output=True, timeout=60).stdout)  # fmt: skip
+    for lv, mine in zip(report, live["levels"], strict=True):
+        assert (mine["concurrency"], mine["done"], mine["ok"]) == (lv["concurrency"], 32, lv["ok"])
+        for key in ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+            assert mine[key] == round(lv[key], 1), key
+    _check_ui_run_dir(run_dir)
