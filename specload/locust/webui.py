@@ -52,7 +52,7 @@ from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
 from specload.metrics import SERIES_BUCKET_S, LevelStats
 from specload.records import level_label
-from specload.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES
+from specload.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
 from specload.webview import NoSuchRun, list_runs, run_path
 
 logger = logging.getLogger("specload")
@@ -388,6 +388,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         return path
 
     def download(text: str, fmt: str, filename: str) -> Any:
+        filename = safe_name(filename)
         return Response(text, mimetype=_DOWNLOADS[fmt],
                         headers={"Content-Disposition": f'attachment; filename="{filename}"'})  # fmt: skip
 
