@@ -79,7 +79,10 @@ class UI:
 def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     procs, sims = Procs(), []
     try:
-        sims = [start_sim(list(SIM)), start_sim([*SIM, "--fault-http-status", "500", "--fault-http-every", "3"])]
+        sims = [
+            start_sim(list(SIM)),
+            start_sim([*SIM, "--fault-http-status", "500", "--fault-http-every", "3"]),
+        ]
         root = tmp_path_factory.mktemp("webui-browser")
         shots = root / "screens"
         shots.mkdir()
@@ -90,7 +93,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
                          "--web-port", str(port), "--out", str(root / "results")),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
-        m = wait_until(lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL")
+        m = wait_until(
+            lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
+        )
         base = f"http://127.0.0.1:{port}"
 
         def up() -> bool:
@@ -114,7 +119,9 @@ def browser(ui: UI) -> Iterator[Any]:
     with sync_api.sync_playwright() as pw:
         path = _chromium(pw)
         if path is None:
-            pytest.skip("no Chromium: install Debian's chromium (or set SPECLOAD_CHROMIUM), or `playwright install chromium`")
+            pytest.skip(
+                "no Chromium: install Debian's chromium (or set SPECLOAD_CHROMIUM), or `playwright install chromium`"
+            )
         b = pw.chromium.launch(executable_path=path)
         try:
             yield b
@@ -149,7 +156,9 @@ def wait_state(p: Any, *names: str, timeout: float = T) -> None:
 
 
 def table(p: Any, selector: str) -> list[list[str]]:
-    return p.eval_on_selector(selector, "t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))")
+    return p.eval_on_selector(
+        selector, "t => [...t.rows].map(r => [...r.cells].map(c => c.innerText.trim()))"
+    )
 
 
 def fill_and_start(p: Any, **values: str) -> None:
@@ -178,7 +187,9 @@ def test_login_lands_on_specloads_page_with_the_form(ui: UI, page: Any) -> None:
     labels = page.eval_on_selector_all("#fields-main label", "ls => ls.map(l => l.textContent)")
     assert labels[:4] == ["Host", "Levels", "Input Tokens", "Output Tokens"]  # what a sweep is, first
     assert not page.query_selector("#f-user_count") and not page.query_selector("#f-spawn_rate")
-    assert page.input_value("#f-levels") == "1,2,4" and page.input_value("#f-host") == ui.sim.url  # from smoke.toml
+    assert (
+        page.input_value("#f-levels") == "1,2,4" and page.input_value("#f-host") == ui.sim.url
+    )  # from smoke.toml
     assert state(page) == "READY"
     shot(ui, page, "01-start-form")
 
@@ -198,7 +209,9 @@ def test_bad_values_are_refused_in_the_form_and_nothing_starts(ui: UI, page: Any
 
 
 def test_a_sweep_started_from_the_form_is_watched_live(ui: UI, page: Any) -> None:
-    fill_and_start(page, levels=LEVELS, input_tokens="32", output_tokens=OUT_TOKENS, requests_per_user=PER_USER)
+    fill_and_start(
+        page, levels=LEVELS, input_tokens="32", output_tokens=OUT_TOKENS, requests_per_user=PER_USER
+    )
     page.wait_for_selector("#start-form", state="hidden")
     page.wait_for_selector("#current-level")
     assert re.match(r"Level 1/4 · C=1 · ", page.text_content("#current-level"))
@@ -260,6 +273,7 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     page.click("#stop")
     wait_state(page, "STOPPED", timeout=30_000)
     locust_status(locust, "STOPPED")  # no reload
+    locust.get_by_role("button", name="New").wait_for()  # and it offers a new run
     locust.screenshot(path=str(ui.shots / "05-locust-after-stop.png"))
     assert "CLEANUP" not in locust.inner_text("header").upper()
     second = ui.runs()[-1]
@@ -272,7 +286,7 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     # A new run, against another server (named in the form) that fails every third request.
     page.click("#new-run")
     page.wait_for_selector("#start-form:not([hidden])")
-    fill_and_start(page, host=ui.faulty.url, levels="1,2", requests_per_level="6", output_tokens="16",
+    fill_and_start(page, host=ui.faulty.url, levels="1,2", requests_per_level="10", output_tokens="16",
                    label="faulty")  # fmt: skip
     wait_state(page, "RUNNING")
     locust.reload()
@@ -281,7 +295,10 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     locust_status(locust, "STOPPED")  # the natural end: no reload either
     page.wait_for_selector("#open-report")
     third = ui.runs()[-1]
-    assert third.name.startswith("faulty-") and json.loads((third / "run.json").read_text())["status"] == "completed"
+    assert (
+        third.name.startswith("faulty-")
+        and json.loads((third / "run.json").read_text())["status"] == "completed"
+    )
 
     # Locust's own numbers are the run's requests: its Statistics rows and header failure share.
     records = read_records(str(third / "records.jsonl"))
@@ -292,7 +309,9 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     for level, c in ((0, 1), (1, 2)):
         mine = [r for r in records if r.level == level]
         assert by_name[f"c{c:03d} /v1/completions"][col["# Requests"]] == str(len(mine))
-        assert by_name[f"c{c:03d} /v1/completions"][col["# Fails"]] == str(sum(r.status != "ok" for r in mine))
+        assert by_name[f"c{c:03d} /v1/completions"][col["# Fails"]] == str(
+            sum(r.status != "ok" for r in mine)
+        )
     assert by_name["Aggregated"][col["# Requests"]] == str(len(records))
     failed = sum(r.status != "ok" for r in records)
     assert 0 < failed < len(records)
@@ -315,8 +334,12 @@ def test_a_finished_runs_report_in_the_browser(ui: UI, page: Any) -> None:
     for lv, row in zip(levels, rows[1:], strict=True):
         cells = dict(zip(head, row, strict=True))
         assert cells["C"] == str(lv["concurrency"]) and cells["Ok"] == str(lv["ok"])
-        assert cells["Agg tok/s"] == fmt1(lv["agg_tok_s"]) and cells["Per-req tok/s"] == fmt1(lv["per_req_tok_s"])
-        assert cells["TTFT p50 (ms)"] == fmt1(lv["ttft_p50_ms"]) and cells["TPOT p99 (ms)"] == fmt1(lv["tpot_p99_ms"])
+        assert cells["Agg tok/s"] == fmt1(lv["agg_tok_s"]) and cells["Per-req tok/s"] == fmt1(
+            lv["per_req_tok_s"]
+        )
+        assert cells["TTFT p50 (ms)"] == fmt1(lv["ttft_p50_ms"]) and cells["TPOT p99 (ms)"] == fmt1(
+            lv["tpot_p99_ms"]
+        )
         assert cells["E2E p50 (s)"] == fmt1(lv["e2e_p50_s"], 2)
     # The downloads are `specload report`'s own outputs.
     for fmt, expected in (("json", report_json(first)), ("csv", report_json(first, "csv")),
