@@ -104,7 +104,14 @@ class LiveRun:
         return out
 
     def stats(
-        self, index: int, concurrency: int, repeat: int, status: str | None, final: bool, now: float
+        self,
+        index: int,
+        concurrency: int,
+        repeat: int,
+        status: str | None,
+        final: bool,
+        now: float,
+        rate: float | None = None,
     ) -> LevelStats | None:
         """The level's report figures from the records so far (None before any record). A level
         still running is recomputed at most every MIN_RECOMPUTE_S (or 10x the last cost); a final
@@ -120,8 +127,16 @@ class LiveRun:
             or (lv.stats is not None and lv.stats.status != status and final)
         ):
             t0 = time.perf_counter()
-            lv.stats = level_stats(lv.cols, concurrency, repeat, index=index, status=status, samples=self.samples,
-                                   cap=self.cap)  # fmt: skip
+            lv.stats = level_stats(
+                lv.cols,
+                concurrency,
+                repeat,
+                index=index,
+                status=status,
+                samples=self.samples,
+                cap=self.cap,
+                rate=rate,
+            )  # fmt: skip
             lv.cost_s = time.perf_counter() - t0
             lv.stats_records, lv.stats_at = lv.records, now
         return lv.stats

@@ -35,10 +35,10 @@ _FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest
 
 
 # The start forms' order (Locust's lists its options in the order they were registered, once the page
-# keeps that order): what the sweep is first (levels, prompt and output length, how much per level),
-# then the run's label, then the rest as the field table has them.
-FORM_FIRST = ("levels", "input_tokens", "output_tokens", "requests_per_level", "level_duration", "warmup_requests",
-              "repeat", "backend", "model")  # fmt: skip
+# keeps that order): what the sweep is first (levels, prompt and output length, request rates instead of
+# levels, how much per level), then the run's label, then the rest as the field table has them.
+FORM_FIRST = ("levels", "input_tokens", "output_tokens", "rates", "requests_per_level", "level_duration",
+              "warmup_requests", "repeat", "backend", "model")  # fmt: skip
 LABEL_DEST = "label"
 
 

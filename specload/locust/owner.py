@@ -183,7 +183,9 @@ class SweepOwner:
         sc = run.scenario
         self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
         self.meta = self._run_meta(run)
-        self.live = LiveRun(len(self.ctrl.levels), self.meta.server.max_running)
+        # Only a web UI shows the run live (a headless run keeps no second copy of its records).
+        ui = getattr(self.env, "web_ui", None) is not None
+        self.live = LiveRun(len(self.ctrl.levels), self.meta.server.max_running) if ui else None
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
         self.write_meta()

@@ -80,7 +80,7 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
         budget = lv.plan.budget if lv.plan.budget is not None else "-"
         agg = lv.agg_tok_s()
         rows.append({
-            "level": level_label(lv.plan.concurrency, lv.plan.repeat),
+            "level": level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate),
             "concurrency": lv.plan.concurrency,
             "phase": (lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status).value,
             "requests": f"{lv.received}/{budget}",
@@ -194,13 +194,14 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     s: LevelStats | None = None
     streamed = None
     if owner.live is not None:
-        s = owner.live.stats(index, p.concurrency, p.repeat, lv.status.value, final, now)
+        s = owner.live.stats(index, p.concurrency, p.repeat, lv.status.value, final, now, p.rate)
         if running and lv.phase in ACTIVE_PHASES:
             streamed = owner.live.streamed_rate(index)
     fig = owner.client_figures(index)
     flag = fig.flag() if fig is not None else None
     return {
-        "index": index, "label": level_label(p.concurrency, p.repeat), "concurrency": p.concurrency,
+        "index": index, "label": level_label(p.concurrency, p.repeat, p.rate), "concurrency": p.concurrency,
+        "rate": p.rate,
         "repeat": p.repeat, "status": lv.status.value, "phase": lv.phase.value if running else lv.status.value,
         "done": lv.received, "budget": p.budget, "granted": lv.granted, "in_flight": lv.in_flight if running else 0,
         "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
@@ -233,7 +234,8 @@ def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
     elif elapsed is not None and p.budget is not None and lv.received > 0 and elapsed > 0:
         left = (p.budget - lv.received) / (lv.received / elapsed)
     return {
-        "index": p.index, "levels": len(ctrl.levels), "label": level_label(p.concurrency, p.repeat),
+        "index": p.index, "levels": len(ctrl.levels), "label": level_label(p.concurrency, p.repeat, p.rate),
+        "rate": p.rate,
         "concurrency": p.concurrency, "phase": lv.phase.value, "done": lv.received, "budget": p.budget,
         "duration_s": p.duration_s, "elapsed_s": _r(elapsed), "left_s": _r(left), "in_flight": lv.in_flight,
         "warmup": p.warmup, "warmup_done": lv.received_warmup,
@@ -249,16 +251,20 @@ def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict
     cur = ctrl.current if owner.active else None
     if cur is not None and cur.phase in ACTIVE_PHASES:
         points = live.streamed_series(cur.plan.index)
-        return {"label": level_label(cur.plan.concurrency, cur.plan.repeat), "concurrency": cur.plan.concurrency,
+        return {"label": level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
+                "concurrency": cur.plan.concurrency, "rate": cur.plan.rate,
                 "source": "streamed", "points": [[round(t, 2), round(v, 1)] for t, v in points]}  # fmt: skip
     for row in reversed(levels):
         lv = ctrl.levels[row["index"]]
-        s = live.stats(row["index"], lv.plan.concurrency, lv.plan.repeat, lv.status.value, True, now)
+        s = live.stats(
+            row["index"], lv.plan.concurrency, lv.plan.repeat, lv.status.value, True, now, lv.plan.rate
+        )
         if s is not None and s.tok_s_series:
             pts = [[round((i + 0.5) * SERIES_BUCKET_S, 2), round(v, 1)] for i, v in enumerate(s.tok_s_series)]
             return {
                 "label": row["label"],
                 "concurrency": lv.plan.concurrency,
+                "rate": lv.plan.rate,
                 "source": "records",
                 "points": pts,
             }
@@ -285,7 +291,8 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
         "run_dir": owner.run_dir, "name": os.path.basename(owner.run_dir), "label": m.label, "status": m.status,
         "reason": m.reason, "host": m.host, "backend": m.backend, "model": m.model, "scenario": sc.get("name"),
         "scenario_file": m.scenario_file, "input_tokens": sc.get("input_tokens"),
-        "output_tokens": sc.get("output_tokens"), "levels": sc.get("levels"), "started_at": m.started_at,
+        "output_tokens": sc.get("output_tokens"), "levels": sc.get("levels"),
+        "rates": sc.get("rates"), "started_at": m.started_at,
         "ended_at": m.ended_at, "simulated": m.simulated, "server_metrics": m.server_metrics,
         "report": owner.closed,
     }  # fmt: skip

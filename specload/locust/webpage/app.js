@@ -112,19 +112,25 @@ function chart(id, title, series, { xlabel, ylabel, xlog = false, empty = "no fi
     `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">${body}${labels}</svg>${legend}</figure>`;
 }
 
-// The charts against concurrency, from per-level rows with the report's field names.
+// What a level is on the x axis: its request rate (a rate level), else its concurrency.
+const xOf = (r) => (r.rate !== null && r.rate !== undefined ? r.rate : r.concurrency);
+const levelName = (r) => (r.rate !== null && r.rate !== undefined ? `rate ${r.rate}/s` : `C=${r.concurrency}`);
+
+// The charts against concurrency (or request rate), from per-level rows with the report's field names.
 function levelCharts(prefix, rows, empty) {
-  const pts = (key) => rows.map((r) => [r.concurrency, r[key]]);
-  const vsC = "concurrency C (log2 axis)";
+  const pts = (key) => rows.map((r) => [xOf(r), r[key]]);
+  const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
+  const vs = rates ? "request rate" : "concurrency";
+  const xlabel = rates ? "request rate (req/s, log2 axis)" : "concurrency C (log2 axis)";
   return [
-    chart(`${prefix}-agg`, "Aggregate output tok/s vs concurrency", [{ name: "", points: pts("agg_tok_s") }],
-      { xlabel: vsC, ylabel: "tok/s (all requests)", xlog: true, empty }),
-    chart(`${prefix}-perreq`, "Per-request output tok/s vs concurrency", [{ name: "", points: pts("per_req_tok_s") }],
-      { xlabel: vsC, ylabel: "tok/s per request", xlog: true, empty }),
-    chart(`${prefix}-ttft`, "TTFT vs concurrency", [{ name: "p50", points: pts("ttft_p50_ms") }, { name: "p99", points: pts("ttft_p99_ms") }],
-      { xlabel: vsC, ylabel: "time to first token (ms)", xlog: true, empty }),
-    chart(`${prefix}-tpot`, "TPOT vs concurrency", [{ name: "p50", points: pts("tpot_p50_ms") }, { name: "p99", points: pts("tpot_p99_ms") }],
-      { xlabel: vsC, ylabel: "time per output token (ms)", xlog: true, empty }),
+    chart(`${prefix}-agg`, `Aggregate output tok/s vs ${vs}`, [{ name: "", points: pts("agg_tok_s") }],
+      { xlabel, ylabel: "tok/s (all requests)", xlog: true, empty }),
+    chart(`${prefix}-perreq`, `Per-request output tok/s vs ${vs}`, [{ name: "", points: pts("per_req_tok_s") }],
+      { xlabel, ylabel: "tok/s per request", xlog: true, empty }),
+    chart(`${prefix}-ttft`, `TTFT vs ${vs}`, [{ name: "p50", points: pts("ttft_p50_ms") }, { name: "p99", points: pts("ttft_p99_ms") }],
+      { xlabel, ylabel: "time to first token (ms)", xlog: true, empty }),
+    chart(`${prefix}-tpot`, `TPOT vs ${vs}`, [{ name: "p50", points: pts("tpot_p50_ms") }, { name: "p99", points: pts("tpot_p99_ms") }],
+      { xlabel, ylabel: "time per output token (ms)", xlog: true, empty }),
   ];
 }
 
@@ -258,7 +264,9 @@ function renderRun(d) {
     `<div class="kv"><span>run dir <b id="run-dir">${esc(r.run_dir)}</b></span><span>scenario <b id="run-scenario">${esc(scen || "-")}</b></span>` +
     `<span>label <b>${esc(r.label)}</b></span><span>host <b>${esc(r.host)}</b></span><span>model <b>${esc(r.model || "-")}</b></span>` +
     `<span>backend <b>${esc(r.backend)}</b></span><span>tokens in/out <b>${esc(r.input_tokens)} / ${esc(r.output_tokens)}</b></span>` +
-    `<span>levels <b>${esc((r.levels || []).join(", "))}</b></span><span>started <b>${esc(when(r.started_at))}</b></span>` +
+    (r.rates && r.rates.length ? `<span>rates <b>${esc(r.rates.join(", "))} req/s</b></span>`
+      : `<span>levels <b>${esc((r.levels || []).join(", "))}</b></span>`) +
+    `<span>started <b>${esc(when(r.started_at))}</b></span>` +
     (r.simulated ? '<span class="warn"><b>SIMULATED server</b></span>' : "") + "</div>" +
     (r.reason ? `<p class="warn">${esc(r.reason)}</p>` : "") +
     (d.failure ? `<p class="error">The last start failed: ${esc(d.failure)}</p>` : "") + links;
@@ -274,7 +282,7 @@ function renderProgress(d) {
   const frac = p.budget ? p.done / p.budget : p.duration_s ? Math.min(1, (p.elapsed_s || 0) / p.duration_s) : 0;
   const srv = d.server_now ? `<span>server now <b>${count(d.server_now.running)} running, ${count(d.server_now.queued)} queued</b></span>` : "";
   const warm = p.warmup ? `<span>warmup <b>${p.warmup_done}/${p.warmup}</b></span>` : "";
-  el.innerHTML = `<h2 id="current-level">Level ${p.index + 1}/${p.levels} · C=${p.concurrency} · ${esc(p.phase)}</h2>` +
+  el.innerHTML = `<h2 id="current-level">Level ${p.index + 1}/${p.levels} · ${esc(levelName(p))} · ${esc(p.phase)}</h2>` +
     `<div class="bar" title="${esc(measured)}"><div style="width:${(100 * frac).toFixed(1)}%"></div></div>` +
     `<div class="kv"><span id="progress-requests"><b>${esc(measured)}</b></span>${warm}<span>in flight now <b id="in-flight">${p.in_flight}</b></span>` +
     `<span>elapsed <b>${secs(p.elapsed_s)}</b></span><span>time left <b id="time-left">${p.left_s === null ? "-" : "~" + secs(p.left_s)}</b></span>${srv}</div>`;
@@ -286,11 +294,12 @@ function renderLevels(d) {
   const server = rows.some((r) => r.server_running_max !== null || r.server_queued_max !== null);
   const accept = rows.some((r) => r.accept_length !== null);
   const cur = d.current ? d.current.index : -1;
-  const head = ["C", "Status", "Requests", "Ok", "Fail", "Short", "Agg tok/s", "Live tok/s", "Per-req tok/s",
+  const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
+  const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", "Agg tok/s", "Live tok/s", "Per-req tok/s",
     "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)", ...(server ? ["Srv run/queue"] : []),
     ...(accept ? ["Accept len"] : []), "Client"];
   const body = rows.map((r) => {
-    const cells = [r.concurrency + (r.repeat ? ` r${r.repeat}` : ""), r.phase, r.budget ? `${r.done}/${r.budget}` : String(r.done),
+    const cells = [xOf(r) + (r.repeat ? ` r${r.repeat}` : ""), r.phase, r.budget ? `${r.done}/${r.budget}` : String(r.done),
       r.ok, r.failed, r.short, num(r.agg_tok_s), num(r.live_tok_s), num(r.per_req_tok_s), num(r.ttft_p50_ms), num(r.ttft_p99_ms),
       num(r.tpot_p50_ms), num(r.tpot_p99_ms), ...(server ? [`${count(r.server_running_max)} / ${count(r.server_queued_max)}`] : []),
       ...(accept ? [num(r.accept_length, 2)] : [])];
@@ -303,7 +312,7 @@ function renderLevels(d) {
 function renderCharts(d) {
   const done = d.levels.filter((r) => r.final && r.done > 0);
   const s = d.series;
-  const over = s ? chart("chart-series", `Output tok/s over time: C=${s.concurrency} (${s.source === "streamed" ? "live, streamed tokens" : "from its records"})`,
+  const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? "live, streamed tokens" : "from its records"})`,
     [{ name: "", points: s.points }], { xlabel: s.source === "streamed" ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
     : chart("chart-series", "Output tok/s over time of the current level", [{ name: "", points: [] }], { xlabel: "seconds", ylabel: "output tok/s", empty: "no level running yet" });
   $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over].join("");
@@ -367,7 +376,7 @@ async function loadRuns() {
     `<th class="l">Scenario</th><th class="l">Levels</th><th>In/out tokens</th><th class="l">Host</th><th></th></tr></thead><tbody>` +
     d.runs.map((r) => `<tr data-run="${esc(r.name)}"><td><input type="checkbox" class="pick" data-run="${esc(r.name)}"${selected.includes(r.name) ? " checked" : ""}></td>` +
       `<td class="l">${esc(r.name)}${r.simulated ? ' <span class="muted small">(simulated)</span>' : ""}</td><td class="l">${esc(r.name === d.active ? "running" : r.status)}</td>` +
-      `<td class="l">${esc(when(r.started_at))}</td><td class="l">${esc(r.scenario || "-")}</td><td class="l">${esc(r.levels.join(", "))}</td>` +
+      `<td class="l">${esc(when(r.started_at))}</td><td class="l">${esc(r.scenario || "-")}</td><td class="l">${esc(r.rates ? r.rates.map((x) => `${x}/s`).join(", ") : r.levels.join(", "))}</td>` +
       `<td>${esc(r.input_tokens)} / ${esc(r.output_tokens)}</td><td class="l">${esc(r.host)}</td>` +
       `<td>${r.name === d.active ? "" : `<button type="button" class="open" data-run="${esc(r.name)}">Report</button>`}</td></tr>`).join("") +
     "</tbody></table>";
