@@ -143,24 +143,24 @@ def _table(source: str, name: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def parse_levels(source: str, value: Any) -> list[int]:
+def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
     """Levels from a TOML list or a flag string "1,4,16"."""
     items = value
     if isinstance(value, str):
         try:
             items = [int(x) for x in value.replace(" ", "").split(",") if x]
         except ValueError:
-            raise _expect(source, "levels", "a comma-separated list of positive integers", value) from None
+            raise _expect(source, name, "a comma-separated list of positive integers", value) from None
     if not isinstance(items, list) or not items:
-        raise _expect(source, "levels", "a non-empty list of positive integers", value)
+        raise _expect(source, name, "a non-empty list of positive integers", value)
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise _expect(source, "levels", "a non-empty list of positive integers", value)
+            raise _expect(source, name, "a non-empty list of positive integers", value)
     return list(items)
 
 
 def _levels(source: str, name: str, value: Any) -> list[int]:
-    return parse_levels(source, value)
+    return parse_levels(source, value, name)
 
 
 def _rates(source: str, name: str, value: Any) -> list[float]:
@@ -230,6 +230,11 @@ class FieldSpec:
         """The option's name in Locust's parsed options and the web form."""
         assert self.flag is not None
         return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """The field's name in the web UI's start forms ("Input Tokens"), as Locust's form writes it."""
+        return " ".join(w.capitalize() for w in self.dest.split("_"))
 
     @property
     def option_type(self) -> type:
@@ -340,7 +345,7 @@ class Scenario:
         check=_integer(0), flag="--warmup-requests",
     )  # fmt: skip
     warmup_output_tokens: int | None = _f(
-        None, help="Output tokens of warmup requests (0: same as --output-tokens)",
+        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
         check=_optional(_integer()), flag="--warmup-output-tokens",
     )  # fmt: skip
     pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
@@ -351,8 +356,8 @@ class Scenario:
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
     token_id_range: tuple[int, int] | None = _f(
-        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from --tokenizer "
-        "or the server's own tokenizer", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
     )  # fmt: skip
     tokenizer: str | None = _f(
         None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
@@ -386,7 +391,7 @@ class Scenario:
     )  # fmt: skip
     dataset_lengths: str = _f(
         "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
-        "'fixed' (prompts cut to --input-tokens, shorter ones skipped; --output-tokens for all)",
+        "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
         check=_choice("dataset", "fixed"),
         flag="--dataset-lengths", choices=("dataset", "fixed"),
     )  # fmt: skip
