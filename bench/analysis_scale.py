@@ -83,7 +83,8 @@ def _record(level: int, c: int, seq: int, phase: str, t_send: float, rng: random
         "chunks": tokens, "tpot_s": tpot, "itl_max_s": None if tpot is None else 3 * tpot,
         "per_request_tok_s": per_req, "decode_tok_s": decode, "spec_verify_ct": None, "worker": "local",
         "repeat": 0, "itl": _itl(itl, tokens, rng), "itl_unit": "event", "first_event_tokens": 1 if t_first else None,
-        "t_sched": None, "rate": None,
+        "t_sched": None, "rate": None, "request_class": None, "turn": None, "conversation": None,
+        "prefix_group": None, "cached_tokens": None,
     }  # fmt: skip
 
 

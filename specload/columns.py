@@ -44,6 +44,7 @@ _USED = _KEY + (
     "phase", "status", "reason", "http_status", "t_send", "t_first", "t_last", "t_end", "ttft_s", "e2e_s",
     "tpot_s", "decode_tok_s", "output_tokens", "output_tokens_source", "prompt_tokens", "requested_output_tokens",
     "requested_prompt_tokens", "spec_verify_ct", "itl", "itl_unit", "first_event_tokens", "t_sched",
+    "request_class", "turn", "cached_tokens",
 )  # fmt: skip
 # Numbers the figures do arithmetic with: a record where one is null has no place on the time line
 # (the object path crashed on it), so it is skipped like a record without a required field.
@@ -123,6 +124,7 @@ class LevelColumns:
         "output_mismatch", "prompt_mismatch", "requested_output", "requested_prompt", "reasons", "input_tokens",
         "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok", "itl",
         "itl_units", "verify_n", "verify_sum", "verify_tokens", "lag", "ttft_sched", "e2e_sched",
+        "prompt_counted", "output_got", "cached_n", "cached_sum", "cached_prompt", "groups",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -154,6 +156,15 @@ class LevelColumns:
         self.lag = array("d")
         self.ttft_sched = array("d")
         self.e2e_sched = array("d")
+        # The workload (specload.mixstats): lengths the server counted and returned (not-failed
+        # requests), the prefix cache's share of the prompts of those that said, and the same
+        # columns per request class and per conversation turn (keys ("class", name), ("turn", k)).
+        self.prompt_counted: Counter[Any] = Counter()
+        self.output_got: Counter[Any] = Counter()
+        self.cached_n = 0
+        self.cached_sum: Any = 0
+        self.cached_prompt: Any = 0
+        self.groups: dict[tuple[str, Any], LevelColumns] = {}
 
     @property
     def sent(self) -> int:
@@ -162,12 +173,31 @@ class LevelColumns:
     def add(self, phase: Any, status: Any, reason: Any, http_status: Any, t_send: float, t_first: float | None,
             t_last: float | None, t_end: float, ttft: float | None, e2e: float, tpot: float | None,
             decode: float | None, n: Any, source: Any, prompt: Any, req_out: Any, req_prompt: Any, verify: Any,
-            itl: Any, itl_unit: Any, first_event_tokens: Any, t_sched: float | None = None) -> None:  # fmt: skip
+            itl: Any, itl_unit: Any, first_event_tokens: Any, t_sched: float | None = None, request_class: Any = None,
+            turn: Any = None, cached: Any = None) -> None:  # fmt: skip
         """One record (its fields in ``_USED`` order, after the level key)."""
         if phase != PHASE_MEASURE:
             if phase == PHASE_WARMUP:
                 self.warmup += 1
             return
+        if request_class is not None or turn is not None:
+            args = (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
+                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched, None, None,
+                    cached)
+            for key in (("class", request_class), ("turn", turn)):
+                if key[1] is not None:
+                    group = self.groups.get(key)
+                    if group is None:
+                        group = self.groups[key] = LevelColumns()
+                    group.add(*args)
+        if status != FAILED:
+            self.output_got[n] += 1
+            if prompt is not None:
+                self.prompt_counted[prompt] += 1
+                if cached is not None:
+                    self.cached_n += 1
+                    self.cached_sum += cached
+                    self.cached_prompt += prompt
         self.timeline.add(t_send, t_first, t_last, t_end, e2e, n, first_event_tokens)
         self.output_tokens += max(n, 0)
         self.token_sources[source] = self.token_sources.get(source, 0) + 1
@@ -237,8 +267,13 @@ class LevelColumns:
             out.timeline.extend(p.timeline)
             for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
                          "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
-                         "verify_n", "verify_sum", "verify_tokens"):  # fmt: skip
+                         "verify_n", "verify_sum", "verify_tokens", "cached_n", "cached_sum", "cached_prompt"):  # fmt: skip
                 setattr(out, name, getattr(out, name) + getattr(p, name))
+            out.prompt_counted.update(p.prompt_counted)
+            out.output_got.update(p.output_got)
+            for key, group in p.groups.items():
+                mine = out.groups.get(key)
+                out.groups[key] = group if mine is None else cls.concat([mine, group])
             for name in ("token_sources", "reasons"):
                 mine = getattr(out, name)
                 for key, n in getattr(p, name).items():

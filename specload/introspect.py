@@ -31,8 +31,13 @@ METRICS: dict[str, tuple[str, ...]] = {
     "spec_num_accepted_tokens": (
         "vllm:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total",
     ),
+    # The prefix cache: vLLM's cumulative token counters, SGLang's hit-rate gauge (its last prefill batch).
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
+    "cache_hit_rate": ("sglang:cache_hit_rate",),
 }  # fmt: skip
 _WANTED = {name: key for key, names in METRICS.items() for name in names}
+_AVERAGED = ("cache_hit_rate",)
 _PREFIXES = tuple({n.rsplit("_total", 1)[0] for n in _WANTED})
 
 # /get_server_info fields worth a column or a sentence; everything else is kept under "raw".
@@ -62,11 +67,16 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     except Exception as e:  # noqa: BLE001 - a page we cannot parse is a page without these numbers
         logger.debug("unparseable /metrics (%s)", e)
         return out
+    seen: dict[str, int] = {}
     for fam in families:
         for s in fam.samples:
             key = _WANTED.get(s.name)  # `_created` samples never match: they are not counts
             if key is not None:
                 out[key] = (out[key] or 0.0) + float(s.value)
+                seen[key] = seen.get(key, 0) + 1
+    for key in _AVERAGED:  # a rate per DP rank: their mean, not their sum
+        if seen.get(key, 0) > 1:
+            out[key] = (out[key] or 0.0) / seen[key]
     return out
 
 

@@ -26,7 +26,7 @@ from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, lo
 from specload.http import check_host
 from specload.output import is_known_format
 from specload.resources import locustfile_path
-from specload.rundir import LOCUST_PREFIX, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 from specload.tableview import WHOLE, TableView
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -123,9 +123,6 @@ def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
                                       f"over processes (--processes N) or machines (--workers N)")  # fmt: skip
     if soft != resource.RLIM_INFINITY and soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard))
-
-
-MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes
 
 
 def _check_out(out: str) -> None:
@@ -307,7 +304,7 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     any page the operator's browser visits could start sweeps through the UI.
     """
     from specload.locust.options import option_flags, scenario_flags
-    from specload.locust.websafety import LOGIN_PATH, WEB_TOKEN_ENV, new_token
+    from specload.locust.websafety import LOGIN_PATH, PAGE, WEB_TOKEN_ENV, new_token
 
     sc, host = check_settings(s)
     cmd = [
@@ -322,12 +319,14 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     if web_auth:
         token = new_token()
         env = {**os.environ, WEB_TOKEN_ENV: token}
-        print(f"specload: web UI on {url} ; log in with any user name and the password {token}")
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
+              f"the password {token}")  # fmt: skip
         print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
     else:
         print(f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
               "any page your browser opens, can start sweeps with your API key; keep it behind your own "
               "authenticating proxy", file=sys.stderr)  # fmt: skip
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/)")
     print(f"specload: each run goes to {s.out}/<label>-<time>/", flush=True)
     return run_locust(cmd, env)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from specload import histogram
 from specload.columns import GroupKey, LevelColumns, Timeline
+from specload.mixstats import MixStats, mix_stats, prefix_cache_rate
 from specload.records import (
     OK,
     RequestRecord,
@@ -237,6 +238,11 @@ class LevelStats:
     lag_p99_ms: float | None = None
     lag_max_ms: float | None = None
     late_note: str | None = None
+    # The workload (specload.mixstats, filled by level_stats): the share of prompt tokens the
+    # server's prefix cache served, where that figure came from, and the lengths, classes and turns.
+    prefix_cache_hit_rate: float | None = None
+    prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
+    mix: MixStats | None = None
 
     @property
     def x(self) -> float:
@@ -315,6 +321,9 @@ class ServerSample:
     spec_num_drafts: float | None = None
     spec_num_draft_tokens: float | None = None
     spec_num_accepted_tokens: float | None = None
+    prefix_cache_queries: float | None = None  # vLLM's cumulative prompt tokens looked up in its prefix cache
+    prefix_cache_hits: float | None = None  # ... and served from it
+    cache_hit_rate: float | None = None  # SGLang's gauge: the hit share of its last prefill batch
 
     @classmethod
     def from_dict(cls, d: Any) -> ServerSample | None:
@@ -331,6 +340,9 @@ class ServerSample:
             spec_num_drafts=_num(d.get("spec_num_drafts")),
             spec_num_draft_tokens=_num(d.get("spec_num_draft_tokens")),
             spec_num_accepted_tokens=_num(d.get("spec_num_accepted_tokens")),
+            prefix_cache_queries=_num(d.get("prefix_cache_queries")),
+            prefix_cache_hits=_num(d.get("prefix_cache_hits")),
+            cache_hit_rate=_num(d.get("cache_hit_rate")),
         )
 
 
@@ -757,6 +769,8 @@ def level_stats(
     _fill_latency(s, c)
     if samples and s.accept_length is None:
         _fill_server(s, samples, start, end)
+    s.mix = mix_stats(c, s.wall_s)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
     return s
 
 

@@ -60,29 +60,34 @@ def range_source(lo: int, hi: int, origin: str) -> PromptSource:
     return PromptSource(IDS, origin, ids=IdPool(((lo, hi),)), exact=True)
 
 
-def make_prompt(src: PromptSource, seed: int, n: int, length: int, shared_prefix: int = 0) -> list[int] | str:
-    """Prompt number ``n``: ``length`` server-counted tokens, its first ``shared_prefix`` the same for every n."""
+def make_prompt(
+    src: PromptSource, seed: int, n: int, length: int, shared_prefix: int = 0, prefix: str = ""
+) -> list[int] | str:
+    """Prompt number ``n``: ``length`` server-counted tokens, its first ``shared_prefix`` the same for every n
+    of the same ``prefix`` (a prefix group's name; "" is the one group of a plain ``--shared-prefix``)."""
     if src.kind == IDS:
         assert src.ids is not None
-        return prompt_ids(seed, n, src.units(length), src.ids, shared_prefix)
-    return prompt_text(seed, n, src.units(length), src.words, shared_prefix)
+        return prompt_ids(seed, n, src.units(length), src.ids, shared_prefix, prefix)
+    return prompt_text(seed, n, src.units(length), src.words, shared_prefix, prefix)
 
 
-def prompt_ids(seed: int, n: int, length: int, pool: IdPool, shared_prefix: int = 0) -> list[int]:
-    """``length`` ids from ``pool``; the first ``shared_prefix`` the same for every n (to exercise a
-    prefix cache on purpose), the rest distinct per n with overwhelming probability."""
+def prompt_ids(seed: int, n: int, length: int, pool: IdPool, shared_prefix: int = 0, prefix: str = "") -> list[int]:
+    """``length`` ids from ``pool``; the first ``shared_prefix`` the same for every n of one ``prefix``
+    group (to exercise a prefix cache on purpose), the rest distinct per n with overwhelming probability."""
     out: list[int] = []
     if shared_prefix:
-        out = pool.draw(random.Random(f"specload-prefix-{seed}"), min(shared_prefix, length))
+        out = pool.draw(random.Random(f"specload-prefix-{seed}{prefix}"), min(shared_prefix, length))
     out.extend(pool.draw(random.Random(f"specload-{seed}-{n}"), length - len(out)))
     return out
 
 
-def prompt_text(seed: int, n: int, length: int, words: tuple[str, ...] = tuple(WORDS), shared_prefix: int = 0) -> str:
+def prompt_text(
+    seed: int, n: int, length: int, words: tuple[str, ...] = tuple(WORDS), shared_prefix: int = 0, prefix: str = ""
+) -> str:
     """``length`` words, each after a space (so each is one token when ``words`` are single tokens)."""
     chosen: list[str] = []
     if shared_prefix:
-        rp = random.Random(f"specload-prefix-{seed}")
+        rp = random.Random(f"specload-prefix-{seed}{prefix}")
         chosen = [rp.choice(words) for _ in range(min(shared_prefix, length))]
     r = random.Random(f"specload-{seed}-{n}")
     chosen.extend(r.choice(words) for _ in range(length - len(chosen)))

@@ -85,6 +85,16 @@ class RequestRecord:
     # than this means it waited for a free user; latencies "from schedule" count that wait.
     t_sched: float | None = None
     rate: float | None = None  # the level's requests/s for a rate level (None: a concurrency level)
+    # The workload (specload.workload): the request's class ([[classes]]; None without classes), its
+    # turn in a conversation (0-based) and the conversation's id (None when single-turn), its shared
+    # prefix's group (None without a shared prefix), and the prompt tokens the server's prefix cache
+    # served (SGLang meta_info.cached_tokens, OpenAI usage.prompt_tokens_details.cached_tokens; None
+    # when the server did not say).
+    request_class: str | None = None
+    turn: int | None = None
+    conversation: str | None = None
+    prefix_group: int | None = None
+    cached_tokens: int | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))

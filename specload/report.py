@@ -21,6 +21,7 @@ from specload.capacity import fmt_x, limit_reason
 from specload.clientcheck import client_notes
 from specload.clocks import describe, is_off
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
+from specload.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS, GroupStats
 from specload.output import EXTRA_FORMATS, MISSING, fmt_num, is_known_format, render_table, render_view
 from specload.records import level_label
 from specload.run import RUN_SLO, NotARunDir, Run, load_run
@@ -74,6 +75,10 @@ def _rate_cell(s: LevelStats) -> str:
     return f"{s.rate:g}" if s.repeat == 0 else f"{s.rate:g} r{s.repeat}"
 
 
+def _pct_cell(rate: float | None) -> str:
+    return fmt_num(None if rate is None else rate * 100.0, 1)
+
+
 @dataclass(frozen=True)
 class Column:
     """One column of the per-level table: the LevelStats field it shows, rounded to ``digits``."""
@@ -120,6 +125,8 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Late", "late", "late", 0, IF_COUNTED),
     Column("429", "429", "rate_limited", 0, IF_COUNTED),
     Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
+    Column("Prefix hit %", "prefix_hit", "prefix_cache_hit_rate", 1, IF_COUNTED,
+           cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),  # fmt: skip
     Column("Srv run max", "srv_run_max", "server_running_max", 0, IF_VALUE),
     Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
     Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
@@ -275,6 +282,64 @@ def capacity_lines(run: Run) -> list[str]:
     return lines
 
 
+def _mixed(levels: Sequence[LevelStats]) -> list[LevelStats]:
+    return [s for s in levels if s.mix is not None]
+
+
+def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Each level's request lengths as sent and as the server counted them (mixstats.LENGTHS), shown
+    when lengths varied or the run has classes or turns; None otherwise (a fixed-length run)."""
+    shown = _mixed(levels)
+    if not any(s.mix.varied or s.mix.classes or s.mix.turns for s in shown):
+        return None
+    headers = [_x_header(levels), "Length", "n", "Mean", "p50", "p90", "Max"]
+    rows = []
+    for s in shown:
+        for key, label in LENGTHS:
+            d = s.mix.lengths.get(key)
+            if d is None or not d.n:
+                continue
+            rows.append([_x_cell(s), label, str(d.n), fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1),
+                         fmt_num(d.max, 0)])  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
+def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        rows.append([
+            _x_cell(s), str(g.key), _pct_cell(g.share), str(g.ok), str(g.failed + g.short), fmt_num(g.input_mean, 1),
+            fmt_num(g.output_mean, 1), fmt_num(g.ttft_p50_ms, 1), fmt_num(g.ttft_p99_ms, 1), fmt_num(g.tpot_p50_ms, 1),
+            fmt_num(g.e2e_p50_s, 2), fmt_num(g.per_req_tok_s, 1), fmt_num(g.agg_tok_s, 1), _pct_cell(g.prefix_cache_hit_rate),
+        ])  # fmt: skip
+    if total and groups:
+        m = s.mix
+        inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
+        rows.append([
+            _x_cell(s), "all", _pct_cell(1.0), str(s.ok), str(s.failed + s.short), fmt_num(inp.mean if inp else None, 1),
+            fmt_num(out.mean if out else None, 1), fmt_num(s.ttft_p50_ms, 1), fmt_num(s.ttft_p99_ms, 1),
+            fmt_num(s.tpot_p50_ms, 1), fmt_num(s.e2e_p50_s, 2), fmt_num(s.per_req_tok_s, 1), fmt_num(s.agg_tok_s, 1),
+            _pct_cell(s.prefix_cache_hit_rate),
+        ])  # fmt: skip
+    return rows
+
+
+_GROUP_HEADERS = ["Share", "Ok", "Fail+short", "Input mean", "Output mean", "TTFT p50 (ms)", "TTFT p99 (ms)",
+                  "TPOT p50 (ms)", "E2E p50 (s)", "Per-req tok/s", "Agg tok/s", "Prefix hit %"]  # fmt: skip
+
+
+def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each request class and then all of them together; None without classes."""
+    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.classes, True)]
+    return render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+
+
+def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
+    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.turns, False)]
+    return render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+
+
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
@@ -345,16 +410,19 @@ def _level_notes(s: LevelStats) -> list[str]:
     notes: list[str] = []
     if s.token_note:
         notes.append(f"{s.label}: {s.token_note}")
+    varied = s.mix is not None and s.mix.varied  # lengths from a distribution: no one length was requested
     if s.output_mismatch:
+        asked = "the count each asked for" if varied else f"the {s.requested_output_tokens} requested"
         notes.append(
             f"{s.label}: {s.output_mismatch} of {s.sent} requests got an output token count different "
-            f"from the {s.requested_output_tokens} requested"
+            f"from {asked}"
         )
     if s.prompt_mismatch:
         mean = fmt_num(s.prompt_tokens_mean, 1)
+        asked = "the length each asked for" if varied else f"the {s.requested_prompt_tokens} requested"
         notes.append(
             f"{s.label}: {s.prompt_mismatch} of {s.sent} requests had a server-counted prompt length "
-            f"different from the {s.requested_prompt_tokens} requested (mean counted {mean})"
+            f"different from {asked} (mean counted {mean})"
         )
     if not s.planned:
         notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
@@ -397,6 +465,18 @@ def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
     return [f"Accept len from {' and '.join(names.get(x, x) for x in sources)}"] if sources else []
 
 
+def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
+    if not any(s.prefix_cache_hit_rate for s in levels):
+        return []
+    sources = sorted({s.prefix_cache_source for s in levels if s.prefix_cache_source})
+    names = {
+        CACHE_FROM_RECORDS: "the server's per-request count of cached prompt tokens",
+        CACHE_FROM_COUNTERS: "the server's prefix cache counters (hits / queries over the level's window)",
+        CACHE_FROM_GAUGE: "the server's cache_hit_rate gauge (mean over the level's samples)",
+    }
+    return [f"Prefix hit % from {' and '.join(names.get(x, x) for x in sources)}"]
+
+
 def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
     parts = [f"{s.label} {s.warmup}" for s in levels if s.warmup]
     return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
@@ -426,6 +506,7 @@ def _notes(run: Run) -> list[str]:
     notes += run.max_running_notes()
     notes += _slo_notes(run.levels)
     notes += _accept_note(run.levels)
+    notes += _prefix_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
     notes += [f"{describe(c)}: its records' times are off by that much against the other workers'; "
@@ -468,6 +549,16 @@ def render_report(
     throughput = render_throughput(run.levels, fmt)
     if throughput is not None:
         lines += ["", "## Throughput (per second of the level's wall time)", "", throughput]
+    lengths = render_lengths(run.levels, fmt)
+    if lengths is not None:
+        lines += ["", "## Request lengths (tokens; sent: asked for, counted/received: the server's count)", "",
+                  lengths]  # fmt: skip
+    classes = render_classes(run.levels, fmt)
+    if classes is not None:
+        lines += ["", "## Request classes (throughput over the level's wall time; all: the level)", "", classes]
+    turns = render_turns(run.levels, fmt)
+    if turns is not None:
+        lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
         lines += ["", f"## SLO {run.slo.text} (Good: requests within every threshold; ✗ over it; ~ inside the "

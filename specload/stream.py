@@ -41,6 +41,9 @@ _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
+# Tokens read from every stream of this process so far: the web UI's live tok/s while requests are
+# still streaming (records only exist once a request ends). One add per event.
+streamed_tokens = [0]
 # specload.histogram's binning, inlined in the read loop (one log per event).
 _log = math.log
 _FLOOR = FLOOR_S
@@ -69,6 +72,11 @@ class RequestSpec:
     requested_prompt_tokens: int
     t_sched: float | None = None  # rate levels: when the request was due
     rate: float | None = None  # the level's requests/s (None: a concurrency level)
+    # The workload's labels (specload.workload), copied into the record as they are.
+    request_class: str | None = None
+    turn: int | None = None
+    conversation: str | None = None
+    prefix_group: int | None = None
 
 
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
@@ -91,12 +99,17 @@ def stream_request(
     worker: str,
     read_timeout: float,
     connect_timeout: float | None = None,
+    text: list[str] | None = None,
 ) -> RequestRecord:
     """One request, one record, whatever happens: an answer nobody foresaw (or a bug here) becomes a
-    failed record with the exception named, so a level never waits for a record that cannot come."""
+    failed record with the exception named, so a level never waits for a record that cannot come.
+
+    ``text``: a list that receives the answer's text as it streams (a conversation resends it); None,
+    the default, keeps no text."""
     t_send = now()
     try:
-        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout)
+        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout,
+                               text)  # fmt: skip
     except Interrupted:
         raise
     except Exception as e:  # noqa: BLE001
@@ -106,7 +119,8 @@ def stream_request(
             reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
             output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
             requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
-            worker=worker, repeat=spec.repeat, t_sched=spec.t_sched, rate=spec.rate,
+            worker=worker, repeat=spec.repeat, t_sched=spec.t_sched, rate=spec.rate, request_class=spec.request_class,
+            turn=spec.turn, conversation=spec.conversation, prefix_group=spec.prefix_group,
         )  # fmt: skip
 
 
@@ -120,9 +134,11 @@ def _stream_request(
     worker: str,
     read_timeout: float,
     connect_timeout: float | None = None,
+    text: list[str] | None = None,
 ) -> RequestRecord:
     payload = orjson.dumps(body)
     parser = backend.parser()
+    parser.text = text
     feed = parser.feed
     perf = time.perf_counter
     http_status: int | None = None
@@ -135,6 +151,7 @@ def _stream_request(
     last_p = 0.0
     itl_max = 0.0
     itl: dict[int, int] = {}  # per-token gap bin -> tokens (specload.histogram)
+    streamed = streamed_tokens
     t_send_wall = now()
     t0 = perf()
     resp = None
@@ -195,6 +212,7 @@ def _stream_request(
                         last_p = t
                         chunks += 1
                         tokens_seen += n
+                        streamed[0] += n
                     elif parser.error is not None:
                         reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
                         break
@@ -304,4 +322,9 @@ def _record(
         repeat=spec.repeat,
         t_sched=spec.t_sched,
         rate=spec.rate,
+        request_class=spec.request_class,
+        turn=spec.turn,
+        conversation=spec.conversation,
+        prefix_group=spec.prefix_group,
+        cached_tokens=parser.cached_tokens,
     )

@@ -66,6 +66,7 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
     Figure("accept", "Accept len", (SERVER,)),
+    Figure("prefix_hit", "Prefix hit %", (SERVER,)),  # (only when the server's prefix cache served some prompt)
     Figure("ttft_p99", "TTFT p99", (LATENCY,)),
     Figure("tpot_p99", "TPOT p99", (LATENCY,)),
     Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare

@@ -90,7 +90,7 @@ def test_compare_columns_have_keys(pair: tuple[Path, Path]) -> None:
     [
         ("seed", {"agg", "per_req", "tokens", "wall", "ok"}),
         ("latency", {*LATENCY}),
-        ("server", {"accept", "srv_run_max", "srv_run_mean", "srv_queue_max", "srv_queue_mean", "srv_run_queue"}),
+        ("server", {"accept", "srv_run_max", "srv_run_mean", "srv_queue_max", "srv_queue_mean", "srv_run_queue", "prefix_hit"}),
         ("failures", {"ok", "fail", "short", "429", "late"}),
         ("throughput", {"steady", "req_s", "mean_conc"}),
         ("all", set(FIGURES)),

@@ -29,6 +29,8 @@ class ChatParser(CompletionsParser):
             return 0
         if content == "" and ("role" in delta or choice.get("finish_reason")):
             return 0  # role-only opening event, or a closing event with no token
+        if self.text is not None:
+            self.text.append(content)
         return 1
 
 

@@ -50,7 +50,10 @@ class CompletionsParser(StreamParser):
             return 0
         # Every choice event is one decode step, even when its text is empty (a token can be
         # half a UTF-8 character); an event that only closes the stream carries no token.
-        return 0 if choice.get("finish_reason") and not choice.get("text") else 1
+        text = choice.get("text")
+        if self.text is not None and text:
+            self.text.append(text)
+        return 0 if choice.get("finish_reason") and not text else 1
 
 
 class OpenAICompletions(Backend):

@@ -24,6 +24,11 @@ class GenerateParser(StreamParser):
         if n is None:
             raise TypeError("completion_tokens is null")
         self.prompt_tokens = count(meta.get("prompt_tokens", self.prompt_tokens), "prompt_tokens")
+        cached = meta.get("cached_tokens")
+        if type(cached) is int:
+            self.cached_tokens = cached
+        if self.text is not None and isinstance(ev.get("text"), str):
+            self.text[:] = [ev["text"]]  # cumulative: the last event's text is the whole answer
         svc = meta.get("spec_verify_ct")
         if type(svc) is int and svc > 0:  # anything else is no count: the figure is left out, not the request
             self.spec_verify_ct = svc

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -38,8 +39,10 @@ from specload.datasets import DatasetError, Item, load_items
 from specload.http import api_key, check_host, key_may_go_to, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.live import LiveRun
 from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import (
+    FORM_SOURCE,
     LAUNCH_HOST,
     SEND_KEY_DEST,
     SEND_KEY_FLAG,
@@ -64,10 +67,13 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.locust.sampler import MetricsSampler
+from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import FAILED, PHASE_MEASURE, level_label
+from specload.run import Run
 from specload.rundir import (
+    LOCUST_PREFIX,
     RUN_COMPLETED,
     RUN_FAILED,
     RUN_INTERRUPTED,
@@ -123,6 +129,7 @@ class SweepOwner:
         self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.failure: str | None = None
+        self.live: LiveRun | None = None  # what the web UI shows of this run (specload.live)
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
         # Rate levels: ticket requests of idle users, answered in turn as requests fall due.
@@ -147,10 +154,11 @@ class SweepOwner:
         self.slo_tallies: dict[int, SloTally] = {}
         self.capacity: CapacityRun | None = None
         self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
+        self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
-        self._explicit = explicit_options(sys.argv[1:])
-        self._launch = launch_values(opts) if opts else None
+        self.explicit = explicit_options(sys.argv[1:])
+        self.launch = launch_values(opts) if opts else None
 
     # lifecycle --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -167,6 +175,7 @@ class SweepOwner:
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
+        self.close_run()  # the previous run (web UI), should a new start come before its test_stop did
         self.failure = None
         try:
             run = self._resolve()
@@ -186,10 +195,13 @@ class SweepOwner:
         self.ctrl = SweepController(plans, sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s,
                                     open_ended=run.capacity is not None)  # fmt: skip
         self.meta = self._run_meta(run)
+        # Only a web UI shows the run live (a headless run keeps no second copy of its records).
+        ui = getattr(self.env, "web_ui", None) is not None
+        self.live = LiveRun(len(self.ctrl.levels), self.meta.server.max_running) if ui else None
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
         self.write_meta()
-        self.active = True
+        self.active, self.closed = True, False
         self.progress = self.progress or start_progress(lambda: self.ctrl if self.active else None)
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
@@ -207,7 +219,8 @@ class SweepOwner:
         """The scenario, the host, the model and the server's configuration, or CannotStart."""
         opts = self.env.parsed_options
         try:
-            sc = scenario_from_options(opts, self._explicit, self._launch)
+            source = FORM_SOURCE if getattr(self.env, "web_ui", None) is not None else "command line"
+            sc = scenario_from_options(opts, self.explicit, self.launch, source)
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             raise CannotStart(str(e)) from None
@@ -256,7 +269,7 @@ class SweepOwner:
         """Whether this run's requests (probes included) carry the API key: to the host given at
         launch always, to another (typed in the web form) only when the user ticked the form's box.
         A withheld key is said, so a run that the server then refuses is not a mystery."""
-        launched = self._launch.get(LAUNCH_HOST) if self._launch else None
+        launched = self.launch.get(LAUNCH_HOST) if self.launch else None
         confirmed = bool(getattr(self.env.parsed_options, SEND_KEY_DEST, False))
         send = key_may_go_to(host, launched, confirmed)
         if api_key() is None:
@@ -320,9 +333,10 @@ class SweepOwner:
         if sc.metrics_interval_s <= 0:
             return "off"
         assert self.run_dir is not None
+        live = self.live
         self.sampler = MetricsSampler(
             run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
-            run.config.send_key,
+            run.config.send_key, on_sample=None if live is None else lambda d: _add_sample(live, d),
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
@@ -442,12 +456,54 @@ class SweepOwner:
         logger.info("sweep %s%s; results in %s", status,
                     f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
 
+    def close_run(self) -> Run | None:
+        """Complete this run's directory once it has ended (idempotent): run.json with the final
+        counts (records that arrived during the grace period included), Locust's own counts
+        (locust.json) and report.md. Every run of a web UI session gets this at its test_stop; a
+        headless run at quitting. Returns the run as read back for the report (None: nothing to do,
+        or the report could not be made; the raw files are on disk whatever happens)."""
+        if self.closed or self.active or self.run_dir is None:
+            return None
+        self.closed = True
+        self.write_meta()
+        self.write_locust_stats()
+        from specload.report import load_run, write_report_md
+
+        try:
+            run = load_run(self.run_dir)
+            write_report_md(run)
+            return run
+        except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
+            logger.warning("could not write report.md (%s); run `specload report %s`", e, self.run_dir)
+            return None
+
+    def write_locust_stats(self) -> None:
+        """Locust's per-row counts into the run directory (locust.json), for the report's cross-check,
+        unless the run was started with ``--json-file RUN/locust`` (Locust writes that one itself,
+        later, at shutdown). Locust clears its statistics when the next run starts, so each run's
+        are its own."""
+        opts, runner = self.env.parsed_options, self.env.runner
+        assert self.run_dir is not None
+        target = os.path.join(self.run_dir, LOCUST_PREFIX)
+        if opts is None or getattr(opts, "json_file", None) == target or runner is None:
+            return
+        entries = [e.serialize() for e in runner.stats.entries.values() if e.num_requests or e.num_failures]
+        try:
+            with open(target + ".json.tmp", "w") as f:
+                json.dump(entries, f)  # (json: Locust's histograms have integer keys)
+            os.replace(target + ".json.tmp", target + ".json")
+        except OSError as e:
+            logger.warning("could not write %s.json: %s", target, e.strerror or e)
+
     # shape hook -------------------------------------------------------------------------------
     def tick(self, user_count: int) -> int | None:
         """Desired user count, or None when the sweep is over."""
         assert self.ctrl is not None
         self._check_workers()
         changes = self.ctrl.tick(user_count)
+        lv = self.ctrl.current
+        if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
+            self.live.sample_streamed(lv.plan.index, time.time())
         self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
@@ -546,6 +602,8 @@ class SweepOwner:
             )
         if self.slo is not None and rec.phase == PHASE_MEASURE:
             self.slo_tallies.setdefault(rec.level, SloTally(self.slo)).add_record(rec)
+        if self.live is not None:
+            self.live.add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
                 self.writer.write(m.record)
@@ -573,6 +631,8 @@ class SweepOwner:
         if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
             return
         self.client_load.setdefault(m.level, {})[process] = m.load
+        if self.live is not None:
+            self.live.set_streamed(m.level, process, m.streamed)
 
     def where(self) -> tuple[str | None, int] | None:
         """The master's own probe: the level handing out tickets or draining now, if any."""
@@ -756,6 +816,12 @@ class SweepOwner:
                    p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat, p.rate), lv.received,
                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
                    f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
+
+
+def _add_sample(live: LiveRun, line: dict[str, Any]) -> None:
+    sample = ServerSample.from_dict(line)
+    if sample is not None:
+        live.add_sample(sample)
 
 
 def sweep_owner(environment: Any) -> SweepOwner:

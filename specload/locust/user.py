@@ -33,9 +33,11 @@ from specload.locust.protocol import (
     TicketRequest,
     TicketReturn,
 )
-from specload.prompts import make_prompt
-from specload.records import PHASE_WARMUP, RequestRecord, now
+from specload.prompts import IDS
+from specload.records import RequestRecord, now
 from specload.stream import Interrupted, RequestSpec, stream_request
+from specload.vocab import ServerTokenizer
+from specload.workload import Conversation, RequestMaker
 
 logger = logging.getLogger("specload")
 
@@ -56,6 +58,7 @@ class UserSide:
         self.open = Event()
         self.pending: dict[str, AsyncResult] = {}
         self._backend: Backend | None = None
+        self._maker: RequestMaker | None = None
 
     # message handlers -------------------------------------------------------------------------
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -63,7 +66,7 @@ class UserSide:
         self.state = m.state
         if m.config is not None and m.config_id != self.config_id:
             self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
-            self._backend = None
+            self._backend = self._maker = None
         if m.state.open:
             self.open.set()
         else:
@@ -89,6 +92,18 @@ class UserSide:
             assert self.config is not None
             self._backend = get_backend(self.config.scenario.backend)
         return self._backend
+
+    def maker(self) -> RequestMaker:
+        """The run's request maker (specload.workload): what each ticket sends."""
+        if self._maker is None:
+            cfg = self.config
+            assert cfg is not None
+            sc = cfg.scenario
+            tokenize = None
+            if cfg.prompts.kind == IDS:  # a token-id conversation resends its answers as the server tokenizes them
+                tokenize = ServerTokenizer(cfg.host, cfg.model, sc.connect_timeout_s, cfg.insecure, cfg.send_key).encode
+            self._maker = RequestMaker(sc, cfg.prompts, tokenize)
+        return self._maker
 
     def ticket(self, uid: str) -> TicketReply | None:
         if not self.open.wait(_WAIT_OPEN_S) or self.config is None:
@@ -135,6 +150,7 @@ class SpecloadUser(User):
         self._client: Any = None
         self._client_key: tuple[Any, ...] | None = None
         self._last_level: int | None = None
+        self._conv: Conversation | None = None  # the conversation this user is in (--turns)
 
     def on_stop(self) -> None:
         if self._client is not None:
@@ -167,19 +183,14 @@ class SpecloadUser(User):
             gevent.sleep(random.uniform(0, sc.stagger_s))
         self._last_level = grant.level
         backend = side.backend()
-        warm = grant.phase == PHASE_WARMUP
-        n = grant.level * 1_000_000 + (500_000 if warm else 0) + grant.seq
-        if reply.item is not None:
-            prompt: Any = reply.item.prompt
-            prompt_tokens = reply.item.prompt_tokens + cfg.prompts.overhead
-        else:
-            prompt = make_prompt(cfg.prompts, sc.seed, n, sc.input_tokens, sc.shared_prefix_tokens)
-            prompt_tokens = sc.input_tokens
-        body = backend.body(prompt, grant.max_tokens, cfg.model, sc.temperature, sc.extra_body)
+        maker = side.maker()
+        req = maker.plan(grant.level, grant.phase, grant.seq, grant.max_tokens, reply.item, self._conv)
+        body = backend.body(req.prompt, req.max_tokens, cfg.model, sc.temperature, sc.extra_body)
         spec = RequestSpec(
             level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
-            repeat=grant.repeat, requested_output_tokens=grant.max_tokens, requested_prompt_tokens=prompt_tokens,
-            t_sched=t_sched, rate=grant.rate,
+            repeat=grant.repeat, requested_output_tokens=req.max_tokens, requested_prompt_tokens=req.prompt_tokens,
+            t_sched=t_sched, rate=grant.rate, request_class=req.request_class, turn=req.turn,
+            conversation=req.conversation, prefix_group=req.prefix_group,
         )  # fmt: skip
         http = self._http(cfg)  # a new user's connection is opened before its due time, not after
         if t_sched is not None:
@@ -193,13 +204,15 @@ class SpecloadUser(User):
                     side.give_back(reply)  # stopped before it was due: nothing was sent
                     raise
         path = endpoint(cfg.host, backend.path)
+        text: list[str] | None = [] if req.wants_answer else None
         try:
             rec = stream_request(
                 http, path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
-                sc.read_timeout_s, sc.connect_timeout_s,
+                sc.read_timeout_s, sc.connect_timeout_s, text,
             )  # fmt: skip
         except Interrupted as stop:
             side.ship(stop.record, reply.ticket)
             raise gevent.GreenletExit from None
         fire_record(self.environment.events.request.fire, rec, backend.path)
         side.ship(rec, reply.ticket)
+        self._conv = maker.after(req, rec, text)

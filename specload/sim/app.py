@@ -28,6 +28,7 @@ import orjson
 from specload.sim.faults import FaultInjector, Faults, RequestFaults
 from specload.sim.httpd import App, Request, Response, Stream
 from specload.sim.info import METRICS_STYLES, metrics_text, server_info
+from specload.sim.prefix import PromptKey, chat_units, text_units, word_unit
 from specload.sim.protocol import (
     GenRequest,
     HTTPError,
@@ -44,6 +45,7 @@ from specload.sim.protocol import (
 from specload.sim.render import (
     MALFORMED_EVENT,
     SSE_HEAD,
+    TOKEN_TEXT,
     ChatRenderer,
     CompletionRenderer,
     GenerateRenderer,
@@ -124,6 +126,7 @@ class SimApp:
         vocab: Vocab | None = None,
         close_after_stream: bool = False,
         loading_s: float = 0.0,
+        cache_report: bool = False,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -139,6 +142,11 @@ class SimApp:
         # included, with 503 "Loading model" meanwhile: a client must not take that for "back".
         self.loading_until = time.monotonic() + loading_s if loading_s > 0 else 0.0
         self.injector = FaultInjector(self.faults)
+        # The prefix cache (the engine's, if any): generated tokens are " tok", one unit each, as the
+        # client sends an answer back: token ids from this server's /tokenize, or the words themselves.
+        self.cache_report = cache_report
+        self._out_unit_ids = self.vocab.tokenize(TOKEN_TEXT)[0]
+        self._out_unit_text = word_unit(TOKEN_TEXT.strip())
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self._model_json = orjson.dumps(model)
@@ -229,15 +237,31 @@ class SimApp:
         req = parse(body, self.max_model_len)
         if renderer is ChatRenderer:
             req.prompt_tokens += self.vocab.chat_template_tokens
+            req.key = self._key(messages=body.get("messages"))
+        else:
+            req.key = self._key(body.get("prompt"))
         r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
+        r.cache_report = self.cache_report
         return self._respond(request, req, r)
 
     def _generate(self, request: Request) -> Response | Stream | None:
         body = read_json_object(request.body)
         self.vocab.check_ids(body.get("input_ids"))
         req = parse_generate(body, self.max_model_len)
+        req.key = self._key(body["input_ids"] if body.get("input_ids") is not None else body.get("text"))
         r = GenerateRenderer(req.prompt_tokens, request.arrived, self.engine.speculative)
         return self._respond(request, req, r)
+
+    def _key(self, prompt: Any = None, messages: Any = None) -> PromptKey | None:
+        """The prompt as prefix-cache units, only when the engine has a cache (it costs O(prompt))."""
+        cache = self.engine.prefix_cache
+        if cache is None:
+            return None
+        if messages is not None:
+            return PromptKey(chat_units(messages), cache.block, self._out_unit_text)
+        if isinstance(prompt, str):
+            return PromptKey(text_units(prompt), cache.block, self._out_unit_text)
+        return PromptKey(list(prompt), cache.block, self._out_unit_ids)
 
     def _respond(self, request: Request, req: GenRequest, r: Renderer) -> Response | Stream | None:
         """Pick the request's faults, then answer with an error, a stream or a whole response."""
@@ -272,9 +296,12 @@ class SimApp:
         not from when this generator got its turn. Closing this generator (the client went away, a
         fault cut the request) closes the engine's, which frees the engine slot.
         """
-        chunks = self.engine.generate(job.req.prompt_tokens, job.target, arrival=job.request.arrived)
+        key = job.req.key
+        chunks = self.engine.generate(job.req.prompt_tokens, job.target, arrival=job.request.arrived, key=key)
         try:
             next(chunks)  # ADMITTED; blocks while queued
+            if key is not None:
+                job.renderer.cached_tokens = key.cached
             self._admit(job.req)
             yield progress
             for chunk in chunks:

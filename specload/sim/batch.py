@@ -13,8 +13,8 @@ deployment shows comes from (docs/simulator.md has the model, the presets and th
     speculative: verify_ms(batch) (default decode_ms) instead of decode_ms, plus k * draft_ms(batch)
 
 times ``time_scale``. Admission is FIFO under a cap on running requests and a KV budget: a request
-reserves ``prompt + max_tokens`` tokens when admitted and holds them until it ends (no retraction,
-no prefix cache). Speculation shrinks the budget by the draft's memory and replaces the cap (SGLang
+reserves ``prompt + max_tokens`` tokens when admitted and holds them until it ends (no retraction).
+With a prefix cache (specload.sim.prefix), what it holds of a prompt is not prefilled again. Speculation shrinks the budget by the draft's memory and replaces the cap (SGLang
 resets max_running_requests to 48 for speculative decoding).
 
 Two layers: :class:`BatchScheduler` is the pure bookkeeping (no clock, no gevent; time only enters
@@ -39,6 +39,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from specload.sim.prefix import PrefixCache, PromptKey
 from specload.sim.timing import ADMITTED, Chunk, Engine, SpecCounters, clock, sleep_until
 
 if sys.version_info >= (3, 11):
@@ -246,9 +247,11 @@ class BatchRequest:
         "pending_verify",
         "admitted_at",
         "event",
+        "key",
     )
 
-    def __init__(self, prompt_tokens: int, max_tokens: int, arrival: float) -> None:
+    def __init__(self, prompt_tokens: int, max_tokens: int, arrival: float, key: PromptKey | None = None) -> None:
+        self.key = key  # the prompt as prefix-cache units (None: no cache, or not looked up)
         self.prompt = prompt_tokens
         self.max_tokens = max_tokens
         self.arrival = arrival
@@ -285,10 +288,11 @@ class BatchScheduler:
     at any time. Durations returned are already multiplied by ``time_scale``.
     """
 
-    def __init__(self, params: BatchParams, time_scale: float = 1.0) -> None:
+    def __init__(self, params: BatchParams, time_scale: float = 1.0, cache: PrefixCache | None = None) -> None:
         params.validate()
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
+        self.cache = cache  # a request's cached prompt start is not prefilled again
         self.params = params
         self.time_scale = time_scale
         self.speculative = params.speculative
@@ -361,6 +365,10 @@ class BatchScheduler:
         req.admitted_at = at
         self.running.append(req)
         self.kv_used += req.reserve
+        if self.cache is not None and req.key is not None:
+            # What the cache holds counts as prefilled: only the rest takes prefill budget and time.
+            # (Its KV is still reserved in full: the budget stays conservative, see docs/simulator.md.)
+            req.prefilled = self.cache.match(req.key, req.prompt)
 
     @staticmethod
     def _wants_prefill(req: BatchRequest, step: Step) -> bool:
@@ -386,6 +394,8 @@ class BatchScheduler:
         queue = self.queue
         self.decided_at = start
         admitted = []
+        if self.cache is not None and queue and queue[0].arrival <= start:
+            self.cache.begin_batch()
         while queue and queue[0].arrival <= start and self._admissible(queue[0]):
             req = queue.popleft()
             self._admit(req, start)
@@ -421,6 +431,8 @@ class BatchScheduler:
                 if req.prefilled < req.prompt:
                     continue
                 req.state = DECODE
+                if self.cache is not None and req.key is not None:
+                    self.cache.insert(req.key)  # the prompt's KV is complete
                 n, verify = 1, 1  # the pass that finishes the prefill gives the first token
             elif k:
                 accepted = 0
@@ -445,6 +457,9 @@ class BatchScheduler:
                 req.state = DONE
                 self.running.remove(req)
                 self.kv_used -= req.reserve
+                if self.cache is not None and req.key is not None:
+                    req.key.add_output(req.generated)  # the answer's KV too: a next turn resends it
+                    self.cache.insert(req.key)
         return out
 
     def waiting(self) -> int:
@@ -484,9 +499,10 @@ class BatchEngine(Engine):
     another) joins that step, which is what arriving on time would have meant.
     """
 
-    def __init__(self, params: BatchParams, time_scale: float = 1.0) -> None:
+    def __init__(self, params: BatchParams, time_scale: float = 1.0, prefix_cache: PrefixCache | None = None) -> None:
         self.params = params
-        self.sched = BatchScheduler(params, time_scale)
+        self.prefix_cache = prefix_cache
+        self.sched = BatchScheduler(params, time_scale, prefix_cache)
         self.time_scale = time_scale
         self.speculative = params.speculative
         self._wake = Event()
@@ -495,9 +511,10 @@ class BatchEngine(Engine):
 
     @classmethod
     def from_preset(
-        cls, name_or_path: str, overrides: Sequence[str] = (), time_scale: float = 1.0
-    ) -> BatchEngine:
-        return cls(load_preset(name_or_path, overrides), time_scale)
+        cls, name_or_path: str, overrides: Sequence[str] = (), time_scale: float = 1.0,
+        prefix_cache: PrefixCache | None = None,
+    ) -> BatchEngine:  # fmt: skip
+        return cls(load_preset(name_or_path, overrides), time_scale, prefix_cache)
 
     @property
     def running(self) -> int:
@@ -507,9 +524,11 @@ class BatchEngine(Engine):
     def queued(self) -> int:
         return self.sched.waiting()
 
-    def generate(self, prompt_tokens: int, max_tokens: int, arrival: float | None = None) -> Iterator[Chunk]:
+    def generate(
+        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+    ) -> Iterator[Chunk]:
         now = clock()
-        req = BatchRequest(prompt_tokens, max_tokens, now if arrival is None else min(arrival, now))
+        req = BatchRequest(prompt_tokens, max_tokens, now if arrival is None else min(arrival, now), key)
         sched = self.sched
         if max_tokens <= 0:
             sched.admit_empty(req, now)
@@ -584,6 +603,7 @@ class BatchEngine(Engine):
             "speculative_num_draft_tokens": s.k + 1 if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
             "sim_engine": "batch",
+            **({"sim_prefix_cache": self.prefix_cache.describe()} if self.prefix_cache is not None else {}),
             "sim_preset": p.name,
             "sim_timing": {**p.as_dict(), "time_scale": self.time_scale},
         }

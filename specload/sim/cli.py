@@ -20,6 +20,7 @@ from specload.sim.app import SimApp, require_api_key
 from specload.sim.faults import FAULT_NAMES, HTTP_ERROR_STATUSES, Faults
 from specload.sim.httpd import App, HTTPServer
 from specload.sim.info import METRICS_STYLES
+from specload.sim.prefix import DEFAULT_BLOCK, PrefixCache
 from specload.sim.protocol import Vocab, error_body
 from specload.sim.timing import Engine, FixedEngine, clock
 
@@ -85,6 +86,12 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-running", type=int, default=48, help="running-request cap; the rest queue FIFO")
     t.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per stream event after the first")
     t.add_argument("--time-scale", type=float, default=1.0, help="multiply every engine duration")
+    t.add_argument("--prefix-cache-tokens", type=int, default=0, metavar="N",
+                   help="a prefix cache of N tokens (LRU): a prompt's cached start skips its prefill (default 0: off)")  # fmt: skip
+    t.add_argument("--prefix-cache-block", type=int, default=DEFAULT_BLOCK, metavar="B",
+                   help=f"the prefix cache matches whole blocks of B tokens (default {DEFAULT_BLOCK}, as vLLM)")  # fmt: skip
+    t.add_argument("--cache-report", action="store_true",
+                   help="OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)")  # fmt: skip
 
 
 def _add_fault_flags(p: argparse.ArgumentParser) -> None:
@@ -171,10 +178,14 @@ def _add_security_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
+    cache = None
+    if getattr(args, "prefix_cache_tokens", 0):
+        cache = PrefixCache(args.prefix_cache_tokens, args.prefix_cache_block)
     if args.engine == "batch":
         from specload.sim.batch import BatchEngine
 
-        return BatchEngine.from_preset(args.preset or "baseline", args.param, time_scale=args.time_scale)
+        return BatchEngine.from_preset(args.preset or "baseline", args.param, time_scale=args.time_scale,
+                                       prefix_cache=cache)  # fmt: skip
     if args.preset is not None or args.param:
         raise ValueError("--preset and --param need --engine batch")
     return FixedEngine(
@@ -184,6 +195,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         prefill_per_token_s=args.prefill_us_per_token / 1e6,
         tokens_per_chunk=args.tokens_per_chunk,
         time_scale=args.time_scale,
+        prefix_cache=cache,
     )
 
 
@@ -268,7 +280,8 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         faults = build_faults(args)
         app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults,
                      vocab=Vocab(args.vocab_size, args.chat_template_tokens),
-                     close_after_stream=args.close_after_stream, loading_s=args.loading_s)  # fmt: skip
+                     close_after_stream=args.close_after_stream, loading_s=args.loading_s,
+                     cache_report=args.cache_report)  # fmt: skip
     except ValueError as e:
         parser.error(str(e))
     if bool(args.tls_cert) != bool(args.tls_key):

@@ -12,6 +12,7 @@ from typing import Any
 
 from specload import __version__
 from specload.sim.faults import Faults
+from specload.sim.prefix import PrefixCache
 from specload.sim.timing import Engine, SpecCounters
 
 METRICS_STYLES = ("sglang", "vllm", "llamacpp", "none")
@@ -62,6 +63,9 @@ def metrics_text(
     counters = engine.spec_counters()
     if counters is not None:
         rows += _spec_rows(style, prefix, counters)
+    cache = engine.prefix_cache
+    if cache is not None:
+        rows += _cache_rows(style, prefix, cache)
     label = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     lines = []
     for name, kind, help_text, value in rows:
@@ -71,6 +75,19 @@ def metrics_text(
             f'{name}{{model_name="{label}"}} {value}',
         ]
     return "\n".join(lines) + "\n"
+
+
+def _cache_rows(style: str, prefix: str, cache: PrefixCache) -> list[_Row]:
+    """The prefix cache as each server shows it: vLLM's token counters, SGLang's hit-rate gauge of the
+    last batch of admissions (llama.cpp has neither)."""
+    if style == "vllm":
+        return [
+            (prefix + "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", cache.queries),
+            (prefix + "prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.", cache.hits),
+        ]  # fmt: skip
+    if style == "sglang":
+        return [(prefix + "cache_hit_rate", "gauge", "The prefix cache hit rate.", cache.last_batch_rate)]
+    return []
 
 
 def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:

@@ -32,6 +32,9 @@ _FINISH = {None: b"null", "length": b'"length"', "stop": b'"stop"'}
 class Renderer:
     """Per-request event builder; the stream loop is shared, only the wire format differs."""
 
+    cached_tokens = 0  # prompt tokens the prefix cache served (known once the request is admitted)
+    cache_report = False  # OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM/SGLang, when enabled)
+
     def admitted(self) -> bytes | None:
         """Event to send the moment the engine admits the request (vLLM chat: the role-only delta)."""
         return None
@@ -80,13 +83,16 @@ class OpenAIRenderer(Renderer):
     def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
         return b"".join((self._head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
 
-    def _usage_dict(self, completion_tokens: int) -> dict[str, int]:
+    def _usage_dict(self, completion_tokens: int) -> dict[str, Any]:
         p = self.prompt_tokens
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": p,
             "completion_tokens": completion_tokens,
             "total_tokens": p + completion_tokens,
         }
+        if self.cache_report:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
     def usage(self, completion_tokens: int) -> bytes | None:
         if not self.include_usage:
@@ -168,7 +174,7 @@ class GenerateRenderer(Renderer):
             "finish_reason": reason,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": total,
-            "cached_tokens": 0,
+            "cached_tokens": self.cached_tokens,
         }
         if self.speculative:
             meta["spec_verify_ct"] = verify

@@ -22,6 +22,7 @@ from gevent.event import Event
 
 from specload.sim import hrtimer
 from specload.sim.hrtimer import clock  # the one clock engines schedule against
+from specload.sim.prefix import PrefixCache, PromptKey
 
 __all__ = ["ADMITTED", "Chunk", "Engine", "FifoSlots", "FixedEngine", "SpecCounters", "clock", "sleep_until"]
 
@@ -89,10 +90,17 @@ class Engine(ABC):
 
     #: True when the engine models speculative decoding; the server then reports ``spec_verify_ct``.
     speculative: bool = False
+    #: The simulated prefix cache (specload.sim.prefix), or None: every prompt is prefilled in full.
+    prefix_cache: PrefixCache | None = None
 
     @abstractmethod
-    def generate(self, prompt_tokens: int, max_tokens: int, arrival: float | None = None) -> Iterator[Chunk]:
+    def generate(
+        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+    ) -> Iterator[Chunk]:
         """Yield :data:`ADMITTED` once admitted, then chunks summing to exactly ``max_tokens`` tokens.
+
+        ``key``: the prompt as prefix-cache units (made only when the engine has a ``prefix_cache``);
+        the engine looks it up at admission (``key.cached``: the prompt tokens it skips) and stores it.
 
         Each item is yielded only when it is due (the generator sleeps), so the caller just iterates
         and writes. Closing the generator early (client gone) must free whatever the request held.
@@ -201,7 +209,8 @@ class FixedEngine(Engine):
 
     Timeline of one request (every duration multiplied by ``time_scale``): wait in FIFO order for one
     of ``max_running`` slots (admitted as of its arrival if one is free then); the first token (one
-    token, as from prefill) is due at ``admit + ttft_s + prefill_per_token_s * prompt_tokens``; token
+    token, as from prefill) is due at ``admit + ttft_s + prefill_per_token_s * (prompt_tokens - cached)``,
+    ``cached`` being what the prefix cache serves (0 without one); token
     ``i`` (1-based) is due at ``first + (i - 1) * itl_s``. Tokens are emitted ``tokens_per_chunk`` at
     a time when the last token of the chunk is due, so a short last chunk comes proportionally sooner
     and, whatever the chunking, ``e2e = ttft + (max_tokens - 1) * itl`` exactly. Deadlines are
@@ -216,6 +225,7 @@ class FixedEngine(Engine):
         prefill_per_token_s: float = 0.0,
         tokens_per_chunk: int = 1,
         time_scale: float = 1.0,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         if min(ttft_s, itl_s, prefill_per_token_s) < 0:
             raise ValueError("ttft_s, itl_s and prefill_per_token_s must be >= 0")
@@ -230,6 +240,7 @@ class FixedEngine(Engine):
         self.tokens_per_chunk = tokens_per_chunk
         self.time_scale = time_scale
         self._slots = FifoSlots(max_running)
+        self.prefix_cache = prefix_cache
 
     @property
     def running(self) -> int:
@@ -239,26 +250,45 @@ class FixedEngine(Engine):
     def queued(self) -> int:
         return self._slots.queued
 
-    def generate(self, prompt_tokens: int, max_tokens: int, arrival: float | None = None) -> Iterator[Chunk]:
+    def generate(
+        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+    ) -> Iterator[Chunk]:
         admitted_at = self._slots.acquire(arrival)
         try:
+            cache, cached = self.prefix_cache, 0
+            if cache is not None and key is not None:
+                cache.begin_batch()  # one admission is one batch here
+                cached = cache.match(key, prompt_tokens)
             yield ADMITTED
             if max_tokens <= 0:
                 return
             scale = self.time_scale
-            first = admitted_at + (self.ttft_s + self.prefill_per_token_s * prompt_tokens) * scale
+            first = admitted_at + (self.ttft_s + self.prefill_per_token_s * (prompt_tokens - cached)) * scale
             itl = self.itl_s * scale
             per_chunk = self.tokens_per_chunk
             sleep_until(first)
+            if cache is not None and key is not None:
+                cache.insert(key)  # the prompt's KV exists from its first token on
+                if max_tokens == 1:
+                    self._store_answer(cache, key, max_tokens)
             yield Chunk(1, 1)
             done = 1
             while done < max_tokens:
                 n = min(per_chunk, max_tokens - done)
                 done += n
                 sleep_until(first + (done - 1) * itl)
+                if done == max_tokens and cache is not None and key is not None:
+                    # Before the last chunk goes out: the caller may close this generator right after it.
+                    self._store_answer(cache, key, max_tokens)
                 yield Chunk(n, n)
         finally:
             self._slots.release()
+
+    @staticmethod
+    def _store_answer(cache: PrefixCache, key: PromptKey, tokens: int) -> None:
+        """The prompt with its answer into the cache (a next turn resends both)."""
+        key.add_output(tokens)
+        cache.insert(key)
 
     def server_info(self) -> dict[str, Any]:
         return {
@@ -267,6 +297,7 @@ class FixedEngine(Engine):
             "speculative_num_steps": None,
             "speculative_num_draft_tokens": None,
             "sim_engine": "fixed",
+            **({"sim_prefix_cache": self.prefix_cache.describe()} if self.prefix_cache is not None else {}),
             "sim_timing": {
                 "ttft_s": self.ttft_s,
                 "itl_s": self.itl_s,
