@@ -92,6 +92,11 @@ from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_
 
 logger = logging.getLogger("specload")
 
+# Worker clocks are measured at each level's start and at least this often (a few tiny messages):
+# the estimate keeps the tightest round trip, so a worker busy whenever a level starts (spawning
+# users) still gets a quiet moment to be measured in.
+CLOCK_REFRESH_S = 2.0
+
 _ATTR = "specload_owner"
 _TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)
 # Pauses between the checks of a server that refused a connection: a restart of a fraction of a
@@ -138,6 +143,7 @@ class SweepOwner:
         self._dispatcher: Any = None
         self.clocks: dict[str, ClientClock] = {}  # each worker's clock against ours (master only)
         self.clock_probe: ClockProbe | None = None
+        self._clock_round = 0.0  # when the workers' clocks were last measured
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], str]] = {}  # -> the ticket's secret
@@ -352,6 +358,7 @@ class SweepOwner:
         self.meta.clients = [self.clocks[w] for w in alive if w in self.clocks]
 
     def _clocks_for_level(self) -> None:
+        self._clock_round = time.time()
         runner = self.env.runner
         if isinstance(runner, MasterRunner):
             for c in runner.clients.all:
@@ -501,6 +508,8 @@ class SweepOwner:
         assert self.ctrl is not None
         self._check_workers()
         changes = self.ctrl.tick(user_count)
+        if time.time() - self._clock_round >= CLOCK_REFRESH_S:
+            self._clocks_for_level()  # a worker busy at every level start still gets quiet pings
         lv = self.ctrl.current
         if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
             self.live.sample_streamed(lv.plan.index, time.time())
