@@ -10,6 +10,7 @@ import logging
 import os
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -207,6 +208,9 @@ _NONE, _CHUNKED, _LENGTH, _CLOSE = 0, 1, 2, 3
 _C_DATA, _C_CRLF, _C_SIZE, _C_TRAILER, _C_END = 0, 1, 2, 3, 4
 
 
+_local = threading.local()
+
+
 class StreamTimeout(TimeoutError):
     """No byte of the body arrived for the read timeout (thrown into the reading greenlet)."""
 
@@ -254,14 +258,19 @@ class StreamResponse:
 
     __slots__ = (
         "_sock", "_pool", "_buf", "_view", "status", "keep_alive", "complete", "t", "pending",
-        "_mode", "_left", "_state", "_raw", "_extra",
+        "_mode", "_left", "_state", "_raw", "_extra", "_early",
     )  # fmt: skip
 
     def __init__(self, sock: Any, pool: Any) -> None:
         self._sock = sock
         self._pool = pool
-        self._buf = bytearray(_RECV_SIZE)
-        self._view = memoryview(self._buf)
+        bufs = _local.__dict__.get("bufs")
+        if bufs is None:
+            b = bytearray(_RECV_SIZE)
+            bufs = _local.bufs = (b, memoryview(b))
+        # One receive buffer per thread, shared by all its streams: every recv_into is copied out
+        # before the greenlet can yield, and a buffer per request would cost its allocation.
+        self._buf, self._view = bufs
         self.status = 0
         self.keep_alive = False
         self.complete = False  # the whole message was read
@@ -272,12 +281,16 @@ class StreamResponse:
         self._state = _C_SIZE
         self._raw = b""  # chunked: framing bytes that await the rest of their line
         self._extra = False  # bytes past the end of the message: the connection is not reusable
+        self._early = b""  # body bytes that came with the head, decoded by the first read
         self._read_head()
 
     # -- receiving
 
     def _recv(self) -> bytes:
-        """One ``recv``; b"" at the end of the connection."""
+        """One ``recv`` (or the body bytes that came with the head); b"" at the end of the connection."""
+        if self._early:
+            data, self._early = self._early, b""
+            return data
         n = self._sock.recv_into(self._buf)
         self.t = time.perf_counter()
         return self._view[:n].tobytes() if n else b""
@@ -285,7 +298,9 @@ class StreamResponse:
     def _read_head(self) -> None:
         data = b""
         while True:
-            got = self._recv()
+            n = self._sock.recv_into(self._buf)
+            self.t = time.perf_counter()
+            got = self._view[:n].tobytes() if n else b""
             if not got:
                 if not data:
                     raise HTTPConnectionClosed("connection closed.")
@@ -303,8 +318,7 @@ class StreamResponse:
                     break
                 head, data = data[:end], data[end + n :]
                 if self._parse_head(head):
-                    if data:
-                        self.pending = self._decode(data)
+                    self._early = data
                     return
 
     def _parse_head(self, head: bytes) -> bool:
@@ -502,7 +516,7 @@ class StreamResponse:
         self._sock = self._pool = None
         if sock is None or pool is None:
             return
-        if self.complete and self.keep_alive and not self._extra and not self._raw:
+        if self.complete and self.keep_alive and not self._extra and not self._raw and not self._early:
             pool.return_socket(sock)
         else:
             pool.release_socket(sock)

@@ -135,7 +135,7 @@ class TicketReturn:
 class RecordMsg:
     """One finished request's record, with the secret of the ticket it was sent under."""
 
-    record: dict[str, Any]  # asdict(RequestRecord): written to records.jsonl as is
+    record: dict[str, Any]  # RequestRecord.to_dict() (= asdict): written to records.jsonl as is
     ticket: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class RecordMsg:
 
     @classmethod
     def of(cls, rec: RequestRecord, ticket: str) -> RecordMsg:
-        return cls(asdict(rec), ticket)
+        return cls(rec.to_dict(), ticket)
 
     def parsed(self) -> RequestRecord:
         return RequestRecord.from_dict(self.record)
