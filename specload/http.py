@@ -282,7 +282,11 @@ class StreamResponse:
         self._raw = b""  # chunked: framing bytes that await the rest of their line
         self._extra = False  # bytes past the end of the message: the connection is not reusable
         self._early = b""  # body bytes that came with the head, decoded by the first read
-        self._read_head()
+        try:
+            self._read_head()
+        except BaseException:
+            self._sock = self._pool = None  # the caller (post) closes the connection, once
+            raise
 
     # -- receiving
 

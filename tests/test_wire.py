@@ -9,6 +9,7 @@ server of tests/test_stream.py.
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from specload.http import StreamResponse, StreamTimeout, make_client
 from specload.records import FAILED, OK
 from tests import test_stream
-from tests.test_stream import DONE, HEAD_SSE, chunk, cmpl, run, sse, usage
+from tests.test_stream import CLOSE, DONE, END, HEAD_SSE, chunk, cmpl, run, sse, usage
 
 serve = test_stream.serve  # fixtures: the raw-socket script server, the clients a test made
 clients = test_stream.clients
@@ -189,10 +190,28 @@ def test_error_body_read_up_to_a_limit() -> None:
 
 
 def test_closed_before_any_byte_is_a_stale_connection() -> None:
+    pool = FakePool()
     with pytest.raises(HTTPConnectionClosed):
-        StreamResponse(FakeSock([]), FakePool())
+        StreamResponse(FakeSock([]), pool)
     with pytest.raises(HTTPParseError):
-        StreamResponse(FakeSock([b"HTTP/1.1 200 OK\r\n"]), FakePool())
+        StreamResponse(FakeSock([b"HTTP/1.1 200 OK\r\n"]), pool)
+    gc.collect()
+    assert not pool.closed and not pool.returned  # post() closes it, exactly once
+
+
+def test_stale_connection_is_closed_once_and_the_request_resent(serve: Any, clients: list[Any]) -> None:
+    """A server that closes every connection after its stream, keep-alive or not (llama.cpp): the
+    next request meets a closed connection, is resent on a new one, and the pool's count of
+    connections stays right (one closed twice would break its semaphore)."""
+    payload = sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(2)) + DONE
+    srv = serve([HEAD_SSE, chunk(payload) + END, CLOSE])
+    client = make_client(f"http://127.0.0.1:{srv.port}", 2.0, 2.0)
+    clients.append(client)
+    for _ in range(4):
+        rec = run(srv, clients, requested=2, client=client)
+        gc.collect()
+        assert rec.status == OK, rec.reason
+    assert len(srv.requests) >= 4 and srv.connections == len(srv.requests)  # a connection per request
 
 
 # end to end, through stream_request ---------------------------------------------------------------
