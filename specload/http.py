@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 from gevent import get_hub, getcurrent
+from gevent import socket as gevent_socket
 from gevent import ssl as gevent_ssl
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
@@ -258,7 +259,7 @@ class StreamResponse:
 
     __slots__ = (
         "_sock", "_pool", "_buf", "_view", "status", "keep_alive", "complete", "t", "pending",
-        "_mode", "_left", "_state", "_raw", "_extra", "_early",
+        "_mode", "_left", "_state", "_raw", "_extra", "_early", "_raw_sock", "_drained",
     )  # fmt: skip
 
     def __init__(self, sock: Any, pool: Any) -> None:
@@ -282,6 +283,9 @@ class StreamResponse:
         self._raw = b""  # chunked: framing bytes that await the rest of their line
         self._extra = False  # bytes past the end of the message: the connection is not reusable
         self._early = b""  # body bytes that came with the head, decoded by the first read
+        # a plain gevent TCP socket (not TLS) lets the reader wait for readability itself
+        self._raw_sock = sock._sock if type(sock) is gevent_socket.socket else None
+        self._drained = True
         try:
             self._read_head()
         except BaseException:
@@ -291,13 +295,29 @@ class StreamResponse:
     # -- receiving
 
     def _recv(self) -> bytes:
-        """One ``recv`` (or the body bytes that came with the head); b"" at the end of the connection."""
+        """One ``recv`` (or the body bytes that came with the head); b"" at the end of the connection.
+
+        On a plain TCP socket whose last ``recv`` emptied the kernel's buffer, wait until it is
+        readable first, then read: gevent's own ``recv_into`` tries the read first and so pays a
+        failed system call and a raised BlockingIOError on nearly every token of a stream."""
         if self._early:
             data, self._early = self._early, b""
             return data
-        n = self._sock.recv_into(self._buf)
+        sock = self._sock
+        raw = self._raw_sock
+        if raw is not None and self._drained:
+            sock._wait(sock._read_event)
+            try:
+                n = raw.recv_into(self._buf)
+            except BlockingIOError:  # woken without data after all: gevent's way
+                n = sock.recv_into(self._buf)
+        else:
+            n = sock.recv_into(self._buf)
         self.t = time.perf_counter()
-        return self._view[:n].tobytes() if n else b""
+        if n:
+            self._drained = n < _RECV_SIZE
+            return self._view[:n].tobytes()
+        return b""
 
     def _read_head(self) -> None:
         data = b""
@@ -390,6 +410,15 @@ class StreamResponse:
         return b""
 
     def _dechunk(self, data: bytes) -> bytes:
+        if self._state == _C_SIZE and not self._raw:
+            # The common case: a recv of exactly one whole chunk (a server flushes one per event).
+            i = data.find(b"\n")
+            if 0 < i <= 16:
+                size = data[:i].rstrip(b"\r")
+                if size and not size.translate(None, _HEX):
+                    end = i + 1 + int(size, 16)
+                    if end > i + 1 and len(data) == end + 2 and data[end:] == b"\r\n":
+                        return data[i + 1 : end]
         raw = self._raw + data if self._raw else data
         n = len(raw)
         pos = 0
