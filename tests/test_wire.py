@@ -276,3 +276,24 @@ def test_watch_throws_into_a_silent_reader_only() -> None:
     assert resp.lines() == [b"data: " + orjson.dumps(cmpl("a")), b""]
     disarm()
     gevent.sleep(0.2)  # a disarmed watch never fires
+
+
+# shipping a record: the hand-written dicts are what dataclasses.asdict gives -----------------------
+
+
+def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> None:
+    from dataclasses import asdict
+
+    from specload.levels import Grant
+    from specload.locust.protocol import RecordMsg, TicketReply
+
+    payload = sse(cmpl("a")) + sse(cmpl("b")) + sse(cmpl("c", "length")) + sse(usage(3)) + DONE
+    rec = run(serve([HEAD_SSE, chunk(payload) + END]), clients, requested=3)
+    assert rec.status == OK and rec.itl
+    d = rec.to_dict()
+    assert d == asdict(rec) and list(d) == list(asdict(rec))
+    assert rec.to_json() == orjson.dumps(asdict(rec))
+    assert RecordMsg.of(rec, "t").to_wire() == {"record": asdict(rec), "ticket": "t"}
+    g = Grant(1, 16, 0, "measure", 7, 100, 0.25, 2.0)
+    assert TicketReply("u", g, None, "t").to_wire()["grant"] == asdict(g)
+    assert TicketReply.from_wire(TicketReply("u", g, None, "t").to_wire()).grant == g
