@@ -1,10 +1,11 @@
 """One streaming generation request, timed, turned into a RequestRecord.
 
-This is the load generator's hot path. Per SSE line it does: one ``readline`` from the socket
-buffer, one ``perf_counter``, a prefix check and the backend parser's single ``orjson.loads``.
-Timestamps are taken as soon as a line is read, before it is parsed, so parse cost never shows
-up in TTFT or inter-token gaps. Every outcome, including every failure, produces exactly one
-record: the sweep's request budget relies on it.
+This is the load generator's hot path. Per wake-up it does one ``recv_into`` and one pass that
+strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``), one
+``perf_counter``, and per ``data:`` line a prefix check and the backend parser's single
+``orjson.loads``. Timestamps are taken as soon as the bytes arrive, before they are parsed, so
+parse cost never shows up in TTFT or inter-token gaps. Every outcome, including every failure,
+produces exactly one record: the sweep's request budget relies on it.
 """
 
 from __future__ import annotations
