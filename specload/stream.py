@@ -1,10 +1,10 @@
 """One streaming generation request, timed, turned into a RequestRecord.
 
 This is the load generator's hot path. Per wake-up it does one ``recv_into`` and one pass that
-strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``), one
-``perf_counter``, and per ``data:`` line a prefix check and the backend parser's single
-``orjson.loads``. Timestamps are taken as soon as the bytes arrive, before they are parsed, so
-parse cost never shows up in TTFT or inter-token gaps. Every outcome, including every failure,
+strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``),
+and per ``data:`` line a prefix check, one ``perf_counter`` and the backend parser's single
+``orjson.loads``. Each event is stamped as it is taken from the buffer, before it is parsed, so
+its own parse cost never shows up in TTFT or inter-token gaps. Every outcome, including every failure,
 produces exactly one record: the sweep's request budget relies on it.
 """
 
@@ -188,12 +188,15 @@ def _stream_request(
                         if not chunks and resp.pending:  # a last line without its newline
                             stray.append(resp.pending)
                         break  # end of body
-                    t = resp.t  # when the bytes arrived, before any of them is parsed
                     for line in lines:
                         if line[:5] != b"data:":
                             if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
                                 stray.append(line + b"\n")  # what a 200 that is no event stream says instead
                             continue  # blank separators, comments, event:/id: fields
+                        # Stamped per event, before it is parsed, as it is taken from the buffer: events
+                        # that came in one recv (a fast server, a busy client) keep distinct times in
+                        # arrival order, so a stream that arrived at once still has a TPOT.
+                        t = perf()
                         data = line[5:].strip()
                         if data == _DONE:
                             done = True

@@ -255,6 +255,14 @@ def test_read_timeout_rearms_while_bytes_trickle_in(serve: Any, clients: list[An
     assert took < 1.5 + 0.15 * 8  # it did not wait for the late byte
 
 
+def test_a_stream_that_arrives_in_one_recv_still_has_distinct_times(serve: Any, clients: list[Any]) -> None:
+    """A fast server (llama.cpp with a tiny model) can put a whole stream in one TCP segment: each
+    event is still stamped as it is taken, in order, so the record keeps a TPOT."""
+    payload = b"".join(sse(cmpl(f" {i}")) for i in range(5)) + sse(usage(5)) + DONE
+    rec = run(serve([HEAD_SSE + chunk(payload) + END]), clients, requested=5)
+    assert rec.status == OK and rec.t_first < rec.t_last and rec.tpot_s is not None and rec.tpot_s > 0
+
+
 def test_watch_throws_into_a_silent_reader_only() -> None:
     class Silent(FakeSock):
         def recv_into(self, buf: bytearray) -> int:
