@@ -228,7 +228,7 @@ def _request_head(client: HTTPClient, path: str, headers: dict[str, str], length
         fields = {k: v for k, v in headers.items() if k.lower() != "content-length"}
         fields["Content-Length"] = _LEN_MARK
         text = client._build_request("POST", path, body=b"", headers=fields)
-        pre, post = text.encode("latin-1").split(_LEN_MARK.encode(), 1)
+        pre, post = text.encode("latin-1").rsplit(_LEN_MARK.encode(), 1)  # after every header of ours
         parts = (pre, post)
         if len(cache) >= _HEAD_CACHE_SIZE:
             cache.clear()
