@@ -1,6 +1,6 @@
-"""The ``specload`` command: sweep, ui, worker, report, compare, sim, demo.
+"""The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo.
 
-``sweep`` and ``ui`` check everything they can before any traffic (scenario fields, host URL,
+``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
 ``specload.launch``). The scenario flags are made from the field table in ``specload.config``, the
 same table that makes Locust's options and the web UI's form.
@@ -15,12 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from specload.config import FLAG_FIELDS
+from specload.capacity import search_space
+from specload.config import FLAG_FIELDS, ScenarioError
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
     EXIT_USAGE,
     LaunchError,
     SweepSettings,
+    run_capacity,
     run_sweep,
     run_ui,
     run_worker,
@@ -69,6 +71,21 @@ def _view(args: argparse.Namespace) -> TableView:
 def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         return run_sweep(settings(args), args.format, _view(args)).exit_code
+    except LaunchError as e:
+        return _die(e.code, str(e))
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    s = settings(args)
+    try:
+        sc = s.scenario()
+        space = search_space(sc, args.start, args.min, args.max, args.tolerance, args.max_probes)
+    except ScenarioError as e:
+        return _die(EXIT_USAGE, str(e))
+    except ValueError as e:
+        return _die(EXIT_USAGE, f"capacity search: {e}")
+    try:
+        return run_capacity(s, space, args.format, _view(args)).exit_code
     except LaunchError as e:
         return _die(e.code, str(e))
 
@@ -124,6 +141,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
     _add_run_flags(p)
 
+    p = sub.add_parser("capacity", help="search the highest concurrency (or, with --rates R, request rate) that "
+                       "meets --slo: one run, levels chosen as it goes: doubling from --start, then bisection")  # fmt: skip
+    p.add_argument("--start", type=float, default=None,
+                   help="first level probed (default: C=8; with --rates R, R requests/s)")  # fmt: skip
+    p.add_argument("--min", type=float, default=1, help="lowest level probed (default 1)")
+    p.add_argument("--max", type=float, default=512, help="highest level probed (default 512)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="stop when the bracket is within this fraction of its lower end (default: concurrency "
+                        "one apart; rates 0.05)")  # fmt: skip
+    p.add_argument("--max-probes", type=int, default=16, help="most levels the search runs (default 16: enough for 1..512)")
+    p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    p.add_argument("--format", default="github", help="table format of the final report")
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
+    _add_run_flags(p)
+
     p = sub.add_parser("ui", help="start Locust's web UI with specload's options in its start form")
     p.add_argument("--web-host", default="127.0.0.1")
     p.add_argument("--web-port", type=int, default=8089)
@@ -171,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "locustfile":
         print(locustfile_path())
         return 0
-    handler = {"sweep": cmd_sweep, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
+    handler = {"sweep": cmd_sweep, "capacity": cmd_capacity, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
     return handler[args.command](args)
 
 

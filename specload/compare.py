@@ -35,13 +35,16 @@ from specload.output import (
     is_known_format,
     render_view,
 )
-from specload.plot import plot_comparison
-from specload.run import NotARunDir, Run, load_run
-from specload.rundir import safe_name
+from specload.plot import plot_comparison, plot_pareto
+from specload.run import RUN_SLO, NotARunDir, Run, load_run
+from specload.rundir import read_run_meta, safe_name
+from specload.slo import Slo, SloError, parse_slo
+from specload.slo_compare import good_share, goodput_tok_s, level_met
 from specload.tableview import WHOLE, TableView, columns_help, view_for
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
+PARETO_PNG = "pareto.png"
 
 
 # ---------------------------------------------------------------- table
@@ -87,11 +90,22 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
         cols += [(f"Accept len {r.label}", "accept") for r in runs]
     if _has_server(comp):
         cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
+    if comp.slo.slo is not None:
+        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [(f"Good % {r.label}", "good_pct") for r in runs]
+        cols += [(f"Goodput tok/s {r.label}", "goodput_tok_s") for r in runs]
     return cols
 
 
 def table_columns(comp: Comparison) -> list[str]:
     return [name for name, _key in _columns(comp)]
+
+
+def _met_cell(f: RepeatedLevelStats) -> str:
+    """yes / no: every repeat of the level met the SLO; ``~`` when a repeat's verdict is inside the noise."""
+    met = level_met(f)
+    if met is None:
+        return MISSING
+    return ("yes" if met else "no") + (" ~" if any(s.slo is not None and s.slo.inside_noise for s in f.levels) else "")
 
 
 def tpot_cell(pct: float | None, check: LevelCheck) -> str:
@@ -128,6 +142,10 @@ def table_rows(comp: Comparison) -> list[list[str]]:
             row += [fmt_num(f.accept_length_mean, 2) for f in figs]
         if server:
             row += [_server_cell(f) for f in figs]
+        if comp.slo.slo is not None:
+            row += [_met_cell(f) for f in figs]
+            row += [fmt_num(None if (g := good_share(f)) is None else g * 100, 0) for f in figs]
+            row += [fmt_num(goodput_tok_s(f), 1) for f in figs]
         rows.append(row)
     return rows
 
@@ -202,7 +220,8 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         for label, xs in comp.crossovers.items()
     }
     return {"runs": [_run_info(r, i == 0) for i, r in enumerate(comp.runs)], "levels": levels,
-            "crossovers": crossovers, "sentences": comp.sentences, "notes": comp.notes}  # fmt: skip
+            "crossovers": crossovers, "sentences": comp.sentences, "notes": comp.notes,
+            "slo": comp.slo.to_json()}  # fmt: skip
 
 
 def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
@@ -241,20 +260,28 @@ def header_lines(comp: Comparison) -> list[str]:
     return lines
 
 
-def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE) -> str:
+def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE,
+                pareto_name: str | None = None) -> str:  # fmt: skip
     """Header, table, verdict and notes as one text (markdown when fmt is github)."""
     lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
+    if comp.slo.slo is not None:
+        lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
+        lines += [f"- {s}" for s in comp.slo.sentences] or [
+            f"- {label}: no level with an SLO verdict" for label, c in comp.slo.capacities.items() if c is None
+        ]
     if comp.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in comp.notes]
     if plot_name:
         lines += ["", f"![aggregate and per-request tok/s vs concurrency]({plot_name})"]
+    if pareto_name:
+        lines += ["", f"![per-user vs aggregate tok/s, one point per level]({pareto_name})"]
     return "\n".join(lines) + "\n"
 
 
 def side_text(comp: Comparison) -> str:
     """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
-    return "\n".join(header_lines(comp) + ["", *comp.sentences, *[f"- {n}" for n in comp.notes]])
+    return "\n".join(header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]])
 
 
 # ---------------------------------------------------------------- output directory, files
@@ -281,6 +308,7 @@ class ComparisonResult:
     side: str | None  # stderr for csv/json: header, verdict and notes; None otherwise
     markdown: Path  # comparison.md
     plot: Path | None  # the PNG; None with no plot or without matplotlib
+    pareto: Path | None = None  # pareto.png next to it (per-user vs aggregate tok/s)
 
     @property
     def sentences(self) -> list[str]:
@@ -289,16 +317,38 @@ class ComparisonResult:
 
     @property
     def written(self) -> list[Path]:
-        return [self.markdown] + ([self.plot] if self.plot is not None else [])
+        return [self.markdown] + [p for p in (self.plot, self.pareto) if p is not None]
 
 
-def _load(run_dirs: Sequence[str | Path]) -> list[Run]:
+def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
+    """The SLO the runs were made with when they agree (runs without one are judged against it
+    too); None when none has one. Runs with different SLOs are each judged against their own, and
+    the comparison says it cannot compare their capacities."""
+    texts = set()
+    for d in run_dirs:
+        try:
+            text = read_run_meta(d).scenario.get("slo")
+        except (OSError, ValueError):
+            continue
+        if text:
+            texts.add(str(text))
+    if len(texts) != 1:
+        return None
+    try:
+        return parse_slo(texts.pop())
+    except SloError:
+        return None
+
+
+def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None) -> list[Run]:
     runs: list[Run] = []
     for d in run_dirs:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
+    chosen = slo if slo is not None else _one_slo(run_dirs)
+    for d in run_dirs:
         try:
-            runs.append(load_run(d))
+            runs.append(load_run(d, chosen if chosen is not None else RUN_SLO))
         except NotARunDir as e:
             raise CompareError(str(e)) from None
     return runs
@@ -320,30 +370,40 @@ def run_compare(
     plot: bool = True,
     plot_path: str | Path | None = None,
     view: TableView = WHOLE,
+    slo: str | Slo | None = None,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
     ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
-    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png); ``view``: the
-    table's columns in ``text`` (comparison.md has them all). Prints nothing but matplotlib's
-    absence; the caller prints ``text`` (see print_result). Raises CompareError.
+    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png; the Pareto picture,
+    pareto.png, goes next to it); ``view``: the table's columns in ``text`` (comparison.md has them
+    all); ``slo``: judge every run against it (default: the runs' own, when they agree). Prints
+    nothing but matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
         raise CompareError("give at least two run directories (the first is the baseline)")
     if not is_known_format(fmt):
         raise CompareError(f"unknown format {fmt!r}")
-    comp = build_comparison(_load(run_dirs))
+    try:
+        chosen = parse_slo(slo) if isinstance(slo, str) else slo
+    except SloError as e:
+        raise CompareError(f"--slo: {e}") from None
+    comp = build_comparison(_load(run_dirs, chosen))
     out_dir = Path(out) if out else default_out_dir(comp)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CompareError(f"cannot create {out_dir}: {e}") from None
-    png = plot_comparison(comp, Path(plot_path) if plot_path else out_dir / COMPARISON_PNG) if plot else None
+    png = pareto = None
+    if plot:
+        png = plot_comparison(comp, Path(plot_path) if plot_path else out_dir / COMPARISON_PNG)
+        pareto = plot_pareto(comp, (Path(plot_path).parent if plot_path else out_dir) / PARETO_PNG) if png else None
     md = out_dir / COMPARISON_MD
-    md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir)))
+    md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir),
+                              pareto_name=None if pareto is None else _plot_ref(pareto, out_dir)))  # fmt: skip
     if fmt in EXTRA_FORMATS:
-        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png)
+        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
 
 
 def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextIO | None = None) -> None:
@@ -375,6 +435,8 @@ def _parser() -> argparse.ArgumentParser:
         "next to the baseline run)",
     )  # fmt: skip
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    p.add_argument("--slo", default=None, help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+                   "and compare their capacities (default: the SLO the runs were made with, when they agree)")  # fmt: skip
     return p
 
 
@@ -388,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
-                             view=view)  # fmt: skip
+                             view=view, slo=args.slo)  # fmt: skip
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

@@ -16,7 +16,6 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from specload.clientcheck import client_flags
@@ -25,6 +24,8 @@ from specload.output import MISSING, fmt_pct
 from specload.records import SRC_CHUNKS
 from specload.run import Run
 from specload.rundir import RUN_COMPLETED, RunMeta
+from specload.slo_compare import SloComparison, compare_slo
+from specload.tdist import t_quantile_975, t_two_sided_p  # noqa: F401 - Student's t lives in tdist; found here too
 
 NOISE_MARK = "~"
 NOT_COMPARABLE = "n/c"  # the Δ cell of a level where the runs are not comparable
@@ -33,72 +34,6 @@ NEGLIGIBLE_PCT = 1.0
 # Above this share of a level's measured requests (failed or short, or counted from stream chunks)
 # in either run, the level's changes are not comparable; at or below it they are noted only.
 NOT_COMPARABLE_SHARE = 0.05
-
-
-# ---------------------------------------------------------------- Student's t, exact
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes 6.4).
-
-    Converges in O(sqrt(max(a, b))) terms when x < (a + 1) / (a + b + 2), which the caller ensures.
-    """
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 100_000):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((a - 1.0 + m2) * (a + m2)),
-                   -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2))):  # fmt: skip
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _reg_inc_beta(a: float, b: float, x: float, y: float) -> float:
-    """I_x(a, b), the regularized incomplete beta; ``y`` = 1 − x given separately (no cancellation)."""
-    if x <= 0.0:
-        return 0.0
-    if y <= 0.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, y) / b
-
-
-def t_two_sided_p(t: float, df: float) -> float:
-    """P(|T| > t) for Student's t with ``df`` (real, > 0) degrees of freedom: I_{df/(df+t²)}(df/2, 1/2)."""
-    t2 = t * t
-    return _reg_inc_beta(df / 2.0, 0.5, df / (df + t2), t2 / (df + t2))
-
-
-@lru_cache(maxsize=1024)
-def t_quantile_975(df: float) -> float:
-    """t_{0.975, df} for any real df >= 1 (smaller df are taken as 1), to about 1e-10.
-
-    Found by bisection on the exact two-sided tail (t_two_sided_p): no scipy in the core
-    dependencies, and a table with 1.96 above 30 was anti-conservative (2.040 at df = 31).
-    """
-    df = max(1.0, float(df))
-    lo, hi = 0.0, 16.0
-    while t_two_sided_p(hi, df) > 0.05:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_two_sided_p(mid, df) > 0.05:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * hi:
-            break
-    return (lo + hi) / 2.0
 
 
 # ---------------------------------------------------------------- change and its interval
@@ -633,6 +568,7 @@ class Comparison:
     sentences: list[str]  # the verdict, one per treatment
     notes: list[str]
     checks: dict[str, list[LevelCheck]] = field(default_factory=dict)  # treatment label -> per level
+    slo: SloComparison = field(default_factory=lambda: SloComparison(None))  # capacities, the Pareto points
     axis: Axis = CONCURRENCY  # what the levels are: concurrencies, or request rates
 
     @property
@@ -713,7 +649,8 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
         comp.tpot[t.label] = [change_pct(b.tpot_p50_ms_mean, n.tpot_p50_ms_mean) for b, n in pairs]
         comp.crossovers[t.label] = Crossovers(crossover(levels, agg), crossover(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
-    comp.notes = _notes(comp)
+    comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns])
+    comp.notes = _notes(comp) + comp.slo.notes
     return comp
 
 

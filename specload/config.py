@@ -21,6 +21,7 @@ from typing import Any
 from specload.arrivals import ARRIVALS
 from specload.lengths import DATASET, SYNTAX, LengthError, parse_dist
 from specload.resources import builtin_scenario, builtin_scenarios
+from specload.slo import SloError, parse_slo
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,6 +90,18 @@ def _model(source: str, name: str, value: Any) -> str | None:
 
 
 
+def _slo(source: str, name: str, value: Any) -> str | None:
+    """An SLO (``ttft_p99=2s,tpot_p50=50ms``) in canonical form; None (or "") for none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _expect(source, name, "a string like ttft_p99=2s,tpot_p50=50ms", value)
+    try:
+        return parse_slo(value).text
+    except SloError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e}") from None
+
+
 def _choice(*allowed: str) -> Check:
     def check(source: str, name: str, value: Any) -> str:
         if value not in allowed:
@@ -143,24 +156,24 @@ def _table(source: str, name: str, value: Any) -> dict[str, Any]:
     return value
 
 
-def parse_levels(source: str, value: Any) -> list[int]:
+def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
     """Levels from a TOML list or a flag string "1,4,16"."""
     items = value
     if isinstance(value, str):
         try:
             items = [int(x) for x in value.replace(" ", "").split(",") if x]
         except ValueError:
-            raise _expect(source, "levels", "a comma-separated list of positive integers", value) from None
+            raise _expect(source, name, "a comma-separated list of positive integers", value) from None
     if not isinstance(items, list) or not items:
-        raise _expect(source, "levels", "a non-empty list of positive integers", value)
+        raise _expect(source, name, "a non-empty list of positive integers", value)
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
-            raise _expect(source, "levels", "a non-empty list of positive integers", value)
+            raise _expect(source, name, "a non-empty list of positive integers", value)
     return list(items)
 
 
 def _levels(source: str, name: str, value: Any) -> list[int]:
-    return parse_levels(source, value)
+    return parse_levels(source, value, name)
 
 
 def _rates(source: str, name: str, value: Any) -> list[float]:
@@ -230,6 +243,11 @@ class FieldSpec:
         """The option's name in Locust's parsed options and the web form."""
         assert self.flag is not None
         return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """The field's name in the web UI's start forms ("Input Tokens"), as Locust's form writes it."""
+        return " ".join(w.capitalize() for w in self.dest.split("_"))
 
     @property
     def option_type(self) -> type:
@@ -340,7 +358,7 @@ class Scenario:
         check=_integer(0), flag="--warmup-requests",
     )  # fmt: skip
     warmup_output_tokens: int | None = _f(
-        None, help="Output tokens of warmup requests (0: same as --output-tokens)",
+        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
         check=_optional(_integer()), flag="--warmup-output-tokens",
     )  # fmt: skip
     pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
@@ -351,8 +369,8 @@ class Scenario:
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
     token_id_range: tuple[int, int] | None = _f(
-        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from --tokenizer "
-        "or the server's own tokenizer", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
     )  # fmt: skip
     tokenizer: str | None = _f(
         None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
@@ -386,7 +404,7 @@ class Scenario:
     )  # fmt: skip
     dataset_lengths: str = _f(
         "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
-        "'fixed' (prompts cut to --input-tokens, shorter ones skipped; --output-tokens for all)",
+        "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
         check=_choice("dataset", "fixed"),
         flag="--dataset-lengths", choices=("dataset", "fixed"),
     )  # fmt: skip
@@ -409,6 +427,11 @@ class Scenario:
     metrics_interval_s: float = _f(
         1.0, help="Seconds between samples of the server's /metrics (0: off)",
         check=_number(), flag="--metrics-interval",
+    )  # fmt: skip
+    slo: str | None = _f(
+        None, help="Service-level objective, e.g. ttft_p99=2s,tpot_p50=50ms (ttft, tpot, itl, e2e; p50, p90, p95, "
+        "p99, p99.9 or mean; ms or s): per level the share of requests that met it, goodput, and whether the "
+        "level met it", check=_slo, flag="--slo",
     )  # fmt: skip
     extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
     classes: list[dict[str, Any]] = _f(

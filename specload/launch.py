@@ -17,15 +17,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specload.capacity import KIND_CONCURRENCY, SearchSpace
 from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.http import check_host
 from specload.output import is_known_format
 from specload.resources import locustfile_path
-from specload.rundir import LOCUST_PREFIX, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 from specload.tableview import WHOLE, TableView
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -122,9 +123,6 @@ def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
                                       f"over processes (--processes N) or machines (--workers N)")  # fmt: skip
     if soft != resource.RLIM_INFINITY and soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard))
-
-
-MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes
 
 
 def _check_out(out: str) -> None:
@@ -250,6 +248,33 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github", view: Tabl
     return _outcome(run_dir, run_locust(cmd), report_format, view)
 
 
+def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None = "github",
+                 view: TableView = WHOLE) -> SweepOutcome:  # fmt: skip
+    """``specload capacity``: one run whose levels the search picks (specload.capacity), then its
+    report, which ends with the answer. Raises LaunchError before any run (no SLO, bad space)."""
+    sc, _ = check_settings(s)
+    if not sc.slo:
+        raise LaunchError(EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)")
+    if "levels" in s.overrides:
+        raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max; "
+                                      "--rates R to search a request rate from R)")  # fmt: skip
+    if sc.repeat != 1:
+        raise LaunchError(EXIT_USAGE, "--repeat: a capacity search probes each level once (run it again to repeat)")
+    try:
+        space.check()
+    except ValueError as e:
+        raise LaunchError(EXIT_USAGE, f"capacity search: {e}") from None
+    # run.json's scenario: where the search began
+    if space.kind == KIND_CONCURRENCY:
+        overrides = {**s.overrides, "levels": [int(space.start)]}
+        _ensure_open_files(int(space.maximum), s.processes)
+    else:
+        overrides = {**s.overrides, "rates": [space.start]}
+        _ensure_open_files(sc.pool(), s.processes)
+    args = [*s.locust_args, "--capacity-search", space.to_option()]
+    return run_sweep(replace(s, overrides=overrides, locust_args=args), report_format, view)
+
+
 def _outcome(run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE) -> SweepOutcome:
     from specload.report import print_report
     from specload.run import load_run
@@ -279,7 +304,7 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     any page the operator's browser visits could start sweeps through the UI.
     """
     from specload.locust.options import option_flags, scenario_flags
-    from specload.locust.websafety import LOGIN_PATH, WEB_TOKEN_ENV, new_token
+    from specload.locust.websafety import LOGIN_PATH, PAGE, WEB_TOKEN_ENV, new_token
 
     sc, host = check_settings(s)
     cmd = [
@@ -294,12 +319,14 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     if web_auth:
         token = new_token()
         env = {**os.environ, WEB_TOKEN_ENV: token}
-        print(f"specload: web UI on {url} ; log in with any user name and the password {token}")
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
+              f"the password {token}")  # fmt: skip
         print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
     else:
         print(f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
               "any page your browser opens, can start sweeps with your API key; keep it behind your own "
               "authenticating proxy", file=sys.stderr)  # fmt: skip
+        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/)")
     print(f"specload: each run goes to {s.out}/<label>-<time>/", flush=True)
     return run_locust(cmd, env)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from specload.arrivals import POISSON, Schedule, schedule_seed
@@ -218,6 +218,9 @@ class SweepController:
     # A refused connection is an outage (a server restarting), not a verdict: no new tickets until
     # the owner sees the server answer again (resume), for at most this long; then the sweep stops.
     outage_timeout_s: float = 10.0
+    # More levels may come while the sweep runs (a capacity search, specload.capacity): the last
+    # level's end then waits for append() or close() instead of finishing the sweep.
+    open_ended: bool = False
     outage_since: float | None = None
     _outage_level: int | None = None
     _outage_last: str | None = None
@@ -408,10 +411,26 @@ class SweepController:
             changes.append(Change.ABORT)
             return changes
         self.cursor += 1
-        if self.cursor >= len(self.levels):
+        if self.cursor >= len(self.levels) and not self.open_ended:
             self.finished, self.outcome = True, Outcome.COMPLETED
             changes.append(Change.FINISHED)
         return changes
+
+    def append(self, plan: LevelPlan) -> LevelPlan:
+        """Add a level after the others while the sweep runs (its index is the next one); it starts
+        like any level, after the pause, once the levels before it are done."""
+        plan = replace(plan, index=len(self.levels))
+        self.plans.append(plan)
+        self.levels.append(LevelProgress(plan))
+        return plan
+
+    def close(self) -> list[Change]:
+        """No more levels will be appended: an open-ended sweep whose levels are all done is finished."""
+        self.open_ended = False
+        if self.finished or self.cursor < len(self.levels):
+            return []
+        self.finished, self.outcome = True, Outcome.COMPLETED
+        return [Change.FINISHED]
 
     def _outage(self, rec: RequestRecord) -> list[Change]:
         self._outage_last = rec.reason

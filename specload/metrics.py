@@ -29,6 +29,7 @@ from specload.records import (
     level_label,
 )
 from specload.rundir import LevelMeta
+from specload.slo import LevelSlo
 
 # Where LevelStats.accept_length came from.
 ACCEPT_FROM_RECORDS = "meta_info"  # SGLang per-request meta_info.spec_verify_ct
@@ -226,6 +227,8 @@ class LevelStats:
     server_running_mean: float | None = None
     server_queued_max: float | None = None
     server_queued_mean: float | None = None
+    # the level judged against the run's SLO (--slo; specload.slo): None without one
+    slo: LevelSlo | None = None
     # Rate levels (open loop): the planned requests/s, the rate the sends really had, how many went
     # late (more than LATE_S after they were due) and how late; dists also get "ttft_sched" and
     # "e2e_sched", the latencies counted from the due time (no coordinated omission).
@@ -251,6 +254,7 @@ def level_json(s: LevelStats) -> dict[str, Any]:
     """A level's figures for JSON: every field unrounded, the distributions keyed p50, p99.9, ..."""
     d = asdict(s)
     d["dists"] = {name: dist.to_dict() for name, dist in s.dists.items()}
+    d["slo"] = s.slo.to_json() if s.slo is not None else None
     return d
 
 

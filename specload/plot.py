@@ -1,4 +1,5 @@
-"""The comparison as a picture: aggregate and per-request tok/s vs concurrency, one line per run.
+"""The comparison as pictures: aggregate and per-request tok/s vs concurrency, one line per run, and
+the per-user vs aggregate trade-off (the Pareto picture).
 
 It draws a finished ``Comparison`` (specload.comparison) and computes nothing itself, so the
 lines, the crossovers and the verdict sentence always agree. matplotlib is an optional extra
@@ -141,6 +142,67 @@ def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = 
     ax.grid(True, alpha=0.3)
     ax.legend(title="level (dotted: Steady tok/s)", fontsize="small")
     fig.suptitle((title or "specload: output tok/s over time") + (" (SIMULATED)" if simulated else ""))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100)
+    return out
+
+
+def _x_label(x: float, axis: Axis) -> str:
+    return f"{x:g} req/s" if axis.rate else f"C={x:.0f}"
+
+
+def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None = None) -> Path | None:
+    """The trade-off picture: per-user decode tok/s (y) against aggregate tok/s (x), one point per
+    level labelled with its C (or request rate), one curve per run; the SLO's per-user floor (1 / its TPOT threshold)
+    as a dashed line. A filled point met the SLO, a hollow one did not. Up and to the right is
+    better: a run whose curve lies above another's serves each user faster at the same aggregate
+    throughput. Returns None (after one line on stderr) without matplotlib.
+    """
+    try:
+        import matplotlib  # noqa: F401
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        print(MISSING_NOTICE, file=sys.stderr)
+        return None
+    slo = comparison.slo
+    out = Path(path)
+    fig = Figure(figsize=(8, 6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    placed: list[tuple[float, float]] = []  # labels so far, to stack the labels of points that coincide
+    span_x = max((p.agg_tok_s for pts in slo.pareto.values() for p in pts), default=1.0) or 1.0
+    span_y = max((p.user_tok_s for pts in slo.pareto.values() for p in pts), default=1.0) or 1.0
+    for run in comparison.runs:
+        pts = sorted(slo.pareto.get(run.label, []), key=lambda p: p.x)
+        if not pts:
+            continue
+        (line,) = ax.plot([p.agg_tok_s for p in pts], [p.user_tok_s for p in pts], marker="", label=run.label)
+        color = line.get_color()
+        for p in pts:
+            hollow = p.met is False
+            ax.plot([p.agg_tok_s], [p.user_tok_s], marker="o", linestyle="", color=color,
+                    markerfacecolor="white" if hollow else color)  # fmt: skip
+            near = sum(1 for x, y in placed if abs(x - p.agg_tok_s) < 0.03 * span_x and abs(y - p.user_tok_s) < 0.03 * span_y)
+            placed.append((p.agg_tok_s, p.user_tok_s))
+            ax.annotate(_x_label(p.x, comparison.axis), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4 + 10 * near),
+                        textcoords="offset points", fontsize=8, color=color)  # fmt: skip
+    if slo.floor_tok_s is not None and slo.slo is not None:
+        target = slo.slo.target("tpot")
+        ax.axhline(slo.floor_tok_s, linestyle="--", color="grey", linewidth=1)
+        ax.annotate(f"SLO floor: {slo.floor_tok_s:.3g} tok/s per user ({target.text if target else ''})",
+                    xy=(0.0, slo.floor_tok_s), xycoords=("axes fraction", "data"), xytext=(4, 4),
+                    textcoords="offset points", fontsize=8, color="dimgrey")  # fmt: skip
+    ax.set_xlabel("aggregate output tok/s")
+    ax.set_ylabel(f"per-user tok/s while decoding (1 / {slo.user_stat})")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="filled: met the SLO" if slo.slo is not None else None, fontsize="small")
+    heading = title or "specload: per-user vs aggregate tok/s, " + " vs ".join(r.label for r in comparison.runs)
+    if comparison.simulated:
+        heading += " (SIMULATED)"
+    fig.suptitle(heading)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, format="png", dpi=100)
     return out

@@ -16,14 +16,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload.capacity import describe as describe_capacity
+from specload.capacity import fmt_x, limit_reason
 from specload.clientcheck import client_notes
 from specload.clocks import describe, is_off
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS, GroupStats
-from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table, render_view
+from specload.output import EXTRA_FORMATS, MISSING, fmt_num, is_known_format, render_table, render_view
 from specload.records import level_label
-from specload.run import NotARunDir, Run, load_run
+from specload.run import RUN_SLO, NotARunDir, Run, load_run
 from specload.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
+from specload.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.tableview import WHOLE, TableView, columns_help, view_for
 from specload.text import shorten
 
@@ -40,6 +43,21 @@ def _c_cell(s: LevelStats) -> str:
     if s.rate is not None:  # a rate level: its user pool caps what is in flight
         return f"<={s.concurrency}" if s.repeat == 0 else f"<={s.concurrency} r{s.repeat}"
     return str(s.concurrency) if s.repeat == 0 else f"{s.concurrency} r{s.repeat}"
+
+
+def slo_met_cell(r: LevelSlo | None) -> str:
+    """yes / no (the level met every target), ``~`` when that verdict is inside the noise."""
+    if r is None or r.met is None:
+        return MISSING
+    return ("yes" if r.met else "no") + (" ~" if r.inside_noise else "")
+
+
+def _slo_cell(attr: str, scale: float, digits: int) -> Callable[[LevelStats], str]:
+    def cell(s: LevelStats) -> str:
+        v = getattr(s.slo, attr) if s.slo is not None else None
+        return fmt_num(None if v is None else v * scale, digits)
+
+    return cell
 
 
 def _x_header(levels: Sequence[LevelStats]) -> str:
@@ -113,6 +131,11 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
     Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
     Column("Srv queue mean", "srv_queue_mean", "server_queued_mean", 1, IF_VALUE),
+    # with an SLO (--slo): docs/metrics.md, "SLOs and goodput"
+    Column("SLO met", "slo_met", "slo", 0, IF_VALUE, lambda s: slo_met_cell(s.slo)),
+    Column("Good %", "good_pct", "slo", 0, IF_VALUE, _slo_cell("good_share", 100.0, 0)),
+    Column("Goodput req/s", "goodput_req_s", "slo", 2, IF_VALUE, _slo_cell("goodput_req_s", 1.0, 2)),
+    Column("Goodput tok/s", "goodput_tok_s", "slo", 1, IF_VALUE, _slo_cell("goodput_tok_s", 1.0, 1)),
 )
 COLUMNS = tuple(c.name for c in LEVEL_COLUMNS if c.show == ALWAYS)  # the columns every table has
 
@@ -201,6 +224,62 @@ def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str 
         for s in levels if s.sent
     ]  # fmt: skip
     return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
+def target_cell(r: TargetResult) -> str:
+    """A target's statistic at a level: ``1.62 s``, ``6.37 s ✗`` over the threshold, ``~`` inside the noise."""
+    if r.value_s is None:
+        return MISSING
+    text = "∞ (failures)" if r.value_s == float("inf") else fmt_duration(r.value_s)
+    return text + ("" if r.met else " ✗") + (" ~" if r.inside_noise else "")
+
+
+def render_slo(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level: each target's statistic against its threshold, the verdict and the goodput."""
+    judged = [s for s in levels if s.slo is not None]
+    if not judged:
+        return None
+    slo = judged[0].slo.slo  # type: ignore[union-attr]
+    headers = [_x_header(judged), *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets), "Met", "Good",
+               "Good %", "Goodput req/s", "Goodput tok/s"]  # fmt: skip
+    rows = []
+    for s in judged:
+        r = s.slo
+        assert r is not None
+        share = None if r.good_share is None else r.good_share * 100
+        rows.append([_x_cell(s), *(target_cell(t) for t in r.targets), slo_met_cell(r), f"{r.good}/{r.sent}",
+                     fmt_num(share, 1), fmt_num(r.goodput_req_s, 2), fmt_num(r.goodput_tok_s, 1)])  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False)
+
+
+def _slo_notes(levels: Sequence[LevelStats]) -> list[str]:
+    notes: list[str] = []
+    for s in levels:
+        for t in s.slo.targets if s.slo is not None else ():
+            if t.missing:
+                notes.append(f"{s.label}: {t.missing} OK request(s) had no {t.target.label.split()[0]} value; "
+                             f"they count as over {t.target.text} (not good)")  # fmt: skip
+    return notes
+
+
+def capacity_lines(run: Run) -> list[str]:
+    """The capacity under the run's SLO (specload.capacity): the bracket, the noise, why it fails
+    where it does, and the search that found it (capacity.json) when there was one."""
+    cap = run.capacity()
+    if cap is None:
+        return []
+    lines = [f"- {run.label} {describe_capacity(cap)}"]
+    why = limit_reason(cap, run.limits_at(cap.hi))
+    if why:
+        lines.append(f"- {run.label} {why}")
+    rec = run.capacity_record
+    if rec is not None and rec.space is not None:
+        sp = rec.space
+        order = ", ".join(f"{fmt_x(sp.kind, p.get('x'))} {'met' if p.get('met') else 'failed'}"
+                          for p in rec.probes)  # fmt: skip
+        lines.append(f"- search ({rec.status}): from {fmt_x(sp.kind, sp.start)} within {sp.minimum:g}..{sp.maximum:g}, "
+                     f"{len(rec.probes)} of at most {sp.max_probes} probes: {order}")  # fmt: skip
+    return lines
 
 
 def _mixed(levels: Sequence[LevelStats]) -> list[LevelStats]:
@@ -425,6 +504,7 @@ def _notes(run: Run) -> list[str]:
     notes += _level_meta_notes(run)
     notes += _client_notes(run)
     notes += run.max_running_notes()
+    notes += _slo_notes(run.levels)
     notes += _accept_note(run.levels)
     notes += _prefix_note(run.levels)
     notes += run.crosscheck
@@ -479,6 +559,11 @@ def render_report(
     turns = render_turns(run.levels, fmt)
     if turns is not None:
         lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
+    slo = render_slo(run.levels, fmt)
+    if slo is not None and run.slo is not None:
+        lines += ["", f"## SLO {run.slo.text} (Good: requests within every threshold; ✗ over it; ~ inside the "
+                  "noise; docs/metrics.md)", "", slo]  # fmt: skip
+        lines += ["", "## Capacity under the SLO", "", *capacity_lines(run)]
     lines += _notes_block(run)
     return "\n".join(lines) + "\n"
 
@@ -542,6 +627,8 @@ def _parser() -> argparse.ArgumentParser:
         help="github (default), plain, any other tabulate format, csv or json",
     )
     p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
+    p.add_argument("--slo", default=None, help="judge the levels against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+                   "instead of the one the run was made with; 'none' for none")  # fmt: skip
     p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                    help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
@@ -560,7 +647,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
-        run = load_run(args.run_dir)
+        slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
+        run = load_run(args.run_dir, slo)
+    except SloError as e:
+        print(f"specload report: --slo: {e}", file=sys.stderr)
+        return 2
     except (NotARunDir, ValueError) as e:
         print(f"specload report: {e}", file=sys.stderr)
         return 2

@@ -16,9 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specload.capacity import (
+    CAPACITY_JSON,
+    KIND_CONCURRENCY,
+    KIND_RATE,
+    Capacity,
+    CapacityRecord,
+    ServerLimits,
+    capacity_of,
+)
 from specload.columns import GroupKey, LevelColumns, read_columns
 from specload.metrics import LevelStats, ServerSample, summarize_columns
-from specload.records import RequestRecord, read_records
+from specload.records import _NUMBERS, OK, PHASE_MEASURE, RequestRecord, _checked, read_records
 from specload.rundir import (
     LOCUST_CSV,
     LOCUST_JSON,
@@ -28,6 +37,7 @@ from specload.rundir import (
     RunMeta,
     read_jsonl,
 )
+from specload.slo import Slo, SloError, SloTally, parse_slo
 
 
 class NotARunDir(Exception):
@@ -45,6 +55,8 @@ class Run:
     notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
     samples: list[ServerSample] = field(default_factory=list)  # server_samples.jsonl ([] when absent)
     info: RunMeta = field(default_factory=RunMeta)  # run.json, typed (RunMeta() when absent)
+    slo: Slo | None = None  # the SLO each level was judged against (LevelStats.slo); None: none
+    capacity_record: CapacityRecord | None = None  # capacity.json of a capacity search (specload capacity)
     _records: list[RequestRecord] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -71,6 +83,28 @@ class Run:
             return []
         over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap})
         return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
+
+    def capacity(self) -> Capacity | None:
+        """The highest level that met the SLO, bracketed (specload.capacity.capacity_of); None without an SLO."""
+        if self.slo is None:
+            return None
+        kind = KIND_RATE if any(s.rate is not None for s in self.levels) else KIND_CONCURRENCY
+        return capacity_of([(s.x, s.slo) for s in self.levels], kind)
+
+    def limits_at(self, x: float | None) -> ServerLimits:
+        """What the server said about its limits (run.json ``server``), with its sampled queue and
+        running gauges at the level ``x`` (a concurrency or a rate; the max over repeats): what
+        explains a capacity."""
+        srv = self.info.server
+        at = [s for s in self.levels if x is not None and s.x == x]
+        queued = [s.server_queued_max for s in at if s.server_queued_max is not None]
+        running = [s.server_running_max for s in at if s.server_running_max is not None]
+        kv = srv.get("max_total_num_tokens")
+        return ServerLimits(
+            max_running=srv.max_running, configured_max_running=srv.max_running_requests,
+            speculative_algorithm=srv.speculative_algorithm, kv_tokens=kv if isinstance(kv, int) else None,
+            queued_max=max(queued) if queued else None, running_max=max(running) if running else None,
+        )  # fmt: skip
 
 
 def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
@@ -105,8 +139,31 @@ def read_server_samples(path: str | Path) -> list[ServerSample]:
     return samples
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing."""
+class _RunSlo:
+    """load_run's default SLO: the one the run was made with (run.json ``scenario.slo``)."""
+
+
+RUN_SLO = _RunSlo()
+
+
+def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
+    """The SLO in run.json's scenario (``--slo``), or None; an unreadable one is a notice."""
+    text = info.scenario.get("slo")
+    if not text:
+        return None
+    try:
+        return parse_slo(str(text))
+    except SloError as e:
+        if notices is not None:
+            notices.append(f"{RUN_JSON}: scenario.slo unreadable ({e}); no SLO figures")
+        return None
+
+
+def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO) -> Run:
+    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
+
+    ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
+    """
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
@@ -117,7 +174,74 @@ def load_run(run_dir: str | Path) -> Run:
     samples = read_server_samples(d / SERVER_SAMPLES)
     levels = summarize_columns(groups, info.levels, samples, cap=info.server.max_running)
     del groups  # the columns: what stays of a run is its figures
-    return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info)
+    chosen = run_slo(info, notices) if isinstance(slo, _RunSlo) else slo
+    if chosen is not None and (d / RECORDS).exists():
+        judge_levels(levels, read_slo_tallies(d / RECORDS, chosen), chosen)
+    elif chosen is not None:
+        judge_levels(levels, {}, chosen)
+    return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
+
+
+def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
+    path = run_dir / CAPACITY_JSON
+    if not path.exists():
+        return None
+    try:
+        return CapacityRecord.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        notices.append(f"{CAPACITY_JSON} unreadable ({e}); the capacity comes from the levels alone")
+        return None
+
+
+# ---------------------------------------------------------------- the SLO, per request
+
+_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
+_NUMERIC = tuple(_NUMBERS)
+_NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
+_NUM_TYPES = (int, float, type(None))
+
+
+def read_slo_tallies(path: str | Path, slo: Slo) -> dict[GroupKey, SloTally]:
+    """records.jsonl's measured requests judged against ``slo``, per (level, concurrency, repeat).
+
+    A second streaming pass over the file, made only when there is an SLO: the per-request rule
+    needs each request's own TTFT, TPOT, E2E and gaps together, which the report's columns keep
+    apart. The same records count as in the columns (columns.read_columns' acceptance rule).
+    """
+    tallies: dict[GroupKey, SloTally] = {}
+    for d in read_jsonl(path):
+        if not (
+            type(d) is dict
+            and d.keys() >= _FIELDS
+            and all(type(d[k]) in _NUM_TYPES for k in _NUMERIC)
+            and all(d[k] is not None for k in _NOT_NULL)
+            and (d["itl"] is None or type(d["itl"]) is list)
+        ):
+            rec = _checked(d, {})  # the slow path: read_records' checks, then the columns'
+            if rec is None or any(getattr(rec, k) is None for k in _NOT_NULL):
+                continue
+            d = {k: getattr(rec, k) for k in _FIELDS}
+        if d["phase"] != PHASE_MEASURE:
+            continue
+        key = (d["level"], d["concurrency"], d["repeat"])
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = SloTally(slo)
+        ok = d["status"] == OK
+        tally.add(d["status"], d["t_send"], d["t_end"], d["output_tokens"], d["ttft_s"], d["tpot_s"], d["e2e_s"],
+                  d["itl"] if ok else None)  # fmt: skip
+    return tallies
+
+
+def judge_levels(levels: list[LevelStats], tallies: dict[GroupKey, SloTally], slo: Slo) -> None:
+    """Set each level's ``slo`` from the tallies of its records (a run.json level without an index
+    takes every group with its concurrency and repeat, as the columns do)."""
+    for s in levels:
+        keys = [k for k in tallies if k[1] == s.concurrency and k[2] == s.repeat and (s.index is None or k[0] == s.index)]
+        tally = SloTally(slo)
+        for k in keys:
+            tally.merge(tallies[k])
+        s.slo = tally.result()
 
 
 # ---------------------------------------------------------------- Locust cross-check

@@ -43,6 +43,9 @@ RUN_INTERRUPTED = "interrupted"
 RUN_FAILED = "failed"
 
 
+MAX_LABEL = 100  # a run directory's name must stay well under the file system's 255 bytes
+
+
 def safe_name(label: str) -> str:
     """``label`` as part of a file name: anything outside [A-Za-z0-9._-] becomes '-'.
 

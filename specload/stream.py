@@ -42,6 +42,9 @@ _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
+# Tokens read from every stream of this process so far: the web UI's live tok/s while requests are
+# still streaming (records only exist once a request ends). One add per event.
+streamed_tokens = [0]
 # specload.histogram's binning, inlined in the read loop (one log per event).
 _log = math.log
 _FLOOR = FLOOR_S
@@ -149,6 +152,7 @@ def _stream_request(
     last_p = 0.0
     itl_max = 0.0
     itl: dict[int, int] = {}  # per-token gap bin -> tokens (specload.histogram)
+    streamed = streamed_tokens
     t_send_wall = now()
     t0 = perf()
     resp: StreamResponse | None = None
@@ -214,6 +218,7 @@ def _stream_request(
                             last_p = t
                             chunks += 1
                             tokens_seen += n
+                            streamed[0] += n
                         elif parser.error is not None:
                             reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
                             break

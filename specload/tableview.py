@@ -35,10 +35,10 @@ class Figure:
     sets: tuple[str, ...]
 
 
-SEED, FAILURES, LATENCY, THROUGHPUT, SERVER = "seed", "failures", "latency", "throughput", "server"
+SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = "seed", "failures", "latency", "throughput", "server", "slo"
 # The named sets, in the order the help lists them; "seed" is the reference benchmark's table
 # (/work/shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
-SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)
+SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
 
 # Most important first. By default a table shows the longest head of this list that fits the width
 # (dropping from the tail until it fits), in the table's own column order: the seed's columns, then
@@ -48,8 +48,8 @@ SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)
 # TPOT p50 (107), and the queue from 123. A key a table does not have (or a column no level has a
 # value for) is skipped.
 PRIORITY: tuple[Figure, ...] = (
-    Figure("rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)),  # rate levels: the axis
-    Figure("c", "C", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER)),  # (compare: its axis, C or Req/s)
+    Figure("rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)),  # rate levels: the axis
+    Figure("c", "C", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)),  # (compare: its axis, C or Req/s)
     Figure("agg", "Agg tok/s", (SEED,)),
     Figure("per_req", "Per-req tok/s", (SEED,)),
     Figure("tokens", "Tokens", (SEED,)),
@@ -62,6 +62,8 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("ttft_p50", "TTFT p50", (LATENCY,)),
     Figure("tpot_p50", "TPOT p50", (LATENCY,)),
     Figure("srv_queue_max", "Srv queue max", (SERVER,)),
+    Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
+    Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
     Figure("accept", "Accept len", (SERVER,)),
     Figure("prefix_hit", "Prefix hit %", (SERVER,)),  # (only when the server's prefix cache served some prompt)
@@ -70,6 +72,8 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare
     Figure("e2e_p50", "E2E p50", (LATENCY,)),
     Figure("srv_run_max", "Srv run max", (SERVER,)),
+    Figure("goodput_tok_s", "Goodput tok/s", (SLO,)),
+    Figure("goodput_req_s", "Goodput req/s", (SLO,)),
     Figure("steady", "Steady tok/s", (THROUGHPUT,)),
     Figure("req_s", "Req/s", (THROUGHPUT,)),
     Figure("mean_conc", "Mean conc", (THROUGHPUT,)),

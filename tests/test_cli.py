@@ -33,7 +33,7 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
     # the Scenario that the Locust child resolves from the flags it is given.
     samples = {int: "7", float: "2.5", str: "m1"}
     special = {"backend": "chat", "levels": "3,5", "token_id_range": "5:500", "dataset_lengths": "fixed",
-               "rates": "0.5,2", "arrival": "gamma",
+               "rates": "0.5,2", "arrival": "gamma", "slo": "ttft_p99=2s",
                "input_dist": "uniform:200:300", "output_dist": "lognormal:mean=300,sigma=0.5,min=16"}  # fmt: skip
     needs = {"prefix_groups": ("--shared-prefix", "10")}  # a field that only makes sense with another one
     value = special.get(spec.name, samples[spec.option_type])

@@ -91,6 +91,10 @@ def _check_run_files(run_dir: Path) -> None:
     # Every prompt distinct per request is checked in unit tests; here each (level, seq) is unique.
     assert len({(r.level, r.phase, r.seq) for r in recs}) == len(recs)
     assert (run_dir / "report.md").exists()
+    # Locust's own statistics count the real requests and nothing else (no pseudo-request rows).
+    entries = orjson.loads((run_dir / "locust.json").read_bytes())
+    assert {e["method"] for e in entries} == {"POST"}
+    assert sum(e["num_requests"] for e in entries) == len(recs)
 
 
 def _sweep_and_check(sim, tmp_path: Path, *extra: str, burst_s: float = BURST_LOCAL_S) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
@@ -164,6 +168,17 @@ def _post(url: str, form: dict[str, str]) -> bytes:
         return resp.read()
 
 
+def _check_ui_run_dir(run_dir: Path) -> None:
+    """A web UI run's directory is complete when the run has ended: its final run.json, Locust's
+    counts (the requests sent, nothing else) and report.md, written by the UI itself."""
+    assert orjson.loads((run_dir / "run.json").read_bytes())["status"] in ("completed", "interrupted")
+    assert (run_dir / "report.md").exists(), sorted(os.listdir(run_dir))
+    entries = orjson.loads((run_dir / "locust.json").read_bytes())
+    assert {e["method"] for e in entries} == {"POST"}
+    assert sum(e["num_requests"] for e in entries) == len(read_records(str(run_dir / "records.jsonl")))
+    assert load_run(run_dir).crosscheck == []
+
+
 def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None:
     server = sim(*SIM_ARGS)
     web_port = free_port()
@@ -195,9 +210,15 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     home = _get(base + "/").decode()
     assert "output_tokens" in home and "levels" in home and "run_dir" not in home  # paths hidden
 
-    # 1) A whole sweep started from the form, with options edited there.
-    form = {"host": server.url, "levels": "1,2", "output_tokens": str(OUT), "input_tokens": str(INP),
+    # 0) A bad value is refused before anything starts, naming the form's field.
+    form = {"host": server.url, "levels": "1,x", "output_tokens": str(OUT), "input_tokens": str(INP),
             "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
+    reply = orjson.loads(_post(base + "/swarm", form))
+    assert reply["success"] is False and reply["message"].startswith("start form: field 'Levels': expected")
+    assert orjson.loads(_get(base + "/stats/requests"))["state"] == "ready" and os.listdir(tmp_path) == []
+
+    # 1) A whole sweep started from the form, with options edited there.
+    form["levels"] = "1,2"
     assert orjson.loads(_post(base + "/swarm", form))["success"]
     run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
                     60, "the UI sweep to complete")  # fmt: skip
@@ -205,6 +226,10 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     stats = orjson.loads(_get(base + "/stats/requests"))
     levels_tab = next(t for t in stats["extended_stats"] if t["key"] == "specload-levels")["data"]
     assert [row["requests"] for row in levels_tab] == ["4/4", "4/4"]
+    wait_until(
+        lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop"
+    )
+    _check_ui_run_dir(first_dir)  # complete as soon as the run ended, not only when Locust quits
     report = subprocess.run(
         specload_cmd("report", str(first_dir)), capture_output=True, text=True, timeout=60
     )
@@ -214,7 +239,6 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert lv[0].per_req_tok_s == pytest.approx(PER_REQ, rel=TOL)
 
     # 2) A second sweep stopped through the HTTP API mid-level: a new run directory, marked interrupted.
-    wait_until(lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop")
     form.update({"levels": "2", "requests_per_level": "400"})
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
@@ -223,12 +247,18 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
     run2 = wait_until(_second, 60, "the second sweep to make progress")
+    reply = orjson.loads(_post(base + "/swarm", form))  # one sweep at a time
+    assert reply["success"] is False and "a sweep is running" in reply["message"]
     _post(base + "/stop", {})
     second_dir = Path(run2["run_dir"])
     meta = wait_until(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
                      30, "run.json to be closed")  # fmt: skip
     assert meta["status"] == "interrupted"
     assert meta["levels"][0]["status"] == "incomplete"
+    wait_until(
+        lambda: orjson.loads(_get(base + "/stats/requests"))["state"] == "stopped", 30, "Locust to stop"
+    )
+    _check_ui_run_dir(second_dir)
     report = subprocess.run(
         specload_cmd("report", str(second_dir)), capture_output=True, text=True, timeout=60
     )
@@ -236,3 +266,43 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert "interrupted" in report.stdout
     assert ui.poll() is None  # the UI survives a stop and is ready for another run
     assert sorted(os.listdir(tmp_path)) == sorted([first_dir.name, second_dir.name])
+
+
+def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path: Path) -> None:
+    """`specload ui --processes 2`: the master's page has every worker's records and streamed tokens."""
+    server = sim(*SIM_ARGS)
+    web_port = free_port()
+    procs.popen(specload_cmd("ui", "--host", server.url, "--no-web-auth", "--web-host", "127.0.0.1", "--web-port",
+                             str(web_port), "--out", str(tmp_path), "--processes", "2", "--read-timeout", "30"))  # fmt: skip
+    base = f"http://127.0.0.1:{web_port}"
+
+    def _workers() -> bool:
+        try:
+            return orjson.loads(_get(base + "/specload/live"))["workers"] == 2
+        except OSError:
+            return False
+
+    wait_until(_workers, 60, "two workers ready")
+    form = {"host": server.url, "levels": "4,8", "output_tokens": str(OUT), "input_tokens": str(INP),
+            "requests_per_level": "32"}  # fmt: skip
+    assert orjson.loads(_post(base + "/swarm", form))["success"]
+    streamed: list[float] = []
+
+    def _done() -> dict | None:
+        live = orjson.loads(_get(base + "/specload/live"))
+        streamed.extend(lv["live_tok_s"] for lv in live["levels"] if lv["live_tok_s"])
+        return live if live["state"] == "stopped" and live["run"] and live["run"]["report"] else None
+
+    live = wait_until(_done, 90, "the sweep and its run directory", interval=0.3)
+    assert live["mode"] == "master" and live["run"]["status"] == "completed"
+    assert streamed and max(streamed) > 0  # tokens streamed in the workers reached the master's page
+    run_dir = Path(live["run"]["run_dir"])
+    run = load_run(run_dir)
+    assert len({r.worker for r in run.records}) == 2 and run.meta["mode"] == "master"
+    report = orjson.loads(subprocess.run(specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
+                                         capture_output=True, timeout=60).stdout)  # fmt: skip
+    for lv, mine in zip(report, live["levels"], strict=True):
+        assert (mine["concurrency"], mine["done"], mine["ok"]) == (lv["concurrency"], 32, lv["ok"])
+        for key in ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+            assert mine[key] == round(lv[key], 1), key
+    _check_ui_run_dir(run_dir)

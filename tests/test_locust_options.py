@@ -11,6 +11,7 @@ import pytest
 from specload.config import Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.locust.options import (
     add_arguments,
+    check_form,
     explicit_options,
     launch_values,
     option_flags,
@@ -207,3 +208,53 @@ def test_scenario_flags_round_trip_on_top_of_a_file() -> None:
     sc = apply_overrides(load_scenario(SMOKE), {"input_tokens": 1000, "levels": "1,4,16,32,64,128"})
     argv = ["--scenario", SMOKE, *option_flags(scenario_flags(sc))]
     assert resolve(argv) == sc
+
+
+# ---------------------------------------------------------------- the web UI's start form
+
+
+def _form_check(form: dict[str, str], *argv: str) -> str | None:
+    opts = parser().parse_args(["--scenario", SMOKE, *argv])
+    before = vars(opts).copy()
+    message = check_form(form, opts, explicit_options(list(argv)), launch_values(opts))
+    assert vars(opts) == before  # a check changes nothing: Locust applies the form only if it passes
+    return message
+
+
+GOOD_FORM = {"host": "http://gpu-box:30000", "levels": "1,2,4", "input_tokens": "32", "output_tokens": "16",
+             "requests_per_level": "0", "label": "", "user_count": "0", "spawn_rate": "0"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("levels", "1,x", "start form: field 'Levels': expected a comma-separated list of positive integers, got '1,x'"),
+        ("levels", "0", "start form: field 'Levels': expected a non-empty list of positive integers, got '0'"),
+        ("input_tokens", "-5", "start form: field 'Input Tokens': expected an integer >= 1, got -5"),
+        ("output_tokens", "many", "start form: field 'Output Tokens': expected an integer, got 'many'"),
+        ("requests_per_level", "-1", "start form: field 'Requests Per Level': expected an integer >= 1, got -1"),
+        ("read_timeout", "nan", "start form: field 'Read Timeout': expected a finite number, got nan"),
+        ("level_pause", "-1", "start form: field 'Level Pause': expected a number >= 0.0, got -1.0"),
+        ("backend", "grpc", "start form: field 'Backend': expected one of openai, sglang, chat, got 'grpc'"),
+        ("token_id_range", "9:1", "start form: field 'Token Id Range': expected MIN:MAX with integers 0 <= MIN < MAX, got '9:1'"),
+        ("shared_prefix", "40", "start form: field 'Shared Prefix': expected fewer than input_tokens (32), got 40"),
+        ("host", "gpu-box:30000", "start form: field 'Host': host 'gpu-box:30000' is not an http:// or https:// URL"),
+        ("host", "", "start form: field 'Host': enter the server's URL, e.g. http://gpu-box:30000"),
+        ("label", "x" * 101, "start form: field 'Label': expected at most 100 characters, got 101"),
+    ],
+)  # fmt: skip
+def test_start_form_refuses_a_bad_value_naming_the_field(field: str, value: str, message: str) -> None:
+    assert _form_check({**GOOD_FORM, field: value}) == message
+
+
+def test_start_form_accepts_good_values_and_what_it_does_not_send() -> None:
+    assert _form_check(GOOD_FORM) is None
+    assert _form_check({}) is None  # nothing sent: the launch values stand
+    assert _form_check({"levels": " 1, 8 ", "model": "m", "token_id_range": "", "send_key_to_new_host": "true"}) is None
+
+
+def test_start_form_checks_the_scenario_the_run_would_use() -> None:
+    # Each value is fine alone; together with the launch values they are not.
+    assert _form_check({"shared_prefix": "20"}, "--input-tokens", "16") == (
+        "start form: field 'Shared Prefix': expected fewer than input_tokens (16), got 20"
+    )

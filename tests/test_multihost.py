@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from specload.records import RequestRecord, read_records
@@ -94,6 +95,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             sys.executable, str(FORGER), master_addr, str(MASTER_PORT), str(worker1_id()),
         ]))  # fmt: skip
         assert intruder.wait(timeout=30) == 0, procs.log(intruder)
+        def worker2_clock_known() -> bool:
+            """The master has had a quiet round trip with worker2 (it re-measures every few seconds:
+            on a loaded machine a worker busy spawning users answers its first pings late)."""
+            metas = [orjson.loads(p.read_bytes()) for p in out.glob("*/run.json")]
+            return any(x["worker"].startswith("worker2_") and x["rtt_ms"] < 20 for m in metas for x in m["clients"])
+
+        wait_until(worker2_clock_known, 60, "a measurement of worker2's clock")
         wait_until(worker2_mid_request, 60, "worker2 in the middle of a request")
         killed_at = time.time()
         assert net.kill_host("worker2"), "worker2 had no process to kill"

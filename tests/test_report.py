@@ -114,9 +114,7 @@ def locust_entries(c1: int = 2, c2: int = 4) -> list[dict[str, Any]]:
     return [
         {"name": "c001 warmup /v1/completions", "method": "POST", "num_requests": 1, "num_failures": 0},
         {"name": "c001 /v1/completions", "method": "POST", "num_requests": c1, "num_failures": 0},
-        {"name": "c001 ttft", "method": "METRIC", "num_requests": 2, "num_failures": 0},
         {"name": "c002 /v1/completions", "method": "POST", "num_requests": c2, "num_failures": 1},
-        {"name": "c002 tok/s", "method": "METRIC", "num_requests": 2, "num_failures": 0},
     ]
 
 
@@ -163,7 +161,7 @@ def test_load_run(run_dir: Path) -> None:
     ]
     c1 = run.levels[0]
     assert c1.output_tokens == 20 and c1.wall_s == pytest.approx(4.0) and c1.agg_tok_s == pytest.approx(5.0)
-    assert run.crosscheck == []  # locust.json agrees (warmup and METRIC rows ignored)
+    assert run.crosscheck == []  # locust.json agrees (warmup rows ignored)
     assert run.notices == []
 
 
@@ -172,6 +170,14 @@ def test_crosscheck_note_when_counts_differ(tmp_path: Path) -> None:
     assert load_run(d).crosscheck == [
         "c002: records 4 requests, Locust counted 3 (records are authoritative)"
     ]
+
+
+def test_crosscheck_reads_an_older_run_with_metric_rows(tmp_path: Path) -> None:
+    """Until 0.1.0 TTFT, TPOT and tok/s were Locust METRIC rows: such run directories still check out."""
+    old = [*locust_entries(), {"name": "c001 ttft", "method": "METRIC", "num_requests": 2, "num_failures": 0},
+           {"name": "c002 tok/s", "method": "METRIC", "num_requests": 2, "num_failures": 0}]  # fmt: skip
+    d = write_run(tmp_path / "r", sample_records(), sample_meta(), locust_json=old)
+    assert load_run(d).crosscheck == []
 
 
 def test_crosscheck_falls_back_to_csv(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_parse_columns(text: str, keys: set[str] | None) -> None:
 
 @pytest.mark.parametrize(
     ("text", "named"),
-    [("nope", "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server)"),
+    [("nope", "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server, slo)"),
      ("seed,nope", "'nope'"), ("auto,seed", "'auto' goes alone"), (",", "expected auto, all")],
 )  # fmt: skip
 def test_parse_columns_errors_name_what_is_accepted(text: str, named: str) -> None:

@@ -262,7 +262,10 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
 def test_without_the_token_nothing_is_served_and_nothing_starts(ui: UI) -> None:
     before = _prompt_tokens(ui.home)
     b = Browser(ui.base)
-    for path in ("/", "/specload/run", "/stats/requests"):
+    pages = ("/", "/specload/run", "/stats/requests", "/specload/", "/specload/static/app.js", "/specload/form",
+             "/specload/live", "/specload/runs", "/specload/runs/x/report", "/specload/runs/x/report.json",
+             "/specload/compare?run=a&run=b", "/specload/compare.png?run=a&run=b", "/specload/levels.csv")  # fmt: skip
+    for path in pages:
         reply = b.call(path)
         assert reply.status == 302 and "/login" in reply.headers["Location"], (path, reply)
     for origin in ("own", None):  # the UI's own page before logging in, and curl

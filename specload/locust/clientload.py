@@ -7,8 +7,10 @@ client that kept up from one that measured itself (the verdict: ``specload.clien
 
 Measured only while a level hands out tickets or drains (not during ramps and pauses, which would
 dilute a busy level with idle time). The summary so far goes to the sweep's owner a few times a
-second and once more when the level ends; the owner keeps the latest per process. Cost: 20
-wake-ups and 4 small messages a second, a fixed-size histogram per level.
+second and once more when the level ends; the owner keeps the latest per process. The same
+messages carry the output tokens the process's streams have read in the level so far (the web UI's
+live tok/s, before any request of a long level has ended). Cost: 20 wake-ups and 4 small messages a
+second, a fixed-size histogram per level.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import gevent
 
 from specload.clientcheck import ACTIVE_PHASES, LagHistogram, ProcessLoad
 from specload.locust.protocol import ClientLoadMsg
+from specload.stream import streamed_tokens
 
 logger = logging.getLogger("specload")
 
@@ -45,6 +48,7 @@ class LoadProbe:
         self._lags = LagHistogram()
         self._t0 = self._cpu0 = self._last_report = 0.0
         self._wait0: float | None = None
+        self._tokens0 = 0  # the process's streamed-token count when the level began
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
@@ -73,6 +77,7 @@ class LoadProbe:
             self._report(now)  # the last word on the level that ended (if any)
             self._key, self._lags = key, LagHistogram()
             self._t0, self._cpu0, self._wait0, self._last_report = now, time.process_time(), cpu_wait_s(), now
+            self._tokens0 = streamed_tokens[0]
             return  # this wake-up straddled the change: it belongs to neither level
         if key is None:
             return
@@ -88,7 +93,7 @@ class LoadProbe:
         wait = cpu_wait_s()
         waited = None if wait is None or self._wait0 is None else wait - self._wait0
         load = ProcessLoad.measured(time.process_time() - self._cpu0, wall, self._lags, waited)
-        self.sink(ClientLoadMsg(self._key[0], self._key[1], load))
+        self.sink(ClientLoadMsg(self._key[0], self._key[1], load, streamed_tokens[0] - self._tokens0))
 
 
 def cpu_wait_s() -> float | None:

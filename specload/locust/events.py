@@ -1,9 +1,11 @@
-"""Locust request events from a record: the live view in the web UI and Locust's CSV files.
+"""Locust request events from a record: Locust's own Statistics, header, charts, CSV and HTML report.
 
-Each request becomes one HTTP row (E2E time, output tokens as the length) plus metric rows for
-TTFT, TPOT and per-request tok/s, all named by level so they read as per-level statistics.
-These rows are bucketed by Locust (about two significant digits); the report's figures come
-from the exact records instead.
+Each request becomes exactly one Locust request row, named by level, so Locust's totals (the
+header's RPS and failure %, the Aggregated row, the charts) count real generation requests only.
+response_time is the E2E time; response_length is 0, because specload counts tokens, not bytes
+(Locust's column says bytes). TTFT, TPOT and tok/s are specload's own figures: they live in
+specload's view of the web UI (``specload.locust.webui``) and the report, computed from the exact
+records (Locust buckets response times to about two significant digits).
 """
 
 from __future__ import annotations
@@ -19,28 +21,15 @@ class RequestFailed(Exception):
 
 def fire_record(fire: Any, rec: RequestRecord, path: str) -> None:
     label = level_label(rec.concurrency, rec.repeat, rec.rate)
-    warm = rec.phase == PHASE_WARMUP
-    name = f"{label} warmup {path}" if warm else f"{label} {path}"
+    name = f"{label} warmup {path}" if rec.phase == PHASE_WARMUP else f"{label} {path}"
     fire(
         request_type="POST",
         name=name,
         response_time=rec.e2e_s * 1000.0,
-        response_length=rec.output_tokens,
+        response_length=0,
         exception=None if rec.status == OK else RequestFailed(f"{rec.status}: {rec.reason}"),
         context={"level": rec.level, "phase": rec.phase},
         response=None,
         url=path,
         start_time=rec.t_send,
     )
-    if warm or rec.status != OK:
-        return
-    for metric, value in (
-        ("ttft", None if rec.ttft_s is None else rec.ttft_s * 1000.0),
-        ("tpot", None if rec.tpot_s is None else rec.tpot_s * 1000.0),
-        ("tok/s", rec.per_request_tok_s),
-    ):
-        if value is not None:
-            fire(
-                request_type="METRIC", name=f"{label} {metric}", response_time=value, response_length=0,
-                exception=None, context={}, response=None, url=path, start_time=rec.t_send,
-            )  # fmt: skip

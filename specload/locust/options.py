@@ -12,9 +12,12 @@ was given on the command line, or was edited in the web UI, overrides the matchi
 from __future__ import annotations
 
 from argparse import Namespace
+from collections.abc import Mapping
 from typing import Any
 
-from specload.config import FLAG_FIELDS, FieldSpec, Scenario, apply_overrides, load_scenario
+from specload.config import FLAG_FIELDS, FieldSpec, Scenario, ScenarioError, apply_overrides, load_scenario
+from specload.http import check_host
+from specload.rundir import MAX_LABEL
 
 # The run's own options: (dest, flag, default, help, in web UI).
 RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
@@ -22,6 +25,8 @@ RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
     ("run_dir", "--run-dir", "", "Exact run directory to write (default: <results-dir>/<label>-<UTC time>)", False),
     ("results_dir", "--results-dir", "results", "Where new run directories are made", False),
     ("label", "--label", "", "Run label, first part of the run directory name (default: scenario name)", True),
+    ("capacity_search", "--capacity-search", "", "Search the highest load meeting --slo instead of sweeping "
+     "--levels (KIND:START:MIN:MAX:TOLERANCE:PROBES, as `specload capacity` passes it)", False),
 ]  # fmt: skip
 
 SEND_KEY_FLAG, SEND_KEY_DEST = "--send-key-to-new-host", "send_key_to_new_host"
@@ -31,18 +36,50 @@ _BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
 _FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest for s in FLAG_FIELDS if s.flag}}
 
 
+# The start forms' order (Locust's lists its options in the order they were registered, once the page
+# keeps that order): what the sweep is first (levels, prompt and output length, request rates instead of
+# levels, how much per level), then the run's label, then the rest as the field table has them.
+FORM_FIRST = ("levels", "input_tokens", "output_tokens", "rates", "requests_per_level", "level_duration",
+              "warmup_requests", "repeat", "backend", "model")  # fmt: skip
+LABEL_DEST = "label"
+
+
+def form_order() -> list[str]:
+    """Every option dest the start form shows, in order (the run's label among them)."""
+    rest = [s.dest for s in FLAG_FIELDS if s.web and s.dest not in FORM_FIRST]
+    return [*FORM_FIRST, LABEL_DEST, *rest]
+
+
 def add_arguments(parser: Any) -> None:
-    """Register the options on Locust's parser (init_command_line_parser event)."""
+    """Register the options on Locust's parser (init_command_line_parser event), the web form's in
+    its order."""
     for dest, flag, default, help_text, in_ui in RUN_OPTIONS:
-        parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+        if dest != LABEL_DEST:
+            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+    by_dest = {o[0]: o for o in RUN_OPTIONS}
+    for dest in form_order():
+        if dest == LABEL_DEST:
+            _dest, flag, default, help_text, in_ui = by_dest[LABEL_DEST]
+            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+        else:
+            _add_field(parser, _BY_DEST[dest])
     for spec in FLAG_FIELDS:
-        kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
-                                  "include_in_web_ui": spec.web}  # fmt: skip
-        if spec.choices:
-            kwargs["choices"] = list(spec.choices)
-        elif spec.option_type is not str:
-            kwargs["type"] = spec.option_type
-        parser.add_argument(spec.flag, **kwargs)
+        if not spec.web:
+            _add_field(parser, spec)
+    _add_run_flags(parser)
+
+
+def _add_field(parser: Any, spec: FieldSpec) -> None:
+    kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
+                              "include_in_web_ui": spec.web}  # fmt: skip
+    if spec.choices:
+        kwargs["choices"] = list(spec.choices)
+    elif spec.option_type is not str:
+        kwargs["type"] = spec.option_type
+    parser.add_argument(spec.flag, **kwargs)
+
+
+def _add_run_flags(parser: Any) -> None:
     parser.add_argument(
         "--insecure", dest="insecure", action="store_true", default=False,
         help="Do not verify the server's TLS certificate (https:// hosts)", include_in_web_ui=False,
@@ -67,7 +104,10 @@ def explicit_options(argv: list[str]) -> set[str]:
 
 
 def scenario_from_options(
-    opts: Namespace, explicit: set[str] | frozenset[str] = frozenset(), launch: dict[str, Any] | None = None
+    opts: Namespace,
+    explicit: set[str] | frozenset[str] = frozenset(),
+    launch: dict[str, Any] | None = None,
+    source: str = "command line",
 ) -> Scenario:
     """The Scenario a Locust run uses: the file (if any), overridden by each option that was set.
 
@@ -85,7 +125,7 @@ def scenario_from_options(
         edited = launch is not None and value != launch.get(spec.dest, default)
         if spec.dest in explicit or value != default or edited:
             overrides[spec.name] = spec.from_option(value) if value != default else spec.default
-    return apply_overrides(sc, overrides) if overrides else sc
+    return apply_overrides(sc, overrides, source) if overrides else sc
 
 
 def launch_values(opts: Namespace) -> dict[str, Any]:
@@ -109,3 +149,75 @@ def option_flags(values: dict[str, Any]) -> list[str]:
 def scenario_flags(sc: Scenario) -> dict[str, Any]:
     """Option values that reproduce a fully resolved Scenario on a Locust command line."""
     return {s.dest: s.to_option(getattr(sc, s.name)) for s in FLAG_FIELDS}
+
+
+# ---------------------------------------------------------------- the web UI's start form
+
+FORM_SOURCE = "start form"  # how an error names where a value came from
+_TYPE_WORDS = {int: "an integer", float: "a number"}
+
+
+def _form_value(current: Any, raw: str) -> Any:
+    """The value Locust's ``/swarm`` writes into ``parsed_options`` for a form field: the type of the
+    option's current value (bool: "true"), as its own code does. ValueError when that fails (Locust
+    would answer with an HTTP 500 and a traceback in its log)."""
+    if isinstance(current, bool):
+        return raw == "true"
+    if current is None or isinstance(current, str):
+        return raw
+    return type(current)(raw)
+
+
+def _relabel(message: str) -> str:
+    """A scenario field's name in a message, as the start form calls it."""
+    for spec in FLAG_FIELDS:
+        message = message.replace(f"field '{spec.name}'", f"field '{spec.label}'")
+    return message
+
+
+def check_form(
+    form: Mapping[str, str],
+    opts: Namespace,
+    explicit: set[str] | frozenset[str] = frozenset(),
+    launch: dict[str, Any] | None = None,
+) -> str | None:
+    """What is wrong with a start form submission (Locust's ``/swarm`` fields), naming the form
+    field and what it expects; None when a run can start with it. Nothing is changed.
+
+    The checks are the scenario field table's own (``config.FieldSpec``), applied to the values
+    Locust would write into ``parsed_options``, then the whole scenario as the run would resolve it
+    (``scenario_from_options``), so the form refuses exactly what the run would fail on.
+    """
+    host = form.get("host")
+    if host is not None:
+        if not host.strip():
+            return f"{FORM_SOURCE}: field 'Host': enter the server's URL, e.g. http://gpu-box:30000"
+        try:
+            check_host(host)  # as Locust will use it: unstripped
+        except ValueError as e:
+            return f"{FORM_SOURCE}: field 'Host': {e}"
+    label = form.get("label")
+    if label is not None and len(label) > MAX_LABEL:
+        return f"{FORM_SOURCE}: field 'Label': expected at most {MAX_LABEL} characters, got {len(label)}"
+    values = Namespace(**vars(opts))
+    for spec in FLAG_FIELDS:
+        raw = form.get(spec.dest)
+        if raw is None:
+            continue
+        current = getattr(opts, spec.dest, spec.option_default)
+        try:
+            value = _form_value(current, raw)
+        except ValueError:
+            expected = _TYPE_WORDS.get(type(current), "a value")
+            return f"{FORM_SOURCE}: field '{spec.label}': expected {expected}, got {raw!r}"
+        try:
+            field_value = spec.from_option(value) if value != spec.option_default else spec.default
+            spec.check(FORM_SOURCE, spec.label, field_value)
+        except ScenarioError as e:
+            return str(e)
+        setattr(values, spec.dest, value)
+    try:
+        scenario_from_options(values, explicit, launch, FORM_SOURCE)
+    except ScenarioError as e:
+        return _relabel(str(e))
+    return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
 import os
 import secrets
@@ -23,6 +24,7 @@ from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
 from specload.backends import get_backend
+from specload.capacity import CAPACITY_JSON, CapacityRun, SearchSpace, verdict_text
 from specload.clientcheck import (
     ACTIVE_PHASES,
     MASTER,
@@ -37,8 +39,10 @@ from specload.datasets import DatasetError, Item, load_items
 from specload.http import api_key, check_host, key_may_go_to, redact_host
 from specload.introspect import discover_model, max_running, server_config
 from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.live import LiveRun
 from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import (
+    FORM_SOURCE,
     LAUNCH_HOST,
     SEND_KEY_DEST,
     SEND_KEY_FLAG,
@@ -63,10 +67,13 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.locust.sampler import MetricsSampler
+from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
 from specload.records import FAILED, PHASE_MEASURE, level_label
+from specload.run import Run
 from specload.rundir import (
+    LOCUST_PREFIX,
     RUN_COMPLETED,
     RUN_FAILED,
     RUN_INTERRUPTED,
@@ -77,11 +84,18 @@ from specload.rundir import (
     ServerInfo,
     claim_run_dir,
     new_run_dir,
+    write_json_atomic,
     write_run_meta,
 )
+from specload.slo import Slo, SloTally, parse_slo
 from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
+
+# Worker clocks are measured at each level's start and at least this often (a few tiny messages):
+# the estimate keeps the tightest round trip, so a worker busy whenever a level starts (spawning
+# users) still gets a quiet moment to be measured in.
+CLOCK_REFRESH_S = 2.0
 
 _ATTR = "specload_owner"
 _TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)
@@ -104,6 +118,7 @@ class ResolvedRun:
     label: str
     server: dict[str, Any]
     items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
+    capacity: CapacityRun | None = None  # a capacity search (specload capacity) instead of the scenario's levels
 
 
 class SweepOwner:
@@ -119,6 +134,7 @@ class SweepOwner:
         self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.failure: str | None = None
+        self.live: LiveRun | None = None  # what the web UI shows of this run (specload.live)
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
         # Rate levels: ticket requests of idle users, answered in turn as requests fall due.
@@ -127,6 +143,7 @@ class SweepOwner:
         self._dispatcher: Any = None
         self.clocks: dict[str, ClientClock] = {}  # each worker's clock against ours (master only)
         self.clock_probe: ClockProbe | None = None
+        self._clock_round = 0.0  # when the workers' clocks were last measured
         # Tickets granted and not yet back as records, per Locust process: to write off a dead worker's,
         # and to accept each record once, from the process it was granted to.
         self.outstanding: dict[str, dict[tuple[int, str, int], str]] = {}  # -> the ticket's secret
@@ -139,11 +156,15 @@ class SweepOwner:
         self.traffic: dict[int, LevelTraffic] = {}
         self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
         self._run_dir_used = False
+        self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
+        self.slo_tallies: dict[int, SloTally] = {}
+        self.capacity: CapacityRun | None = None
         self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
+        self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
-        self._explicit = explicit_options(sys.argv[1:])
-        self._launch = launch_values(opts) if opts else None
+        self.explicit = explicit_options(sys.argv[1:])
+        self.launch = launch_values(opts) if opts else None
 
     # lifecycle --------------------------------------------------------------------------------
     def register(self) -> None:
@@ -160,6 +181,7 @@ class SweepOwner:
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
+        self.close_run()  # the previous run (web UI), should a new start come before its test_stop did
         self.failure = None
         try:
             run = self._resolve()
@@ -174,12 +196,18 @@ class SweepOwner:
         self.outstanding, self._lost = {}, set()
         self.client_load, self.traffic, self._in_flight = {}, {}, {}
         sc = run.scenario
-        self.ctrl = SweepController(plan_levels(sc), sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s)
+        self.slo, self.slo_tallies, self.capacity = parse_slo(sc.slo) if sc.slo else None, {}, run.capacity
+        plans = [run.capacity.first_plan()] if run.capacity is not None else plan_levels(sc)
+        self.ctrl = SweepController(plans, sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s,
+                                    open_ended=run.capacity is not None)  # fmt: skip
         self.meta = self._run_meta(run)
+        # Only a web UI shows the run live (a headless run keeps no second copy of its records).
+        ui = getattr(self.env, "web_ui", None) is not None
+        self.live = LiveRun(len(self.ctrl.levels), self.meta.server.max_running) if ui else None
         self.meta.server_metrics = self._start_sampler(run)
         self._clocks_for_run()
         self.write_meta()
-        self.active = True
+        self.active, self.closed = True, False
         self.progress = self.progress or start_progress(lambda: self.ctrl if self.active else None)
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
@@ -187,13 +215,18 @@ class SweepOwner:
             f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s" if sc.rates else ",".join(map(str, sc.levels)),
             self.run_dir,
         )  # fmt: skip
+        if self.capacity is not None:
+            sp = self.capacity.space
+            logger.info("capacity search under the SLO %s: from %g (min %g, max %g, at most %d probes); each probe "
+                        "is a level of its own", self.capacity.slo, sp.start, sp.minimum, sp.maximum, sp.max_probes)  # fmt: skip
         return True
 
     def _resolve(self) -> ResolvedRun:
         """The scenario, the host, the model and the server's configuration, or CannotStart."""
         opts = self.env.parsed_options
         try:
-            sc = scenario_from_options(opts, self._explicit, self._launch)
+            source = FORM_SOURCE if getattr(self.env, "web_ui", None) is not None else "command line"
+            sc = scenario_from_options(opts, self.explicit, self.launch, source)
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             raise CannotStart(str(e)) from None
@@ -224,13 +257,25 @@ class SweepOwner:
         if items:
             prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
-        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items)
+        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
+
+    def _capacity_run(self, sc: Scenario) -> CapacityRun | None:
+        """The capacity search --capacity-search asks for (specload capacity), or None for a sweep."""
+        text = getattr(self.env.parsed_options, "capacity_search", "") or ""
+        if not text:
+            return None
+        if not sc.slo:
+            raise CannotStart("a capacity search needs an SLO (--slo ttft_p99=2s,...)")
+        try:
+            return CapacityRun(SearchSpace.from_option(text), parse_slo(sc.slo), sc)
+        except ValueError as e:
+            raise CannotStart(str(e)) from None
 
     def _send_key(self, host: str) -> bool:
         """Whether this run's requests (probes included) carry the API key: to the host given at
         launch always, to another (typed in the web form) only when the user ticked the form's box.
         A withheld key is said, so a run that the server then refuses is not a mystery."""
-        launched = self._launch.get(LAUNCH_HOST) if self._launch else None
+        launched = self.launch.get(LAUNCH_HOST) if self.launch else None
         confirmed = bool(getattr(self.env.parsed_options, SEND_KEY_DEST, False))
         send = key_may_go_to(host, launched, confirmed)
         if api_key() is None:
@@ -294,9 +339,10 @@ class SweepOwner:
         if sc.metrics_interval_s <= 0:
             return "off"
         assert self.run_dir is not None
+        live = self.live
         self.sampler = MetricsSampler(
             run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
-            run.config.send_key,
+            run.config.send_key, on_sample=None if live is None else lambda d: _add_sample(live, d),
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
@@ -312,6 +358,7 @@ class SweepOwner:
         self.meta.clients = [self.clocks[w] for w in alive if w in self.clocks]
 
     def _clocks_for_level(self) -> None:
+        self._clock_round = time.time()
         runner = self.env.runner
         if isinstance(runner, MasterRunner):
             for c in runner.clients.all:
@@ -407,11 +454,53 @@ class SweepOwner:
         self.meta.status = status
         self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
         self.meta.ended_at = time.time()
+        if self.capacity is not None:
+            self.capacity.search.stop()  # an unfinished search ends with the bracket it has
+            self._write_capacity()
         self.write_meta()
         self.release_reserve()
         self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
         logger.info("sweep %s%s; results in %s", status,
                     f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
+
+    def close_run(self) -> Run | None:
+        """Complete this run's directory once it has ended (idempotent): run.json with the final
+        counts (records that arrived during the grace period included), Locust's own counts
+        (locust.json) and report.md. Every run of a web UI session gets this at its test_stop; a
+        headless run at quitting. Returns the run as read back for the report (None: nothing to do,
+        or the report could not be made; the raw files are on disk whatever happens)."""
+        if self.closed or self.active or self.run_dir is None:
+            return None
+        self.closed = True
+        self.write_meta()
+        self.write_locust_stats()
+        from specload.report import load_run, write_report_md
+
+        try:
+            run = load_run(self.run_dir)
+            write_report_md(run)
+            return run
+        except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
+            logger.warning("could not write report.md (%s); run `specload report %s`", e, self.run_dir)
+            return None
+
+    def write_locust_stats(self) -> None:
+        """Locust's per-row counts into the run directory (locust.json), for the report's cross-check,
+        unless the run was started with ``--json-file RUN/locust`` (Locust writes that one itself,
+        later, at shutdown). Locust clears its statistics when the next run starts, so each run's
+        are its own."""
+        opts, runner = self.env.parsed_options, self.env.runner
+        assert self.run_dir is not None
+        target = os.path.join(self.run_dir, LOCUST_PREFIX)
+        if opts is None or getattr(opts, "json_file", None) == target or runner is None:
+            return
+        entries = [e.serialize() for e in runner.stats.entries.values() if e.num_requests or e.num_failures]
+        try:
+            with open(target + ".json.tmp", "w") as f:
+                json.dump(entries, f)  # (json: Locust's histograms have integer keys)
+            os.replace(target + ".json.tmp", target + ".json")
+        except OSError as e:
+            logger.warning("could not write %s.json: %s", target, e.strerror or e)
 
     # shape hook -------------------------------------------------------------------------------
     def tick(self, user_count: int) -> int | None:
@@ -419,6 +508,11 @@ class SweepOwner:
         assert self.ctrl is not None
         self._check_workers()
         changes = self.ctrl.tick(user_count)
+        if time.time() - self._clock_round >= CLOCK_REFRESH_S:
+            self._clocks_for_level()  # a worker busy at every level start still gets quiet pings
+        lv = self.ctrl.current
+        if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
+            self.live.sample_streamed(lv.plan.index, time.time())
         self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
@@ -515,6 +609,10 @@ class SweepOwner:
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
                 rec.t_send, rec.t_end, rec.phase == PHASE_MEASURE, rec.status == FAILED
             )
+        if self.slo is not None and rec.phase == PHASE_MEASURE:
+            self.slo_tallies.setdefault(rec.level, SloTally(self.slo)).add_record(rec)
+        if self.live is not None:
+            self.live.add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
                 self.writer.write(m.record)
@@ -542,6 +640,8 @@ class SweepOwner:
         if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
             return
         self.client_load.setdefault(m.level, {})[process] = m.load
+        if self.live is not None:
+            self.live.set_streamed(m.level, process, m.streamed)
 
     def where(self) -> tuple[str | None, int] | None:
         """The master's own probe: the level handing out tickets or draining now, if any."""
@@ -633,6 +733,7 @@ class SweepOwner:
                 self._clocks_for_level()
             elif change == Change.DONE:
                 self._log_level_done()
+                self._capacity_step()
             elif change == Change.OUTAGE:
                 self._watch_outage()
             elif change == Change.RESUMED:
@@ -645,6 +746,32 @@ class SweepOwner:
                 logger.error("stopping the sweep: %s", self.ctrl.abort_reason)
         self.write_meta()
         self.broadcast()
+
+    def _capacity_step(self) -> None:
+        """A capacity search: the level just done is judged, and the next one appended (or the search ends)."""
+        if self.capacity is None or self.ctrl is None or self.ctrl.finished or not self.ctrl.open_ended:
+            return
+        lv = next(x for x in reversed(self.ctrl.levels) if x.status == LevelStatus.COMPLETED)
+        fig = self.client_figures(lv.plan.index)
+        try:
+            plan, line = self.capacity.level_done(lv.plan.index, self.slo_tallies.get(lv.plan.index),
+                                                  fig.flag() if fig is not None else None)  # fmt: skip
+        except (ValueError, NotImplementedError) as e:
+            plan, line = None, f"capacity: the search stopped: {e}"
+        logger.info("%s", line)
+        if plan is not None:
+            self.ctrl.append(plan)
+        else:
+            self.ctrl.close()
+        self._write_capacity()
+
+    def _write_capacity(self) -> None:
+        if self.capacity is None or self.run_dir is None:
+            return
+        try:
+            write_json_atomic(os.path.join(self.run_dir, CAPACITY_JSON), self.capacity.to_json())
+        except OSError as e:
+            self._cannot_write(CAPACITY_JSON, e)
 
     def _watch_outage(self) -> None:
         """A refused connection: hold new requests and check the server with growing pauses; the
@@ -690,12 +817,20 @@ class SweepOwner:
         fig = self.client_figures(p.index)
         flag = fig.flag() if fig is not None else None
         client = f"; {flag}" if flag else "; client ok" if fig is not None else ""
+        if self.slo is not None and self.capacity is None:  # (a capacity search says it in its own line)
+            client += f"; {verdict_text((self.slo_tallies.get(p.index) or SloTally(self.slo)).result())}"
         logger.log(logging.WARNING if flag else logging.INFO,
                    "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
                    "%d tokens, agg %s tok/s over %.1f s%s",
                    p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat, p.rate), lv.received,
                    budget, lv.ok, lv.failed, lv.short, lv.tokens,
                    f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
+
+
+def _add_sample(live: LiveRun, line: dict[str, Any]) -> None:
+    sample = ServerSample.from_dict(line)
+    if sample is not None:
+        live.add_sample(sample)
 
 
 def sweep_owner(environment: Any) -> SweepOwner:

@@ -8,7 +8,6 @@ checks which kind of process it is in (local, master, worker) and does only that
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from typing import Any
 
@@ -20,7 +19,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 from specload.locust.clientload import LoadProbe, user_side_where
 from specload.locust.clockprobe import register_clock_answer
 from specload.locust.options import add_arguments
-from specload.locust.owner import SweepOwner, sweep_owner
+from specload.locust.owner import sweep_owner
 from specload.locust.protocol import MSG_CLIENT_LOAD
 from specload.locust.user import register_user_side, user_side
 
@@ -111,12 +110,20 @@ def _install_stop_signals(environment: Any) -> None:
 
 
 def on_test_stop(environment: Any, **_: Any) -> None:
-    if _owns_sweep(environment):
-        owner = sweep_owner(environment)
-        was_active = owner.active
-        owner.finish()
-        if was_active and owner.run_dir is not None:
-            _write_locust_stats(environment, owner)  # web UI: each run keeps its own Locust counts
+    if not _owns_sweep(environment):
+        return
+    owner = sweep_owner(environment)
+    stopped_mid_run = owner.active  # else the shape ended it (and a master's shape waited already)
+    owner.finish()
+    opts = environment.parsed_options
+    if opts is not None and opts.headless:
+        return  # the process quits next: on_quitting completes the run directory
+    # Web UI: each run's directory is completed as the run ends (a natural end, Stop, or an abort),
+    # not when Locust quits. A master first lets its workers' last Locust statistics arrive.
+    if stopped_mid_run and isinstance(environment.runner, MasterRunner):
+        gevent.sleep(locust.runners.WORKER_REPORT_INTERVAL + 0.5)
+    if owner.close_run() is not None:
+        logger.info("run directory complete: %s (report.md, locust.json)", owner.run_dir)
 
 
 def on_quitting(environment: Any, **_: Any) -> None:
@@ -124,39 +131,16 @@ def on_quitting(environment: Any, **_: Any) -> None:
         return
     owner = sweep_owner(environment)
     owner.finish()
-    owner.write_meta()  # counts now include records that arrived during the grace period
-    if owner.run_dir is not None:
-        _write_locust_stats(environment, owner)
-        _write_report(environment, owner)
-    elif owner.failure is not None:
-        environment.process_exit_code = 2
-
-
-def _write_locust_stats(environment: Any, owner: SweepOwner) -> None:
-    """Locust's per-row counts into the run directory, for the report's cross-check, when the run was
-    started without ``--json-file RUN/locust`` (Locust writes that one itself, later, at shutdown)."""
-    import json
-
-    opts = environment.parsed_options
-    target = os.path.join(owner.run_dir, "locust")
-    if opts is None or getattr(opts, "json_file", None) == target or environment.runner is None:
+    if owner.run_dir is None:
+        if owner.failure is not None:
+            environment.process_exit_code = 2
         return
-    entries = [e.serialize() for e in environment.runner.stats.entries.values() if e.num_requests or e.num_failures]
-    with open(target + ".json", "w") as f:
-        json.dump(entries, f)
+    run = owner.close_run()  # None when a web UI run was completed already
+    opts = environment.parsed_options
+    if run is not None and opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
+        from specload.report import render_report
 
-
-def _write_report(environment: Any, owner: SweepOwner) -> None:
-    from specload.report import load_run, render_report, write_report_md
-
-    try:
-        run = load_run(owner.run_dir)
-        write_report_md(run)
-        opts = environment.parsed_options
-        if opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
-            print(render_report(run, "github"), flush=True)
-    except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
-        logger.warning("could not write report.md (%s); run `specload report %s`", e, owner.run_dir)
+        print(render_report(run, "github"), flush=True)
 
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).

@@ -205,9 +205,10 @@ class ClientLoadMsg:
     run: str | None
     level: int
     load: ProcessLoad
+    streamed: int = 0  # output tokens the process's streams read in the level so far (the live tok/s)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"run": self.run, "level": self.level, "load": self.load.to_json()}
+        return {"run": self.run, "level": self.level, "load": self.load.to_json(), "streamed": self.streamed}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ClientLoadMsg:
@@ -215,4 +216,7 @@ class ClientLoadMsg:
         if load is None:
             raise ValueError("no load figures")
         run = d.get("run")
-        return cls(None if run is None else str(run), int(d["level"]), load)
+        streamed = d.get("streamed", 0)
+        if isinstance(streamed, bool) or not isinstance(streamed, int) or streamed < 0:
+            raise ValueError(f"streamed: expected a count, got {streamed!r}")
+        return cls(None if run is None else str(run), int(d["level"]), load, streamed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import gevent
 import orjson
@@ -26,8 +27,10 @@ class MetricsSampler:
     def __init__(
         self, host: str, run_dir: str, level_of: Callable[[], int | None], interval: float = 1.0,
         insecure: bool = False, send_key: bool = True,
+        on_sample: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:  # fmt: skip
         self.host, self.interval, self.level_of = host, interval, level_of
+        self.on_sample = on_sample  # each sample as written (the web UI's live view)
         self.headers = base_headers(stream=False, send_key=send_key)
         self.path = os.path.join(run_dir, SERVER_SAMPLES)
         self.client = make_client(host, 10.0, 5.0, insecure)
@@ -69,6 +72,8 @@ class MetricsSampler:
             self.greenlet = None  # (the loop ends with this greenlet)
             raise gevent.GreenletExit from None
         self.samples += 1
+        if self.on_sample is not None:
+            self.on_sample(line)
 
     def _loop(self) -> None:
         while True:

@@ -36,6 +36,7 @@ logger = logging.getLogger("specload")
 
 WEB_TOKEN_ENV = "SPECLOAD_WEB_TOKEN"  # the login token, from `specload ui` to its Locust child
 LOGIN_PATH = "/specload/login"  # POST user/password (the login page's form), or GET ?token=...
+PAGE = "/specload/"  # specload's own page (specload.locust.webui): where a login lands
 _USER_ID = "specload"
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _DEFAULT_PORTS = (":80", ":443")
@@ -144,7 +145,7 @@ def install_login(web_ui: Any, token: str) -> None:
         given = request.form.get("password") if request.method == "POST" else request.args.get("token")
         if given and hmac.compare_digest(given.encode(), expected):
             login_user(Operator())
-            return redirect(url_for("locust.index"))
+            return redirect(PAGE)
         session["auth_error"] = "Wrong password: use the token that `specload ui` printed when it started"
         return redirect(url_for("locust.login"))
 

@@ -1,7 +1,22 @@
-"""A "specload levels" tab in Locust's web UI: each level's live progress, from the sweep owner.
+"""specload in Locust's web UI: a page of its own, checks on the start form, and a tab in Locust's page.
 
-Uses Locust's extended-tab mechanism (template args plus an ``extended_stats`` entry added to the
-UI's regular ``/stats/requests`` poll), so no custom JavaScript is needed, and a CSV download.
+- **specload's page** (``/specload/``, the page a login lands on): a start form with specload's
+  options in a sensible order (no users or ramp-up fields: the levels decide), the sweep live (the
+  current level, its progress and time left, the requests in flight, every level's report figures
+  so far, the streamed tok/s, the server's queue and the client's own verdict), charts against
+  concurrency and over time, the runs of the results folder with their reports (rendered, and
+  downloadable as markdown, CSV and JSON) and ``specload compare`` of any two or more. One small
+  hand-written HTML/JS/CSS page shipped in the package (``webpage/``), no build step, no CDN: the
+  machines that drive GPU servers are often offline. It reads the JSON routes below.
+- **The start form's checks**: a ``before_request`` on Locust's ``/swarm`` (``start_refusal``).
+- **Locust's own page**: a "specload levels" tab (Locust's extended-tab mechanism: template args
+  plus an ``extended_stats`` entry on its ``/stats/requests`` poll), a CSV of it and a link to
+  specload's page under Download Data; ``/stats/requests`` reports cleanup/stopping as running, so
+  that page keeps polling until the run has stopped.
+
+Every route is behind the web UI's login (``auth_required_if_enabled``) and its same-origin guard
+(``websafety``). Documented Locust extension points only: routes on ``web_ui.app``, template args,
+``before_request``/``after_request`` hooks.
 """
 
 from __future__ import annotations
@@ -9,19 +24,51 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from specload.clientcheck import cell
-from specload.levels import LevelStatus
-from specload.locust.owner import SweepOwner
-from specload.records import level_label
+import gevent.lock
+from locust.runners import MasterRunner
 
+import specload
+from specload.clientcheck import ACTIVE_PHASES, cell
+from specload.config import FIELDS
+from specload.levels import LevelStatus
+from specload.locust.options import (
+    LABEL_DEST,
+    RUN_OPTIONS,
+    SEND_KEY_DEST,
+    SEND_KEY_FLAG,
+    check_form,
+    form_order,
+)
+from specload.locust.owner import SweepOwner
+from specload.locust.websafety import PAGE
+from specload.metrics import SERIES_BUCKET_S, LevelStats
+from specload.records import level_label
+from specload.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
+from specload.webview import NoSuchRun, list_runs, run_path
+
+logger = logging.getLogger("specload")
+
+_ASSETS = Path(__file__).resolve().parent / "webpage"
 _KEY = "specload-levels"
 _COLUMNS = [
     ("level", "Level"), ("concurrency", "C"), ("phase", "Phase"), ("requests", "Requests"),
     ("ok", "Ok"), ("failed", "Fail"), ("short", "Short"), ("tokens", "Tokens"), ("agg_tok_s", "Agg tok/s"),
     ("client", "Client"),  # the load generator's own verdict (specload.clientcheck)
 ]  # fmt: skip
+# specload's page shows the runner's state in four words: the run can be started, is running, is
+# winding down (in-flight requests get their grace period), or has stopped.
+_PAGE_STATE = {"ready": "ready", "init": "running", "spawning": "running", "running": "running",
+               "cleanup": "stopping", "stopping": "stopping", "stopped": "stopped", "missing": "stopped"}  # fmt: skip
+_DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json"}
 
 
 def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
@@ -33,7 +80,7 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
         budget = lv.plan.budget if lv.plan.budget is not None else "-"
         agg = lv.agg_tok_s()
         rows.append({
-            "level": level_label(lv.plan.concurrency, lv.plan.repeat),
+            "level": level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate),
             "concurrency": lv.plan.concurrency,
             "phase": (lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status).value,
             "requests": f"{lv.received}/{budget}",
@@ -44,26 +91,349 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
     return rows
 
 
-def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
-    from flask import Response, request
+# Locust's page polls /stats/requests only while the state is "spawning" or "running": a poll that
+# sees "cleanup" (a local runner stopping its users: in-flight requests get their grace period) or
+# "stopping" (a master waiting for its workers) was its last, and the page stayed on CLEANUP until
+# reloaded. Those states are shown as "running", so the page keeps polling until "stopped".
+_STILL_RUNNING = {"cleanup": "running", "stopping": "running"}
+
+
+def polled_state(state: Any) -> Any:
+    """The runner state as Locust's page should see it (it must keep polling until "stopped")."""
+    return _STILL_RUNNING.get(state, state)
+
+
+# ---------------------------------------------------------------- the start form
+
+
+def start_refusal(environment: Any, owner: SweepOwner, form: Mapping[str, str]) -> str | None:
+    """Why a start form submission (``POST /swarm``) must not start a run, or None. Checked before
+    Locust applies the form, so a bad value starts nothing and the form shows the message."""
+    if owner.active:
+        return f"a sweep is running ({owner.run_dir}): stop it before starting another"
+    busy = _workers_busy(environment)
+    if busy:
+        return busy
+    return check_form(form, environment.parsed_options, owner.explicit, owner.launch)
+
+
+def _workers_busy(environment: Any) -> str | None:
+    runner = environment.runner
+    if isinstance(runner, MasterRunner) and runner.worker_count == 0:
+        return ("no Locust worker is ready: after a run, workers rest for the stop timeout "
+                f"({environment.stop_timeout:g} s) before they take another; try again in a moment")  # fmt: skip
+    return None
+
+
+def install_form_check(environment: Any, owner: SweepOwner) -> None:
+    """Validate the start form before Locust's ``/swarm`` applies it: a refusal is Locust's own
+    ``{"success": false, "message": ...}`` answer, which its form (and specload's) shows; nothing
+    starts and ``parsed_options`` keep their values."""
+    from flask import jsonify, request
+    from flask_login import current_user
 
     web_ui = environment.web_ui
+
+    @web_ui.app.before_request
+    def _check_start_form() -> Any:
+        if request.method != "POST" or request.endpoint != "locust.swarm":
+            return None
+        if web_ui.web_login and not current_user.is_authenticated:
+            return None  # the view itself sends the caller to the login page
+        message = start_refusal(environment, owner, request.form)
+        if message is None:
+            return None
+        logger.info("start refused: %s", message)
+        return jsonify({"success": False, "message": message, "host": environment.host})
+
+
+def form_fields(environment: Any) -> list[dict[str, Any]]:
+    """specload's start form: the host, then every option in ``form_order`` with its current value
+    (the launch values, then the last run's), then the confirmation for the API key."""
+    opts = environment.parsed_options
+    run_help = {o[0]: o[3] for o in RUN_OPTIONS}
+    specs = {s.dest: s for s in FIELDS.values() if s.flag}
+    fields: list[dict[str, Any]] = [{
+        "name": "host", "label": "Host", "kind": "text", "value": environment.host or "", "group": "main",
+        "help": "The server's URL, e.g. http://gpu-box:30000",
+    }]  # fmt: skip
+    for i, dest in enumerate(form_order()):
+        value = getattr(opts, dest, None)
+        group = "main" if i < form_order().index(LABEL_DEST) + 1 else "more"
+        if dest == LABEL_DEST:
+            fields.append({"name": dest, "label": "Label", "kind": "text", "value": value or "",
+                           "help": run_help[LABEL_DEST], "group": group})  # fmt: skip
+            continue
+        spec = specs[dest]
+        kind = "choice" if spec.choices else ("number" if spec.option_type in (int, float) else "text")
+        fields.append({
+            "name": dest, "label": spec.label, "kind": kind, "help": spec.help, "group": group,
+            "value": "" if value is None else value, "choices": list(spec.choices or []),
+        })  # fmt: skip
+    fields.append({
+        "name": SEND_KEY_DEST, "label": "Send key to new host", "kind": "checkbox", "value": False, "group": "more",
+        "help": f"Send the API key to a Host other than the one specload was started for ({SEND_KEY_FLAG}); "
+                "counts for this run only",
+    })  # fmt: skip
+    return fields
+
+
+# ---------------------------------------------------------------- the sweep, live
+
+
+def _r(v: float | None, digits: int = 1) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
+    assert owner.ctrl is not None
+    lv = owner.ctrl.levels[index]
+    p = lv.plan
+    running = lv.status == LevelStatus.RUNNING
+    final = lv.status in (LevelStatus.COMPLETED, LevelStatus.INCOMPLETE) or not owner.active
+    s: LevelStats | None = None
+    streamed = None
+    if owner.live is not None:
+        s = owner.live.stats(index, p.concurrency, p.repeat, lv.status.value, final, now, p.rate)
+        if running and lv.phase in ACTIVE_PHASES:
+            streamed = owner.live.streamed_rate(index)
+    fig = owner.client_figures(index)
+    flag = fig.flag() if fig is not None else None
+    return {
+        "index": index, "label": level_label(p.concurrency, p.repeat, p.rate), "concurrency": p.concurrency,
+        "rate": p.rate,
+        "repeat": p.repeat, "status": lv.status.value, "phase": lv.phase.value if running else lv.status.value,
+        "done": lv.received, "budget": p.budget, "granted": lv.granted, "in_flight": lv.in_flight if running else 0,
+        "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
+        "agg_tok_s": _r(s.agg_tok_s if s else lv.agg_tok_s()), "live_tok_s": _r(streamed),
+        "per_req_tok_s": _r(s.per_req_tok_s if s else None),
+        "ttft_p50_ms": _r(s.ttft_p50_ms if s else None), "ttft_p99_ms": _r(s.ttft_p99_ms if s else None),
+        "tpot_p50_ms": _r(s.tpot_p50_ms if s else None), "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
+        "e2e_p50_s": _r(s.e2e_p50_s if s else None, 2),
+        "server_running_max": s.server_running_max if s else None,
+        "server_running_mean": _r(s.server_running_mean if s else None),
+        "server_queued_max": s.server_queued_max if s else None,
+        "server_queued_mean": _r(s.server_queued_mean if s else None),
+        "accept_length": _r(s.accept_length if s else None, 2),
+        "client": cell(fig), "client_flag": flag, "final": final,
+    }  # fmt: skip
+
+
+def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
+    """The current level: where it is, how far, and about how long it has left."""
+    ctrl = owner.ctrl
+    lv = ctrl.current if ctrl is not None and owner.active else None
+    if ctrl is None or lv is None:
+        return None
+    p = lv.plan
+    started = lv.t_measure_start
+    elapsed = now - started if started is not None else None
+    left = None
+    if elapsed is not None and p.duration_s is not None:
+        left = max(0.0, p.duration_s - elapsed)
+    elif elapsed is not None and p.budget is not None and lv.received > 0 and elapsed > 0:
+        left = (p.budget - lv.received) / (lv.received / elapsed)
+    return {
+        "index": p.index, "levels": len(ctrl.levels), "label": level_label(p.concurrency, p.repeat, p.rate),
+        "rate": p.rate,
+        "concurrency": p.concurrency, "phase": lv.phase.value, "done": lv.received, "budget": p.budget,
+        "duration_s": p.duration_s, "elapsed_s": _r(elapsed), "left_s": _r(left), "in_flight": lv.in_flight,
+        "warmup": p.warmup, "warmup_done": lv.received_warmup,
+    }  # fmt: skip
+
+
+def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
+    """tok/s over time of the current level (streamed tokens, live), else of the last level with
+    records (the report's series, from the records)."""
+    ctrl, live = owner.ctrl, owner.live
+    if ctrl is None or live is None:
+        return None
+    cur = ctrl.current if owner.active else None
+    if cur is not None and cur.phase in ACTIVE_PHASES:
+        points = live.streamed_series(cur.plan.index)
+        return {"label": level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
+                "concurrency": cur.plan.concurrency, "rate": cur.plan.rate,
+                "source": "streamed", "points": [[round(t, 2), round(v, 1)] for t, v in points]}  # fmt: skip
+    for row in reversed(levels):
+        lv = ctrl.levels[row["index"]]
+        s = live.stats(
+            row["index"], lv.plan.concurrency, lv.plan.repeat, lv.status.value, True, now, lv.plan.rate
+        )
+        if s is not None and s.tok_s_series:
+            pts = [[round((i + 0.5) * SERIES_BUCKET_S, 2), round(v, 1)] for i, v in enumerate(s.tok_s_series)]
+            return {
+                "label": row["label"],
+                "concurrency": lv.plan.concurrency,
+                "rate": lv.plan.rate,
+                "source": "records",
+                "points": pts,
+            }
+    return None
+
+
+def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
+    now = time.time()
+    runner = environment.runner
+    raw = getattr(runner, "state", "missing")
+    state = _PAGE_STATE.get(raw, raw)
+    master = isinstance(runner, MasterRunner)
+    out: dict[str, Any] = {
+        "state": state, "locust_state": raw, "active": owner.active, "failure": owner.failure,
+        "mode": "master" if master else "local", "workers": runner.worker_count if master else None,
+        "start_blocked": (f"a sweep is running ({owner.run_dir})" if owner.active else _workers_busy(environment)),
+        "run": None, "current": None, "levels": [], "server_now": None, "series": None,
+    }  # fmt: skip
+    if owner.run_dir is None or owner.ctrl is None:
+        return out
+    m = owner.meta
+    sc = m.scenario if isinstance(m.scenario, dict) else {}
+    out["run"] = {
+        "run_dir": owner.run_dir, "name": os.path.basename(owner.run_dir), "label": m.label, "status": m.status,
+        "reason": m.reason, "host": m.host, "backend": m.backend, "model": m.model, "scenario": sc.get("name"),
+        "scenario_file": m.scenario_file, "input_tokens": sc.get("input_tokens"),
+        "output_tokens": sc.get("output_tokens"), "levels": sc.get("levels"),
+        "rates": sc.get("rates"), "started_at": m.started_at,
+        "ended_at": m.ended_at, "simulated": m.simulated, "server_metrics": m.server_metrics,
+        "report": owner.closed,
+    }  # fmt: skip
+    levels = [_level_live(owner, lv.plan.index, now) for lv in owner.ctrl.levels]
+    out["levels"] = levels
+    out["current"] = _progress(owner, now)
+    latest = owner.live.latest_sample if owner.live is not None else None
+    if latest is not None and owner.active:
+        out["server_now"] = {"running": latest.running, "queued": latest.queued, "age_s": _r(now - latest.t)}
+    out["series"] = _series(owner, levels, now)
+    return out
+
+
+# ---------------------------------------------------------------- reports and comparisons
+
+
+class Bundles:
+    """Reports and comparisons made by ``python -m specload.webview`` in a child process (reading a
+    big run takes seconds of CPU: not the Locust process's, which may be driving a sweep), kept
+    while the run directories are unchanged."""
+
+    MAX = 16
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._locks: dict[tuple[Any, ...], gevent.lock.Semaphore] = {}
+
+    @staticmethod
+    def _stamp(run_dir: Path) -> tuple[Any, ...]:
+        out: list[Any] = [str(run_dir)]
+        for name in (RUN_JSON, RECORDS, SERVER_SAMPLES):
+            try:
+                st = (run_dir / name).stat()
+                out += [st.st_mtime_ns, st.st_size]
+            except OSError:
+                out += [None, None]
+        return tuple(out)
+
+    def get(self, kind: str, run_dirs: list[Path]) -> dict[str, Any]:
+        key = (kind, *(self._stamp(d) for d in run_dirs))
+        lock = self._locks.setdefault(key, gevent.lock.Semaphore())
+        with lock:  # one child per bundle, however many tabs ask at once
+            if key not in self._cache:
+                self._cache[key] = self._make(kind, run_dirs)
+                while len(self._cache) > self.MAX:
+                    del self._cache[next(iter(self._cache))]
+        self._locks.pop(key, None)
+        return self._cache[key]
+
+    @staticmethod
+    def _make(kind: str, run_dirs: list[Path]) -> dict[str, Any]:
+        pkg_root = str(Path(specload.__file__).resolve().parent.parent)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p),
+        }
+        cmd = [sys.executable, "-m", "specload.webview", kind, *map(str, run_dirs)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=600, env=env)
+            out = json.loads(done.stdout or b"{}")
+        except (OSError, ValueError, subprocess.TimeoutExpired) as e:
+            return {"error": f"could not make the {kind}: {e}"}
+        if done.returncode != 0 and "error" not in out:
+            out = {"error": (done.stderr.decode("utf-8", "replace")[-500:] or f"exit code {done.returncode}")}
+        return out
+
+
+# ---------------------------------------------------------------- wiring
+
+
+def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
+    from flask import Response, abort, jsonify, request, send_from_directory
+
+    install_form_check(environment, owner)
+    web_ui = environment.web_ui
+    app = web_ui.app
+    # Locust's start form lists its options in the order of the page's template args (Jinja's tojson
+    # sorts keys by default): keep the order they were registered in (options.form_order).
+    app.jinja_env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+    app.json.sort_keys = False  # (and our JSON in the order it is built)
     web_ui.template_args["extended_tabs"] = [{"title": "specload levels", "key": _KEY}]
     web_ui.template_args["extended_tables"] = [
         {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
     ]
-    web_ui.template_args["extended_csv_files"] = [{"href": "./specload/levels.csv", "title": "specload levels (CSV)"}]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
+        {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
+    ]
+    auth = web_ui.auth_required_if_enabled
+    bundles = Bundles()
 
-    @web_ui.app.after_request
+    def results_dir() -> str:
+        return getattr(environment.parsed_options, "results_dir", None) or "results"
+
+    def run_dir_of(name: str) -> Path:
+        try:
+            path = run_path(results_dir(), name)
+        except NoSuchRun as e:
+            abort(404, str(e))
+        return path
+
+    def download(text: str, fmt: str, filename: str) -> Any:
+        filename = safe_name(filename)
+        return Response(text, mimetype=_DOWNLOADS[fmt],
+                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})  # fmt: skip
+
+    @app.after_request
     def _add_levels(response: Any) -> Any:
         if request.path == "/stats/requests" and response.is_json:
             data = response.get_json()
             data["extended_stats"] = [{"key": _KEY, "data": level_rows(owner)}]
+            data["state"] = polled_state(data.get("state"))
             response.set_data(json.dumps(data))
         return response
 
-    @web_ui.app.route("/specload/levels.csv")
-    @web_ui.auth_required_if_enabled
+    @app.route(PAGE)
+    @auth
+    def _page() -> Any:
+        response = send_from_directory(_ASSETS, "index.html")
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @app.route("/specload/static/<path:name>")
+    @auth
+    def _asset(name: str) -> Any:
+        return send_from_directory(_ASSETS, name)
+
+    @app.route("/specload/form")
+    @auth
+    def _form() -> Any:
+        opts = environment.parsed_options
+        return jsonify({"fields": form_fields(environment), "scenario_file": getattr(opts, "scenario", "") or None,
+                        "results_dir": results_dir()})  # fmt: skip
+
+    @app.route("/specload/live")
+    @auth
+    def _live() -> Any:
+        return jsonify(live_payload(environment, owner))
+
+    @app.route("/specload/levels.csv")
+    @auth
     def _levels_csv() -> Any:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=[k for k, _ in _COLUMNS])
@@ -71,8 +441,66 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")
 
-    @web_ui.app.route("/specload/run")
-    @web_ui.auth_required_if_enabled
+    @app.route("/specload/run")
+    @auth
     def _run() -> Any:
         return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.status,
                 "levels": level_rows(owner)}  # fmt: skip
+
+    @app.route("/specload/runs")
+    @auth
+    def _runs() -> Any:
+        active = os.path.basename(owner.run_dir) if owner.active and owner.run_dir else None
+        return jsonify({"results_dir": results_dir(), "active": active, "runs": list_runs(results_dir())})
+
+    @app.route("/specload/runs/<name>/report")
+    @auth
+    def _report(name: str) -> Any:
+        path = run_dir_of(name)
+        if owner.active and owner.run_dir and path == Path(owner.run_dir).resolve():
+            return jsonify({"error": "this run is still going: its report is made when it ends"}), 409
+        bundle = bundles.get("report", [path])
+        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv")}), (
+            500 if "error" in bundle else 200
+        )
+
+    @app.route("/specload/runs/<name>/report.<fmt>")
+    @auth
+    def _report_file(name: str, fmt: str) -> Any:
+        if fmt not in _DOWNLOADS:
+            abort(404)
+        path = run_dir_of(name)
+        bundle = bundles.get("report", [path])
+        if "error" in bundle:
+            return jsonify(bundle), 500
+        return download(bundle["markdown" if fmt == "md" else fmt], fmt, f"{name}-report.{fmt}")
+
+    def compared() -> tuple[list[str], dict[str, Any]]:
+        names = request.args.getlist("run")
+        if len(names) < 2:
+            abort(400, "choose at least two runs (the first is the baseline)")
+        return names, bundles.get("compare", [run_dir_of(n) for n in names])
+
+    @app.route("/specload/compare")
+    @auth
+    def _compare() -> Any:
+        _names, bundle = compared()
+        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv", "png")} |
+                       {"plot": bundle.get("png") is not None}), (500 if "error" in bundle else 200)  # fmt: skip
+
+    @app.route("/specload/compare.<fmt>")
+    @auth
+    def _compare_file(fmt: str) -> Any:
+        names, bundle = compared()
+        if "error" in bundle:
+            return jsonify(bundle), 500
+        stem = "compare-" + "-vs-".join(names)
+        if fmt == "png":
+            if not bundle.get("png"):
+                abort(404, bundle.get("plot_note") or "no plot")
+            import base64
+
+            return Response(base64.b64decode(bundle["png"]), mimetype="image/png")
+        if fmt not in _DOWNLOADS:
+            abort(404)
+        return download(bundle["markdown" if fmt == "md" else fmt], fmt, f"{stem}.{fmt}")
