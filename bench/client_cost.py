@@ -280,8 +280,8 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
     from specload.rundir import read_run_meta
 
     tag = f"c{lv.concurrency}-itl{lv.itl_ms:g}-L{lv.output_tokens}"
-    work = out / tag
-    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=out))  # one per run: --repeat runs a level again
     sim = start_sim(sim_prefix, lv.itl_ms, max(4 * lv.concurrency, 64))
     try:
         cmd = [*client_prefix, sys.executable, "-m", "specload", "sweep", "--host", sim.url, "--out", str(work),

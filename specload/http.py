@@ -10,11 +10,18 @@ import logging
 import os
 import socket
 import ssl
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
+from gevent import get_hub, getcurrent
+from gevent import socket as gevent_socket
 from gevent import ssl as gevent_ssl
 from geventhttpclient import HTTPClient
+from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.text import shorten
 
@@ -176,3 +183,432 @@ def describe_connect_error(
     if isinstance(e, ConnectionRefusedError):
         return "connection refused"
     return f"{type(e).__name__}: {shorten(str(e), 120)}"
+
+
+# the streaming exchange: request out, response head in, body read straight from the socket ------
+#
+# geventhttpclient sends the request and gives the body through ``readline``: per call it feeds the
+# bytes of a ``recv`` to its llhttp parser, copies them into a body buffer, then slices one line out
+# of it and deletes it from the front. On the per-token path that, and a libev timer armed and
+# disarmed around every blocking ``recv`` (the socket's read timeout), was most of the client's CPU.
+# Here one ``recv_into`` a preallocated buffer is followed by one pass that strips the HTTP/1.1
+# chunked framing and splits the SSE lines; the read timeout is one lazy timer per stream that only
+# fires (and re-arms itself) when the stream may have been silent for the whole timeout. The
+# connection pool, the request head's construction and TLS stay geventhttpclient's.
+
+_RECV_SIZE = 65536
+_MAX_HEAD = 65536  # a response head larger than this is not an HTTP server we can talk to
+_MAX_CHUNK_LINE = 4096  # chunk size line with extensions
+_HEX = b"0123456789abcdefABCDEF"
+_LEN_MARK = "31415926535897932384"  # a Content-Length value no request ever has: the template's slot
+_HEAD_CACHE_SIZE = 64
+
+# body framing
+_NONE, _CHUNKED, _LENGTH, _CLOSE = 0, 1, 2, 3
+# chunked decoder states
+_C_DATA, _C_CRLF, _C_SIZE, _C_TRAILER, _C_END = 0, 1, 2, 3, 4
+
+
+_local = threading.local()
+
+
+class StreamTimeout(TimeoutError):
+    """No byte of the body arrived for the read timeout (thrown into the reading greenlet)."""
+
+
+def _request_head(client: HTTPClient, path: str, headers: dict[str, str], length: int) -> bytes:
+    """The request head geventhttpclient would send (Host, User-Agent, proxy form, header checks),
+    built once per (client, path, headers) and reused with only the Content-Length changed."""
+    key = (path, tuple(headers.items()))
+    cache: dict[Any, tuple[bytes, bytes]] | None = client.__dict__.get("_specload_heads")
+    if cache is None:
+        cache = client.__dict__["_specload_heads"] = {}
+    parts = cache.get(key)
+    if parts is None:
+        fields = {k: v for k, v in headers.items() if k.lower() != "content-length"}
+        fields["Content-Length"] = _LEN_MARK
+        text = client._build_request("POST", path, body=b"", headers=fields)
+        pre, post = text.encode("latin-1").rsplit(_LEN_MARK.encode(), 1)  # after every header of ours
+        parts = (pre, post)
+        if len(cache) >= _HEAD_CACHE_SIZE:
+            cache.clear()
+        cache[key] = parts
+    return b"%b%d%b" % (parts[0], length, parts[1])
+
+
+def post(client: HTTPClient, path: str, payload: bytes, headers: dict[str, str]) -> StreamResponse:
+    """Send one POST on a pooled connection and read the response head.
+
+    Raises what the socket raises (timeouts, resets) and HTTPConnectionClosed when the connection
+    closed before any response byte: a keep-alive connection the server had already closed, which
+    the caller may retry once on a new one. The connection goes back to the pool (or is closed)
+    through the returned response's ``release``; on an exception here it is closed already."""
+    pool = client._connection_pool
+    sock = pool.get_socket()
+    try:
+        sock.sendall(_request_head(client, path, headers, len(payload)) + payload)
+        return StreamResponse(sock, pool)
+    except BaseException:
+        pool.release_socket(sock)
+        raise
+
+
+class StreamResponse:
+    """One HTTP/1.1 response read straight from its socket: the head parsed here, the body decoded
+    (chunked, Content-Length or until close) in one pass per ``recv`` and handed out as lines."""
+
+    __slots__ = (
+        "_sock", "_pool", "_buf", "_view", "status", "keep_alive", "complete", "t", "pending",
+        "_mode", "_left", "_state", "_raw", "_extra", "_early", "_raw_sock", "_drained",
+    )  # fmt: skip
+
+    def __init__(self, sock: Any, pool: Any) -> None:
+        self._sock = sock
+        self._pool = pool
+        bufs = _local.__dict__.get("bufs")
+        if bufs is None:
+            b = bytearray(_RECV_SIZE)
+            bufs = _local.bufs = (b, memoryview(b))
+        # One receive buffer per thread, shared by all its streams: every recv_into is copied out
+        # before the greenlet can yield, and a buffer per request would cost its allocation.
+        self._buf, self._view = bufs
+        self.status = 0
+        self.keep_alive = False
+        self.complete = False  # the whole message was read
+        self.t = time.perf_counter()  # when the last bytes arrived
+        self.pending = b""  # the start of a line whose end has not arrived
+        self._mode = _NONE
+        self._left = 0  # chunked: bytes left in the current chunk; Content-Length: in the body
+        self._state = _C_SIZE
+        self._raw = b""  # chunked: framing bytes that await the rest of their line
+        self._extra = False  # bytes past the end of the message: the connection is not reusable
+        self._early = b""  # body bytes that came with the head, decoded by the first read
+        # a plain gevent TCP socket (not TLS) lets the reader wait for readability itself
+        self._raw_sock = sock._sock if type(sock) is gevent_socket.socket else None
+        self._drained = True
+        try:
+            self._read_head()
+        except BaseException:
+            self._sock = self._pool = None  # the caller (post) closes the connection, once
+            raise
+
+    # -- receiving
+
+    def _recv(self) -> bytes:
+        """One ``recv`` (or the body bytes that came with the head); b"" at the end of the connection.
+
+        On a plain TCP socket whose last ``recv`` emptied the kernel's buffer, wait until it is
+        readable first, then read: gevent's own ``recv_into`` tries the read first and so pays a
+        failed system call and a raised BlockingIOError on nearly every token of a stream."""
+        if self._early:
+            data, self._early = self._early, b""
+            return data
+        sock = self._sock
+        raw = self._raw_sock
+        if raw is not None and self._drained:
+            sock._wait(sock._read_event)
+            try:
+                n = raw.recv_into(self._buf)
+            except BlockingIOError:  # woken without data after all: gevent's way
+                n = sock.recv_into(self._buf)
+        else:
+            n = sock.recv_into(self._buf)
+        self.t = time.perf_counter()
+        if n:
+            self._drained = n < _RECV_SIZE
+            return self._view[:n].tobytes()
+        return b""
+
+    def _read_head(self) -> None:
+        data = b""
+        while True:
+            n = self._sock.recv_into(self._buf)
+            self.t = time.perf_counter()
+            got = self._view[:n].tobytes() if n else b""
+            if not got:
+                if not data:
+                    raise HTTPConnectionClosed("connection closed.")
+                raise HTTPParseError("connection closed before the end of the response head")
+            data += got
+            while True:
+                end = data.find(b"\r\n\r\n")
+                n = 4
+                lf = data.find(b"\n\n", 0, end if end >= 0 else len(data))
+                if lf >= 0:
+                    end, n = lf, 2
+                if end < 0:
+                    if len(data) > _MAX_HEAD:
+                        raise HTTPParseError("response head too large")
+                    break
+                head, data = data[:end], data[end + n :]
+                if self._parse_head(head):
+                    self._early = data
+                    return
+
+    def _parse_head(self, head: bytes) -> bool:
+        """Take a response head; False for an interim (1xx) response, whose final one follows."""
+        lines = head.split(b"\n")
+        status = lines[0].rstrip(b"\r").split(None, 2)
+        if len(status) < 2 or not status[0].startswith(b"HTTP/") or len(status[1]) != 3 or not status[1].isdigit():
+            raise HTTPParseError(f"not an HTTP response: {shorten(repr(lines[0]), 80)}")
+        code = int(status[1])
+        if code < 200:
+            return False
+        self.status = code
+        version = status[0]
+        te = cl = conn = None
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise HTTPParseError(f"malformed header line {shorten(repr(line), 80)}")
+            name = name.strip().lower()
+            if name == b"transfer-encoding":
+                te = value.strip().lower() if te is None else te + b"," + value.strip().lower()
+            elif name == b"content-length":
+                v = value.strip()
+                if not v.isdigit() or (cl is not None and cl != int(v)):
+                    raise HTTPParseError(f"bad Content-Length {shorten(repr(value), 40)}")
+                cl = int(v)
+            elif name == b"connection":
+                conn = value.strip().lower() if conn is None else conn + b"," + value.strip().lower()
+        tokens = {c.strip() for c in conn.split(b",")} if conn is not None else set()
+        self.keep_alive = b"keep-alive" in tokens if version == b"HTTP/1.0" else b"close" not in tokens
+        if code in (204, 304):
+            self._mode, self.complete = _NONE, True
+        elif te is not None:
+            if te.rsplit(b",", 1)[-1].strip() == b"chunked":
+                self._mode, self._state = _CHUNKED, _C_SIZE
+            else:
+                self._mode, self.keep_alive = _CLOSE, False
+        elif cl is not None:
+            self._mode, self._left = _LENGTH, cl
+            self.complete = cl == 0
+        else:
+            self._mode, self.keep_alive = _CLOSE, False
+        return True
+
+    # -- the body
+
+    def _decode(self, data: bytes) -> bytes:
+        """The body bytes in ``data`` (framing removed); sets ``complete`` at the end of the message."""
+        mode = self._mode
+        if mode == _CHUNKED:
+            return self._dechunk(data)
+        if mode == _LENGTH:
+            left = self._left
+            if len(data) >= left:
+                if len(data) > left:
+                    self._extra = True
+                self._left = 0
+                self.complete = True
+                return data[:left]
+            self._left = left - len(data)
+            return data
+        if mode == _CLOSE:
+            return data
+        self._extra = True  # a body after a message that has none
+        return b""
+
+    def _dechunk(self, data: bytes) -> bytes:
+        if self._state == _C_SIZE and not self._raw:
+            # The common case: a recv of exactly one whole chunk (a server flushes one per event).
+            i = data.find(b"\n")
+            if 0 < i <= 16:
+                size = data[:i].rstrip(b"\r")
+                if size and not size.translate(None, _HEX):
+                    end = i + 1 + int(size, 16)
+                    if end > i + 1 and len(data) == end + 2 and data[end:] == b"\r\n":
+                        return data[i + 1 : end]
+        raw = self._raw + data if self._raw else data
+        n = len(raw)
+        pos = 0
+        out: list[bytes] = []
+        state, left = self._state, self._left
+        while pos < n:
+            if state == _C_DATA:
+                end = pos + left
+                if end > n:
+                    out.append(raw[pos:])
+                    left = end - n
+                    pos = n
+                    break
+                out.append(raw[pos:end])
+                pos, left, state = end, 0, _C_CRLF
+            elif state == _C_CRLF:
+                if n - pos < 2:
+                    break
+                if raw[pos : pos + 2] != b"\r\n":
+                    if raw[pos : pos + 1] != b"\n":
+                        raise HTTPParseError("chunk data not followed by CRLF")
+                    pos += 1
+                else:
+                    pos += 2
+                state = _C_SIZE
+            elif state == _C_SIZE:
+                i = raw.find(b"\n", pos)
+                if i < 0:
+                    if n - pos > _MAX_CHUNK_LINE:
+                        raise HTTPParseError("chunk size line too long")
+                    break
+                size = raw[pos:i].split(b";", 1)[0].strip()
+                if not size or size.translate(None, _HEX) or len(size) > 16:
+                    raise HTTPParseError(f"bad chunk size {shorten(repr(raw[pos:i]), 40)}")
+                left = int(size, 16)
+                pos = i + 1
+                state = _C_DATA if left else _C_TRAILER
+            elif state == _C_TRAILER:
+                i = raw.find(b"\n", pos)
+                if i < 0:
+                    if n - pos > _MAX_HEAD:
+                        raise HTTPParseError("trailer too long")
+                    break
+                line = raw[pos:i]
+                pos = i + 1
+                if line == b"" or line == b"\r":
+                    state = _C_END
+                    self.complete = True
+            else:  # _C_END: bytes after the message
+                self._extra = True
+                pos = n
+        self._state, self._left = state, left
+        self._raw = raw[pos:] if pos < n else b""
+        if len(out) == 1:
+            return out[0]
+        return b"".join(out)
+
+    def lines(self) -> list[bytes] | None:
+        """The body's next complete lines (without their newline), after at most one ``recv``;
+        None at the end of the body (a line without its newline is then left in ``pending``).
+
+        Raises HTTPConnectionClosed when the connection ends before the message does."""
+        pending = self.pending
+        if b"\n" in pending:
+            lines = pending.split(b"\n")
+            self.pending = lines.pop()
+            return lines
+        if self.complete:
+            return None
+        data = self._recv()
+        if not data:
+            if self._mode == _CLOSE:
+                self.complete = True
+                return None
+            raise HTTPConnectionClosed("connection closed before the end of the response body")
+        body = self._decode(data)
+        if pending:
+            body = pending + body
+        if b"\n" not in body:
+            self.pending = body
+            return []
+        lines = body.split(b"\n")
+        self.pending = lines.pop()
+        return lines
+
+    def read(self, limit: int) -> bytes:
+        """Up to ``limit`` bytes of the body (an error message), reading until the end or the limit."""
+        got = [self.pending]
+        size = len(self.pending)
+        self.pending = b""
+        while size < limit and not self.complete:
+            data = self._recv()
+            if not data:
+                if self._mode != _CLOSE:
+                    self.keep_alive = False
+                self.complete = self._mode == _CLOSE
+                break
+            body = self._decode(data)
+            got.append(body)
+            size += len(body)
+        return b"".join(got)[:limit]
+
+    def drain(self, timeout: float) -> None:
+        """Read what is left of the message, waiting at most ``timeout`` per ``recv`` (the last chunk
+        normally follows [DONE] at once): the connection can then be reused."""
+        sock = self._sock
+        if sock is None or self.complete:
+            return
+        old = sock.gettimeout()
+        sock.settimeout(timeout)
+        try:
+            while not self.complete:
+                data = self._recv()
+                if not data:
+                    self.complete = self._mode == _CLOSE
+                    self.keep_alive = False
+                    return
+                self._decode(data)
+        except Exception:  # noqa: BLE001 - a connection that did not end cleanly is closed, not reused
+            self.keep_alive = False
+        finally:
+            sock.settimeout(old)
+
+    def release(self) -> None:
+        """Give the connection back for reuse exactly when the message ended cleanly and the server
+        keeps it open; close it otherwise. Idempotent."""
+        sock, pool = self._sock, self._pool
+        self._sock = self._pool = None
+        if sock is None or pool is None:
+            return
+        if self.complete and self.keep_alive and not self._extra and not self._raw and not self._early:
+            pool.return_socket(sock)
+        else:
+            pool.release_socket(sock)
+
+    def __del__(self) -> None:
+        self.release()  # a reader that met a bug still gives its connection back (closed)
+
+    # -- the read timeout
+
+    def watch(self, timeout: float) -> Callable[[], None]:
+        """Arm the stream's read timeout for the body: StreamTimeout is thrown into this greenlet
+        once no byte arrived for ``timeout`` s. The socket's own timeout (a libev timer started and
+        stopped around every blocking ``recv``) is switched off meanwhile; the returned function
+        disarms the watch and gives the socket its timeout back."""
+        sock = self._sock
+        if sock is None:
+            return _nothing
+        old = sock.gettimeout()
+        sock.settimeout(None)
+        watchdog = _Watchdog(self, getcurrent(), timeout)
+
+        def disarm() -> None:
+            watchdog.close()
+            if self._sock is not None:
+                self._sock.settimeout(old)
+
+        return disarm
+
+
+def _nothing() -> None:
+    return None
+
+
+class _Watchdog:
+    """One libev timer per stream, armed for the whole timeout from the last bytes' arrival: when it
+    fires early (bytes came meanwhile) it re-arms itself for the rest, else it interrupts the reader."""
+
+    __slots__ = ("_resp", "_greenlet", "_timeout", "_timer", "_loop")
+
+    def __init__(self, resp: StreamResponse, greenlet: Any, timeout: float) -> None:
+        self._resp, self._greenlet, self._timeout = resp, greenlet, timeout
+        self._loop = get_hub().loop
+        self._timer: Any = None
+        self._arm(timeout)
+
+    def _arm(self, delay: float) -> None:
+        self._timer = self._loop.timer(max(delay, 0.0), ref=False)
+        self._timer.start(self._fire)
+
+    def _fire(self) -> None:
+        self._timer.close()
+        self._timer = None
+        rest = self._timeout - (time.perf_counter() - self._resp.t)
+        if rest > 0.0005:
+            self._arm(rest)
+        else:
+            self._greenlet.throw(StreamTimeout("read timeout"))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None

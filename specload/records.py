@@ -14,7 +14,8 @@ monotonic differences.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -96,13 +97,22 @@ class RequestRecord:
     prefix_group: int | None = None
     cached_tokens: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive
+        deep copy (once per request on the client). ``itl`` is the record's own list, not a copy."""
+        return dict(zip(_FIELD_NAMES, _get_fields(self), strict=True))
+
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps(self)  # orjson writes a dataclass's fields in order, as asdict would
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
+_get_fields = attrgetter(*_FIELD_NAMES)
 
 
 def derived(

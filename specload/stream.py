@@ -1,10 +1,11 @@
 """One streaming generation request, timed, turned into a RequestRecord.
 
-This is the load generator's hot path. Per SSE line it does: one ``readline`` from the socket
-buffer, one ``perf_counter``, a prefix check and the backend parser's single ``orjson.loads``.
-Timestamps are taken as soon as a line is read, before it is parsed, so parse cost never shows
-up in TTFT or inter-token gaps. Every outcome, including every failure, produces exactly one
-record: the sweep's request budget relies on it.
+This is the load generator's hot path. Per wake-up it does one ``recv_into`` and one pass that
+strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``),
+and per ``data:`` line a prefix check, one ``perf_counter`` and the backend parser's single
+``orjson.loads``. Each event is stamped as it is taken from the buffer, before it is parsed, so
+its own parse cost never shows up in TTFT or inter-token gaps. Every outcome, including every failure,
+produces exactly one record: the sweep's request budget relies on it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.backends import Backend, MalformedEvent
 from specload.histogram import FLOOR_S, RATIO, to_pairs
-from specload.http import describe_connect_error, server_message
+from specload.http import StreamResponse, describe_connect_error, post, server_message
 from specload.records import (
     FAILED,
     ITL_PER_EVENT,
@@ -154,24 +155,24 @@ def _stream_request(
     streamed = streamed_tokens
     t_send_wall = now()
     t0 = perf()
-    resp = None
+    resp: StreamResponse | None = None
     interrupted = False
     try:
         try:
-            resp = client.request("POST", path, body=payload, headers=headers)
+            resp = post(client, path, payload, headers)
         except _STALE:
             # A keep-alive connection the server had closed just after its last response (llama.cpp
             # does this after every streamed response while it advertises keep-alive). The request
             # never reached a live connection, so it is sent again on a new one, timed from there.
             t_send_wall, t0 = now(), perf()
-            resp = client.request("POST", path, body=payload, headers=headers)
+            resp = post(client, path, payload, headers)
     except GreenletExit:
         reason, interrupted = "interrupted (test stopped) before the response", True
     except Exception as e:  # noqa: BLE001 - every failure becomes a record
         reason = describe_connect_error(e, read_timeout, connect_timeout, perf() - t0)
     t_end_p: float | None = None
     if resp is not None:
-        http_status = resp.status_code
+        http_status = resp.status
         if http_status != 200:
             try:
                 raw = resp.read(_ERROR_BODY_LIMIT)
@@ -180,48 +181,58 @@ def _stream_request(
             reason = f"HTTP {http_status}: {server_message(http_status, raw)}"
             resp.release()
         else:
-            readline = resp.readline
+            next_lines = resp.lines
             line = b""
             stray: list[bytes] = []
+            disarm = resp.watch(read_timeout)
             try:
                 while True:
-                    line = readline(b"\n")
-                    t = perf()
-                    if not line:
-                        if not chunks:  # readline keeps back a last line without its newline
-                            stray.append(resp.read(_ERROR_BODY_LIMIT))
+                    lines = next_lines()
+                    if lines is None:
+                        if not chunks and resp.pending:  # a last line without its newline
+                            stray.append(resp.pending)
                         break  # end of body
-                    if line[:5] != b"data:":
-                        if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
-                            stray.append(line)  # what a 200 that is no event stream says instead
-                        continue  # blank separators, comments, event:/id: fields
-                    data = line[5:].strip()
-                    if data == _DONE:
-                        done = True
-                        break
-                    n = feed(data)
-                    if n:
-                        if t_first_p is None:
-                            t_first_p, first_n = t, n
-                        else:
-                            gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
-                            if gap > itl_max:
-                                itl_max = gap
-                            b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
-                            itl[b] = itl.get(b, 0) + n
-                        last_p = t
-                        chunks += 1
-                        tokens_seen += n
-                        streamed[0] += n
-                    elif parser.error is not None:
-                        reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
-                        break
+                    for line in lines:
+                        if line[:5] != b"data:":
+                            if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
+                                stray.append(line + b"\n")  # what a 200 that is no event stream says instead
+                            continue  # blank separators, comments, event:/id: fields
+                        # Stamped per event, before it is parsed, as it is taken from the buffer: events
+                        # that came in one recv (a fast server, a busy client) keep distinct times in
+                        # arrival order, so a stream that arrived at once still has a TPOT.
+                        t = perf()
+                        data = line[5:].strip()
+                        if data == _DONE:
+                            done = True
+                            break
+                        n = feed(data)
+                        if n:
+                            if t_first_p is None:
+                                t_first_p, first_n = t, n
+                            else:
+                                gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
+                                if gap > itl_max:
+                                    itl_max = gap
+                                b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
+                                itl[b] = itl.get(b, 0) + n
+                            last_p = t
+                            chunks += 1
+                            tokens_seen += n
+                            streamed[0] += n
+                        elif parser.error is not None:
+                            reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                            break
+                    else:
+                        continue
+                    break
             except MalformedEvent as e:
                 reason = f"malformed event after {tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(line.decode('utf-8', 'replace'), 100)!r}"
             except GreenletExit:
                 reason, interrupted = f"interrupted (test stopped) after {tokens_seen} tokens", True
             except Exception as e:  # noqa: BLE001
                 reason = _describe_read_error(e, tokens_seen, read_timeout)
+            finally:
+                disarm()
             t_end_p = perf()
             if reason is None and not done and not chunks and any(s.strip() for s in stray):
                 body_text = server_message(200, b"".join(stray)[:_ERROR_BODY_LIMIT])
@@ -238,22 +249,12 @@ def _stream_request(
     return rec
 
 
-def _finish(resp: Any, clean: bool) -> None:
+def _finish(resp: StreamResponse, clean: bool) -> None:
     """Give the connection back for reuse only when the HTTP message really ended."""
-    if clean and not resp.message_complete:
-        sock = resp._sock
-        if sock is not None:
-            # The terminating chunk follows [DONE] at once on every server we know; do not wait
-            # a full read timeout for one that lingers, and give the socket back as it was.
-            old = sock.gettimeout()
-            sock.settimeout(1.0)
-            try:
-                while resp.readline(b"\n"):
-                    pass
-            except Exception:  # noqa: BLE001
-                pass
-            finally:
-                sock.settimeout(old)
+    if clean:
+        # The terminating chunk follows [DONE] at once on every server we know; do not wait
+        # a full read timeout for one that lingers.
+        resp.drain(1.0)
     resp.release()
 
 

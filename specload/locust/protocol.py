@@ -7,7 +7,8 @@ machine) boundary is written down in one place, and a renamed field breaks a tes
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from operator import attrgetter
 from typing import Any
 
 from specload.clientcheck import ProcessLoad
@@ -90,6 +91,15 @@ class TicketRequest:
         return cls(str(d["uid"]))
 
 
+_GRANT_FIELDS = tuple(f.name for f in fields(Grant))
+_grant_values = attrgetter(*_GRANT_FIELDS)
+
+
+def _grant_dict(g: Grant) -> dict[str, Any]:
+    """``asdict(grant)`` (its fields are all scalars) without asdict's recursive copy: once per request."""
+    return dict(zip(_GRANT_FIELDS, _grant_values(g), strict=True))
+
+
 @dataclass(frozen=True, slots=True)
 class TicketReply:
     """A grant (or a refusal), with the request's dataset prompt when the run uses a dataset: the
@@ -104,7 +114,7 @@ class TicketReply:
     ticket: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"uid": self.uid, "grant": None if self.grant is None else asdict(self.grant),
+        return {"uid": self.uid, "grant": None if self.grant is None else _grant_dict(self.grant),
                 "item": None if self.item is None else self.item.to_wire(), "ticket": self.ticket}  # fmt: skip
 
     @classmethod
@@ -135,7 +145,7 @@ class TicketReturn:
 class RecordMsg:
     """One finished request's record, with the secret of the ticket it was sent under."""
 
-    record: dict[str, Any]  # asdict(RequestRecord): written to records.jsonl as is
+    record: dict[str, Any]  # RequestRecord.to_dict() (= asdict): written to records.jsonl as is
     ticket: str
 
     def to_wire(self) -> dict[str, Any]:
@@ -147,7 +157,7 @@ class RecordMsg:
 
     @classmethod
     def of(cls, rec: RequestRecord, ticket: str) -> RecordMsg:
-        return cls(asdict(rec), ticket)
+        return cls(rec.to_dict(), ticket)
 
     def parsed(self) -> RequestRecord:
         return RequestRecord.from_dict(self.record)
