@@ -143,7 +143,7 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
         assert levels[1][name]["server_queued_max"] == 0
     text = subprocess.run(
         [sys.executable, "-m", "specload", "compare", str(runs[0][0]), str(runs[1][0]), "--no-plot",
-         "--out", str(tmp_path / "cmp2")], cwd=REPO, capture_output=True, text=True, timeout=120,
+         "--columns", "all", "--out", str(tmp_path / "cmp2")], cwd=REPO, capture_output=True, text=True, timeout=120,
     ).stdout  # fmt: skip
     assert f"{levels[8]['spec']['accept_length']:.2f}" in text, text
 
