@@ -22,6 +22,7 @@ from typing import Any
 
 from specload import histogram
 from specload.columns import GroupKey, LevelColumns, Timeline
+from specload.counters import window_ends
 from specload.mixstats import MixStats, mix_stats, prefix_cache_rate
 from specload.records import (
     OK,
@@ -370,12 +371,10 @@ def accept_length_from_counters(samples: Sequence[ServerSample], start: float, e
         (s for s in samples if s.spec_num_drafts is not None and s.spec_num_accepted_tokens is not None),
         key=lambda s: s.t,
     )
-    before = [s for s in usable if s.t <= start]
-    first = before[-1] if before else next((s for s in usable if start <= s.t <= end), None)
-    upto = [s for s in usable if s.t <= end]
-    last = upto[-1] if upto else None
-    if first is None or last is None or last.t <= first.t:
+    ends = window_ends(usable, start, end)
+    if ends is None:
         return None
+    first, last = ends
     drafts = (last.spec_num_drafts or 0.0) - (first.spec_num_drafts or 0.0)
     if drafts <= 0:
         return None

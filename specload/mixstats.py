@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specload.columns import LevelColumns
+from specload.counters import window_ends
 
 # Where LevelStats.prefix_cache_hit_rate came from.
 CACHE_FROM_RECORDS = "records"  # per request: SGLang meta_info / OpenAI usage prompt_tokens_details
@@ -153,12 +154,10 @@ def cache_from_counters(samples: Sequence[Any], start: float, end: float) -> flo
     accept length (metrics.accept_length_from_counters): from the last sample at or before ``start``
     (else the first inside) to the last at or before ``end``; None without two such samples or queries."""
     usable = [s for s in samples if s.prefix_cache_queries is not None and s.prefix_cache_hits is not None]
-    before = [s for s in usable if s.t <= start]
-    first = before[-1] if before else next((s for s in usable if start <= s.t <= end), None)
-    upto = [s for s in usable if s.t <= end]
-    last = upto[-1] if upto else None
-    if first is None or last is None or last.t <= first.t:
+    ends = window_ends(usable, start, end)
+    if ends is None:
         return None
+    first, last = ends
     queries = (last.prefix_cache_queries or 0.0) - (first.prefix_cache_queries or 0.0)
     if queries <= 0:
         return None

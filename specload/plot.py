@@ -33,6 +33,14 @@ def _series(run: ComparedRun, cs: list[int], attr: str) -> tuple[list[int], list
     return [c for c, v in pts if v is not None], [v for _, v in pts if v is not None]
 
 
+def _save(fig: Any, out: Path, heading: str, comparison: Comparison) -> Path:
+    """Title (marked SIMULATED when a run measured the simulator) and write the PNG."""
+    fig.suptitle(heading + (" (SIMULATED)" if comparison.simulated else ""))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=100)
+    return out
+
+
 def _level_name(s: LevelStats) -> str:
     head = f"C={s.concurrency}" if s.rate is None else f"{s.rate:g} req/s"
     return head + (f" r{s.repeat}" if s.repeat else "")
@@ -106,13 +114,7 @@ def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | No
     axes = fig.subplots(1, 2)
     for ax, (attr, key, name) in zip(axes, _PANELS, strict=True):
         _panel(ax, comparison, cs, attr, key, name)
-    heading = title or "specload: " + " vs ".join(r.label for r in comparison.runs)
-    if comparison.simulated:
-        heading += " (SIMULATED)"
-    fig.suptitle(heading)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
-    return out
+    return _save(fig, out, title or "specload: " + " vs ".join(r.label for r in comparison.runs), comparison)
 
 
 def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = "", simulated: bool = False,
@@ -200,9 +202,4 @@ def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None =
     ax.grid(True, alpha=0.3)
     ax.legend(title="filled: met the SLO" if slo.slo is not None else None, fontsize="small")
     heading = title or "specload: per-user vs aggregate tok/s, " + " vs ".join(r.label for r in comparison.runs)
-    if comparison.simulated:
-        heading += " (SIMULATED)"
-    fig.suptitle(heading)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="png", dpi=100)
-    return out
+    return _save(fig, out, heading, comparison)
