@@ -37,7 +37,7 @@ class Figure:
 
 SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = "seed", "failures", "latency", "throughput", "server", "slo"
 # The named sets, in the order the help lists them; "seed" is the reference benchmark's table
-# (/work/shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
+# (the reference table, shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
 SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
 
 # Most important first. By default a table shows the longest head of this list that fits the width
