@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,20 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: flo
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+def wait_for_web_ui(procs: Procs, proc: subprocess.Popen[bytes], base: str, timeout: float = 30) -> None:
+    """Until the web UI at ``base`` answers its login page; fails with the process's log if it died."""
+
+    def up() -> bool:
+        try:
+            urllib.request.urlopen(base + "/login", timeout=2).close()
+            return True
+        except OSError:
+            assert proc.poll() is None, procs.log(proc)
+            return False
+
+    wait_until(up, timeout, "the web UI")
 
 
 def locust_cmd(*args: str) -> list[str]:

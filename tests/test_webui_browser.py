@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from specload.comparison import build_comparison
 from specload.records import read_records
 from specload.run import load_run
 from specload.simproc import SimProcess, start_sim
-from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_until
+from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed: pip install 'specload[browser]'"
@@ -97,16 +96,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
             lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
         )
         base = f"http://127.0.0.1:{port}"
-
-        def up() -> bool:
-            try:
-                urllib.request.urlopen(base + "/login", timeout=2).close()
-                return True
-            except OSError:
-                assert proc.poll() is None, procs.log(proc)
-                return False
-
-        wait_until(up, 30, "the web UI")
+        wait_for_web_ui(procs, proc, base)
         yield UI(base, m.group(1), root / "results", sims[0], sims[1], shots, procs, proc)
     finally:
         procs.stop_all()

@@ -36,7 +36,7 @@ from specload.locust.protocol import RunConfig
 from specload.locust.websafety import allowed_sites, foreign_origin
 from specload.prompts import PromptSource
 from specload.simproc import SimProcess, start_sim
-from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_until
+from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 SWEEP = ("--levels", "1", "--requests-per-level", "2", "--input-tokens", "16", "--output-tokens", "16")
@@ -229,16 +229,7 @@ def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) 
         env={**os.environ, "SPECLOAD_API_KEY": key, "PYTHONUNBUFFERED": "1"}, preexec_fn=_sigint_default,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            urllib.request.urlopen(base + "/login", timeout=2).close()
-            return True
-        except OSError:
-            assert proc.poll() is None, procs.log(proc)
-            return False
-
-    wait_until(up, 30, "the web UI")
+    wait_for_web_ui(procs, proc, base)
     return proc, base
 
 
