@@ -13,14 +13,21 @@ Values are kept in file order, so sums come out bit for bit as a sum over the re
 
 from __future__ import annotations
 
+import gc
+import os
+import struct
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from operator import attrgetter, itemgetter
+from functools import reduce
+from itertools import chain, compress, count, repeat
+from operator import add, attrgetter, eq, gt, is_, is_not, itemgetter, ne, truediv
 from typing import Any
 
-from specload import histogram
+import orjson
+
+from specload import forked, histogram
 from specload.records import (
     _NUMBERS,
     FAILED,
@@ -33,7 +40,6 @@ from specload.records import (
     _checked,
     read_notes,
 )
-from specload.rundir import read_jsonl
 
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
@@ -56,6 +62,25 @@ _get_used = itemgetter(*_USED)
 _get_numbers = itemgetter(*_NUMBER_NAMES)
 _get_not_null = itemgetter(*_NOT_NULL)
 _attrs_used = attrgetter(*_USED)
+
+# A block of records is taken apart by one itemgetter over every field (the used ones first) and
+# turned into columns by one zip; the checks of ``_plain`` then run column by column. Records as
+# RecordWriter writes them (every field, in RequestRecord's order) are taken apart faster still:
+# all values of the block in one list, a column being every 30th of them.
+_ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
+_get_ordered = itemgetter(*_ORDER)
+_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
+_WRITTEN = tuple(_FIELD_ORDER.index(name) for name in _ORDER)  # where each of _ORDER is in a written record
+_NUMBER_AT = tuple(_ORDER.index(name) for name in _NUMBER_NAMES)
+_NOT_NULL_AT = frozenset(_ORDER.index(name) for name in _NOT_NULL)
+_ITL_COL = _ORDER.index("itl")
+_ITL_TYPES = frozenset({list, type(None)})
+# Lines parsed and added at a time: enough for each column pass to pay for itself, few enough for
+# the block's parsed records to stay in the CPU cache.
+BLOCK_LINES = 128
+_CHUNK_BYTES = 1 << 20
+# A file at least this big is read by two processes (``processes=2``), each half of it.
+SPLIT_BYTES = 32 << 20
 
 
 class Timeline:
@@ -93,6 +118,29 @@ class Timeline:
         self.k.append(min(n, max(1, first_event_tokens or 1)))
         self.has_first.append(t_first is not None)
 
+    def add_block(self, t_send: list[Any], t_first: list[Any], t_last: list[Any], t_end: list[Any],
+                  e2e: list[Any], n: list[Any], first_event_tokens: list[Any], n_min: Any) -> None:  # fmt: skip
+        """``add`` for many requests at once (columns of equal length, in file order; ``n_min``: min(n))."""
+        m = len(t_send)
+        _doubles(self.t_send, t_send)
+        _doubles(self.t_end, t_end)
+        holes = _holes(t_first)
+        t0 = _filled(t_first, holes, t_end)
+        _doubles(self.t0, t0)
+        _doubles(self.t1, _filled(t_last, _holes(t_last), t0))
+        _doubles(self.e2e, e2e)
+        _doubles(self.tokens, n)
+        fe = first_event_tokens
+        if n_min >= 1 and fe.count(1) == m:  # min(n, max(1, 1)) = 1
+            self.k.frombytes(_ONE * m)
+        else:  # min(n, max(1, first_event_tokens or 1)); ``or 1`` only changes None (max(1, 0) is 1)
+            fe = _filled(fe, _holes(fe), [1] * m)
+            _doubles(self.k, list(map(min, n, map(max, repeat(1), fe))))
+        flags = bytearray(b"\x01") * m  # has_first
+        for i in holes:
+            flags[i] = 0
+        self.has_first.frombytes(flags)
+
     def extend(self, other: Timeline) -> None:
         for name in self.__slots__:
             getattr(self, name).extend(getattr(other, name))
@@ -121,8 +169,8 @@ class LevelColumns:
     __slots__ = (
         "warmup", "timeline", "ok", "short", "failed", "rate_limited", "output_tokens", "token_sources",
         "output_mismatch", "prompt_mismatch", "requested_output", "requested_prompt", "reasons", "input_tokens",
-        "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok", "itl",
-        "itl_units", "verify_n", "verify_sum", "verify_tokens",
+        "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok",
+        "itl_counts", "itl_units", "verify_n", "verify_sum", "verify_tokens",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -144,7 +192,7 @@ class LevelColumns:
         self.prompt_sum: Any = 0
         self.prompt_n = 0
         self.chunk_fallback_ok = 0
-        self.itl: histogram.Hist = {}
+        self.itl_counts = histogram.Counts()  # the requests' ITL histograms, summed
         self.itl_units: set[Any] = set()
         self.verify_n = 0
         self.verify_sum: Any = 0
@@ -153,6 +201,11 @@ class LevelColumns:
     @property
     def sent(self) -> int:
         return len(self.timeline)
+
+    @property
+    def itl(self) -> histogram.Hist:
+        """The merged ITL histogram (``histogram.merge`` of the OK requests' ``itl``)."""
+        return self.itl_counts.hist()
 
     def add(self, phase: Any, status: Any, reason: Any, http_status: Any, t_send: float, t_first: float | None,
             t_last: float | None, t_end: float, ttft: float | None, e2e: float, tpot: float | None,
@@ -199,7 +252,7 @@ class LevelColumns:
         if source == SRC_CHUNKS:
             self.chunk_fallback_ok += 1
         if itl:
-            histogram.merge_into(self.itl, itl)
+            self.itl_counts.add([itl])
             self.itl_units.add(itl_unit)
         if verify is not None and verify > 0:
             self.verify_n += 1
@@ -208,6 +261,102 @@ class LevelColumns:
 
     def add_record(self, r: RequestRecord) -> None:
         self.add(*_attrs_used(r)[len(_KEY):])
+
+    def add_block(self, phase: list[Any], status: list[Any], reason: list[Any], http_status: list[Any],
+                  t_send: list[Any], t_first: list[Any], t_last: list[Any], t_end: list[Any], ttft: list[Any],
+                  e2e: list[Any], tpot: list[Any], decode: list[Any], n: list[Any], source: list[Any],
+                  prompt: list[Any], req_out: list[Any], req_prompt: list[Any], verify: list[Any], itl: list[Any],
+                  itl_unit: list[Any], first_event_tokens: list[Any]) -> None:  # fmt: skip
+        """``add`` for many records at once: one column per argument (lists of equal length, file order),
+        numbers already checked (ints, floats or None; not None where ``_NOT_NULL`` says so).
+
+        Every figure comes out as ``add`` makes it, with a pass over a column instead of a step per
+        record: arrays are extended in file order, a sum is the same additions in the same order
+        (``_sum``), counters are updated in file order (so their first-seen order is ``add``'s); the
+        non-OK records, a few, go through ``add``'s own steps.
+        """
+        m = len(phase)
+        measured = phase.count(PHASE_MEASURE)
+        if measured != m:
+            self.warmup += phase.count(PHASE_WARMUP)
+            if not measured:
+                return
+            keep = list(map(eq, phase, repeat(PHASE_MEASURE)))
+            (status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n, source, prompt,
+             req_out, req_prompt, verify, itl, itl_unit, first_event_tokens) = [
+                list(compress(col, keep)) for col in (
+                    status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n, source,
+                    prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens)]  # fmt: skip
+            m = measured
+        n_min = min(n)
+        self.timeline.add_block(t_send, t_first, t_last, t_end, e2e, n, first_event_tokens, n_min)
+        self.output_tokens = _sum(n if n_min >= 0 else list(map(max, n, repeat(0))), self.output_tokens)
+        _count_into(self.token_sources, source)
+        _count_into(self.requested_output, req_out)
+        _count_into(self.requested_prompt, req_prompt)
+        self.input_tokens = _sum(_filled(prompt, _holes(prompt), req_prompt), self.input_tokens)
+        if status.count(OK) != m:
+            not_ok = list(compress(count(), map(ne, status, repeat(OK))))
+            for i in not_ok:
+                self._not_ok(status[i], reason[i], http_status[i], n[i], prompt[i], req_out[i], req_prompt[i])
+            # the OK records: the stretches between the others
+            runs = [slice(a + 1, b) for a, b in zip([-1, *not_ok], [*not_ok, m], strict=True) if b > a + 1]
+            if not runs:
+                return
+            take = itemgetter(*runs)
+            if len(runs) == 1:
+                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit = (
+                    take(col) for col in (
+                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit))  # fmt: skip
+            else:
+                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit = (
+                    list(chain.from_iterable(take(col))) for col in (
+                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit))  # fmt: skip
+            m = len(e2e)
+        self.ok += m
+        if n != req_out:  # the usual case, every count as asked, costs one list comparison
+            self.output_mismatch += sum(map(ne, n, req_out))
+        if prompt != req_prompt:  # prompt is not None and prompt != req_prompt
+            differs = list(compress(prompt, map(ne, prompt, req_prompt)))
+            self.prompt_mismatch += len(differs) - differs.count(None)
+        _doubles(self.ttft, _present(ttft))
+        _doubles(self.tpot, _present(tpot))
+        _doubles(self.e2e_ok, e2e)
+        _doubles(self.decode, _present(decode))
+        if min(e2e) > 0:
+            _doubles(self.per_req, list(map(truediv, n, e2e)))
+        else:
+            positive = list(map(gt, e2e, repeat(0)))
+            _doubles(self.per_req, list(map(truediv, compress(n, positive), compress(e2e, positive))))
+        prompts = _present(prompt)
+        self.prompt_sum = _sum(prompts, self.prompt_sum)
+        self.prompt_n += len(prompts)
+        self.chunk_fallback_ok += source.count(SRC_CHUNKS)
+        with_itl = list(compress(itl, itl))  # the requests with at least one pair
+        if with_itl:
+            self.itl_counts.add(with_itl)
+            self.itl_units.update(compress(itl_unit, itl))
+        if verify.count(None) != m:  # verify is not None and verify > 0
+            used = list(map(gt, _filled(verify, _holes(verify), [0] * m), repeat(0)))
+            self.verify_n += sum(used)
+            self.verify_sum = _sum(list(compress(verify, used)), self.verify_sum)
+            self.verify_tokens = _sum(list(compress(n, used)), self.verify_tokens)
+
+    def _not_ok(self, status: Any, reason: Any, http_status: Any, n: Any, prompt: Any, req_out: Any,
+                req_prompt: Any) -> None:  # fmt: skip
+        """What ``add`` counts of a record that is not OK (its mismatches, reason and outcome)."""
+        if status != FAILED and n != req_out:
+            self.output_mismatch += 1
+        if prompt is not None and prompt != req_prompt:
+            self.prompt_mismatch += 1
+        key = f"{status}: {reason or 'no reason given'}"
+        self.reasons[key] = self.reasons.get(key, 0) + 1
+        if status == SHORT:
+            self.short += 1
+        elif status == FAILED:
+            self.failed += 1
+            if http_status == 429:
+                self.rate_limited += 1
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> LevelColumns:
@@ -221,29 +370,104 @@ class LevelColumns:
         """Several groups as one level (run.json levels without an index), one group after the other."""
         out = cls()
         for p in parts:
-            out.warmup += p.warmup
-            out.timeline.extend(p.timeline)
-            for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
-                         "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
-                         "verify_n", "verify_sum", "verify_tokens"):  # fmt: skip
-                setattr(out, name, getattr(out, name) + getattr(p, name))
-            for name in ("token_sources", "reasons"):
-                mine = getattr(out, name)
-                for key, n in getattr(p, name).items():
-                    mine[key] = mine.get(key, 0) + n
-            out.requested_output.update(p.requested_output)
-            out.requested_prompt.update(p.requested_prompt)
-            for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req"):
-                getattr(out, name).extend(getattr(p, name))
-            for b, n in p.itl.items():
-                out.itl[b] = out.itl.get(b, 0) + n
-            out.itl_units |= p.itl_units
+            out.take(p)
         return out
+
+    _SUMS = ("output_tokens", "input_tokens", "prompt_sum", "verify_sum", "verify_tokens")
+
+    def sums_are_ints(self) -> bool:
+        """Every sum an int: adding another part's sums to these is then what adding its values one
+        at a time would give (a float sum depends on where its additions start)."""
+        return all(type(getattr(self, name)) is int for name in self._SUMS)
+
+    def take(self, p: LevelColumns) -> None:
+        """Append the records of ``p`` (which come after these) to these columns."""
+        self.warmup += p.warmup
+        self.timeline.extend(p.timeline)
+        for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
+                     "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
+                     "verify_n", "verify_sum", "verify_tokens"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(p, name))
+        for name in ("token_sources", "reasons"):
+            mine = getattr(self, name)
+            for key, n in getattr(p, name).items():
+                mine[key] = mine.get(key, 0) + n
+        self.requested_output.update(p.requested_output)
+        self.requested_prompt.update(p.requested_prompt)
+        for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req"):
+            getattr(self, name).extend(getattr(p, name))
+        self.itl_counts.merge(p.itl_counts)
+        self.itl_units |= p.itl_units
 
     def nbytes(self) -> int:
         """Bytes held in arrays (what grows with the number of requests)."""
         arrays = (self.ttft, self.tpot, self.e2e_ok, self.decode, self.per_req)
         return self.timeline.nbytes() + sum(a.buffer_info()[1] * a.itemsize for a in arrays)
+
+
+_ONE = array("d", [1.0]).tobytes()
+_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _doubles(arr: array, xs: Sequence[Any]) -> None:
+    """``arr.extend(xs)`` for an ``array('d')`` and numbers (array's own extend converts each value
+    through PyArg_Parse, several times slower than struct's packing; both are PyFloat_AsDouble)."""
+    n = len(xs)
+    if n:
+        packer = _PACKERS.get(n)
+        if packer is None:
+            if len(_PACKERS) > 4096:
+                _PACKERS.clear()
+            packer = _PACKERS[n] = struct.Struct(f"{n}d")
+        arr.frombytes(packer.pack(*xs))
+
+
+def _no_none(xs: Sequence[Any]) -> bool:
+    """True when ``xs``, numbers or None, holds no None (one sum: a tenth of a scan comparing to None)."""
+    try:
+        sum(xs)
+    except (TypeError, OverflowError):  # OverflowError: a huge int and a float; look closer
+        return None not in xs
+    return True
+
+
+def _holes(xs: Sequence[Any]) -> list[int]:
+    """Where ``xs`` (numbers or None) holds None."""
+    return [] if _no_none(xs) else list(compress(count(), map(is_, xs, repeat(None))))
+
+
+def _filled(xs: list[Any], holes: list[int], others: Sequence[Any]) -> list[Any]:
+    """``xs`` with the None at ``holes`` replaced by the value of ``others`` at the same place."""
+    if not holes:
+        return xs
+    out = list(xs)
+    for i in holes:
+        out[i] = others[i]
+    return out
+
+
+def _present(xs: Sequence[Any]) -> Sequence[Any]:
+    """The values of ``xs`` (numbers or None) that are not None, in order."""
+    return xs if _no_none(xs) else list(compress(xs, map(is_not, xs, repeat(None))))
+
+
+def _sum(xs: Sequence[Any], total: Any) -> Any:
+    """``total + x`` for each x in turn: a float sum depends on the order of its additions (and
+    ``sum()`` compensates from Python 3.12 on), an int sum does not, so ints are summed at once."""
+    s = sum(xs)
+    if type(s) is int and type(total) is int:  # every x an int (sum() of a float is a float)
+        return total + s
+    return reduce(add, xs, total)
+
+
+def _count_into(counts: dict[Any, int], xs: Sequence[Any]) -> None:
+    """``counts[x] += 1`` for each x in turn (a dict's first-seen order is kept)."""
+    first = xs[0]
+    if xs.count(first) == len(xs):  # one value (the usual case)
+        counts[first] = counts.get(first, 0) + len(xs)
+        return
+    for key, n in Counter(xs).items():
+        counts[key] = counts.get(key, 0) + n
 
 
 def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColumns]:
@@ -258,44 +482,204 @@ def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColum
     return groups
 
 
-def read_columns(path: str, notes: list[str] | None = None) -> dict[GroupKey, LevelColumns]:
+def _plain(d: Any) -> bool:
+    """A record that needs no repair: a dict with every field, numbers as numbers, the required ones not
+    null, ``itl`` a list or null. Anything else goes through ``records._checked``."""
+    return (
+        type(d) is dict
+        and d.keys() >= _ALL_FIELDS
+        and _NUM_TYPES.issuperset(map(type, _get_numbers(d)))
+        and None not in _get_not_null(d)
+        and (d["itl"] is None or type(d["itl"]) is list)
+    )
+
+
+class _Reading:
+    """One pass over records.jsonl (or a stretch of it): the groups, and what the notes will say."""
+
+    def __init__(self) -> None:
+        self.groups: dict[GroupKey, LevelColumns] = {}
+        self.torn: list[int] = []  # numbers of the unreadable lines
+        self.bad_records = 0
+        self.first_bad: str | None = None
+        self.bad_fields: dict[str, int] = {}
+
+    def lines(self, lines: list[bytes], first_no: int) -> None:
+        """A block of lines, the first being line ``first_no`` of the file."""
+        try:
+            values = list(map(orjson.loads, lines))
+        except orjson.JSONDecodeError:  # a blank, torn or malformed line in the block: read_jsonl's way
+            values = []
+            for no, line in enumerate(lines, first_no):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    values.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    self.torn.append(no)
+        if values:
+            self.values(values)
+
+    def values(self, values: list[Any]) -> None:
+        """Parsed lines in file order: checked a column at a time when all are plain records (the
+        usual case), else one at a time exactly as ``records.read_records`` checks them."""
+        cols = self._columns(values)
+        if cols is None:
+            rows = []
+            for d in values:
+                if _plain(d):
+                    rows.append(_get_used(d))
+                    continue
+                rec = _checked(d, self.bad_fields)
+                if rec is None or any(getattr(rec, name) is None for name in _NOT_NULL):
+                    self.bad_records += 1
+                    if self.first_bad is None:
+                        self.first_bad = str(d)[:80]
+                    continue
+                rows.append(_attrs_used(rec))
+            if not rows:
+                return
+            cols = [list(col) for col in zip(*rows, strict=True)]
+        self._add(cols)
+
+    def _columns(self, values: list[Any]) -> list[list[Any]] | None:
+        """The block's columns (``_ORDER``) when every record is plain, else None."""
+        if set(map(type, values)) != {dict}:
+            return None
+        first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
+        if first == _FIELD_ORDER and list(map(tuple, values)) == [first] * len(values):
+            # as RecordWriter writes them: every 30th value is one column
+            flat = list(chain.from_iterable(map(dict.values, values)))
+            step = len(_FIELD_ORDER)
+            cols = [flat[i::step] for i in _WRITTEN]
+        else:
+            try:
+                cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
+            except KeyError:
+                return None
+        if (
+            _NUM_TYPES.issuperset(map(type, chain.from_iterable(cols[i] for i in _NUMBER_AT)))
+            and all(_no_none(cols[i]) for i in _NOT_NULL_AT)
+            and _ITL_TYPES.issuperset(map(type, cols[_ITL_COL]))
+        ):
+            return cols
+        return None
+
+    def _add(self, cols: list[list[Any]]) -> None:
+        """Columns of records (``_ORDER``) to their groups; a block is usually all one level."""
+        level, concurrency, repeat_ = cols[0], cols[1], cols[2]
+        used = cols[len(_KEY) : len(_USED)]
+        m = len(level)
+        if level.count(level[0]) == m and concurrency.count(concurrency[0]) == m and repeat_.count(repeat_[0]) == m:
+            self._group((level[0], concurrency[0], repeat_[0])).add_block(*used)
+            return
+        keys = list(zip(level, concurrency, repeat_, strict=True))
+        for key in dict.fromkeys(keys):  # first-seen order, and a group's first key, as a dict has them
+            mine = list(map(eq, keys, repeat(key)))
+            self._group(key).add_block(*(list(compress(col, mine)) for col in used))
+
+    def _group(self, key: GroupKey) -> LevelColumns:
+        cols = self.groups.get(key)
+        if cols is None:
+            cols = self.groups[key] = LevelColumns()
+        return cols
+
+    def read(self, path: str, start: int = 0, stop: int | None = None, line0: int = 0) -> int:
+        """The lines of the file from byte ``start`` (a line's start) to ``stop`` (one's start, or the
+        end), in blocks; ``line0`` lines come before ``start`` (line numbers count as
+        ``rundir.read_jsonl`` counts them). Returns the number of lines read."""
+        no = line0 + 1
+        with open(path, "rb") as f:
+            f.seek(start)
+            while lines := f.readlines(_CHUNK_BYTES):
+                if stop is not None and (over := f.tell() - stop) >= 0:
+                    while over > 0:  # lines read past ``stop``: the next stretch's
+                        over -= len(lines.pop())
+                for i in range(0, len(lines), BLOCK_LINES):
+                    self.lines(lines[i : i + BLOCK_LINES], no + i)
+                no += len(lines)
+                if stop is not None and f.tell() >= stop:
+                    break
+        return no - 1 - line0
+
+    def merge(self, later: _Reading, lines: int) -> bool:
+        """Add the reading of the lines after this one's ``lines`` lines, as if this one had read on.
+        False, with nothing changed, when a sum would come out differently that way (a float count)."""
+        for key, cols in later.groups.items():
+            mine = self.groups.get(key)
+            if mine is not None and not (mine.sums_are_ints() and cols.sums_are_ints()):
+                return False
+        for key, cols in later.groups.items():
+            mine = self.groups.get(key)
+            if mine is None:
+                self.groups[key] = cols
+            else:
+                mine.take(cols)
+        self.torn += [lines + no for no in later.torn]
+        self.bad_records += later.bad_records
+        self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
+        for name, n in later.bad_fields.items():
+            self.bad_fields[name] = self.bad_fields.get(name, 0) + n
+        return True
+
+    def notes(self, notes: list[str]) -> None:
+        read_notes(notes, len(self.torn), self.torn, self.bad_records, self.first_bad, self.bad_fields)
+
+
+def _middle(path: str) -> int | None:
+    """Where the line after the middle of the file starts (None for a small file)."""
+    size = os.path.getsize(path)
+    if size < SPLIT_BYTES:
+        return None
+    with open(path, "rb") as f:
+        f.seek(size // 2)
+        f.readline()
+        mid = f.tell()
+    return mid if mid < size else None
+
+
+def _read_from(path: str, start: int) -> _Reading:
+    reading = _Reading()
+    reading.read(path, start)
+    return reading
+
+
+def read_columns(path: str, notes: list[str] | None = None, processes: int = 1) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
     The same reading as ``records.read_records``, with the same notes: a torn line is skipped, a
     field of the wrong type is dropped (an optional one) or drops its record (a required one). A
     record whose level, concurrency, repeat, t_send, t_end, e2e_s or output_tokens is null is
     skipped as one without a usable required field. Nothing per record is kept but its columns.
+
+    Lines are parsed a block at a time and the block's records are added column by column
+    (``LevelColumns.add_block``): the same figures as adding them one at a time, for a fraction
+    of the interpreter's work per record. ``processes=2`` (only from a single-threaded process:
+    specload.forked) reads the second half of a big file in a forked child at the same time and
+    appends its columns after the first half's: the same columns, unless a count was a float (then
+    this process reads the second half itself, the way it would have).
     """
-    groups: dict[GroupKey, LevelColumns] = {}
-    torn: list[int] = []
-    bad_records = 0
-    first_bad: str | None = None
-    bad_fields: dict[str, int] = {}
-    num_types = _NUM_TYPES
-    all_fields = _ALL_FIELDS
-    get_used, get_numbers, get_not_null = _get_used, _get_numbers, _get_not_null
-    for d in read_jsonl(path, torn):
-        if (
-            type(d) is dict
-            and d.keys() >= all_fields
-            and num_types.issuperset(map(type, get_numbers(d)))
-            and None not in get_not_null(d)
-            and (d["itl"] is None or type(d["itl"]) is list)
-        ):
-            vals = get_used(d)
-        else:  # the slow path: exactly read_records' checks, then ours
-            rec = _checked(d, bad_fields)
-            if rec is None or any(getattr(rec, name) is None for name in _NOT_NULL):
-                bad_records += 1
-                if first_bad is None:
-                    first_bad = str(d)[:80]
-                continue
-            vals = _attrs_used(rec)
-        key = vals[:3]
-        cols = groups.get(key)
-        if cols is None:
-            cols = groups[key] = LevelColumns()
-        cols.add(*vals[3:])
+    reading = _Reading()
+    collecting = gc.isenabled()
+    gc.disable()  # nothing read makes a reference cycle; the collector would walk each block's objects
+    try:
+        mid = _middle(path) if processes > 1 and forked.available() else None
+        if mid is None:
+            reading.read(path)
+        else:
+            later: _Reading | None = None
+            with forked.Child(lambda: _read_from(path, mid)) as child:
+                lines = reading.read(path, 0, mid)
+                try:
+                    later = child.result()
+                except forked.ChildFailed:
+                    later = None
+            if later is None or not reading.merge(later, lines):
+                reading.read(path, mid, None, lines)
+    finally:
+        if collecting:
+            gc.enable()
     if notes is not None:
-        read_notes(notes, len(torn), torn, bad_records, first_bad, bad_fields)
-    return groups
+        reading.notes(notes)
+    return reading.groups

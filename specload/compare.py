@@ -38,7 +38,7 @@ from specload.output import (
     render_table as render_cells,
 )
 from specload.plot import plot_comparison
-from specload.run import NotARunDir, Run, load_run
+from specload.run import NotARunDir, Run, default_processes, load_run
 from specload.rundir import safe_name
 
 COMPARISON_MD = "comparison.md"
@@ -282,13 +282,13 @@ class ComparisonResult:
         return [self.markdown] + ([self.plot] if self.plot is not None else [])
 
 
-def _load(run_dirs: Sequence[str | Path]) -> list[Run]:
+def _load(run_dirs: Sequence[str | Path], processes: int = 1) -> list[Run]:
     runs: list[Run] = []
     for d in run_dirs:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
         try:
-            runs.append(load_run(d))
+            runs.append(load_run(d, processes))
         except NotARunDir as e:
             raise CompareError(str(e)) from None
     return runs
@@ -309,18 +309,20 @@ def run_compare(
     fmt: str = "github",
     plot: bool = True,
     plot_path: str | Path | None = None,
+    processes: int = 1,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
     ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
-    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png). Prints nothing
-    but matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
+    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png); ``processes``: see
+    ``load_run`` (the runs are read one after the other). Prints nothing but matplotlib's absence;
+    the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
         raise CompareError("give at least two run directories (the first is the baseline)")
     if not is_known_format(fmt):
         raise CompareError(f"unknown format {fmt!r}")
-    comp = build_comparison(_load(run_dirs))
+    comp = build_comparison(_load(run_dirs, processes))
     out_dir = Path(out) if out else default_out_dir(comp)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -362,6 +364,8 @@ def _parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
         "next to the baseline run)",
     )  # fmt: skip
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
     return p
 
 
@@ -369,7 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the comparison and write comparison.md (+ plot); csv/json print only the data."""
     args = _parser().parse_args(argv)
     try:
-        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot)
+        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
+                             processes=args.processes)  # fmt: skip
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

@@ -13,11 +13,11 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from itertools import compress, count, repeat
-from operator import eq, ge, gt, sub
+from itertools import accumulate, compress, count, repeat
+from operator import add, eq, ge, gt, le, mul, sub, truediv
 from typing import Any
 
 from specload import histogram
@@ -75,7 +75,7 @@ def _dist(xs: Sequence[float], ordered: Sequence[float]) -> Dist:
     """The Dist of ``xs`` (in their own order: the mean sums them so) given them sorted too."""
     if not xs:
         return Dist()
-    return Dist(len(xs), sum(xs) / len(xs), stdev(xs) if len(xs) > 1 else None,
+    return Dist(len(xs), sum(xs) / len(xs), stdev(xs, ordered) if len(xs) > 1 else None,
                 {q: percentile_sorted(ordered, q) or 0.0 for q in PERCENTILES})  # fmt: skip
 
 
@@ -92,20 +92,30 @@ def _float_sqrt_of_frac(n: int, m: int) -> float:
     return _integer_sqrt_of_frac_rto(n << -2 * q, m) / (1 << -q)
 
 
-def stdev(xs: Sequence[float]) -> float:
+def stdev(xs: Sequence[float], ordered: Sequence[float] | None = None) -> float:
     """Sample standard deviation, the value ``statistics.stdev`` gives (from Python 3.11 on: the
     exact sum of squared deviations, its square root correctly rounded), without its per-value
-    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums."""
+    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums.
+    ``ordered``: the same values sorted, when the caller has them (the smallest one that is not
+    zero is then found by bisection instead of a pass)."""
     n = len(xs)
     if n < 2:
         raise statistics.StatisticsError("stdev requires at least two data points")
     try:
-        smallest = min(map(abs, filter(None, xs)), default=0.0)
+        smallest = None
+        if ordered is not None:  # the largest value below zero and the smallest above
+            lo, hi = bisect_left(ordered, 0.0), bisect_right(ordered, 0.0)
+            near = [abs(ordered[i]) for i in (lo - 1, hi) if 0 <= i < n and ordered[i] != 0.0]
+            smallest = min(near) if near else None  # none: all zero, or a nan spoilt the order; look at all
+        if smallest is None:
+            smallest = min(map(abs, filter(None, xs)), default=0.0)
         if smallest == 0.0:
             return 0.0
         shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
-        s1 = sum(map(int, map(math.ldexp, xs, repeat(shift))))
-        s2 = sum(map(pow, map(int, map(math.ldexp, xs, repeat(shift))), repeat(2)))
+        ints = list(map(int, map(math.ldexp, xs, repeat(shift))))
+        s1 = sum(ints)
+        s2 = sum(map(mul, ints, ints))
+        del ints
     except (OverflowError, ValueError, TypeError):  # inf, nan, not floats: the library's way
         return statistics.stdev(xs)
     num = n * s2 - s1 * s1
@@ -376,23 +386,27 @@ def _timeline(records: Sequence[RequestRecord] | Timeline) -> Timeline:
     return records if isinstance(records, Timeline) else Timeline.of(records)
 
 
-def _window_tokens(tl: Timeline, a: float, b: float) -> Iterable[float]:
+def _window_tokens(tl: Timeline, a: float, b: float) -> list[float]:
     """Tokens each request produced inside [a, b], in file order, assuming a linear stream.
 
     The first token(s) arrive at t_first (``t0``) and the rest evenly over (t_first, t_last];
-    nothing arrives between the last token and the end of the stream.
+    nothing arrives between the last token and the end of the stream. (One loop with the builtins'
+    min/max written out: ``max(a, t0)`` is t0 only when t0 > a, and so on.)
     """
+    out: list[float] = []
+    append = out.append
     for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
         if n <= 0:
-            yield 0.0
+            append(0.0)
             continue
         inside = a <= t0 <= b
         span = t1 - t0
         if span <= 0 or n == k:
-            yield n * (1.0 if inside else 0.0)
+            append(n * (1.0 if inside else 0.0))
             continue
-        overlap = max(0.0, min(b, t1) - max(a, t0))
-        yield (float(k) if inside else 0.0) + (n - k) * overlap / span
+        overlap = (t1 if t1 < b else b) - (t0 if t0 > a else a)  # min(b, t1) - max(a, t0)
+        append((k if inside else 0.0) + (n - k) * (overlap if overlap > 0.0 else 0.0) / span)
+    return out
 
 
 def _steady_window_events(tl: Timeline, d: int, max_dip_s: float) -> tuple[float, float] | None:
@@ -532,47 +546,47 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
     to the buckets it spans (partial ones directly, whole ones through a running sum), so the cost
     is the requests plus the buckets, not their product. The sums run in another order than a
     bucket-by-bucket sum over the requests would: equal up to float rounding (~1e-12 relative).
+    (The builtins' min/max and the bucket clamp are written out in the loop: same values, fewer calls.)
     """
     tl = _timeline(records)
     if not len(tl):
         return []
     t_lo, t_hi = min(tl.t_send), max(tl.t_end)
-    edges: list[float] = []  # bucket i is [edges[i], ends_[i]]
-    ends_: list[float] = []
-    for i in range(max(1, math.ceil((t_hi - t_lo) / bucket_s))):
-        a, b = t_lo + i * bucket_s, min(t_hi, t_lo + (i + 1) * bucket_s)
-        if b <= a:
-            break
-        edges.append(a)
-        ends_.append(b)
-    nb = len(edges)
+    # bucket i is [edges[i], ends_[i]]: t_lo + i * bucket_s to min(t_hi, t_lo + (i + 1) * bucket_s),
+    # up to the first that would be empty
+    most = max(1, math.ceil((t_hi - t_lo) / bucket_s))
+    edges = list(map(add, repeat(t_lo), map(mul, range(most), repeat(bucket_s))))
+    ends_ = list(map(min, repeat(t_hi), map(add, repeat(t_lo), map(mul, range(1, most + 1), repeat(bucket_s)))))
+    nb = next(compress(count(), map(le, ends_, edges)), most)
     if not nb:
         return []
+    del edges[nb:], ends_[nb:]
     last = nb - 1
     tokens = [0.0] * nb  # first-event tokens and partial buckets
     rate_diff = [0.0] * (nb + 1)  # rate of the requests covering whole buckets, as differences
-
-    def bucket(t: float) -> int:
-        i = int((t - t_lo) // bucket_s)
-        return 0 if i < 0 else (last if i > last else i)
-
     for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
         if n <= 0:
             continue
         span = t1 - t0
-        mass = n if span <= 0 or n == k else k
+        spread = span > 0 and n != k  # else all n tokens count at t0
+        mass = k if spread else n
         if t_lo <= t0 <= t_hi:
-            i = bucket(t0)
+            i = int((t0 - t_lo) // bucket_s)
+            i = last if i > last else (0 if i < 0 else i)
             tokens[i] += mass
             if i and t0 == edges[i]:  # on a boundary: in both buckets, as [a, b] intervals are
                 tokens[i - 1] += mass
-        if mass == n:
+        if not spread:
             continue
         rate = (n - k) / span
-        u, v = max(t0, t_lo), min(t1, t_hi)
+        u = t0 if t0 >= t_lo else t_lo  # max(t0, t_lo)
+        v = t1 if t1 <= t_hi else t_hi  # min(t1, t_hi)
         if v <= u:
             continue
-        iu, iv = bucket(u), bucket(v)
+        iu = int((u - t_lo) // bucket_s)
+        iu = last if iu > last else (0 if iu < 0 else iu)
+        iv = int((v - t_lo) // bucket_s)
+        iv = last if iv > last else (0 if iv < 0 else iv)
         if iu == iv:
             tokens[iu] += rate * (v - u)
             continue
@@ -580,13 +594,10 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
         tokens[iv] += rate * (v - edges[iv])
         rate_diff[iu + 1] += rate
         rate_diff[iv] -= rate
-    out = []
-    running = 0.0
-    for i in range(nb):
-        running += rate_diff[i]
-        width = ends_[i] - edges[i]
-        out.append((tokens[i] + running * width) / width)
-    return out
+    running = accumulate(rate_diff[:nb], initial=0.0)  # 0.0 + d0, then + d1, ...
+    next(running)
+    widths = list(map(sub, ends_, edges))
+    return list(map(truediv, map(add, tokens, map(mul, running, widths)), widths))
 
 
 def _token_note(fallback: int, ok: int) -> str | None:
@@ -623,8 +634,6 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
     sends, ends = sorted(tl.t_send), sorted(tl.t_end)
     s.peak_in_flight = peak_in_flight(tl, sends=sends, ends=ends)
     s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
-    del sends, ends
-    s.tok_s_series = tok_s_series(tl)
 
 
 def _sorted_dist(xs: array) -> tuple[Dist, array]:
@@ -657,24 +666,48 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
         s.accept_length_source = ACCEPT_FROM_RECORDS
 
 
-def level_stats(
-    c: LevelColumns,
-    concurrency: int,
-    repeat: int = 0,
-    *,
-    index: int | None = None,
-    status: str | None = None,
-    samples: Sequence[ServerSample] | None = None,
-    cap: int | None = None,
-) -> LevelStats:
-    """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
+# The LevelStats fields ``level_part`` fills: the latency distributions and the tok/s series, about
+# half of a level's work, which another process can do (specload.run with ``processes=2``).
+PART_FIELDS = (
+    "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_s", "e2e_p99_s",
+    "decode_tok_s_mean", "dists", "itl_unit", "prompt_tokens_mean", "chunk_fallback_ok", "token_note",
+    "accept_length", "accept_length_requests", "accept_length_source", "tok_s_series",
+)  # fmt: skip
+
+
+def level_part(c: LevelColumns) -> dict[str, Any]:
+    """The ``PART_FIELDS`` of a level's stats, from its columns alone ({} when it has no requests)."""
+    if not c.sent:
+        return {}
+    s = LevelStats(concurrency=0, repeat=0, label="")
+    _fill_latency(s, c)
+    s.tok_s_series = tok_s_series(c.timeline)
+    return {name: getattr(s, name) for name in PART_FIELDS}
+
+
+@dataclass
+class Row:
+    """What one row of a run's table is computed from: its columns and its run.json level."""
+
+    columns: LevelColumns
+    concurrency: int
+    repeat: int
+    index: int | None
+    status: str | None = None
+    planned: bool = True
+
+
+def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) -> LevelStats:
+    """A row's stats without its ``level_part``."""
+    c = row.columns
     s = LevelStats(
-        concurrency=concurrency,
-        repeat=repeat,
-        label=level_label(concurrency, repeat),
-        index=index,
-        status=status,
+        concurrency=row.concurrency,
+        repeat=row.repeat,
+        label=level_label(row.concurrency, row.repeat),
+        index=row.index,
+        status=row.status,
         warmup=c.warmup,
+        planned=row.planned,
     )
     if not c.sent:
         return s
@@ -686,9 +719,30 @@ def level_stats(
         # The server queued part of this level: it ran at most what its gauge peaked at.
         cap = min(cap or s.concurrency, int(s.server_running_max))
     _fill_throughput(s, c, start, end, cap)
-    _fill_latency(s, c)
-    if samples and s.accept_length is None:
-        _fill_server(s, samples, start, end)
+    return s
+
+
+def _finish(s: LevelStats, c: LevelColumns, samples: Sequence[ServerSample] | None, part: dict[str, Any]) -> None:
+    """Add a row's ``level_part`` to its stats, then what depends on it."""
+    for name, value in part.items():
+        setattr(s, name, value)
+    if c.sent and samples and s.accept_length is None:
+        _fill_server(s, samples, min(c.timeline.t_send), max(c.timeline.t_end))
+
+
+def level_stats(
+    c: LevelColumns,
+    concurrency: int,
+    repeat: int = 0,
+    *,
+    index: int | None = None,
+    status: str | None = None,
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+) -> LevelStats:
+    """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
+    s = _start(Row(c, concurrency, repeat, index, status), samples, cap)
+    _finish(s, c, samples, level_part(c))
     return s
 
 
@@ -754,6 +808,45 @@ def summarize_run(
     return out
 
 
+def summary_rows(
+    groups: Mapping[GroupKey, LevelColumns], levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None
+) -> list[Row]:
+    """The rows of ``summarize_columns``: one per run.json level (in sweep order, even without
+    records; a level without an index gets every group of its concurrency and repeat, one after
+    the other), then one per group no level claims."""
+    rows: list[Row] = []
+    claimed: set[GroupKey] = set()
+    for lv in _plan(levels_meta):
+        if lv.index is None:
+            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
+        else:
+            key = (lv.index, lv.concurrency, lv.repeat)
+            keys = [key] if key in groups else []
+        claimed.update(keys)
+        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
+        rows.append(Row(cols, lv.concurrency, lv.repeat, lv.index, lv.status))
+    for key in sorted(k for k in groups if k not in claimed):
+        idx, c, rep = key
+        rows.append(Row(groups[key], c, rep, idx, planned=False))
+    return rows
+
+
+def summarize_rows(
+    rows: Sequence[Row],
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+    parts: Callable[[], Sequence[dict[str, Any]]] | None = None,
+) -> list[LevelStats]:
+    """The stats of each row. ``parts``: gives each row's ``level_part`` (e.g. from another process
+    that computed them meanwhile); called once the rest of every row's stats is done."""
+    samples = sorted(samples or [], key=lambda x: x.t)
+    out = [_start(row, samples, cap) for row in rows]
+    made = parts() if parts is not None else [level_part(row.columns) for row in rows]
+    for s, row, part in zip(out, rows, made, strict=True):
+        _finish(s, row.columns, samples, part)
+    return out
+
+
 def summarize_columns(
     groups: Mapping[GroupKey, LevelColumns],
     levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
@@ -766,26 +859,7 @@ def summarize_columns(
     groups gets them one after the other (not interleaved in file order, so its float sums can
     differ from summarize_run's in the last bits).
     """
-    samples = sorted(samples or [], key=lambda x: x.t)
-    plan = _plan(levels_meta)
-    out: list[LevelStats] = []
-    claimed: set[GroupKey] = set()
-    for lv in plan:
-        if lv.index is None:
-            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
-        else:
-            key = (lv.index, lv.concurrency, lv.repeat)
-            keys = [key] if key in groups else []
-        claimed.update(keys)
-        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
-        out.append(level_stats(cols, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
-                               cap=cap))  # fmt: skip
-    for key in sorted(k for k in groups if k not in claimed):
-        idx, c, rep = key
-        s = level_stats(groups[key], c, rep, index=idx, samples=samples, cap=cap)
-        s.planned = False
-        out.append(s)
-    return out
+    return summarize_rows(summary_rows(groups, levels_meta), samples, cap)
 
 
 def _sample_std(xs: list[float]) -> float | None:

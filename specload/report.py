@@ -21,7 +21,7 @@ from specload.clocks import describe, is_off
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.output import EXTRA_FORMATS, fmt_num, is_known_format, render_table
 from specload.records import level_label
-from specload.run import NotARunDir, Run, load_run
+from specload.run import NotARunDir, Run, default_processes, load_run
 from specload.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.text import shorten
 
@@ -416,6 +416,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
     p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                    help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
                    help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
                         "(json always has them all)")  # fmt: skip
@@ -430,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         percentiles = parse_percentiles(args.percentiles)
-        run = load_run(args.run_dir)
+        run = load_run(args.run_dir, args.processes)
     except (NotARunDir, ValueError) as e:
         print(f"specload report: {e}", file=sys.stderr)
         return 2

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specload import forked
 from specload.columns import GroupKey, LevelColumns, read_columns
-from specload.metrics import LevelStats, ServerSample, summarize_columns
+from specload.metrics import LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
 from specload.records import RequestRecord, read_records
 from specload.rundir import (
     LOCUST_CSV,
@@ -86,12 +88,41 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _read_columns(run_dir: Path, notices: list[str]) -> dict[GroupKey, LevelColumns]:
+def _read_columns(run_dir: Path, notices: list[str], processes: int) -> dict[GroupKey, LevelColumns]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
         return {}
-    return read_columns(str(path), notices)
+    return read_columns(str(path), notices, processes)
+
+
+def default_processes() -> int:
+    """2 where this process may run on two cores or more (and can fork), else 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and forked.available() else 1
+
+
+def _parts(rows: list[Row]) -> list[dict[str, Any]]:
+    return [level_part(row.columns) for row in rows]
+
+
+def _summarize(rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int) -> list[LevelStats]:
+    """The rows' stats; with ``processes=2`` a forked child computes their ``level_part`` (latency
+    distributions, tok/s series) meanwhile (this process computes them itself if the child fails)."""
+    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < 50_000:
+        return summarize_rows(rows, samples, cap)
+    with forked.Child(lambda: _parts(rows)) as child:
+
+        def parts() -> list[dict[str, Any]]:
+            try:
+                return child.result()
+            except forked.ChildFailed:
+                return _parts(rows)
+
+        return summarize_rows(rows, samples, cap, parts)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:
@@ -105,17 +136,22 @@ def read_server_samples(path: str | Path) -> list[ServerSample]:
     return samples
 
 
-def load_run(run_dir: str | Path) -> Run:
-    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing."""
+def load_run(run_dir: str | Path, processes: int = 1) -> Run:
+    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
+
+    ``processes=2``: use a second core (a forked child reads half of a big records.jsonl, then
+    computes half of the figures; the same figures either way). Only from a single-threaded
+    process without an event loop (the report and compare commands), see specload.forked.
+    """
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
-    groups = _read_columns(d, notices)
+    groups = _read_columns(d, notices, processes)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = summarize_columns(groups, info.levels, samples, cap=info.server.max_running)
+    levels = _summarize(summary_rows(groups, info.levels), samples, info.server.max_running, processes)
     del groups  # the columns: what stays of a run is its figures
     return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info)
 
