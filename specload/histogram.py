@@ -79,7 +79,8 @@ class Counts:
         self.order: list[int] = []
 
     def add(self, pairs_list: Iterable[Sequence[Sequence[int]]]) -> None:
-        """``merge_into`` of each request's pairs in turn (each request's a non-empty list)."""
+        """``merge_into`` of each request's pairs in turn (each request's a non-empty list, as JSON
+        gives them: a pair is a list, or something the fast loop cannot unpack into two numbers)."""
         pairs_list = list(pairs_list)
         scratch, seen = [0] * self.SPAN, []
         try:

@@ -96,6 +96,10 @@ def _read_columns(run_dir: Path, notices: list[str], processes: int) -> dict[Gro
     return read_columns(str(path), notices, processes)
 
 
+# Runs with fewer measured requests are summarized in one process (a fork costs more than it saves).
+FORK_FROM = 50_000
+
+
 def default_processes() -> int:
     """2 where this process may run on two cores or more (and can fork), else 1."""
     try:
@@ -112,7 +116,7 @@ def _parts(rows: list[Row]) -> list[dict[str, Any]]:
 def _summarize(rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int) -> list[LevelStats]:
     """The rows' stats; with ``processes=2`` a forked child computes their ``level_part`` (latency
     distributions, tok/s series) meanwhile (this process computes them itself if the child fails)."""
-    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < 50_000:
+    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < FORK_FROM:
         return summarize_rows(rows, samples, cap)
     with forked.Child(lambda: _parts(rows)) as child:
 
