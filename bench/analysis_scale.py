@@ -8,9 +8,9 @@ throughput, so C = 512 has the most), 1000-token outputs with a ~10-bin ITL hist
 failed and 0.1% short, the second run 10% faster to decode. Then runs, each in a fresh process,
 ``specload report A --no-write`` and ``specload compare A B --no-plot`` and measures the command
 and the helper process it forks (specload.forked): wall seconds, CPU seconds of both (rusage), the
-command's own peak RSS (rusage) and the peak of the sum of both processes' RSS (sampled every
-20 ms; pages they share are counted twice, so it is an upper bound), and what other processes used
-of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the same at N / 10 gives the
+command's own peak RSS (rusage) and the peak of both processes' memory together (the sum of their
+PSS, sampled every 0.1 s: a page they share after the fork counts once), and what other processes
+used of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the same at N / 10 gives the
 fixed part and the figures are scaled to 5M records along the line through both.
 
 Runs of 200k records or more are generated once into ``~/.cache/specload/bench`` (``--cache``) and
@@ -244,18 +244,18 @@ class Timed:
     peak_mb: float  # the command's own peak RSS (rusage)
     code: int
     cpu_s: float = 0.0  # user + system of the command and its helper process
-    tree_mb: float = 0.0  # peak of the sum of the RSS of the command and its helper (sampled)
+    tree_mb: float = 0.0  # peak of the memory of the command and its helper together (sum of PSS, sampled)
     others: float = 0.0  # other processes' CPU meanwhile, in cores (0..number of CPUs)
 
 
 # A small process between us and the measured one. A child made from this (big) process carries
 # our memory's high-water mark into its own ru_maxrss (the kernel keeps the larger of the image
 # before exec and after), so the measured command is forked from this tiny wrapper instead. It
-# also samples the RSS of the command's process tree and the machine's busy time.
+# also samples every 0.1 s the proportional set size (PSS: a page two processes share counts half
+# in each) of the command and of the helper it forks, and the machine's busy time.
 _WRAPPER = r"""
 import os, sys, time
 res, cmd = sys.argv[1], sys.argv[2:]
-page = os.sysconf("SC_PAGE_SIZE")
 tck = os.sysconf("SC_CLK_TCK")
 def busy():
     with open("/proc/stat") as f:
@@ -270,12 +270,15 @@ def tree(pid):
     except OSError:
         pass
     return out
-def rss(pid):
+def pss(pid):
     try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * page
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        return 0
+        pass
+    return 0
 t0, b0 = time.perf_counter(), busy()
 pid = os.fork()
 if pid == 0:
@@ -288,8 +291,8 @@ while True:
     done, status, ru = os.wait4(pid, os.WNOHANG)
     if done:
         break
-    peak = max(peak, sum(rss(p) for p in tree(pid)))
-    time.sleep(0.02)
+    peak = max(peak, sum(pss(p) for p in tree(pid)))
+    time.sleep(0.1)
 wall = time.perf_counter() - t0
 cpu = ru.ru_utime + ru.ru_stime
 others = max(0.0, (busy() - b0 - cpu) / wall)

@@ -109,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"{gen_s:.1f} s, {'kept in ' + str(cache) if cache else 'removed after'}); "
                               "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
                               "process that forks one helper (two cores); CPU time of both, peak RSS of the "
-                              "command (rusage) and of both together (sampled every 20 ms, shared pages counted "
-                              "twice)")  # fmt: skip
+                              "command (rusage), peak memory of both together (sum of PSS, sampled every 0.1 s)")  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import struct
 from array import array
 from collections import Counter
@@ -23,7 +24,7 @@ from dataclasses import fields
 from functools import reduce
 from itertools import chain, compress, count, repeat
 from operator import add, attrgetter, eq, gt, is_, is_not, itemgetter, ne, truediv
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -382,8 +383,14 @@ class LevelColumns:
 
     def take(self, p: LevelColumns) -> None:
         """Append the records of ``p`` (which come after these) to these columns."""
-        self.warmup += p.warmup
         self.timeline.extend(p.timeline)
+        for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req"):
+            getattr(self, name).extend(getattr(p, name))
+        self.take_counts(p)
+
+    def take_counts(self, p: LevelColumns) -> None:
+        """``take`` but for the arrays."""
+        self.warmup += p.warmup
         for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
                      "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
                      "verify_n", "verify_sum", "verify_tokens"):  # fmt: skip
@@ -394,10 +401,14 @@ class LevelColumns:
                 mine[key] = mine.get(key, 0) + n
         self.requested_output.update(p.requested_output)
         self.requested_prompt.update(p.requested_prompt)
-        for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req"):
-            getattr(self, name).extend(getattr(p, name))
         self.itl_counts.merge(p.itl_counts)
         self.itl_units |= p.itl_units
+
+    def arrays(self) -> list[tuple[Any, str]]:
+        """Every array of these columns, as (owner, attribute name)."""
+        return [(self.timeline, name) for name in Timeline.__slots__] + [
+            (self, name) for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req")
+        ]
 
     def nbytes(self) -> int:
         """Bytes held in arrays (what grows with the number of requests)."""
@@ -606,16 +617,33 @@ class _Reading:
     def merge(self, later: _Reading, lines: int) -> bool:
         """Add the reading of the lines after this one's ``lines`` lines, as if this one had read on.
         False, with nothing changed, when a sum would come out differently that way (a float count)."""
+        return self.receive(later, [], lines)
+
+    def receive(self, later: _Reading, sizes: list[int], lines: int, f: IO[bytes] | None = None) -> bool:
+        """``merge``, the arrays of ``later`` coming from ``f`` (``sizes``: their bytes, in the
+        order of ``_send``) and appended to these as they come, or from ``later`` itself (no ``f``)."""
         for key, cols in later.groups.items():
             mine = self.groups.get(key)
             if mine is not None and not (mine.sums_are_ints() and cols.sums_are_ints()):
                 return False
+        size = iter(sizes)
         for key, cols in later.groups.items():
             mine = self.groups.get(key)
             if mine is None:
-                self.groups[key] = cols
-            else:
-                mine.take(cols)
+                self.groups[key] = mine = LevelColumns()
+            for (owner, name), (their_owner, _) in zip(mine.arrays(), cols.arrays(), strict=True):
+                arr = getattr(owner, name)
+                if f is None:
+                    arr.extend(getattr(their_owner, name))
+                    continue
+                left = next(size)
+                while left:
+                    chunk = f.read(min(left, 1 << 24))
+                    if not chunk:
+                        raise EOFError("the stream ended before its arrays did")
+                    arr.frombytes(chunk)
+                    left -= len(chunk)
+            mine.take_counts(cols)
         self.torn += [lines + no for no in later.torn]
         self.bad_records += later.bad_records
         self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
@@ -645,6 +673,19 @@ def _read_from(path: str, start: int) -> _Reading:
     return reading
 
 
+def _send(reading: _Reading, f: IO[bytes]) -> None:
+    """A stretch's reading into a pipe: pickled without its arrays, then the arrays' bytes as they
+    are in memory (nothing is copied on the way: pickling them would hold a copy of each)."""
+    arrays = []
+    for cols in reading.groups.values():
+        for owner, name in cols.arrays():
+            arrays.append(getattr(owner, name))
+            setattr(owner, name, array(arrays[-1].typecode))
+    pickle.dump((reading, [len(a) * a.itemsize for a in arrays]), f, protocol=pickle.HIGHEST_PROTOCOL)
+    for a in arrays:
+        f.write(memoryview(a).cast("B"))
+
+
 def read_columns(path: str, notes: list[str] | None = None, processes: int = 1) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
@@ -668,14 +709,23 @@ def read_columns(path: str, notes: list[str] | None = None, processes: int = 1) 
         if mid is None:
             reading.read(path)
         else:
-            later: _Reading | None = None
-            with forked.Child(lambda: _read_from(path, mid)) as child:
+            lines = 0
+
+            def receive(f: IO[bytes]) -> bool:
+                later, sizes = pickle.load(f)
+                return reading.receive(later, sizes, lines, f)
+
+            merged: bool | None = None
+            with forked.Child(lambda: _read_from(path, mid), _send, receive) as child:
                 lines = reading.read(path, 0, mid)
                 try:
-                    later = child.result()
-                except forked.ChildFailed:
-                    later = None
-            if later is None or not reading.merge(later, lines):
+                    merged = child.result()
+                except (forked.ChildFailed, EOFError, OSError):
+                    merged = None  # it failed, maybe half-way through adding: read it all here
+            if merged is None:
+                reading = _Reading()
+                reading.read(path)
+            elif not merged:
                 reading.read(path, mid, None, lines)
     finally:
         if collecting:

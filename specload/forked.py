@@ -23,7 +23,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -36,10 +36,17 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-class Child(Generic[T]):
-    """``fn()`` computed in a forked child process (see the module's docstring)."""
+def _dump(value: Any, f: IO[bytes]) -> None:
+    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
 
-    def __init__(self, fn: Callable[[], T]) -> None:
+
+class Child(Generic[T]):
+    """``fn()`` computed in a forked child process (see the module's docstring). ``send(value, f)``
+    writes the value into the pipe and ``receive(f)`` reads it back (default: pickle), for values
+    too big to be pickled whole (a pickler keeps what it wrote until it is done)."""
+
+    def __init__(self, fn: Callable[[], Any], send: Callable[[Any, IO[bytes]], None] = _dump,
+                 receive: Callable[[IO[bytes]], T] = pickle.load) -> None:  # fmt: skip
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -50,10 +57,10 @@ class Child(Generic[T]):
                 os.close(read_fd)
                 value = fn()
                 with os.fdopen(write_fd, "wb") as f:
-                    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+                    send(value, f)
                 code = 0
-            except BrokenPipeError:  # the parent stopped listening: it is on its way out
-                pass
+            except BrokenPipeError:  # the parent stopped listening: it did not want the rest
+                code = 0
             except BaseException:  # noqa: BLE001 - whatever happens, the child must not run the caller's code
                 traceback.print_exc()
             finally:
@@ -61,17 +68,18 @@ class Child(Generic[T]):
         os.close(write_fd)
         self.pid: int | None = pid
         self._read_fd = read_fd
+        self._receive = receive
 
     def result(self) -> T:
         """The child's value; raises ChildFailed when it did not send one."""
         try:
             with os.fdopen(self._read_fd, "rb") as f:
-                value = pickle.load(f)
+                value = self._receive(f)
         except (EOFError, pickle.UnpicklingError):
             raise ChildFailed(f"process {self.pid} exited without a result") from None
         finally:
             self._reap()
-        return value  # type: ignore[no-any-return]
+        return value
 
     def stop(self) -> None:
         """Kill the child if it still runs, and reap it (the result is lost)."""

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from itertools import accumulate, compress, count, repeat
+from itertools import accumulate, compress, count, islice, repeat
 from operator import add, eq, ge, gt, le, mul, sub, truediv
 from typing import Any
 
@@ -463,15 +463,15 @@ def _steady_window(
     if bisect_right(sends, start) - bisect_left(ends, start) < d:  # a first token before its send
         return _steady_window_events(tl, d, max_dip_s)
     after_end = map(sub, map(partial(bisect_right, sends), ends), count(1))
-    down = array("d", compress(ends, map(eq, after_end, repeat(d - 1))))
+    down = list(compress(ends, map(eq, after_end, repeat(d - 1))))
     after_send = map(sub, count(1), map(partial(bisect_left, ends), sends))
-    up = array("d", compress(sends, map(eq, after_send, repeat(d))))
-    down = down[bisect_left(down, start):]
-    up = up[bisect_right(up, start):]
-    long_dip = next(compress(count(), map(gt, map(sub, up, down), repeat(max_dip_s))), None)
+    up = list(compress(sends, map(eq, after_send, repeat(d))))
+    i0, j0 = bisect_left(down, start), bisect_right(up, start)  # the crossings after the window opened
+    gaps = map(sub, islice(up, j0, None), islice(down, i0, None))
+    long_dip = next(compress(count(), map(gt, gaps, repeat(max_dip_s))), None)
     if long_dip is not None:
-        return start, down[long_dip]
-    below_since = down[len(up)] if len(down) > len(up) else None
+        return start, down[i0 + long_dip]
+    below_since = down[i0 + len(up) - j0] if len(down) - i0 > len(up) - j0 else None
     if below_since is None or below_since <= start:
         return None
     return start, below_since
@@ -636,8 +636,8 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
     s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
 
 
-def _sorted_dist(xs: array) -> tuple[Dist, array]:
-    ordered = array("d", sorted(xs))
+def _sorted_dist(xs: array) -> tuple[Dist, list[float]]:
+    ordered = sorted(xs)
     return _dist(xs, ordered), ordered
 
 
@@ -666,28 +666,25 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
         s.accept_length_source = ACCEPT_FROM_RECORDS
 
 
-# The LevelStats fields ``level_part`` fills: the latency distributions and the tok/s series, about
-# half of a level's work, which another process can do (specload.run with ``processes=2``).
-PART_FIELDS = (
-    "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_s", "e2e_p99_s",
-    "decode_tok_s_mean", "dists", "itl_unit", "prompt_tokens_mean", "chunk_fallback_ok", "token_note",
-    "accept_length", "accept_length_requests", "accept_length_source", "tok_s_series",
-)  # fmt: skip
-
-
-def level_part(c: LevelColumns) -> dict[str, Any]:
-    """The ``PART_FIELDS`` of a level's stats, from its columns alone ({} when it has no requests)."""
-    if not c.sent:
-        return {}
-    s = LevelStats(concurrency=0, repeat=0, label="")
-    _fill_latency(s, c)
-    s.tok_s_series = tok_s_series(c.timeline)
-    return {name: getattr(s, name) for name in PART_FIELDS}
+# A level's heavy figures come in three parts, each from the level's columns alone (and the cap of
+# the steady window), so that two processes can share a run's parts (specload.run with
+# ``processes=2``). The weights: each part's cost per measured request, relative, to balance them.
+PARTS = {"steady": 3.3, "series": 2.2, "latency": 2.9}
+_PART_FIELDS = {
+    "steady": ("wall_s", "agg_tok_s", "mean_concurrency", "req_s", "input_tok_s", "total_tok_s", "peak_in_flight",
+               "steady_tok_s", "steady_window_s"),
+    "series": ("tok_s_series",),
+    "latency": ("per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_s",
+                "e2e_p99_s", "decode_tok_s_mean", "dists", "itl_unit", "prompt_tokens_mean", "chunk_fallback_ok",
+                "token_note", "accept_length", "accept_length_requests", "accept_length_source"),
+}  # fmt: skip
+Job = tuple[int, str]  # (row, part)
 
 
 @dataclass
 class Row:
-    """What one row of a run's table is computed from: its columns and its run.json level."""
+    """What one row of a run's table is computed from: its columns and its run.json level; ``cap``:
+    what the steady window takes as the server's limit (set by ``summarize_rows``)."""
 
     columns: LevelColumns
     concurrency: int
@@ -695,10 +692,33 @@ class Row:
     index: int | None
     status: str | None = None
     planned: bool = True
+    cap: int | None = None
+
+
+def level_part(row: Row, part: str) -> dict[str, Any]:
+    """One of a row's ``PARTS``: its LevelStats fields ({} when the row has no requests)."""
+    c = row.columns
+    if not c.sent:
+        return {}
+    s = LevelStats(concurrency=row.concurrency, repeat=row.repeat, label="")
+    if part == "steady":
+        s.output_tokens, s.ok = c.output_tokens, c.ok  # what the throughput figures take of the outcomes
+        _fill_throughput(s, c, min(c.timeline.t_send), max(c.timeline.t_end), row.cap)
+    elif part == "series":
+        s.tok_s_series = tok_s_series(c.timeline)
+    else:
+        _fill_latency(s, c)
+    return {name: getattr(s, name) for name in _PART_FIELDS[part]}
+
+
+def jobs(rows: Sequence[Row]) -> list[tuple[Job, float]]:
+    """Every part of every row that has requests, with its estimated cost."""
+    return [((i, part), weight * row.columns.sent) for i, row in enumerate(rows) if row.columns.sent
+            for part, weight in PARTS.items()]  # fmt: skip
 
 
 def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) -> LevelStats:
-    """A row's stats without its ``level_part``."""
+    """A row's stats without its parts (and its ``cap``)."""
     c = row.columns
     s = LevelStats(
         concurrency=row.concurrency,
@@ -709,23 +729,24 @@ def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) ->
         warmup=c.warmup,
         planned=row.planned,
     )
+    row.cap = cap
     if not c.sent:
         return s
-    start, end = min(c.timeline.t_send), max(c.timeline.t_end)
     _fill_outcomes(s, c)
     if samples:
-        _fill_server(s, samples, start, end)
+        _fill_server(s, samples, min(c.timeline.t_send), max(c.timeline.t_end))
     if s.server_running_max is not None and s.server_queued_max:
         # The server queued part of this level: it ran at most what its gauge peaked at.
-        cap = min(cap or s.concurrency, int(s.server_running_max))
-    _fill_throughput(s, c, start, end, cap)
+        row.cap = min(cap or s.concurrency, int(s.server_running_max))
     return s
 
 
-def _finish(s: LevelStats, c: LevelColumns, samples: Sequence[ServerSample] | None, part: dict[str, Any]) -> None:
-    """Add a row's ``level_part`` to its stats, then what depends on it."""
-    for name, value in part.items():
-        setattr(s, name, value)
+def _finish(s: LevelStats, row: Row, samples: Sequence[ServerSample] | None, parts: Sequence[dict[str, Any]]) -> None:
+    """Add a row's parts to its stats, then what depends on them."""
+    for part in parts:
+        for name, value in part.items():
+            setattr(s, name, value)
+    c = row.columns
     if c.sent and samples and s.accept_length is None:
         _fill_server(s, samples, min(c.timeline.t_send), max(c.timeline.t_end))
 
@@ -741,8 +762,9 @@ def level_stats(
     cap: int | None = None,
 ) -> LevelStats:
     """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
-    s = _start(Row(c, concurrency, repeat, index, status), samples, cap)
-    _finish(s, c, samples, level_part(c))
+    row = Row(c, concurrency, repeat, index, status)
+    s = _start(row, samples, cap)
+    _finish(s, row, samples, [level_part(row, part) for part in PARTS])
     return s
 
 
@@ -835,15 +857,16 @@ def summarize_rows(
     rows: Sequence[Row],
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
-    parts: Callable[[], Sequence[dict[str, Any]]] | None = None,
+    run_jobs: Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]] | None = None,
 ) -> list[LevelStats]:
-    """The stats of each row. ``parts``: gives each row's ``level_part`` (e.g. from another process
-    that computed them meanwhile); called once the rest of every row's stats is done."""
+    """The stats of each row. ``run_jobs``: computes the rows' parts (``jobs``: each is
+    ``level_part(rows[i], part)``), e.g. sharing them with another process; by default here."""
     samples = sorted(samples or [], key=lambda x: x.t)
     out = [_start(row, samples, cap) for row in rows]
-    made = parts() if parts is not None else [level_part(row.columns) for row in rows]
-    for s, row, part in zip(out, rows, made, strict=True):
-        _finish(s, row.columns, samples, part)
+    todo = jobs(rows)
+    done = run_jobs(todo) if run_jobs is not None else {job: level_part(rows[job[0]], job[1]) for job, _ in todo}
+    for i, (s, row) in enumerate(zip(out, rows, strict=True)):
+        _finish(s, row, samples, [done[(i, part)] for part in PARTS if (i, part) in done])
     return out
 
 

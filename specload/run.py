@@ -19,7 +19,7 @@ from typing import Any
 
 from specload import forked
 from specload.columns import GroupKey, LevelColumns, read_columns
-from specload.metrics import LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
+from specload.metrics import Job, LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
 from specload.records import RequestRecord, read_records
 from specload.rundir import (
     LOCUST_CSV,
@@ -109,24 +109,30 @@ def default_processes() -> int:
     return 2 if cores >= 2 and forked.available() else 1
 
 
-def _parts(rows: list[Row]) -> list[dict[str, Any]]:
-    return [level_part(row.columns) for row in rows]
-
-
 def _summarize(rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int) -> list[LevelStats]:
-    """The rows' stats; with ``processes=2`` a forked child computes their ``level_part`` (latency
-    distributions, tok/s series) meanwhile (this process computes them itself if the child fails)."""
+    """The rows' stats; with ``processes=2`` a forked child computes about half of their parts
+    (specload.metrics.PARTS, shared by estimated cost) meanwhile; this process computes its half
+    itself if the child fails."""
     if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < FORK_FROM:
         return summarize_rows(rows, samples, cap)
-    with forked.Child(lambda: _parts(rows)) as child:
 
-        def parts() -> list[dict[str, Any]]:
+    def run_jobs(todo: list[tuple[Job, float]]) -> dict[Job, dict[str, Any]]:
+        mine: list[Job] = []
+        theirs: list[Job] = []
+        load = [0.0, 0.0]
+        for job, cost in sorted(todo, key=lambda jc: -jc[1]):  # the biggest first, to the lighter side
+            side = 0 if load[0] <= load[1] else 1
+            (mine, theirs)[side].append(job)
+            load[side] += cost
+        with forked.Child(lambda: {job: level_part(rows[job[0]], job[1]) for job in theirs}) as child:
+            done = {job: level_part(rows[job[0]], job[1]) for job in mine}
             try:
-                return child.result()
+                done.update(child.result())
             except forked.ChildFailed:
-                return _parts(rows)
+                done.update({job: level_part(rows[job[0]], job[1]) for job in theirs})
+        return done
 
-        return summarize_rows(rows, samples, cap, parts)
+    return summarize_rows(rows, samples, cap, run_jobs)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:

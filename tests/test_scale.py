@@ -366,15 +366,38 @@ def test_two_processes_read_what_one_reads(which: str, request: pytest.FixtureRe
         path = one_level_run(tmp_path, 20 if "first" in which else -20) / RECORDS
     monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
     merged = []
-    real_merge = columns._Reading.merge
+    real_receive = columns._Reading.receive
 
-    def merge(self: columns._Reading, later: columns._Reading, lines: int) -> bool:
-        merged.append(real_merge(self, later, lines))
+    def receive(self: columns._Reading, *args: Any) -> bool:
+        merged.append(real_receive(self, *args))
         return merged[-1]
 
-    monkeypatch.setattr(columns._Reading, "merge", merge)
+    monkeypatch.setattr(columns._Reading, "receive", receive)
     assert_same_reading(path, processes=2)
     assert len(merged) == 1 and merged[0] == (which in ("odd", "plain"))
+
+
+def test_a_child_that_dies_mid_stream_costs_time_not_figures(plain_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half its arrays sent, the child dies: this process reads the whole file itself, from scratch."""
+    real_send = columns._send
+
+    def send(reading: columns._Reading, f: Any) -> None:
+        class Half:
+            def __init__(self) -> None:
+                self.left = 3
+
+            def write(self, data: Any) -> None:
+                if self.left == 0:
+                    f.flush()
+                    os._exit(3)
+                self.left -= 1
+                f.write(data)
+
+        real_send(reading, Half())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(columns, "_send", send)
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    assert_same_reading(plain_run / RECORDS, processes=2)
 
 
 def test_torn_lines_are_numbered_across_the_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
