@@ -44,6 +44,7 @@ from specload.records import (
 
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
+Col = Sequence[Any]  # one field of many records, in file order (a list or a tuple)
 
 # The fields a level's figures use, in the order LevelColumns.add takes them (after the key).
 _KEY = ("level", "concurrency", "repeat")
@@ -67,7 +68,7 @@ _attrs_used = attrgetter(*_USED)
 # A block of records is taken apart by one itemgetter over every field (the used ones first) and
 # turned into columns by one zip; the checks of ``_plain`` then run column by column. Records as
 # RecordWriter writes them (every field, in RequestRecord's order) are taken apart faster still:
-# all values of the block in one list, a column being every 30th of them.
+# one zip over their values.
 _ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
 _get_ordered = itemgetter(*_ORDER)
 _FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
@@ -119,8 +120,8 @@ class Timeline:
         self.k.append(min(n, max(1, first_event_tokens or 1)))
         self.has_first.append(t_first is not None)
 
-    def add_block(self, t_send: list[Any], t_first: list[Any], t_last: list[Any], t_end: list[Any],
-                  e2e: list[Any], n: list[Any], first_event_tokens: list[Any], n_min: Any) -> None:  # fmt: skip
+    def add_block(self, t_send: Col, t_first: Col, t_last: Col, t_end: Col, e2e: Col, n: Col,
+                  first_event_tokens: Col, n_min: Any) -> None:  # fmt: skip
         """``add`` for many requests at once (columns of equal length, in file order; ``n_min``: min(n))."""
         m = len(t_send)
         _doubles(self.t_send, t_send)
@@ -131,10 +132,14 @@ class Timeline:
         _doubles(self.t1, _filled(t_last, _holes(t_last), t0))
         _doubles(self.e2e, e2e)
         _doubles(self.tokens, n)
+        # k = min(n, max(1, first_event_tokens or 1)); the max is 1 unless some first event carried more
         fe = first_event_tokens
-        if n_min >= 1 and fe.count(1) == m:  # min(n, max(1, 1)) = 1
-            self.k.frombytes(_ONE * m)
-        else:  # min(n, max(1, first_event_tokens or 1)); ``or 1`` only changes None (max(1, 0) is 1)
+        if fe.count(1) == m or max(filter(None, fe), default=1) <= 1:
+            if n_min >= 1:
+                self.k.frombytes(_ONE * m)
+            else:
+                _doubles(self.k, list(map(min, n, repeat(1))))
+        else:  # ``or 1`` only changes None (max(1, 0) is 1 anyway)
             fe = _filled(fe, _holes(fe), [1] * m)
             _doubles(self.k, list(map(min, n, map(max, repeat(1), fe))))
         flags = bytearray(b"\x01") * m  # has_first
@@ -263,12 +268,11 @@ class LevelColumns:
     def add_record(self, r: RequestRecord) -> None:
         self.add(*_attrs_used(r)[len(_KEY):])
 
-    def add_block(self, phase: list[Any], status: list[Any], reason: list[Any], http_status: list[Any],
-                  t_send: list[Any], t_first: list[Any], t_last: list[Any], t_end: list[Any], ttft: list[Any],
-                  e2e: list[Any], tpot: list[Any], decode: list[Any], n: list[Any], source: list[Any],
-                  prompt: list[Any], req_out: list[Any], req_prompt: list[Any], verify: list[Any], itl: list[Any],
-                  itl_unit: list[Any], first_event_tokens: list[Any]) -> None:  # fmt: skip
-        """``add`` for many records at once: one column per argument (lists of equal length, file order),
+    def add_block(self, phase: Col, status: Col, reason: Col, http_status: Col, t_send: Col, t_first: Col,
+                  t_last: Col, t_end: Col, ttft: Col, e2e: Col, tpot: Col, decode: Col, n: Col, source: Col,
+                  prompt: Col, req_out: Col, req_prompt: Col, verify: Col, itl: Col, itl_unit: Col,
+                  first_event_tokens: Col) -> None:  # fmt: skip
+        """``add`` for many records at once: one column per argument (of equal length, in file order),
         numbers already checked (ints, floats or None; not None where ``_NOT_NULL`` says so).
 
         Every figure comes out as ``add`` makes it, with a pass over a column instead of a step per
@@ -447,7 +451,7 @@ def _holes(xs: Sequence[Any]) -> list[int]:
     return [] if _no_none(xs) else list(compress(count(), map(is_, xs, repeat(None))))
 
 
-def _filled(xs: list[Any], holes: list[int], others: Sequence[Any]) -> list[Any]:
+def _filled(xs: Sequence[Any], holes: list[int], others: Sequence[Any]) -> Sequence[Any]:
     """``xs`` with the None at ``holes`` replaced by the value of ``others`` at the same place."""
     if not holes:
         return xs
@@ -554,16 +558,15 @@ class _Reading:
             cols = [list(col) for col in zip(*rows, strict=True)]
         self._add(cols)
 
-    def _columns(self, values: list[Any]) -> list[list[Any]] | None:
+    def _columns(self, values: list[Any]) -> list[Sequence[Any]] | None:
         """The block's columns (``_ORDER``) when every record is plain, else None."""
         if set(map(type, values)) != {dict}:
             return None
         first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
         if first == _FIELD_ORDER and list(map(tuple, values)) == [first] * len(values):
-            # as RecordWriter writes them: every 30th value is one column
-            flat = list(chain.from_iterable(map(dict.values, values)))
-            step = len(_FIELD_ORDER)
-            cols = [flat[i::step] for i in _WRITTEN]
+            # as RecordWriter writes them: the i-th values of the records are one column
+            written = list(zip(*map(dict.values, values), strict=True))
+            cols = [written[i] for i in _WRITTEN]
         else:
             try:
                 cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
@@ -577,12 +580,12 @@ class _Reading:
             return cols
         return None
 
-    def _add(self, cols: list[list[Any]]) -> None:
+    def _add(self, cols: Sequence[Sequence[Any]]) -> None:
         """Columns of records (``_ORDER``) to their groups; a block is usually all one level."""
         level, concurrency, repeat_ = cols[0], cols[1], cols[2]
         used = cols[len(_KEY) : len(_USED)]
         m = len(level)
-        if level.count(level[0]) == m and concurrency.count(concurrency[0]) == m and repeat_.count(repeat_[0]) == m:
+        if all(col.count(col[0]) == m for col in (level, concurrency, repeat_)):
             self._group((level[0], concurrency[0], repeat_[0])).add_block(*used)
             return
         keys = list(zip(level, concurrency, repeat_, strict=True))
@@ -686,7 +689,9 @@ def _send(reading: _Reading, f: IO[bytes]) -> None:
         f.write(memoryview(a).cast("B"))
 
 
-def read_columns(path: str, notes: list[str] | None = None, processes: int = 1) -> dict[GroupKey, LevelColumns]:
+def read_columns(
+    path: str, notes: list[str] | None = None, processes: int = 1
+) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
     The same reading as ``records.read_records``, with the same notes: a torn line is skipped, a

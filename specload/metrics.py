@@ -556,7 +556,9 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
     # up to the first that would be empty
     most = max(1, math.ceil((t_hi - t_lo) / bucket_s))
     edges = list(map(add, repeat(t_lo), map(mul, range(most), repeat(bucket_s))))
-    ends_ = list(map(min, repeat(t_hi), map(add, repeat(t_lo), map(mul, range(1, most + 1), repeat(bucket_s)))))
+    ends_ = list(
+        map(min, repeat(t_hi), map(add, repeat(t_lo), map(mul, range(1, most + 1), repeat(bucket_s))))
+    )
     nb = next(compress(count(), map(le, ends_, edges)), most)
     if not nb:
         return []
@@ -741,7 +743,9 @@ def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) ->
     return s
 
 
-def _finish(s: LevelStats, row: Row, samples: Sequence[ServerSample] | None, parts: Sequence[dict[str, Any]]) -> None:
+def _finish(
+    s: LevelStats, row: Row, samples: Sequence[ServerSample] | None, parts: Sequence[dict[str, Any]]
+) -> None:
     """Add a row's parts to its stats, then what depends on them."""
     for part in parts:
         for name, value in part.items():
@@ -853,6 +857,10 @@ def summary_rows(
     return rows
 
 
+def _here(rows: Sequence[Row]) -> Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]]:
+    return lambda todo: {job: level_part(rows[job[0]], job[1]) for job, _ in todo}
+
+
 def summarize_rows(
     rows: Sequence[Row],
     samples: Sequence[ServerSample] | None = None,
@@ -864,7 +872,7 @@ def summarize_rows(
     samples = sorted(samples or [], key=lambda x: x.t)
     out = [_start(row, samples, cap) for row in rows]
     todo = jobs(rows)
-    done = run_jobs(todo) if run_jobs is not None else {job: level_part(rows[job[0]], job[1]) for job, _ in todo}
+    done = (run_jobs or _here(rows))(todo)
     for i, (s, row) in enumerate(zip(out, rows, strict=True)):
         _finish(s, row, samples, [done[(i, part)] for part in PARTS if (i, part) in done])
     return out

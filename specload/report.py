@@ -417,7 +417,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                    help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
     p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
-                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")
+                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
                    help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
                         "(json always has them all)")  # fmt: skip

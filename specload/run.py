@@ -109,7 +109,9 @@ def default_processes() -> int:
     return 2 if cores >= 2 and forked.available() else 1
 
 
-def _summarize(rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int) -> list[LevelStats]:
+def _summarize(
+    rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int
+) -> list[LevelStats]:
     """The rows' stats; with ``processes=2`` a forked child computes about half of their parts
     (specload.metrics.PARTS, shared by estimated cost) meanwhile; this process computes its half
     itself if the child fails."""
