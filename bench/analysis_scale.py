@@ -364,6 +364,7 @@ def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path 
     goal's 5M or ``fixed_part`` is False; also returns the seconds spent writing the runs. Runs of
     CACHE_FROM records or more are kept in ``cache`` (None: written into ``work`` and removed)."""
     out: dict[str, list[Timed]] = {"report": [], "compare": []}
+    work.mkdir(parents=True, exist_ok=True)
     gen_s = 0.0
     sizes = (max(n // 10, 1000), n) if fixed_part and n != GOAL_RECORDS else (n,)
     for size in sizes:

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload import forked
+from specload.columns import SPLIT_BYTES
 from specload.comparison import (
     NOISE_MARK,
     NOT_COMPARABLE,
@@ -39,7 +41,7 @@ from specload.output import (
 )
 from specload.plot import plot_comparison
 from specload.run import NotARunDir, Run, default_processes, load_run
-from specload.rundir import safe_name
+from specload.rundir import RECORDS, safe_name
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -282,15 +284,30 @@ class ComparisonResult:
         return [self.markdown] + ([self.plot] if self.plot is not None else [])
 
 
+def _load_or_error(d: str | Path, processes: int) -> Run | NotARunDir:
+    try:
+        return load_run(d, processes)
+    except NotARunDir as e:
+        return e
+
+
 def _load(run_dirs: Sequence[str | Path], processes: int = 1) -> list[Run]:
+    """The runs, read one after the other. With ``processes=2`` a big run is read in a forked child
+    (itself using two processes) that sends back only its figures: its columns, and whatever memory
+    reading them left behind, go with the child, and the next run starts from a small process."""
     runs: list[Run] = []
     for d in run_dirs:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
-        try:
-            runs.append(load_run(d, processes))
-        except NotARunDir as e:
-            raise CompareError(str(e)) from None
+        records = Path(d) / RECORDS
+        if processes > 1 and forked.available() and records.exists() and records.stat().st_size >= SPLIT_BYTES:
+            with forked.Child(lambda d=d: _load_or_error(d, processes)) as child:  # type: ignore[misc]
+                run = child.result()
+        else:
+            run = _load_or_error(d, processes)
+        if isinstance(run, NotARunDir):
+            raise CompareError(str(run)) from None
+        runs.append(run)
     return runs
 
 

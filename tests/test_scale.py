@@ -425,6 +425,31 @@ def test_load_run_with_two_processes_gives_the_same_figures(
     assert any(s.tok_s_series for s in two.levels) and any(s.dists["ttft"].n for s in two.levels)
 
 
+def test_compare_reads_each_big_run_in_a_child(odd_run: Path, plain_run: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from specload import compare
+
+    one = compare.run_compare([odd_run, plain_run], out=tmp_path / "one", plot=False, fmt="json", processes=1)
+    monkeypatch.setattr(compare, "SPLIT_BYTES", 1000)  # both runs are "big": each is read in a child
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    monkeypatch.setattr(run, "FORK_FROM", 1)
+    children = []
+    real = forked.Child.__init__
+
+    def init(self: forked.Child[Any], *args: Any, **kwargs: Any) -> None:
+        children.append(os.getpid())
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(forked.Child, "__init__", init)
+    two = compare.run_compare([odd_run, plain_run], out=tmp_path / "two", plot=False, fmt="json", processes=2)
+    assert two.text == one.text and (tmp_path / "two" / "comparison.md").read_text() == (
+        tmp_path / "one" / "comparison.md"
+    ).read_text()
+    assert children.count(os.getpid()) == 2  # one child per run from here (theirs forked further)
+    with pytest.raises(compare.CompareError, match="not a specload run directory"):
+        compare.run_compare([odd_run, tmp_path], out=tmp_path / "three", plot=False, processes=2)
+
+
 # ---------------------------------------------------------------- ITL counts
 
 
