@@ -377,7 +377,9 @@ def test_two_processes_read_what_one_reads(which: str, request: pytest.FixtureRe
     assert len(merged) == 1 and merged[0] == (which in ("odd", "plain"))
 
 
-def test_a_child_that_dies_mid_stream_costs_time_not_figures(plain_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_child_that_dies_mid_stream_costs_time_not_figures(
+    plain_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Half its arrays sent, the child dies: this process reads the whole file itself, from scratch."""
     real_send = columns._send
 
@@ -442,9 +444,11 @@ def test_compare_reads_each_big_run_in_a_child(odd_run: Path, plain_run: Path, t
 
     monkeypatch.setattr(forked.Child, "__init__", init)
     two = compare.run_compare([odd_run, plain_run], out=tmp_path / "two", plot=False, fmt="json", processes=2)
-    assert two.text == one.text and (tmp_path / "two" / "comparison.md").read_text() == (
-        tmp_path / "one" / "comparison.md"
-    ).read_text()
+    assert (
+        two.text == one.text
+        and (tmp_path / "two" / "comparison.md").read_text()
+        == (tmp_path / "one" / "comparison.md").read_text()
+    )
     assert children.count(os.getpid()) == 2  # one child per run from here (theirs forked further)
     with pytest.raises(compare.CompareError, match="not a specload run directory"):
         compare.run_compare([odd_run, tmp_path], out=tmp_path / "three", plot=False, processes=2)
