@@ -241,10 +241,10 @@ class Timed:
     what: str
     records: int  # per run
     wall_s: float
-    peak_mb: float  # the command's own peak RSS (rusage)
+    peak_mb: float  # the peak RSS of the command, or of the largest process it waited for (rusage)
     code: int
-    cpu_s: float = 0.0  # user + system of the command and its helper process
-    tree_mb: float = 0.0  # peak of the memory of the command and its helper together (sum of PSS, sampled)
+    cpu_s: float = 0.0  # user + system of the command and the helper processes it forks
+    tree_mb: float = 0.0  # peak of the memory of the command and its helpers together (sum of PSS, sampled)
     others: float = 0.0  # other processes' CPU meanwhile, in cores (0..number of CPUs)
 
 

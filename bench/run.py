@@ -12,7 +12,7 @@ they are (1 only when something could not be measured). The machine's other load
 with the figures; CPU *time* per unit of work is little affected by it, wall-clock figures are.
 
     .venv/bin/python -m bench.run                     # ~3 min: three levels, 500k-record runs
-    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7 GB of disk)
+    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7.3 GB of cached runs)
     .venv/bin/python -m bench.run --quick             # a smoke run: one tiny level, 20k records
 """
 
@@ -46,8 +46,8 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
                        "-", "-"))  # fmt: skip
         out.append(Row(f"{cmd}: CPU time", where, f"{big.cpu_s:.1f} s ({s.per_m('cpu_s'):.1f} s per 1M), all processes",
                        "-", "-"))  # fmt: skip
-        out.append(Row(f"{cmd}: peak RSS", where, f"{big.tree_mb:.0f} MB both processes ({big.peak_mb:.0f} MB the "
-                       f"command; {s.per_m('tree_mb'):.0f} MB per 1M)", "-", "-"))  # fmt: skip
+        out.append(Row(f"{cmd}: peak RSS", where, f"{big.tree_mb:.0f} MB all processes ({big.peak_mb:.0f} MB the "
+                       f"largest; {s.per_m('tree_mb'):.0f} MB per 1M)", "-", "-"))  # fmt: skip
         t5, c5, m5 = s.at(goal_n)
         if big.records == goal_n:
             how = "measured"
@@ -105,11 +105,12 @@ def main(argv: list[str] | None = None) -> int:
             scales, gen_s = analysis_scale.measure(records, work / "analysis", log, fixed_part=not args.quick,
                                                    cache=cache)  # fmt: skip
             table += analysis_rows(scales)
-            conditions.append(f"analysis: synthetic runs of {records:,} records (~730 bytes each; written in "
-                              f"{gen_s:.1f} s, {'kept in ' + str(cache) if cache else 'removed after'}); "
+            made = f"written in {gen_s:.0f} s" if gen_s >= 1 else "found"
+            conditions.append(f"analysis: synthetic runs of {records:,} records (~730 bytes each; {made}, "
+                              f"{'kept in ' + str(cache) if cache else 'removed after'}); "
                               "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
-                              "process that forks one helper (two cores); CPU time of both, peak RSS of the "
-                              "command (rusage), peak memory of both together (sum of PSS, sampled every 0.1 s)")  # fmt: skip
+                              "process that forks helpers (two cores); CPU time of all, peak RSS of the largest "
+                              "(rusage), peak memory of all together (sum of PSS, sampled every 0.1 s)")  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
