@@ -112,7 +112,8 @@ def stdev(xs: Sequence[float], ordered: Sequence[float] | None = None) -> float:
         if smallest == 0.0:
             return 0.0
         shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
-        ints = list(map(int, map(math.ldexp, xs, repeat(shift))))
+        # the same values sorted, when given, are a list of floats already made (an array makes each anew)
+        ints = list(map(int, map(math.ldexp, xs if ordered is None else ordered, repeat(shift))))
         s1 = sum(ints)
         s2 = sum(map(mul, ints, ints))
         del ints
@@ -572,9 +573,10 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
         span = t1 - t0
         spread = span > 0 and n != k  # else all n tokens count at t0
         mass = k if spread else n
+        iu = 0  # the bucket of max(t0, t_lo): t0's when t0 is inside, the first when it is before
         if t_lo <= t0 <= t_hi:
             i = int((t0 - t_lo) // bucket_s)
-            i = last if i > last else (0 if i < 0 else i)
+            iu = i = last if i > last else (0 if i < 0 else i)
             tokens[i] += mass
             if i and t0 == edges[i]:  # on a boundary: in both buckets, as [a, b] intervals are
                 tokens[i - 1] += mass
@@ -583,10 +585,8 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
         rate = (n - k) / span
         u = t0 if t0 >= t_lo else t_lo  # max(t0, t_lo)
         v = t1 if t1 <= t_hi else t_hi  # min(t1, t_hi)
-        if v <= u:
+        if v <= u:  # (so t0 <= t_hi, and iu is u's bucket)
             continue
-        iu = int((u - t_lo) // bucket_s)
-        iu = last if iu > last else (0 if iu < 0 else iu)
         iv = int((v - t_lo) // bucket_s)
         iv = last if iv > last else (0 if iv < 0 else iv)
         if iu == iv:
