@@ -80,9 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-client", action="store_true", help="skip the client cost part")
     p.add_argument("--no-analysis", action="store_true", help="skip the analysis scale part")
     p.add_argument("--keep", default=None, help="keep run directories and logs here (default: removed)")
-    p.add_argument("--cache", default=str(analysis_scale.CACHE),
-                   help="where the analysis part keeps its synthetic runs of 200k records or more")
-    p.add_argument("--no-cache", action="store_true", help="write the analysis part's runs anew, remove them after")
+    p.add_argument(
+        "--cache",
+        default=str(analysis_scale.CACHE),
+        help="where the analysis part keeps its synthetic runs of 200k records or more",
+    )
+    p.add_argument("--no-cache", action="store_true", help="write the analysis part's runs anew, delete them")
     args = p.parse_args(argv)
     records = args.records or (20_000 if args.quick else 500_000)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="specload-bench-"))

@@ -300,7 +300,8 @@ def _load(run_dirs: Sequence[str | Path], processes: int = 1) -> list[Run]:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
         records = Path(d) / RECORDS
-        if processes > 1 and forked.available() and records.exists() and records.stat().st_size >= SPLIT_BYTES:
+        big = records.exists() and records.stat().st_size >= SPLIT_BYTES
+        if big and processes > 1 and forked.available():
             with forked.Child(lambda d=d: _load_or_error(d, processes)) as child:  # type: ignore[misc]
                 run = child.result()
         else:
