@@ -12,7 +12,7 @@ they are (1 only when something could not be measured). The machine's other load
 with the figures; CPU *time* per unit of work is little affected by it, wall-clock figures are.
 
     .venv/bin/python -m bench.run                     # ~3 min: three levels, 500k-record runs
-    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7 GB of disk)
+    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7.3 GB of cached runs)
     .venv/bin/python -m bench.run --quick             # a smoke run: one tiny level, 20k records
 """
 
@@ -39,16 +39,27 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
     out: list[Row] = []
     for s in scales:
         cmd = f"specload {s.what}" + (" (2 runs)" if s.what == "compare" else "")
-        where = f"{s.records / 1e6:g}M records per run"
-        out.append(Row(f"{cmd}: wall time", where, f"{s.wall_s:.1f} s ({s.s_per_m:.1f} s per 1M)", "-", "-"))
-        out.append(Row(f"{cmd}: CPU time", where, f"{s.cpu_s:.1f} s ({s.cpu_s_per_m:.1f} s per 1M)", "-", "-"))
-        out.append(Row(f"{cmd}: peak RSS", where, f"{s.peak_mb:.0f} MB ({s.mb_per_m:.0f} MB per 1M)", "-", "-"))
+        big = s.big
+        where = f"{big.records / 1e6:g}M records per run"
+        busy = f", others {big.others:.1f} cores" if big.others >= 0.2 else ""
+        out.append(Row(f"{cmd}: wall time", where, f"{big.wall_s:.1f} s ({s.per_m('wall_s'):.1f} s per 1M{busy})",
+                       "-", "-"))  # fmt: skip
+        out.append(Row(f"{cmd}: CPU time", where, f"{big.cpu_s:.1f} s ({s.per_m('cpu_s'):.1f} s per 1M), all processes",
+                       "-", "-"))  # fmt: skip
+        out.append(Row(f"{cmd}: peak RSS", where, f"{big.tree_mb:.0f} MB all processes ({big.peak_mb:.0f} MB the "
+                       f"largest; {s.per_m('tree_mb'):.0f} MB per 1M)", "-", "-"))  # fmt: skip
         t5, c5, m5 = s.at(goal_n)
-        how = "measured" if s.records == goal_n else f"scaled from {s.small.records:,} and {s.records:,} records"
-        # One thread: on an idle core its wall time is its CPU time; the verdict uses CPU time, which
-        # other processes on the machine barely change (its wall time is shown above).
-        out.append(Row(f"{cmd}: at 5M records, time", how, f"{c5:.0f} s CPU ({t5:.0f} s wall)",
-                       f"< {analysis_scale.GOAL_S:g} s", verdict(c5 < analysis_scale.GOAL_S)))  # fmt: skip
+        if big.records == goal_n:
+            how = "measured"
+        elif s.small is None:
+            how = f"scaled from {big.records:,} records"
+        else:
+            how = f"scaled from {s.small.records:,} and {big.records:,} records"
+        # Two processes: the wall time is the figure; other processes on the machine lengthen it
+        # (shown above, and flagged with the verdict).
+        flag = f" (others {big.others:.1f} cores)" if big.others >= 0.2 else ""
+        out.append(Row(f"{cmd}: at 5M records, time", how, f"{t5:.0f} s wall ({c5:.0f} s CPU)",
+                       f"< {analysis_scale.GOAL_S:g} s", verdict(t5 < analysis_scale.GOAL_S) + flag))  # fmt: skip
         out.append(Row(f"{cmd}: at 5M records, memory", how, f"{m5:.0f} MB", f"< {analysis_scale.GOAL_MB:g} MB",
                        verdict(m5 < analysis_scale.GOAL_MB)))  # fmt: skip
     return out
@@ -69,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-client", action="store_true", help="skip the client cost part")
     p.add_argument("--no-analysis", action="store_true", help="skip the analysis scale part")
     p.add_argument("--keep", default=None, help="keep run directories and logs here (default: removed)")
+    p.add_argument(
+        "--cache",
+        default=str(analysis_scale.CACHE),
+        help="where the analysis part keeps its synthetic runs of 200k records or more",
+    )
+    p.add_argument("--no-cache", action="store_true", help="write the analysis part's runs anew, delete them")
     args = p.parse_args(argv)
     records = args.records or (20_000 if args.quick else 500_000)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="specload-bench-"))
@@ -87,11 +104,16 @@ def main(argv: list[str] | None = None) -> int:
             table += client_cost.rows(results)
             conditions += client_cost.conditions(results, pin)
         if not args.no_analysis:
-            scales, gen_s = analysis_scale.measure(records, work / "analysis", log, fixed_part=not args.quick)
+            cache = None if args.quick or args.no_cache else Path(args.cache)
+            scales, gen_s = analysis_scale.measure(records, work / "analysis", log, fixed_part=not args.quick,
+                                                   cache=cache)  # fmt: skip
             table += analysis_rows(scales)
-            conditions.append(f"analysis: synthetic runs of {records:,} records (~620 bytes each) written in "
-                              f"{gen_s:.1f} s; `specload report A --no-write`, `specload compare A B --no-plot`, "
-                              "each in a fresh process, peak RSS from its own rusage")  # fmt: skip
+            made = f"written in {gen_s:.0f} s" if gen_s >= 1 else "found"
+            conditions.append(f"analysis: synthetic runs of {records:,} records (~730 bytes each; {made}, "
+                              f"{'kept in ' + str(cache) if cache else 'removed after'}); "
+                              "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
+                              "process that forks helpers (two cores); CPU time of all, peak RSS of the largest "
+                              "(rusage), peak memory of all together (sum of PSS, sampled every 0.1 s)")  # fmt: skip
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

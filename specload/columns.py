@@ -13,14 +13,22 @@ Values are kept in file order, so sums come out bit for bit as a sum over the re
 
 from __future__ import annotations
 
+import gc
+import os
+import pickle
+import struct
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
-from operator import attrgetter, itemgetter
-from typing import Any
+from functools import reduce
+from itertools import chain, compress, count, repeat
+from operator import add, attrgetter, eq, gt, is_, is_not, itemgetter, ne, truediv
+from typing import IO, Any
 
-from specload import histogram
+import orjson
+
+from specload import forked, histogram
 from specload.records import (
     _NUMBERS,
     FAILED,
@@ -33,10 +41,10 @@ from specload.records import (
     _checked,
     read_notes,
 )
-from specload.rundir import read_jsonl
 
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
+Col = Sequence[Any]  # one field of many records, in file order (a list or a tuple)
 
 # The fields a level's figures use, in the order LevelColumns.add takes them (after the key).
 _KEY = ("level", "concurrency", "repeat")
@@ -57,6 +65,25 @@ _get_used = itemgetter(*_USED)
 _get_numbers = itemgetter(*_NUMBER_NAMES)
 _get_not_null = itemgetter(*_NOT_NULL)
 _attrs_used = attrgetter(*_USED)
+
+# A block of records is taken apart by one itemgetter over every field (the used ones first) and
+# turned into columns by one zip; the checks of ``_plain`` then run column by column. Records as
+# RecordWriter writes them (every field, in RequestRecord's order) are taken apart faster still:
+# one zip over their values.
+_ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
+_get_ordered = itemgetter(*_ORDER)
+_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
+_WRITTEN = tuple(_FIELD_ORDER.index(name) for name in _ORDER)  # where each of _ORDER is in a written record
+_NUMBER_AT = tuple(_ORDER.index(name) for name in _NUMBER_NAMES)
+_NOT_NULL_AT = frozenset(_ORDER.index(name) for name in _NOT_NULL)
+_ITL_COL = _ORDER.index("itl")
+_ITL_TYPES = frozenset({list, type(None)})
+# Lines parsed and added at a time: enough for each column pass to pay for itself, few enough for
+# the block's parsed records to stay in the CPU cache.
+BLOCK_LINES = 128
+_CHUNK_BYTES = 1 << 20
+# A file at least this big is read by two processes (``processes=2``), each half of it.
+SPLIT_BYTES = 32 << 20
 
 
 class Timeline:
@@ -94,6 +121,33 @@ class Timeline:
         self.k.append(min(n, max(1, first_event_tokens or 1)))
         self.has_first.append(t_first is not None)
 
+    def add_block(self, t_send: Col, t_first: Col, t_last: Col, t_end: Col, e2e: Col, n: Col,
+                  first_event_tokens: Col, n_min: Any) -> None:  # fmt: skip
+        """``add`` for many requests at once (columns of equal length, in file order; ``n_min``: min(n))."""
+        m = len(t_send)
+        _doubles(self.t_send, t_send)
+        _doubles(self.t_end, t_end)
+        holes = _holes(t_first)
+        t0 = _filled(t_first, holes, t_end)
+        _doubles(self.t0, t0)
+        _doubles(self.t1, _filled(t_last, _holes(t_last), t0))
+        _doubles(self.e2e, e2e)
+        _doubles(self.tokens, n)
+        # k = min(n, max(1, first_event_tokens or 1)); the max is 1 unless some first event carried more
+        fe = first_event_tokens
+        if fe.count(1) == m or max(filter(None, fe), default=1) <= 1:
+            if n_min >= 1:
+                self.k.frombytes(_ONE * m)
+            else:
+                _doubles(self.k, list(map(min, n, repeat(1))))
+        else:  # ``or 1`` only changes None (max(1, 0) is 1 anyway)
+            fe = _filled(fe, _holes(fe), [1] * m)
+            _doubles(self.k, list(map(min, n, map(max, repeat(1), fe))))
+        flags = bytearray(b"\x01") * m  # has_first
+        for i in holes:
+            flags[i] = 0
+        self.has_first.frombytes(flags)
+
     def extend(self, other: Timeline) -> None:
         for name in self.__slots__:
             getattr(self, name).extend(getattr(other, name))
@@ -122,8 +176,8 @@ class LevelColumns:
     __slots__ = (
         "warmup", "timeline", "ok", "short", "failed", "rate_limited", "output_tokens", "token_sources",
         "output_mismatch", "prompt_mismatch", "requested_output", "requested_prompt", "reasons", "input_tokens",
-        "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok", "itl",
-        "itl_units", "verify_n", "verify_sum", "verify_tokens", "lag", "ttft_sched", "e2e_sched",
+        "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok",
+        "itl_counts", "itl_units", "verify_n", "verify_sum", "verify_tokens", "lag", "ttft_sched", "e2e_sched",
         "prompt_counted", "output_got", "cached_n", "cached_sum", "cached_prompt", "groups",
     )  # fmt: skip
 
@@ -146,7 +200,7 @@ class LevelColumns:
         self.prompt_sum: Any = 0
         self.prompt_n = 0
         self.chunk_fallback_ok = 0
-        self.itl: histogram.Hist = {}
+        self.itl_counts = histogram.Counts()  # the requests' ITL histograms, summed
         self.itl_units: set[Any] = set()
         self.verify_n = 0
         self.verify_sum: Any = 0
@@ -169,6 +223,11 @@ class LevelColumns:
     @property
     def sent(self) -> int:
         return len(self.timeline)
+
+    @property
+    def itl(self) -> histogram.Hist:
+        """The merged ITL histogram (``histogram.merge`` of the OK requests' ``itl``)."""
+        return self.itl_counts.hist()
 
     def add(self, phase: Any, status: Any, reason: Any, http_status: Any, t_send: float, t_first: float | None,
             t_last: float | None, t_end: float, ttft: float | None, e2e: float, tpot: float | None,
@@ -241,7 +300,7 @@ class LevelColumns:
         if source == SRC_CHUNKS:
             self.chunk_fallback_ok += 1
         if itl:
-            histogram.merge_into(self.itl, itl)
+            self.itl_counts.add([itl])
             self.itl_units.add(itl_unit)
         if verify is not None and verify > 0:
             self.verify_n += 1
@@ -250,6 +309,149 @@ class LevelColumns:
 
     def add_record(self, r: RequestRecord) -> None:
         self.add(*_attrs_used(r)[len(_KEY):])
+
+    def add_block(self, phase: Col, status: Col, reason: Col, http_status: Col, t_send: Col, t_first: Col,
+                  t_last: Col, t_end: Col, ttft: Col, e2e: Col, tpot: Col, decode: Col, n: Col, source: Col,
+                  prompt: Col, req_out: Col, req_prompt: Col, verify: Col, itl: Col, itl_unit: Col,
+                  first_event_tokens: Col, t_sched: Col, request_class: Col, turn: Col, cached: Col) -> None:  # fmt: skip
+        """``add`` for many records at once: one column per argument (of equal length, in file order),
+        numbers already checked (ints, floats or None; not None where ``_NOT_NULL`` says so).
+
+        Every figure comes out as ``add`` makes it, with a pass over a column instead of a step per
+        record: arrays are extended in file order, a sum is the same additions in the same order
+        (``_sum``), counters are updated in file order (so their first-seen order is ``add``'s); the
+        non-OK records, a few, go through ``add``'s own steps.
+        """
+        m = len(phase)
+        measured = phase.count(PHASE_MEASURE)
+        if measured != m:
+            self.warmup += phase.count(PHASE_WARMUP)
+            if not measured:
+                return
+            keep = list(map(eq, phase, repeat(PHASE_MEASURE)))
+            (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n, source,
+             prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched, request_class, turn,
+             cached) = [
+                list(compress(col, keep)) for col in (
+                    phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
+                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched,
+                    request_class, turn, cached)]  # fmt: skip
+            m = measured
+        if request_class.count(None) != m or turn.count(None) != m:
+            cols = (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
+                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched)  # fmt: skip
+            nones = [None] * m
+            for kind, names in (("class", request_class), ("turn", turn)):
+                for name in dict.fromkeys(names):  # first-seen order, as add makes the groups
+                    if name is None:
+                        continue
+                    mine = list(map(eq, names, repeat(name)))
+                    k = sum(mine)
+                    group = self.groups.get((kind, name))
+                    if group is None:
+                        group = self.groups[(kind, name)] = LevelColumns()
+                    group.add_block(*(list(compress(col, mine)) for col in cols), nones[:k], nones[:k],
+                                    list(compress(cached, mine)))  # fmt: skip
+        self._workload(status, n, prompt, cached)
+        n_min = min(n)
+        self.timeline.add_block(t_send, t_first, t_last, t_end, e2e, n, first_event_tokens, n_min)
+        self.output_tokens = _sum(n if n_min >= 0 else list(map(max, n, repeat(0))), self.output_tokens)
+        _count_into(self.token_sources, source)
+        _count_into(self.requested_output, req_out)
+        _count_into(self.requested_prompt, req_prompt)
+        self.input_tokens = _sum(_filled(prompt, _holes(prompt), req_prompt), self.input_tokens)
+        scheduled = t_sched.count(None) != m  # some request had a due time (a rate level)
+        if scheduled:
+            lag_of = [None if due is None else sent - due for sent, due in zip(t_send, t_sched, strict=True)]
+            _doubles(self.lag, _present(lag_of))
+        if status.count(OK) != m:
+            not_ok = list(compress(count(), map(ne, status, repeat(OK))))
+            for i in not_ok:
+                self._not_ok(status[i], reason[i], http_status[i], n[i], prompt[i], req_out[i], req_prompt[i])
+            # the OK records: the stretches between the others
+            runs = [slice(a + 1, b) for a, b in zip([-1, *not_ok], [*not_ok, m], strict=True) if b > a + 1]
+            if not runs:
+                return
+            take = itemgetter(*runs)
+            lags = lag_of if scheduled else t_sched
+            if len(runs) == 1:
+                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags = (
+                    take(col) for col in (
+                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags))  # fmt: skip
+            else:
+                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags = (
+                    list(chain.from_iterable(take(col))) for col in (
+                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags))  # fmt: skip
+            if scheduled:
+                lag_of = lags
+            m = len(e2e)
+        self.ok += m
+        if n != req_out:  # the usual case, every count as asked, costs one list comparison
+            self.output_mismatch += sum(map(ne, n, req_out))
+        if prompt != req_prompt:  # prompt is not None and prompt != req_prompt
+            differs = list(compress(prompt, map(ne, prompt, req_prompt)))
+            self.prompt_mismatch += len(differs) - differs.count(None)
+        _doubles(self.ttft, _present(ttft))
+        _doubles(self.tpot, _present(tpot))
+        _doubles(self.e2e_ok, e2e)
+        if scheduled:
+            _doubles(self.ttft_sched, [a + b for a, b in zip(ttft, lag_of, strict=True) if a is not None and b is not None])
+            _doubles(self.e2e_sched, [a + b for a, b in zip(e2e, lag_of, strict=True) if b is not None])
+        _doubles(self.decode, _present(decode))
+        if min(e2e) > 0:
+            _doubles(self.per_req, list(map(truediv, n, e2e)))
+        else:
+            positive = list(map(gt, e2e, repeat(0)))
+            _doubles(self.per_req, list(map(truediv, compress(n, positive), compress(e2e, positive))))
+        prompts = _present(prompt)
+        self.prompt_sum = _sum(prompts, self.prompt_sum)
+        self.prompt_n += len(prompts)
+        self.chunk_fallback_ok += source.count(SRC_CHUNKS)
+        with_itl = list(compress(itl, itl))  # the requests with at least one pair
+        if with_itl:
+            self.itl_counts.add(with_itl)
+            self.itl_units.update(compress(itl_unit, itl))
+        if verify.count(None) != m:  # verify is not None and verify > 0
+            used = list(map(gt, _filled(verify, _holes(verify), [0] * m), repeat(0)))
+            self.verify_n += sum(used)
+            self.verify_sum = _sum(list(compress(verify, used)), self.verify_sum)
+            self.verify_tokens = _sum(list(compress(n, used)), self.verify_tokens)
+
+    def _workload(self, status: Col, n: Col, prompt: Col, cached: Col) -> None:
+        """``add``'s counts of the lengths the server counted and of the prefix cache, for a block."""
+        if status.count(FAILED):
+            got = list(map(ne, status, repeat(FAILED)))
+            n, prompt, cached = list(compress(n, got)), list(compress(prompt, got)), list(compress(cached, got))
+            if not n:
+                return
+        _count_into(self.output_got, n)
+        if prompt.count(None) == len(prompt):
+            return
+        counted = list(map(is_not, prompt, repeat(None)))
+        prompt, cached = list(compress(prompt, counted)), list(compress(cached, counted))
+        _count_into(self.prompt_counted, prompt)
+        if cached.count(None) != len(cached):
+            said = list(map(is_not, cached, repeat(None)))
+            cached, prompt = list(compress(cached, said)), list(compress(prompt, said))
+            self.cached_n += len(cached)
+            self.cached_sum = _sum(cached, self.cached_sum)
+            self.cached_prompt = _sum(prompt, self.cached_prompt)
+
+    def _not_ok(self, status: Any, reason: Any, http_status: Any, n: Any, prompt: Any, req_out: Any,
+                req_prompt: Any) -> None:  # fmt: skip
+        """What ``add`` counts of a record that is not OK (its mismatches, reason and outcome)."""
+        if status != FAILED and n != req_out:
+            self.output_mismatch += 1
+        if prompt is not None and prompt != req_prompt:
+            self.prompt_mismatch += 1
+        key = f"{status}: {reason or 'no reason given'}"
+        self.reasons[key] = self.reasons.get(key, 0) + 1
+        if status == SHORT:
+            self.short += 1
+        elif status == FAILED:
+            self.failed += 1
+            if http_status == 429:
+                self.rate_limited += 1
 
     @classmethod
     def of(cls, records: Iterable[RequestRecord]) -> LevelColumns:
@@ -263,35 +465,124 @@ class LevelColumns:
         """Several groups as one level (run.json levels without an index), one group after the other."""
         out = cls()
         for p in parts:
-            out.warmup += p.warmup
-            out.timeline.extend(p.timeline)
-            for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
-                         "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
-                         "verify_n", "verify_sum", "verify_tokens", "cached_n", "cached_sum", "cached_prompt"):  # fmt: skip
-                setattr(out, name, getattr(out, name) + getattr(p, name))
-            out.prompt_counted.update(p.prompt_counted)
-            out.output_got.update(p.output_got)
-            for key, group in p.groups.items():
-                mine = out.groups.get(key)
-                out.groups[key] = group if mine is None else cls.concat([mine, group])
-            for name in ("token_sources", "reasons"):
-                mine = getattr(out, name)
-                for key, n in getattr(p, name).items():
-                    mine[key] = mine.get(key, 0) + n
-            out.requested_output.update(p.requested_output)
-            out.requested_prompt.update(p.requested_prompt)
-            for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req", "lag", "ttft_sched", "e2e_sched"):
-                getattr(out, name).extend(getattr(p, name))
-            for b, n in p.itl.items():
-                out.itl[b] = out.itl.get(b, 0) + n
-            out.itl_units |= p.itl_units
+            out.take(p)
         return out
+
+    _SUMS = ("output_tokens", "input_tokens", "prompt_sum", "verify_sum", "verify_tokens", "cached_sum", "cached_prompt")
+
+    def sums_are_ints(self) -> bool:
+        """Every sum an int: adding another part's sums to these is then what adding its values one
+        at a time would give (a float sum depends on where its additions start)."""
+        return all(type(getattr(self, name)) is int for name in self._SUMS) and all(
+            g.sums_are_ints() for g in self.groups.values()
+        )
+
+    def take(self, p: LevelColumns) -> None:
+        """Append the records of ``p`` (which come after these) to these columns."""
+        for owner, name in self.arrays():
+            getattr(owner, name).extend(getattr(p.timeline if owner is self.timeline else p, name))
+        self.take_counts(p)
+
+    def take_counts(self, p: LevelColumns) -> None:
+        """``take`` but for the arrays."""
+        self.warmup += p.warmup
+        for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
+                     "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
+                     "verify_n", "verify_sum", "verify_tokens", "cached_n", "cached_sum", "cached_prompt"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(p, name))
+        self.prompt_counted.update(p.prompt_counted)
+        self.output_got.update(p.output_got)
+        for key, group in p.groups.items():  # whole, arrays too (they travel pickled, not as arrays())
+            mine = self.groups.get(key)
+            if mine is None:
+                self.groups[key] = group
+            else:
+                mine.take(group)
+        for name in ("token_sources", "reasons"):
+            mine = getattr(self, name)
+            for key, n in getattr(p, name).items():
+                mine[key] = mine.get(key, 0) + n
+        self.requested_output.update(p.requested_output)
+        self.requested_prompt.update(p.requested_prompt)
+        self.itl_counts.merge(p.itl_counts)
+        self.itl_units |= p.itl_units
+
+    def arrays(self) -> list[tuple[Any, str]]:
+        """Every array of these columns, as (owner, attribute name)."""
+        return [(self.timeline, name) for name in Timeline.__slots__] + [
+            (self, name) for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req", "lag", "ttft_sched", "e2e_sched")
+        ]
 
     def nbytes(self) -> int:
         """Bytes held in arrays (what grows with the number of requests)."""
         arrays = (self.ttft, self.tpot, self.e2e_ok, self.decode, self.per_req, self.lag, self.ttft_sched,
                   self.e2e_sched)  # fmt: skip
         return self.timeline.nbytes() + sum(a.buffer_info()[1] * a.itemsize for a in arrays)
+
+
+_ONE = array("d", [1.0]).tobytes()
+_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _doubles(arr: array, xs: Sequence[Any]) -> None:
+    """``arr.extend(xs)`` for an ``array('d')`` and numbers (array's own extend converts each value
+    through PyArg_Parse, several times slower than struct's packing; both are PyFloat_AsDouble)."""
+    n = len(xs)
+    if n:
+        packer = _PACKERS.get(n)
+        if packer is None:
+            if len(_PACKERS) > 4096:
+                _PACKERS.clear()
+            packer = _PACKERS[n] = struct.Struct(f"{n}d")
+        arr.frombytes(packer.pack(*xs))
+
+
+def _no_none(xs: Sequence[Any]) -> bool:
+    """True when ``xs``, numbers or None, holds no None (one sum: a tenth of a scan comparing to None)."""
+    try:
+        sum(xs)
+    except (TypeError, OverflowError):  # OverflowError: a huge int and a float; look closer
+        return None not in xs
+    return True
+
+
+def _holes(xs: Sequence[Any]) -> list[int]:
+    """Where ``xs`` (numbers or None) holds None."""
+    return [] if _no_none(xs) else list(compress(count(), map(is_, xs, repeat(None))))
+
+
+def _filled(xs: Sequence[Any], holes: list[int], others: Sequence[Any]) -> Sequence[Any]:
+    """``xs`` with the None at ``holes`` replaced by the value of ``others`` at the same place."""
+    if not holes:
+        return xs
+    out = list(xs)
+    for i in holes:
+        out[i] = others[i]
+    return out
+
+
+def _present(xs: Sequence[Any]) -> Sequence[Any]:
+    """The values of ``xs`` (numbers or None) that are not None, in order."""
+    return xs if _no_none(xs) else list(compress(xs, map(is_not, xs, repeat(None))))
+
+
+def _sum(xs: Sequence[Any], total: Any) -> Any:
+    """``total + x`` for each x in turn: a float sum depends on the order of its additions (and
+    ``sum()`` compensates from Python 3.12 on), an int sum does not, so ints are summed at once."""
+    s = sum(xs)
+    if type(s) is int and type(total) is int:  # every x an int (sum() of a float is a float)
+        return total + s
+    return reduce(add, xs, total)
+
+
+def _count_into(counts: dict[Any, int], xs: Sequence[Any]) -> None:
+    """``counts[x] += 1`` for each x in turn (a dict's first-seen order is kept)."""
+    first = xs[0]
+    if xs.count(first) == len(xs):  # one value (the usual case)
+        counts[first] = counts.get(first, 0) + len(xs)
+        return
+    for key, n in Counter(xs).items():
+        counts[key] = counts.get(key, 0) + n
 
 
 def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColumns]:
@@ -306,44 +597,244 @@ def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColum
     return groups
 
 
-def read_columns(path: str, notes: list[str] | None = None) -> dict[GroupKey, LevelColumns]:
+def _plain(d: Any) -> bool:
+    """A record that needs no repair: a dict with every field, numbers as numbers, the required ones not
+    null, ``itl`` a list or null. Anything else goes through ``records._checked``."""
+    return (
+        type(d) is dict
+        and d.keys() >= _ALL_FIELDS
+        and _NUM_TYPES.issuperset(map(type, _get_numbers(d)))
+        and None not in _get_not_null(d)
+        and (d["itl"] is None or type(d["itl"]) is list)
+    )
+
+
+class _Reading:
+    """One pass over records.jsonl (or a stretch of it): the groups, and what the notes will say."""
+
+    def __init__(self) -> None:
+        self.groups: dict[GroupKey, LevelColumns] = {}
+        self.torn: list[int] = []  # numbers of the unreadable lines
+        self.bad_records = 0
+        self.first_bad: str | None = None
+        self.bad_fields: dict[str, int] = {}
+
+    def lines(self, lines: list[bytes], first_no: int) -> None:
+        """A block of lines, the first being line ``first_no`` of the file."""
+        try:
+            values = list(map(orjson.loads, lines))
+        except orjson.JSONDecodeError:  # a blank, torn or malformed line in the block: read_jsonl's way
+            values = []
+            for no, line in enumerate(lines, first_no):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    values.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    self.torn.append(no)
+        if values:
+            self.values(values)
+
+    def values(self, values: list[Any]) -> None:
+        """Parsed lines in file order: checked a column at a time when all are plain records (the
+        usual case), else one at a time exactly as ``records.read_records`` checks them."""
+        cols = self._columns(values)
+        if cols is None:
+            rows = []
+            for d in values:
+                if _plain(d):
+                    rows.append(_get_used(d))
+                    continue
+                rec = _checked(d, self.bad_fields)
+                if rec is None or any(getattr(rec, name) is None for name in _NOT_NULL):
+                    self.bad_records += 1
+                    if self.first_bad is None:
+                        self.first_bad = str(d)[:80]
+                    continue
+                rows.append(_attrs_used(rec))
+            if not rows:
+                return
+            cols = [list(col) for col in zip(*rows, strict=True)]
+        self._add(cols)
+
+    def _columns(self, values: list[Any]) -> list[Sequence[Any]] | None:
+        """The block's columns (``_ORDER``) when every record is plain, else None."""
+        if set(map(type, values)) != {dict}:
+            return None
+        first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
+        if first == _FIELD_ORDER and list(map(tuple, values)) == [first] * len(values):
+            # as RecordWriter writes them: the i-th values of the records are one column
+            written = list(zip(*map(dict.values, values), strict=True))
+            cols = [written[i] for i in _WRITTEN]
+        else:
+            try:
+                cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
+            except KeyError:
+                return None
+        if (
+            _NUM_TYPES.issuperset(map(type, chain.from_iterable(cols[i] for i in _NUMBER_AT)))
+            and all(_no_none(cols[i]) for i in _NOT_NULL_AT)
+            and _ITL_TYPES.issuperset(map(type, cols[_ITL_COL]))
+        ):
+            return cols
+        return None
+
+    def _add(self, cols: Sequence[Sequence[Any]]) -> None:
+        """Columns of records (``_ORDER``) to their groups; a block is usually all one level."""
+        level, concurrency, repeat_ = cols[0], cols[1], cols[2]
+        used = cols[len(_KEY) : len(_USED)]
+        m = len(level)
+        if all(col.count(col[0]) == m for col in (level, concurrency, repeat_)):
+            self._group((level[0], concurrency[0], repeat_[0])).add_block(*used)
+            return
+        keys = list(zip(level, concurrency, repeat_, strict=True))
+        for key in dict.fromkeys(keys):  # first-seen order, and a group's first key, as a dict has them
+            mine = list(map(eq, keys, repeat(key)))
+            self._group(key).add_block(*(list(compress(col, mine)) for col in used))
+
+    def _group(self, key: GroupKey) -> LevelColumns:
+        cols = self.groups.get(key)
+        if cols is None:
+            cols = self.groups[key] = LevelColumns()
+        return cols
+
+    def read(self, path: str, start: int = 0, stop: int | None = None, line0: int = 0) -> int:
+        """The lines of the file from byte ``start`` (a line's start) to ``stop`` (one's start, or the
+        end), in blocks; ``line0`` lines come before ``start`` (line numbers count as
+        ``rundir.read_jsonl`` counts them). Returns the number of lines read."""
+        no = line0 + 1
+        with open(path, "rb") as f:
+            f.seek(start)
+            while lines := f.readlines(_CHUNK_BYTES):
+                if stop is not None and (over := f.tell() - stop) >= 0:
+                    while over > 0:  # lines read past ``stop``: the next stretch's
+                        over -= len(lines.pop())
+                for i in range(0, len(lines), BLOCK_LINES):
+                    self.lines(lines[i : i + BLOCK_LINES], no + i)
+                no += len(lines)
+                if stop is not None and f.tell() >= stop:
+                    break
+        return no - 1 - line0
+
+    def merge(self, later: _Reading, lines: int) -> bool:
+        """Add the reading of the lines after this one's ``lines`` lines, as if this one had read on.
+        False, with nothing changed, when a sum would come out differently that way (a float count)."""
+        return self.receive(later, [], lines)
+
+    def receive(self, later: _Reading, sizes: list[int], lines: int, f: IO[bytes] | None = None) -> bool:
+        """``merge``, the arrays of ``later`` coming from ``f`` (``sizes``: their bytes, in the
+        order of ``_send``) and appended to these as they come, or from ``later`` itself (no ``f``)."""
+        for key, cols in later.groups.items():
+            mine = self.groups.get(key)
+            if mine is not None and not (mine.sums_are_ints() and cols.sums_are_ints()):
+                return False
+        size = iter(sizes)
+        for key, cols in later.groups.items():
+            mine = self.groups.get(key)
+            if mine is None:
+                self.groups[key] = mine = LevelColumns()
+            for (owner, name), (their_owner, _) in zip(mine.arrays(), cols.arrays(), strict=True):
+                arr = getattr(owner, name)
+                if f is None:
+                    arr.extend(getattr(their_owner, name))
+                    continue
+                left = next(size)
+                while left:
+                    chunk = f.read(min(left, 1 << 24))
+                    if not chunk:
+                        raise EOFError("the stream ended before its arrays did")
+                    arr.frombytes(chunk)
+                    left -= len(chunk)
+            mine.take_counts(cols)
+        self.torn += [lines + no for no in later.torn]
+        self.bad_records += later.bad_records
+        self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
+        for name, n in later.bad_fields.items():
+            self.bad_fields[name] = self.bad_fields.get(name, 0) + n
+        return True
+
+    def notes(self, notes: list[str]) -> None:
+        read_notes(notes, len(self.torn), self.torn, self.bad_records, self.first_bad, self.bad_fields)
+
+
+def _middle(path: str) -> int | None:
+    """Where the line after the middle of the file starts (None for a small file)."""
+    size = os.path.getsize(path)
+    if size < SPLIT_BYTES:
+        return None
+    with open(path, "rb") as f:
+        f.seek(size // 2)
+        f.readline()
+        mid = f.tell()
+    return mid if mid < size else None
+
+
+def _read_from(path: str, start: int) -> _Reading:
+    reading = _Reading()
+    reading.read(path, start)
+    return reading
+
+
+def _send(reading: _Reading, f: IO[bytes]) -> None:
+    """A stretch's reading into a pipe: pickled without its arrays, then the arrays' bytes as they
+    are in memory (nothing is copied on the way: pickling them would hold a copy of each)."""
+    arrays = []
+    for cols in reading.groups.values():
+        for owner, name in cols.arrays():
+            arrays.append(getattr(owner, name))
+            setattr(owner, name, array(arrays[-1].typecode))
+    pickle.dump((reading, [len(a) * a.itemsize for a in arrays]), f, protocol=pickle.HIGHEST_PROTOCOL)
+    for a in arrays:
+        f.write(memoryview(a).cast("B"))
+
+
+def read_columns(
+    path: str, notes: list[str] | None = None, processes: int = 1
+) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
     The same reading as ``records.read_records``, with the same notes: a torn line is skipped, a
     field of the wrong type is dropped (an optional one) or drops its record (a required one). A
     record whose level, concurrency, repeat, t_send, t_end, e2e_s or output_tokens is null is
     skipped as one without a usable required field. Nothing per record is kept but its columns.
+
+    Lines are parsed a block at a time and the block's records are added column by column
+    (``LevelColumns.add_block``): the same figures as adding them one at a time, for a fraction
+    of the interpreter's work per record. ``processes=2`` (only from a single-threaded process:
+    specload.forked) reads the second half of a big file in a forked child at the same time and
+    appends its columns after the first half's: the same columns, unless a count was a float (then
+    this process reads the second half itself, the way it would have).
     """
-    groups: dict[GroupKey, LevelColumns] = {}
-    torn: list[int] = []
-    bad_records = 0
-    first_bad: str | None = None
-    bad_fields: dict[str, int] = {}
-    num_types = _NUM_TYPES
-    all_fields = _ALL_FIELDS
-    get_used, get_numbers, get_not_null = _get_used, _get_numbers, _get_not_null
-    for d in read_jsonl(path, torn):
-        if (
-            type(d) is dict
-            and d.keys() >= all_fields
-            and num_types.issuperset(map(type, get_numbers(d)))
-            and None not in get_not_null(d)
-            and (d["itl"] is None or type(d["itl"]) is list)
-        ):
-            vals = get_used(d)
-        else:  # the slow path: exactly read_records' checks, then ours
-            rec = _checked(d, bad_fields)
-            if rec is None or any(getattr(rec, name) is None for name in _NOT_NULL):
-                bad_records += 1
-                if first_bad is None:
-                    first_bad = str(d)[:80]
-                continue
-            vals = _attrs_used(rec)
-        key = vals[:3]
-        cols = groups.get(key)
-        if cols is None:
-            cols = groups[key] = LevelColumns()
-        cols.add(*vals[3:])
+    reading = _Reading()
+    collecting = gc.isenabled()
+    gc.disable()  # nothing read makes a reference cycle; the collector would walk each block's objects
+    try:
+        mid = _middle(path) if processes > 1 and forked.available() else None
+        if mid is None:
+            reading.read(path)
+        else:
+            lines = 0
+
+            def receive(f: IO[bytes]) -> bool:
+                later, sizes = pickle.load(f)
+                return reading.receive(later, sizes, lines, f)
+
+            merged: bool | None = None
+            with forked.Child(lambda: _read_from(path, mid), _send, receive) as child:
+                lines = reading.read(path, 0, mid)
+                try:
+                    merged = child.result()
+                except (forked.ChildFailed, EOFError, OSError):
+                    merged = None  # it failed, maybe half-way through adding: read it all here
+            if merged is None:
+                reading = _Reading()
+                reading.read(path)
+            elif not merged:
+                reading.read(path, mid, None, lines)
+    finally:
+        if collecting:
+            gc.enable()
     if notes is not None:
-        read_notes(notes, len(torn), torn, bad_records, first_bad, bad_fields)
-    return groups
+        reading.notes(notes)
+    return reading.groups

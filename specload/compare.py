@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload import forked
+from specload.columns import SPLIT_BYTES
 from specload.comparison import (
     NOISE_MARK,
     NOT_COMPARABLE,
@@ -36,8 +38,8 @@ from specload.output import (
     render_view,
 )
 from specload.plot import plot_comparison, plot_pareto
-from specload.run import RUN_SLO, NotARunDir, Run, load_run
-from specload.rundir import read_run_meta, safe_name
+from specload.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.rundir import RECORDS, read_run_meta, safe_name
 from specload.slo import Slo, SloError, parse_slo
 from specload.slo_compare import good_share, goodput_tok_s, level_met
 from specload.tableview import WHOLE, TableView, columns_help, view_for
@@ -340,17 +342,33 @@ def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
         return None
 
 
-def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None) -> list[Run]:
+def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotARunDir:
+    try:
+        return load_run(d, slo if slo is not None else RUN_SLO, processes)
+    except NotARunDir as e:
+        return e
+
+
+def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
+    """The runs, read one after the other. With ``processes=2`` a big run is read in a forked child
+    (itself using two processes) that sends back only its figures: its columns, and whatever memory
+    reading them left behind, go with the child, and the next run starts from a small process."""
     runs: list[Run] = []
     for d in run_dirs:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
     chosen = slo if slo is not None else _one_slo(run_dirs)
     for d in run_dirs:
-        try:
-            runs.append(load_run(d, chosen if chosen is not None else RUN_SLO))
-        except NotARunDir as e:
-            raise CompareError(str(e)) from None
+        records = Path(d) / RECORDS
+        big = records.exists() and records.stat().st_size >= SPLIT_BYTES
+        if big and processes > 1 and forked.available():
+            with forked.Child(lambda d=d: _load_or_error(d, chosen, processes)) as child:  # type: ignore[misc]
+                run = child.result()
+        else:
+            run = _load_or_error(d, chosen, processes)
+        if isinstance(run, NotARunDir):
+            raise CompareError(str(run)) from None
+        runs.append(run)
     return runs
 
 
@@ -371,14 +389,16 @@ def run_compare(
     plot_path: str | Path | None = None,
     view: TableView = WHOLE,
     slo: str | Slo | None = None,
+    processes: int = 1,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
     ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
     baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png; the Pareto picture,
     pareto.png, goes next to it); ``view``: the table's columns in ``text`` (comparison.md has them
-    all); ``slo``: judge every run against it (default: the runs' own, when they agree). Prints
-    nothing but matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
+    all); ``slo``: judge every run against it (default: the runs' own, when they agree);
+    ``processes``: see ``load_run`` (the runs are read one after the other). Prints nothing but
+    matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
         raise CompareError("give at least two run directories (the first is the baseline)")
@@ -388,7 +408,7 @@ def run_compare(
         chosen = parse_slo(slo) if isinstance(slo, str) else slo
     except SloError as e:
         raise CompareError(f"--slo: {e}") from None
-    comp = build_comparison(_load(run_dirs, chosen))
+    comp = build_comparison(_load(run_dirs, chosen, processes))
     out_dir = Path(out) if out else default_out_dir(comp)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -437,6 +457,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     p.add_argument("--slo", default=None, help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
                    "and compare their capacities (default: the SLO the runs were made with, when they agree)")  # fmt: skip
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
     return p
 
 
@@ -450,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
-                             view=view, slo=args.slo)  # fmt: skip
+                             view=view, slo=args.slo, processes=args.processes)  # fmt: skip
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

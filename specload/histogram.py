@@ -46,8 +46,82 @@ def merge_into(out: Hist, pairs: Sequence[Sequence[int]] | None) -> None:
     """Add one request's ``[[bin, count], ...]`` to ``out``; malformed pairs are skipped."""
     get = out.get
     for pair in pairs or ():
-        if len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], int) and pair[1] > 0:
+        if _usable(pair):
             out[pair[0]] = get(pair[0], 0) + pair[1]
+
+
+def _usable(pair: Sequence[int]) -> bool:
+    """A well-formed ``[bin, count]``: two ints, the count above zero."""
+    return len(pair) == 2 and isinstance(pair[0], int) and isinstance(pair[1], int) and pair[1] > 0
+
+
+class _Malformed(Exception):
+    """A pair that ``merge_into`` would skip (or a bin beyond the fast path's list)."""
+
+
+class Counts:
+    """Many requests' ``[[bin, count], ...]`` summed as they come: what ``merge`` gives, made faster.
+
+    The counts of bins 0 to ``SPAN - 1`` (every gap from 10 µs to days) are kept in a list indexed by
+    bin, any other bin in a dict, and every bin once, in the order it was first seen: ``hist()`` is
+    then the dict ``merge`` would have built, its key order included (``mean_std`` sums the bins in
+    that order, so the order is part of the result). ``add`` sums a batch of requests in one loop
+    into a scratch list, and adds that when every pair was well-formed (two ints, bin 0 to
+    ``SPAN - 1``, count > 0); otherwise it goes pair by pair with ``merge_into``'s checks.
+    """
+
+    SPAN = 4096
+    __slots__ = ("_list", "_other", "order")
+
+    def __init__(self) -> None:
+        self._list = [0] * self.SPAN
+        self._other: Hist = {}
+        self.order: list[int] = []
+
+    def add(self, pairs_list: Iterable[Sequence[Sequence[int]]]) -> None:
+        """``merge_into`` of each request's pairs in turn (each request's a non-empty list, as JSON
+        gives them: a pair is a list, or something the fast loop cannot unpack into two numbers)."""
+        pairs_list = list(pairs_list)
+        scratch, seen = [0] * self.SPAN, []
+        try:
+            for pairs in pairs_list:
+                for b, c in pairs:  # a pair of another length or type raises
+                    if c <= 0 or b < 0:
+                        raise _Malformed
+                    if not scratch[b]:  # a bin beyond the list raises
+                        seen.append(b)
+                    scratch[b] += c
+            for b in seen:
+                if type(scratch[b]) is not int:  # a float count was added
+                    raise _Malformed
+        except (_Malformed, TypeError, ValueError, IndexError):
+            for pairs in pairs_list:
+                for pair in pairs:
+                    if _usable(pair):
+                        self._add_one(pair[0], pair[1])
+            return
+        for b in seen:
+            self._add_one(b, scratch[b])
+
+    def _add_one(self, b: int, c: int) -> None:
+        if 0 <= b < self.SPAN:
+            if not self._list[b]:
+                self.order.append(b)
+            self._list[b] += c
+        else:
+            if b not in self._other:
+                self.order.append(b)
+            self._other[b] = self._other.get(b, 0) + c
+
+    def merge(self, other: Counts) -> None:
+        """Add another one's counts (its bins in its first-seen order)."""
+        for b, c in other.hist().items():
+            self._add_one(b, c)
+
+    def hist(self) -> Hist:
+        """The counts as ``merge`` gives them: bin -> count, bins in first-seen order."""
+        acc, other = self._list, self._other
+        return {b: acc[b] if 0 <= b < self.SPAN else other[b] for b in self.order}
 
 
 def count(hist: Hist) -> int:

@@ -13,11 +13,11 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from itertools import compress, count, repeat
-from operator import eq, ge, gt, sub
+from itertools import accumulate, compress, count, islice, repeat
+from operator import add, eq, ge, gt, le, mul, sub, truediv
 from typing import Any
 
 from specload import histogram
@@ -81,7 +81,7 @@ def _dist(xs: Sequence[float], ordered: Sequence[float]) -> Dist:
     """The Dist of ``xs`` (in their own order: the mean sums them so) given them sorted too."""
     if not xs:
         return Dist()
-    return Dist(len(xs), sum(xs) / len(xs), stdev(xs) if len(xs) > 1 else None,
+    return Dist(len(xs), sum(xs) / len(xs), stdev(xs, ordered) if len(xs) > 1 else None,
                 {q: percentile_sorted(ordered, q) or 0.0 for q in PERCENTILES})  # fmt: skip
 
 
@@ -98,20 +98,31 @@ def _float_sqrt_of_frac(n: int, m: int) -> float:
     return _integer_sqrt_of_frac_rto(n << -2 * q, m) / (1 << -q)
 
 
-def stdev(xs: Sequence[float]) -> float:
+def stdev(xs: Sequence[float], ordered: Sequence[float] | None = None) -> float:
     """Sample standard deviation, the value ``statistics.stdev`` gives (from Python 3.11 on: the
     exact sum of squared deviations, its square root correctly rounded), without its per-value
-    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums."""
+    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums.
+    ``ordered``: the same values sorted, when the caller has them (the smallest one that is not
+    zero is then found by bisection instead of a pass)."""
     n = len(xs)
     if n < 2:
         raise statistics.StatisticsError("stdev requires at least two data points")
     try:
-        smallest = min(map(abs, filter(None, xs)), default=0.0)
+        smallest = None
+        if ordered is not None:  # the largest value below zero and the smallest above
+            lo, hi = bisect_left(ordered, 0.0), bisect_right(ordered, 0.0)
+            near = [abs(ordered[i]) for i in (lo - 1, hi) if 0 <= i < n and ordered[i] != 0.0]
+            smallest = min(near) if near else None  # none: all zero, or a nan spoilt the order; look at all
+        if smallest is None:
+            smallest = min(map(abs, filter(None, xs)), default=0.0)
         if smallest == 0.0:
             return 0.0
         shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
-        s1 = sum(map(int, map(math.ldexp, xs, repeat(shift))))
-        s2 = sum(map(pow, map(int, map(math.ldexp, xs, repeat(shift))), repeat(2)))
+        # the same values sorted, when given, are a list of floats already made (an array makes each anew)
+        ints = list(map(int, map(math.ldexp, xs if ordered is None else ordered, repeat(shift))))
+        s1 = sum(ints)
+        s2 = sum(map(mul, ints, ints))
+        del ints
     except (OverflowError, ValueError, TypeError):  # inf, nan, not floats: the library's way
         return statistics.stdev(xs)
     num = n * s2 - s1 * s1
@@ -414,23 +425,27 @@ def _timeline(records: Sequence[RequestRecord] | Timeline) -> Timeline:
     return records if isinstance(records, Timeline) else Timeline.of(records)
 
 
-def _window_tokens(tl: Timeline, a: float, b: float) -> Iterable[float]:
+def _window_tokens(tl: Timeline, a: float, b: float) -> list[float]:
     """Tokens each request produced inside [a, b], in file order, assuming a linear stream.
 
     The first token(s) arrive at t_first (``t0``) and the rest evenly over (t_first, t_last];
-    nothing arrives between the last token and the end of the stream.
+    nothing arrives between the last token and the end of the stream. (One loop with the builtins'
+    min/max written out: ``max(a, t0)`` is t0 only when t0 > a, and so on.)
     """
+    out: list[float] = []
+    append = out.append
     for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
         if n <= 0:
-            yield 0.0
+            append(0.0)
             continue
         inside = a <= t0 <= b
         span = t1 - t0
         if span <= 0 or n == k:
-            yield n * (1.0 if inside else 0.0)
+            append(n * (1.0 if inside else 0.0))
             continue
-        overlap = max(0.0, min(b, t1) - max(a, t0))
-        yield (float(k) if inside else 0.0) + (n - k) * overlap / span
+        overlap = (t1 if t1 < b else b) - (t0 if t0 > a else a)  # min(b, t1) - max(a, t0)
+        append((k if inside else 0.0) + (n - k) * (overlap if overlap > 0.0 else 0.0) / span)
+    return out
 
 
 def _steady_window_events(tl: Timeline, d: int, max_dip_s: float) -> tuple[float, float] | None:
@@ -487,15 +502,15 @@ def _steady_window(
     if bisect_right(sends, start) - bisect_left(ends, start) < d:  # a first token before its send
         return _steady_window_events(tl, d, max_dip_s)
     after_end = map(sub, map(partial(bisect_right, sends), ends), count(1))
-    down = array("d", compress(ends, map(eq, after_end, repeat(d - 1))))
+    down = list(compress(ends, map(eq, after_end, repeat(d - 1))))
     after_send = map(sub, count(1), map(partial(bisect_left, ends), sends))
-    up = array("d", compress(sends, map(eq, after_send, repeat(d))))
-    down = down[bisect_left(down, start):]
-    up = up[bisect_right(up, start):]
-    long_dip = next(compress(count(), map(gt, map(sub, up, down), repeat(max_dip_s))), None)
+    up = list(compress(sends, map(eq, after_send, repeat(d))))
+    i0, j0 = bisect_left(down, start), bisect_right(up, start)  # the crossings after the window opened
+    gaps = map(sub, islice(up, j0, None), islice(down, i0, None))
+    long_dip = next(compress(count(), map(gt, gaps, repeat(max_dip_s))), None)
     if long_dip is not None:
-        return start, down[long_dip]
-    below_since = down[len(up)] if len(down) > len(up) else None
+        return start, down[i0 + long_dip]
+    below_since = down[i0 + len(up) - j0] if len(down) - i0 > len(up) - j0 else None
     if below_since is None or below_since <= start:
         return None
     return start, below_since
@@ -570,47 +585,48 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
     to the buckets it spans (partial ones directly, whole ones through a running sum), so the cost
     is the requests plus the buckets, not their product. The sums run in another order than a
     bucket-by-bucket sum over the requests would: equal up to float rounding (~1e-12 relative).
+    (The builtins' min/max and the bucket clamp are written out in the loop: same values, fewer calls.)
     """
     tl = _timeline(records)
     if not len(tl):
         return []
     t_lo, t_hi = min(tl.t_send), max(tl.t_end)
-    edges: list[float] = []  # bucket i is [edges[i], ends_[i]]
-    ends_: list[float] = []
-    for i in range(max(1, math.ceil((t_hi - t_lo) / bucket_s))):
-        a, b = t_lo + i * bucket_s, min(t_hi, t_lo + (i + 1) * bucket_s)
-        if b <= a:
-            break
-        edges.append(a)
-        ends_.append(b)
-    nb = len(edges)
+    # bucket i is [edges[i], ends_[i]]: t_lo + i * bucket_s to min(t_hi, t_lo + (i + 1) * bucket_s),
+    # up to the first that would be empty
+    most = max(1, math.ceil((t_hi - t_lo) / bucket_s))
+    edges = list(map(add, repeat(t_lo), map(mul, range(most), repeat(bucket_s))))
+    ends_ = list(
+        map(min, repeat(t_hi), map(add, repeat(t_lo), map(mul, range(1, most + 1), repeat(bucket_s))))
+    )
+    nb = next(compress(count(), map(le, ends_, edges)), most)
     if not nb:
         return []
+    del edges[nb:], ends_[nb:]
     last = nb - 1
     tokens = [0.0] * nb  # first-event tokens and partial buckets
     rate_diff = [0.0] * (nb + 1)  # rate of the requests covering whole buckets, as differences
-
-    def bucket(t: float) -> int:
-        i = int((t - t_lo) // bucket_s)
-        return 0 if i < 0 else (last if i > last else i)
-
     for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
         if n <= 0:
             continue
         span = t1 - t0
-        mass = n if span <= 0 or n == k else k
+        spread = span > 0 and n != k  # else all n tokens count at t0
+        mass = k if spread else n
+        iu = 0  # the bucket of max(t0, t_lo): t0's when t0 is inside, the first when it is before
         if t_lo <= t0 <= t_hi:
-            i = bucket(t0)
+            i = int((t0 - t_lo) // bucket_s)
+            iu = i = last if i > last else (0 if i < 0 else i)
             tokens[i] += mass
             if i and t0 == edges[i]:  # on a boundary: in both buckets, as [a, b] intervals are
                 tokens[i - 1] += mass
-        if mass == n:
+        if not spread:
             continue
         rate = (n - k) / span
-        u, v = max(t0, t_lo), min(t1, t_hi)
-        if v <= u:
+        u = t0 if t0 >= t_lo else t_lo  # max(t0, t_lo)
+        v = t1 if t1 <= t_hi else t_hi  # min(t1, t_hi)
+        if v <= u:  # (so t0 <= t_hi, and iu is u's bucket)
             continue
-        iu, iv = bucket(u), bucket(v)
+        iv = int((v - t_lo) // bucket_s)
+        iv = last if iv > last else (0 if iv < 0 else iv)
         if iu == iv:
             tokens[iu] += rate * (v - u)
             continue
@@ -618,13 +634,10 @@ def tok_s_series(records: Sequence[RequestRecord] | Timeline, bucket_s: float = 
         tokens[iv] += rate * (v - edges[iv])
         rate_diff[iu + 1] += rate
         rate_diff[iv] -= rate
-    out = []
-    running = 0.0
-    for i in range(nb):
-        running += rate_diff[i]
-        width = ends_[i] - edges[i]
-        out.append((tokens[i] + running * width) / width)
-    return out
+    running = accumulate(rate_diff[:nb], initial=0.0)  # 0.0 + d0, then + d1, ...
+    next(running)
+    widths = list(map(sub, ends_, edges))
+    return list(map(truediv, map(add, tokens, map(mul, running, widths)), widths))
 
 
 def _token_note(fallback: int, ok: int) -> str | None:
@@ -664,12 +677,10 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
         s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, sends=sends, ends=ends)
     elif len(sends) > 1 and sends[-1] > sends[0]:
         s.send_rate = (len(sends) - 1) / (sends[-1] - sends[0])
-    del sends, ends
-    s.tok_s_series = tok_s_series(tl)
 
 
-def _sorted_dist(xs: array) -> tuple[Dist, array]:
-    ordered = array("d", sorted(xs))
+def _sorted_dist(xs: array) -> tuple[Dist, list[float]]:
+    ordered = sorted(xs)
     return _dist(xs, ordered), ordered
 
 
@@ -707,7 +718,7 @@ def _fill_schedule(s: LevelStats, c: LevelColumns) -> None:
     s.lag_p99_ms, s.lag_max_ms = _ms(percentile_sorted(lags, 99)), lags[-1] * 1e3
     s.dists["ttft_sched"] = dist_of(c.ttft_sched)
     s.dists["e2e_sched"] = dist_of(c.e2e_sched)
-    s.late_note = late_note(s.late, len(lags), s.lag_p99_ms or 0.0, s.peak_in_flight, s.concurrency)
+    # late_note needs the peak in flight (another part): _finish adds it.
 
 
 def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> str | None:
@@ -734,6 +745,103 @@ def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> 
     )
 
 
+# A level's heavy figures come in three parts, each from the level's columns alone (and the cap of
+# the steady window), so that two processes can share a run's parts (specload.run with
+# ``processes=2``). The weights: each part's cost per measured request, relative, to balance them.
+PARTS = {"steady": 3.3, "series": 2.2, "latency": 2.9}
+_PART_FIELDS = {
+    "steady": ("wall_s", "agg_tok_s", "mean_concurrency", "req_s", "input_tok_s", "total_tok_s", "peak_in_flight",
+               "steady_tok_s", "steady_window_s", "send_rate"),
+    "series": ("tok_s_series",),
+    "latency": ("per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_s",
+                "e2e_p99_s", "decode_tok_s_mean", "dists", "itl_unit", "prompt_tokens_mean", "chunk_fallback_ok",
+                "token_note", "accept_length", "accept_length_requests", "accept_length_source", "late",
+                "lag_p99_ms", "lag_max_ms"),
+}  # fmt: skip
+Job = tuple[int, str]  # (row, part)
+
+
+@dataclass
+class Row:
+    """What one row of a run's table is computed from: its columns and its run.json level; ``cap``:
+    what the steady window takes as the server's limit (set by ``summarize_rows``)."""
+
+    columns: LevelColumns
+    concurrency: int
+    repeat: int
+    index: int | None
+    status: str | None = None
+    planned: bool = True
+    cap: int | None = None
+    rate: float | None = None
+
+
+def level_part(row: Row, part: str) -> dict[str, Any]:
+    """One of a row's ``PARTS``: its LevelStats fields ({} when the row has no requests)."""
+    c = row.columns
+    if not c.sent:
+        return {}
+    s = LevelStats(concurrency=row.concurrency, repeat=row.repeat, label="", rate=row.rate)
+    if part == "steady":
+        s.output_tokens, s.ok = c.output_tokens, c.ok  # what the throughput figures take of the outcomes
+        _fill_throughput(s, c, min(c.timeline.t_send), max(c.timeline.t_end), row.cap)
+    elif part == "series":
+        s.tok_s_series = tok_s_series(c.timeline)
+    else:
+        _fill_latency(s, c)
+    return {name: getattr(s, name) for name in _PART_FIELDS[part]}
+
+
+def jobs(rows: Sequence[Row]) -> list[tuple[Job, float]]:
+    """Every part of every row that has requests, with its estimated cost."""
+    return [((i, part), weight * row.columns.sent) for i, row in enumerate(rows) if row.columns.sent
+            for part, weight in PARTS.items()]  # fmt: skip
+
+
+def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) -> LevelStats:
+    """A row's stats without its parts (and its ``cap``)."""
+    c = row.columns
+    s = LevelStats(
+        concurrency=row.concurrency,
+        repeat=row.repeat,
+        label=level_label(row.concurrency, row.repeat, row.rate),
+        index=row.index,
+        status=row.status,
+        warmup=c.warmup,
+        planned=row.planned,
+        rate=row.rate,
+    )
+    row.cap = cap
+    if not c.sent:
+        return s
+    _fill_outcomes(s, c)
+    if samples:
+        _fill_server(s, samples, min(c.timeline.t_send), max(c.timeline.t_end))
+    if s.server_running_max is not None and s.server_queued_max:
+        # The server queued part of this level: it ran at most what its gauge peaked at.
+        row.cap = min(cap or s.concurrency, int(s.server_running_max))
+    return s
+
+
+def _finish(
+    s: LevelStats, row: Row, samples: Sequence[ServerSample] | None, parts: Sequence[dict[str, Any]]
+) -> None:
+    """Add a row's parts to its stats, then what depends on them."""
+    for part in parts:
+        for name, value in part.items():
+            setattr(s, name, value)
+    c = row.columns
+    if not c.sent:
+        return
+    start, end = min(c.timeline.t_send), max(c.timeline.t_end)
+    if samples and s.accept_length is None:
+        _fill_server(s, samples, start, end)
+    if c.lag:
+        s.late_note = late_note(s.late, len(c.lag), s.lag_p99_ms or 0.0, s.peak_in_flight, s.concurrency)
+    s.mix = mix_stats(c, s.wall_s)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
+
+
 def level_stats(
     c: LevelColumns,
     concurrency: int,
@@ -746,30 +854,9 @@ def level_stats(
     rate: float | None = None,
 ) -> LevelStats:
     """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
-    s = LevelStats(
-        concurrency=concurrency,
-        repeat=repeat,
-        label=level_label(concurrency, repeat, rate),
-        index=index,
-        status=status,
-        warmup=c.warmup,
-        rate=rate,
-    )
-    if not c.sent:
-        return s
-    start, end = min(c.timeline.t_send), max(c.timeline.t_end)
-    _fill_outcomes(s, c)
-    if samples:
-        _fill_server(s, samples, start, end)
-    if s.server_running_max is not None and s.server_queued_max:
-        # The server queued part of this level: it ran at most what its gauge peaked at.
-        cap = min(cap or s.concurrency, int(s.server_running_max))
-    _fill_throughput(s, c, start, end, cap)
-    _fill_latency(s, c)
-    if samples and s.accept_length is None:
-        _fill_server(s, samples, start, end)
-    s.mix = mix_stats(c, s.wall_s)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
+    row = Row(c, concurrency, repeat, index, status, rate=rate)
+    s = _start(row, samples, cap)
+    _finish(s, row, samples, [level_part(row, part) for part in PARTS])
     return s
 
 
@@ -837,6 +924,50 @@ def summarize_run(
     return out
 
 
+def summary_rows(
+    groups: Mapping[GroupKey, LevelColumns], levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None
+) -> list[Row]:
+    """The rows of ``summarize_columns``: one per run.json level (in sweep order, even without
+    records; a level without an index gets every group of its concurrency and repeat, one after
+    the other), then one per group no level claims."""
+    rows: list[Row] = []
+    claimed: set[GroupKey] = set()
+    for lv in _plan(levels_meta):
+        if lv.index is None:
+            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
+        else:
+            key = (lv.index, lv.concurrency, lv.repeat)
+            keys = [key] if key in groups else []
+        claimed.update(keys)
+        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
+        rows.append(Row(cols, lv.concurrency, lv.repeat, lv.index, lv.status, rate=lv.rate))
+    for key in sorted(k for k in groups if k not in claimed):
+        idx, c, rep = key
+        rows.append(Row(groups[key], c, rep, idx, planned=False))
+    return rows
+
+
+def _here(rows: Sequence[Row]) -> Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]]:
+    return lambda todo: {job: level_part(rows[job[0]], job[1]) for job, _ in todo}
+
+
+def summarize_rows(
+    rows: Sequence[Row],
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+    run_jobs: Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]] | None = None,
+) -> list[LevelStats]:
+    """The stats of each row. ``run_jobs``: computes the rows' parts (``jobs``: each is
+    ``level_part(rows[i], part)``), e.g. sharing them with another process; by default here."""
+    samples = sorted(samples or [], key=lambda x: x.t)
+    out = [_start(row, samples, cap) for row in rows]
+    todo = jobs(rows)
+    done = (run_jobs or _here(rows))(todo)
+    for i, (s, row) in enumerate(zip(out, rows, strict=True)):
+        _finish(s, row, samples, [done[(i, part)] for part in PARTS if (i, part) in done])
+    return out
+
+
 def summarize_columns(
     groups: Mapping[GroupKey, LevelColumns],
     levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
@@ -849,26 +980,7 @@ def summarize_columns(
     groups gets them one after the other (not interleaved in file order, so its float sums can
     differ from summarize_run's in the last bits).
     """
-    samples = sorted(samples or [], key=lambda x: x.t)
-    plan = _plan(levels_meta)
-    out: list[LevelStats] = []
-    claimed: set[GroupKey] = set()
-    for lv in plan:
-        if lv.index is None:
-            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
-        else:
-            key = (lv.index, lv.concurrency, lv.repeat)
-            keys = [key] if key in groups else []
-        claimed.update(keys)
-        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
-        out.append(level_stats(cols, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
-                               cap=cap, rate=lv.rate))  # fmt: skip
-    for key in sorted(k for k in groups if k not in claimed):
-        idx, c, rep = key
-        s = level_stats(groups[key], c, rep, index=idx, samples=samples, cap=cap)
-        s.planned = False
-        out.append(s)
-    return out
+    return summarize_rows(summary_rows(groups, levels_meta), samples, cap)
 
 
 def _sample_std(xs: list[float]) -> float | None:

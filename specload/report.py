@@ -24,7 +24,7 @@ from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS, GroupStats
 from specload.output import EXTRA_FORMATS, MISSING, fmt_num, is_known_format, render_table, render_view
 from specload.records import level_label
-from specload.run import RUN_SLO, NotARunDir, Run, load_run
+from specload.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.tableview import WHOLE, TableView, columns_help, view_for
@@ -631,6 +631,8 @@ def _parser() -> argparse.ArgumentParser:
                    "instead of the one the run was made with; 'none' for none")  # fmt: skip
     p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
                    help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
     p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
                    help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
                         "(json always has them all)")  # fmt: skip
@@ -648,7 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
         slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
-        run = load_run(args.run_dir, slo)
+        run = load_run(args.run_dir, slo, args.processes)
     except SloError as e:
         print(f"specload report: --slo: {e}", file=sys.stderr)
         return 2

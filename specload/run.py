@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specload import forked
 from specload.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -26,7 +28,7 @@ from specload.capacity import (
     capacity_of,
 )
 from specload.columns import GroupKey, LevelColumns, read_columns
-from specload.metrics import LevelStats, ServerSample, summarize_columns
+from specload.metrics import Job, LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
 from specload.records import _NUMBERS, OK, PHASE_MEASURE, RequestRecord, _checked, read_records
 from specload.rundir import (
     LOCUST_CSV,
@@ -120,12 +122,53 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _read_columns(run_dir: Path, notices: list[str]) -> dict[GroupKey, LevelColumns]:
+def _read_columns(run_dir: Path, notices: list[str], processes: int) -> dict[GroupKey, LevelColumns]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
         return {}
-    return read_columns(str(path), notices)
+    return read_columns(str(path), notices, processes)
+
+
+# Runs with fewer measured requests are summarized in one process (a fork costs more than it saves).
+FORK_FROM = 50_000
+
+
+def default_processes() -> int:
+    """2 where this process may run on two cores or more (and can fork), else 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and forked.available() else 1
+
+
+def _summarize(
+    rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int
+) -> list[LevelStats]:
+    """The rows' stats; with ``processes=2`` a forked child computes about half of their parts
+    (specload.metrics.PARTS, shared by estimated cost) meanwhile; this process computes its half
+    itself if the child fails."""
+    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < FORK_FROM:
+        return summarize_rows(rows, samples, cap)
+
+    def run_jobs(todo: list[tuple[Job, float]]) -> dict[Job, dict[str, Any]]:
+        mine: list[Job] = []
+        theirs: list[Job] = []
+        load = [0.0, 0.0]
+        for job, cost in sorted(todo, key=lambda jc: -jc[1]):  # the biggest first, to the lighter side
+            side = 0 if load[0] <= load[1] else 1
+            (mine, theirs)[side].append(job)
+            load[side] += cost
+        with forked.Child(lambda: {job: level_part(rows[job[0]], job[1]) for job in theirs}) as child:
+            done = {job: level_part(rows[job[0]], job[1]) for job in mine}
+            try:
+                done.update(child.result())
+            except forked.ChildFailed:
+                done.update({job: level_part(rows[job[0]], job[1]) for job in theirs})
+        return done
+
+    return summarize_rows(rows, samples, cap, run_jobs)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:
@@ -159,10 +202,13 @@ def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
         return None
 
 
-def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO) -> Run:
+def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1) -> Run:
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
+    ``processes=2``: use a second core (a forked child reads half of a big records.jsonl, then
+    computes half of the figures; the same figures either way). Only from a single-threaded
+    process without an event loop (the report and compare commands), see specload.forked.
     """
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
@@ -170,9 +216,9 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO) -> Run:
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
-    groups = _read_columns(d, notices)
+    groups = _read_columns(d, notices, processes)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = summarize_columns(groups, info.levels, samples, cap=info.server.max_running)
+    levels = _summarize(summary_rows(groups, info.levels), samples, info.server.max_running, processes)
     del groups  # the columns: what stays of a run is its figures
     chosen = run_slo(info, notices) if isinstance(slo, _RunSlo) else slo
     if chosen is not None and (d / RECORDS).exists():

@@ -96,10 +96,11 @@ _BY_NAME: dict[str, str] = {**{_norm(f.title): f.key for f in PRIORITY}, **{_nor
 def columns_help() -> str:
     """The ``--columns`` help text, the same for every command that prints a table."""
     sets = "; ".join(f"{s}: {', '.join(f.title for f in PRIORITY if s in f.sets and f.key not in AXES)}" for s in SETS)
-    return (f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
+    text = (f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
             f"width; not on a terminal: $COLUMNS, else {DEFAULT_WIDTH}), '{ALL}', sets ({sets}) or single columns "
             f"by name, combined with commas (e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json "
             f"keep every column")  # fmt: skip
+    return text.replace("%", "%%")  # argparse formats help with %: a column such as "Good %" would break --help
 
 
 @dataclass(frozen=True)

@@ -87,3 +87,15 @@ def _main_err(main, argv: list[str]) -> tuple[int, str]:  # type: ignore[no-unty
     with contextlib.redirect_stderr(err):
         code = main(argv)
     return code, err.getvalue()
+
+
+@pytest.mark.parametrize("command", ["sweep", "capacity", "ui", "worker", "report", "sim", "compare", "demo", "locustfile"])
+def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help texts with %: one stray % (a column named "Good %") broke --help of five
+    commands. Each command's --help must print and exit 0."""
+    from specload.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    assert "usage:" in capsys.readouterr().out
