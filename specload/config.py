@@ -560,7 +560,7 @@ def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scen
 
 def load_scenario(path: str) -> Scenario:
     """A scenario file, or a built-in scenario by name (``--scenario mtp-sweep``)."""
-    if not os.path.exists(path) and (builtin := builtin_scenario(path)) is not None:
+    if not os.path.isfile(path) and (builtin := builtin_scenario(path)) is not None:
         path = str(builtin)
     try:
         with open(path, "rb") as f:

@@ -321,3 +321,11 @@ def test_unreadable_scenario_file_names_file(tmp_path: Path, kind: str) -> None:
     with pytest.raises(ScenarioError) as ei:
         load_scenario(path)
     assert str(ei.value).startswith(path + ":")
+
+
+def test_a_directory_named_like_a_builtin_scenario_does_not_hide_it(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`specload demo` run from a folder holding a `demo/` directory (its own results, say) must still
+    find the built-in scenario 'demo', not try to read the directory."""
+    (tmp_path / "demo").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_scenario("demo").name == "demo"
