@@ -139,6 +139,11 @@ class IdPool:
         out.append(out[-1])
         return out
 
+    @functools.cached_property
+    def memo(self) -> dict[tuple[Any, ...], Any]:
+        """Per-pool, per-process store of what prompts reuse (``specload.prompts``: tapes, prefixes)."""
+        return {}
+
     def draw(self, rng: random.Random, n: int) -> list[int]:
         """``n`` ids uniformly from the pool, in bulk: a 1000-id prompt costs the client ~0.15 ms of
         CPU instead of ~1.2 ms one ``randrange`` at a time (make bench: per-request cost)."""
@@ -225,4 +230,4 @@ def invalid_prompt_hint(reason: str | None) -> str | None:
 
 def word_count_text(words: list[str]) -> str:
     """Words as one prompt text, each after a space (so each is the same one token everywhere)."""
-    return "".join(" " + w for w in words)
+    return " " + " ".join(words) if words else ""

@@ -33,7 +33,7 @@ from specload.locust.protocol import (
     TicketRequest,
     TicketReturn,
 )
-from specload.prompts import IDS
+from specload.prompts import IDS, prime
 from specload.records import RequestRecord, now
 from specload.stream import Interrupted, RequestSpec, stream_request
 from specload.vocab import ServerTokenizer
@@ -67,6 +67,10 @@ class UserSide:
         if m.config is not None and m.config_id != self.config_id:
             self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
             self._backend = self._maker = None
+            if self.config.scenario.dataset is None:
+                # Now, before this run's first stream: drawn by the first prompt, it would hold up
+                # the streams already in flight for tens of ms.
+                prime(self.config.prompts, self.config.scenario.seed)
         if m.state.open:
             self.open.set()
         else:
