@@ -107,12 +107,13 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        known = {f.name for f in fields(cls)}
+        known = _FIELD_SET  # not fields(cls) per call: the owner parses every record it is shipped
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 _get_fields = attrgetter(*_FIELD_NAMES)
+_FIELD_SET = frozenset(_FIELD_NAMES)
 
 
 def derived(

@@ -59,6 +59,7 @@ class UserSide:
         self.pending: dict[str, AsyncResult] = {}
         self._backend: Backend | None = None
         self._maker: RequestMaker | None = None
+        self._wire: tuple[str, dict[str, str]] | None = None
 
     # message handlers -------------------------------------------------------------------------
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -66,7 +67,7 @@ class UserSide:
         self.state = m.state
         if m.config is not None and m.config_id != self.config_id:
             self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
-            self._backend = self._maker = None
+            self._backend = self._maker = self._wire = None
             if self.config.scenario.dataset is None:
                 # Now, before this run's first stream: drawn by the first prompt, it would hold up
                 # the streams already in flight for tens of ms.
@@ -96,6 +97,15 @@ class UserSide:
             assert self.config is not None
             self._backend = get_backend(self.config.scenario.backend)
         return self._backend
+
+    def wire(self) -> tuple[str, dict[str, str]]:
+        """The run's request path and headers, made once per run (the API key read from the
+        environment then, not per request)."""
+        if self._wire is None:
+            cfg = self.config
+            assert cfg is not None
+            self._wire = (endpoint(cfg.host, self.backend().path), base_headers(True, cfg.send_key))
+        return self._wire
 
     def maker(self) -> RequestMaker:
         """The run's request maker (specload.workload): what each ticket sends."""
@@ -207,12 +217,11 @@ class SpecloadUser(User):
                 except gevent.GreenletExit:
                     side.give_back(reply)  # stopped before it was due: nothing was sent
                     raise
-        path = endpoint(cfg.host, backend.path)
+        path, headers = side.wire()
         text: list[str] | None = [] if req.wants_answer else None
         try:
             rec = stream_request(
-                http, path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
-                sc.read_timeout_s, sc.connect_timeout_s, text,
+                http, path, body, headers, backend, spec, side.worker, sc.read_timeout_s, sc.connect_timeout_s, text,
             )  # fmt: skip
         except Interrupted as stop:
             side.ship(stop.record, reply.ticket)
