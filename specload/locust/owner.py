@@ -52,6 +52,7 @@ from specload.locust.options import (
 )
 from specload.locust.progressbar import ProgressBar, start_progress
 from specload.locust.protocol import (
+    LOCAL_NODE,
     MSG_CLIENT_LOAD,
     MSG_RECORD,
     MSG_STATE,
@@ -70,7 +71,7 @@ from specload.locust.sampler import MetricsSampler
 from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.records import FAILED, PHASE_MEASURE, level_label
+from specload.records import FAILED, PHASE_MEASURE, RequestRecord, level_label
 from specload.run import Run
 from specload.rundir import (
     LOCUST_PREFIX,
@@ -161,6 +162,7 @@ class SweepOwner:
         self.capacity: CapacityRun | None = None
         self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
         self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
+        self.local_side: Any = None  # a local run's users (specload.locust.user.UserSide): answered directly
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self.explicit = explicit_options(sys.argv[1:])
@@ -533,15 +535,18 @@ class SweepOwner:
         self.env.runner.send_message(MSG_STATE, msg.to_wire())
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
-        req = TicketRequest.from_wire(msg.data)
+        self.ticket_request(msg.node_id, TicketRequest.from_wire(msg.data).uid)
+
+    def ticket_request(self, node: str, uid: str) -> None:
+        """User ``uid`` of process ``node`` asks for a ticket (a message, or a call in a local run)."""
         if self.active and self.ctrl is not None and (self.parked or (self.ctrl.wait_s() or 0.0) > 0):
             # A rate level's next request is not due yet: this user waits its turn (in order).
-            self.parked.append((msg.node_id, req.uid))
+            self.parked.append((node, uid))
             self._parked_event.set()
             if self._dispatcher is None or self._dispatcher.dead:
                 self._dispatcher = gevent.spawn(self._dispatch)
             return
-        self._answer(msg.node_id, req.uid)
+        self._answer(node, uid)
 
     def _dispatch(self) -> None:
         """Answer parked ticket requests as a rate level's requests fall due; refuse them when the
@@ -580,7 +585,11 @@ class SweepOwner:
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
         reply = TicketReply(uid, grant, item, ticket)
-        self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
+        side = self.local_side
+        if side is not None and node == LOCAL_NODE:
+            side.take_reply(reply)
+        else:
+            self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)
@@ -599,11 +608,17 @@ class SweepOwner:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._ignore(msg.node_id, f"a malformed record message ({e})")
             return
-        if not self._redeem(msg.node_id, (rec.level, rec.phase, rec.seq), m.ticket):
+        self.take_record(msg.node_id, rec, m.ticket, m.record)
+
+    def take_record(self, node: str, rec: RequestRecord, ticket: str, line: Any) -> None:
+        """A finished request's record from process ``node`` (a message, or a call in a local run);
+        ``line`` is what records.jsonl gets: the record's dict, or the record itself (orjson writes
+        a dataclass as the same bytes as its ``asdict``)."""
+        if not self._redeem(node, (rec.level, rec.phase, rec.seq), ticket):
             # Only a ticket this owner granted to that process, and only once: a forged or repeated
             # record (or one for a ticket already written off) never reaches the counts.
-            self._ignore(msg.node_id, f"a record for a request it was not granted (level {rec.level}, "
-                                      f"{rec.phase} #{rec.seq})")  # fmt: skip
+            self._ignore(node, f"a record for a request it was not granted (level {rec.level}, "
+                               f"{rec.phase} #{rec.seq})")  # fmt: skip
             return
         if rec.level not in self._in_flight or rec.level in self.traffic:  # not once its figure is final
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
@@ -615,7 +630,7 @@ class SweepOwner:
             self.live.add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
-                self.writer.write(m.record)
+                self.writer.write(line)
             except OSError as e:
                 self._cannot_write("records.jsonl", e)
         if self.ctrl is not None:

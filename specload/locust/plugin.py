@@ -54,6 +54,12 @@ def on_init(environment: Any, **_: Any) -> None:
         register_clock_answer(runner)
     if _owns_sweep(environment):
         sweep_owner(environment).register()
+        if isinstance(runner, LocalRunner):
+            # One process: tickets and records go between the users and the owner as objects,
+            # not as messages encoded for a wire there is none of (specload.locust.user.UserSide).
+            side = user_side(environment)
+            side.local_owner = sweep_owner(environment)
+            sweep_owner(environment).local_side = side
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
