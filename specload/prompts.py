@@ -10,7 +10,8 @@ client ~0.3 ms of CPU per request, most of its per-request cost (``make bench``)
 seed) has a *tape*: ``TAPE_STARTS + MAX_WINDOW`` units drawn once, uniformly and independently, per
 process (the same in every process: it is seeded by the seed alone). Prompt n draws its first
 ``LEAD`` units afresh from its own generator (seeded by seed and n), then a start on the tape from
-the same generator, and takes the window of the rest of its length from there. So:
+the same generator; the rest of its length is the tape's window from that start, past its first
+``LEAD`` units. So:
 
 - every unit of a prompt is uniform over the material, and the units within one prompt are
   independent (a window of an independent sequence, never longer than the tape past its start:
@@ -19,7 +20,7 @@ the same generator, and takes the window of the rest of its length from there. S
   cache (vLLM's hashed blocks, SGLang's radix tree, llama.cpp's slot reuse) can serve one from
   another; their windows may overlap at other positions (``MAX_WINDOW`` of ``TAPE_STARTS`` starts),
   which only a position-independent cache could use;
-- a prompt of at most ``LEAD`` units, or longer than ``LEAD + MAX_WINDOW``, is drawn unit by unit.
+- a prompt of at most ``LEAD`` units, or longer than ``MAX_WINDOW``, is drawn unit by unit.
 
 A shared prefix (``--shared-prefix``) is the same draw for every prompt of its group, so it is made
 once per process and copied.
@@ -114,12 +115,13 @@ def _units(seed: int, n: int, length: int, draw: Draw, store: dict[tuple[Any, ..
     """The ``length`` units of prompt ``n`` after any shared prefix: ``LEAD`` fresh ones, then a
     window of the seed's tape at a start drawn by the prompt's own generator (see the module's doc)."""
     rng = random.Random(f"specload-{seed}-{n}")
-    if length <= LEAD or length - LEAD > MAX_WINDOW:
+    if length <= LEAD or length > MAX_WINDOW:
         return draw(rng, length)
-    out = draw(rng, LEAD)
+    lead = draw(rng, LEAD)
     start = int(rng.random() * TAPE_STARTS)
     tape = _memo(store, ("tape", seed), lambda: draw(random.Random(f"specload-tape-{seed}"), TAPE_STARTS + MAX_WINDOW))
-    out += tape[start : start + length - LEAD]
+    out = tape[start : start + length]  # one copy: the window, its first LEAD units then replaced
+    out[:LEAD] = lead
     return out
 
 
@@ -141,9 +143,9 @@ def prime(src: PromptSource, seed: int) -> None:
 def prompt_ids(seed: int, n: int, length: int, pool: IdPool, shared_prefix: int = 0, prefix: str = "") -> list[int]:
     """``length`` ids from ``pool``; the first ``shared_prefix`` the same for every n of one ``prefix``
     group (to exercise a prefix cache on purpose), the rest distinct per n from its first id on."""
-    out: list[int] = []
-    if shared_prefix:
-        out = _shared(seed, prefix, min(shared_prefix, length), pool.draw, pool.memo)
+    if not shared_prefix:
+        return _units(seed, n, length, pool.draw, pool.memo)
+    out = _shared(seed, prefix, min(shared_prefix, length), pool.draw, pool.memo)
     out += _units(seed, n, length - len(out), pool.draw, pool.memo)
     return out
 
