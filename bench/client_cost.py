@@ -396,13 +396,36 @@ def conditions(results: dict[Level, list[LevelResult]], pin: str) -> list[str]:
     return lines
 
 
+SPEED_LOOP = 10**7
+_SPEED_CODE = (
+    f"import time\nt = time.process_time()\nfor _ in range({SPEED_LOOP}): pass\nprint(time.process_time() - t)"
+)
+
+
+def python_speed(prefix: list[str]) -> float | None:
+    """CPU seconds of an empty ``for`` loop of 10**7 turns on the client's CPU: the machine's Python
+    speed, so that figures from machines (or moments) of different speed can be compared (a cost
+    per request of B µs here is about B x your loop's time / this one on your machine)."""
+    try:
+        out = subprocess.run([*prefix, sys.executable, "-c", _SPEED_CODE], capture_output=True, text=True,
+                             timeout=120, check=True)  # fmt: skip
+        return float(out.stdout.strip())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
 def measure(levels: list[Level], repeat: int, out: Path, log=print) -> tuple[dict[Level, list[LevelResult]], str]:  # type: ignore[no-untyped-def]
     sim_prefix, client_prefix, pin = pinning()
+    speed = [python_speed(client_prefix)]
     results: dict[Level, list[LevelResult]] = {lv: [] for lv in levels}
     for i in range(repeat):
         for lv in levels:
             log(f"client cost: {lv.name}, ITL {lv.itl_ms:g} ms, L={lv.output_tokens} (run {i + 1}/{repeat}) ...")
             results[lv].append(run_level(lv, out, sim_prefix, client_prefix))
+    speed.append(python_speed(client_prefix))
+    if None not in speed:
+        pin += (f"; Python speed on the client's CPU (an empty loop of 10**7 turns): {speed[0]:.2f} s CPU "
+                f"before the levels, {speed[1]:.2f} s after")  # fmt: skip
     return results, pin
 
 
