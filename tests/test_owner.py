@@ -115,6 +115,7 @@ def check_local(tmp_path: Path) -> None:
     owner.ctrl.tick(1)
     side = UserSide(env.runner)
     side.local_owner, owner.local_side = owner, side
+    env.specload_users = side  # the process's UserSide (user.user_side)
     side.open.set()
     side.config = object()  # type: ignore[assignment]  # any config: the ticket only needs one
     replies = [side.ticket(u) for u in ("u1", "u2")]
@@ -131,6 +132,9 @@ def check_local(tmp_path: Path) -> None:
     assert len(lines) == 2 and lines[0] == lines[1].replace(b'"seq":1', b'"seq":0')  # identical bytes
     assert (owner.ctrl.levels[0].received, owner.rejected) == (2, 1)
     assert env.runner.sent == []
+    env.specload_users = UserSide(env.runner)  # the process's users were made anew since the link
+    owner.ticket_request(LOCAL_NODE, "u3")
+    assert [(k, to) for k, _, to in env.runner.sent][-1] == ("specload_ticket", LOCAL_NODE)  # by message
 
 
 if __name__ == "__main__":

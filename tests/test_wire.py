@@ -387,3 +387,25 @@ def test_alive_check_is_what_select_said() -> None:
     assert alive(a) is False  # closed here: no descriptor
     other = object()
     assert alive(other) is True and asked == [other]  # TLS and the like: the pool's own check
+
+
+def test_alive_check_works_above_select_s_limit() -> None:
+    """select() cannot take a descriptor above 1023 (FD_SETSIZE): gevent's select said "dead" for
+    every connection of a client with ~1000 users, so each request reconnected. MSG_PEEK can."""
+    import os
+    import resource
+
+    from gevent import socket as gsocket
+
+    from specload.http import _alive_check
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"RLIMIT_NOFILE {soft}: no descriptor above 1023 to try")
+    a, b = gsocket.socketpair()
+    high = gsocket.socket(fileno=os.dup2(a.fileno(), 1100))
+    try:
+        assert _alive_check(lambda s: False)(high) is True
+    finally:
+        for s in (high, a, b):
+            s.close()

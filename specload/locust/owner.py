@@ -68,6 +68,7 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.locust.sampler import MetricsSampler
+from specload.locust.user import current_user_side
 from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
@@ -586,8 +587,8 @@ class SweepOwner:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
         reply = TicketReply(uid, grant, item, ticket)
         side = self.local_side
-        if side is not None and node == LOCAL_NODE:
-            side.take_reply(reply)
+        if side is not None and node == LOCAL_NODE and current_user_side(self.env) is side:
+            side.take_reply(reply)  # (a UserSide made anew since the link asks by message, and hears so)
         else:
             self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
 

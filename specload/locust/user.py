@@ -155,6 +155,11 @@ class UserSide:
             self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket).to_wire())
 
 
+def current_user_side(environment: Any) -> UserSide | None:
+    """The process's UserSide if it has one (never makes one)."""
+    return getattr(environment, _ATTR, None)
+
+
 def user_side(environment: Any) -> UserSide:
     side: UserSide | None = getattr(environment, _ATTR, None)
     if side is None or side.runner is not environment.runner:
