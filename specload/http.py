@@ -397,7 +397,12 @@ class StreamResponse:
         """Take a response head; False for an interim (1xx) response, whose final one follows."""
         lines = head.split(b"\n")
         status = lines[0].rstrip(b"\r").split(None, 2)
-        if len(status) < 2 or not status[0].startswith(b"HTTP/") or len(status[1]) != 3 or not status[1].isdigit():
+        if (
+            len(status) < 2
+            or not status[0].startswith(b"HTTP/")
+            or len(status[1]) != 3
+            or not status[1].isdigit()
+        ):
             raise HTTPParseError(f"not an HTTP response: {shorten(repr(lines[0]), 80)}")
         code = int(status[1])
         if code < 200:

@@ -119,7 +119,9 @@ def _units(seed: int, n: int, length: int, draw: Draw, store: dict[tuple[Any, ..
         return draw(rng, length)
     lead = draw(rng, LEAD)
     start = int(rng.random() * TAPE_STARTS)
-    tape = _memo(store, ("tape", seed), lambda: draw(random.Random(f"specload-tape-{seed}"), TAPE_STARTS + MAX_WINDOW))
+    tape = _memo(
+        store, ("tape", seed), lambda: draw(random.Random(f"specload-tape-{seed}"), TAPE_STARTS + MAX_WINDOW)
+    )
     out = tape[start : start + length]  # one copy: the window, its first LEAD units then replaced
     out[:LEAD] = lead
     return out
@@ -127,11 +129,17 @@ def _units(seed: int, n: int, length: int, draw: Draw, store: dict[tuple[Any, ..
 
 def _shared(seed: int, prefix: str, k: int, draw: Draw, store: dict[tuple[Any, ...], Any]) -> list[Any]:
     """A copy of the group's ``k``-unit prefix, drawn once per process."""
-    return list(_memo(store, ("prefix", seed, prefix, k), lambda: draw(random.Random(f"specload-prefix-{seed}{prefix}"), k)))
+    return list(
+        _memo(
+            store,
+            ("prefix", seed, prefix, k),
+            lambda: draw(random.Random(f"specload-prefix-{seed}{prefix}"), k),
+        )
+    )
 
 
 def prime(src: PromptSource, seed: int) -> None:
-    """Draw the seed's tape now (~20-50 ms once per process), before any stream is in flight: done
+    """Draw the seed's tape now (~30-80 ms once per process), before any stream is in flight: done
     lazily by the first prompt, it would hold up every stream of the process meanwhile."""
     if src.kind == IDS:
         assert src.ids is not None
@@ -140,7 +148,9 @@ def prime(src: PromptSource, seed: int) -> None:
         _units(seed, 0, LEAD + 1, _word_draw(src.words), _text_memo_of(src.words))
 
 
-def prompt_ids(seed: int, n: int, length: int, pool: IdPool, shared_prefix: int = 0, prefix: str = "") -> list[int]:
+def prompt_ids(
+    seed: int, n: int, length: int, pool: IdPool, shared_prefix: int = 0, prefix: str = ""
+) -> list[int]:
     """``length`` ids from ``pool``; the first ``shared_prefix`` the same for every n of one ``prefix``
     group (to exercise a prefix cache on purpose), the rest distinct per n from its first id on."""
     if not shared_prefix:
@@ -160,7 +170,12 @@ def _text_memo_of(words: tuple[str, ...]) -> dict[tuple[Any, ...], Any]:
 
 
 def prompt_text(
-    seed: int, n: int, length: int, words: tuple[str, ...] = tuple(WORDS), shared_prefix: int = 0, prefix: str = ""
+    seed: int,
+    n: int,
+    length: int,
+    words: tuple[str, ...] = tuple(WORDS),
+    shared_prefix: int = 0,
+    prefix: str = "",
 ) -> str:
     """``length`` words, each after a space (so each is one token when ``words`` are single tokens)."""
     draw, store = _word_draw(words), _text_memo_of(words)

@@ -220,7 +220,9 @@ def _stream_request(
                             tokens_seen += n
                             streamed[0] += n
                         elif parser.error is not None:
-                            reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                            reason = (
+                                f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                            )
                             break
                     else:
                         continue

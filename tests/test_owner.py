@@ -91,8 +91,6 @@ def check(tmp_path: Path) -> None:
     assert owner.rejected == 5
 
 
-
-
 def test_a_local_run_hands_tickets_and_records_over_as_objects(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, __file__, str(tmp_path), "local"], cwd=REPO, capture_output=True,
                          text=True, timeout=60)  # fmt: skip

@@ -267,7 +267,9 @@ def test_prompts_do_not_depend_on_the_memo(monkeypatch: pytest.MonkeyPatch) -> N
     # prompts are the same.
     import specload.prompts as prompts
 
-    want = [prompt_ids(s, n, 300, R(1000, 30000), shared_prefix=n % 2 * 30) for s in range(3) for n in range(3)]
+    want = [
+        prompt_ids(s, n, 300, R(1000, 30000), shared_prefix=n % 2 * 30) for s in range(3) for n in range(3)
+    ]
     want_text = [prompt_text(s, 1, 50) for s in range(3)]
     monkeypatch.setattr(prompts, "_MEMO_MAX", 1)
     pool = R(1000, 30000)  # a new pool: a new, empty memo

@@ -120,7 +120,8 @@ class ResolvedRun:
     label: str
     server: dict[str, Any]
     items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
-    capacity: CapacityRun | None = None  # a capacity search (specload capacity) instead of the scenario's levels
+    # A capacity search (specload capacity) instead of the scenario's levels.
+    capacity: CapacityRun | None = None
 
 
 class SweepOwner:
@@ -156,7 +157,8 @@ class SweepOwner:
         # The client's own load per level: each process's latest report, and the requests in flight.
         self.client_load: dict[int, dict[str, ProcessLoad]] = {}
         self.traffic: dict[int, LevelTraffic] = {}
-        self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
+        # Per level, by record count.
+        self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}
         self._run_dir_used = False
         self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
         self.slo_tallies: dict[int, SloTally] = {}
@@ -180,7 +182,9 @@ class SweepOwner:
             self.clock_probe = ClockProbe(runner, self._on_clock)
             self.clock_probe.register()
             # A worker's init may still be running when it connects: give it a second.
-            self.env.events.worker_connect.add_listener(lambda client_id, **_: self._measure_clock(client_id, 1.0))
+            self.env.events.worker_connect.add_listener(
+                lambda client_id, **_: self._measure_clock(client_id, 1.0)
+            )
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
@@ -258,7 +262,9 @@ class SweepOwner:
         except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
-            prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
+            prompts = replace(
+                prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)"
+            )
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
 
@@ -344,8 +350,13 @@ class SweepOwner:
         assert self.run_dir is not None
         live = self.live
         self.sampler = MetricsSampler(
-            run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
-            run.config.send_key, on_sample=None if live is None else lambda d: _add_sample(live, d),
+            run.config.host,
+            self.run_dir,
+            self._level_index,
+            sc.metrics_interval_s,
+            run.config.insecure,
+            run.config.send_key,
+            on_sample=None if live is None else lambda d: _add_sample(live, d),
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
@@ -447,7 +458,9 @@ class SweepOwner:
             self.sampler.stop()
             self.sampler = None
         if status is None:
-            status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(self.ctrl.outcome, RUN_INTERRUPTED)
+            status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(
+                self.ctrl.outcome, RUN_INTERRUPTED
+            )
         if status == RUN_INTERRUPTED:
             self.ctrl.abort("interrupted")
         if self.rejected:
@@ -653,7 +666,12 @@ class SweepOwner:
 
     def take_load(self, process: str, m: ClientLoadMsg) -> None:
         """A process's load in a level so far (its latest report replaces the one before)."""
-        if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
+        if (
+            m.run is None
+            or m.run != self.run_dir
+            or self.ctrl is None
+            or not 0 <= m.level < len(self.ctrl.levels)
+        ):
             return
         self.client_load.setdefault(m.level, {})[process] = m.load
         if self.live is not None:
@@ -676,7 +694,8 @@ class SweepOwner:
         if not procs and traffic is None and cached is None:
             return None
         lv = self.ctrl.levels[index]
-        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):  # O(records): when new came
+        # O(records): only when new ones came.
+        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):
             stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
             away = lv.refused > 0 or lv.outage_s > 0
             cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
@@ -819,8 +838,11 @@ class SweepOwner:
         p = lv.plan
         what = f"{p.budget} requests" if p.budget is not None else f"{p.duration_s:g} s"
         warm = f" after {p.warmup} warmup" if p.warmup else ""
-        load = f"C={p.concurrency}" if p.rate is None else (
-            f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+        load = (
+            f"C={p.concurrency}"
+            if p.rate is None
+            else (f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+        )
         logger.info("level %d/%d %s started: %s, %s%s", p.index + 1, len(self.ctrl.levels),
                     level_label(p.concurrency, p.repeat, p.rate), load, what, warm)  # fmt: skip
 

@@ -29,6 +29,7 @@ logger = logging.getLogger("specload")
 # what they measured is recorded either way. Locust's own --stop-timeout overrides it.
 DEFAULT_GRACE_S = 10.0
 
+
 def _owns_sweep(environment: Any) -> bool:
     return isinstance(environment.runner, LocalRunner | MasterRunner)
 
@@ -108,7 +109,9 @@ def _install_stop_signals(environment: Any) -> None:
             # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
             gevent.get_hub().parent.throw(KeyboardInterrupt)
         elif environment.runner is not None:
-            logger.warning("%s again: in-flight requests are stopped now and recorded as interrupted", sig.name)
+            logger.warning(
+                "%s again: in-flight requests are stopped now and recorded as interrupted", sig.name
+            )
             environment.runner.user_greenlets.kill(block=False)
 
     for sig in (signal.SIGINT, signal.SIGTERM):

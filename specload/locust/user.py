@@ -98,7 +98,9 @@ class UserSide:
         """A grant that will not be used: the level may hand it out again."""
         assert reply.grant is not None
         g = reply.grant
-        self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire())
+        self.runner.send_message(
+            MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire()
+        )
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
@@ -123,8 +125,11 @@ class UserSide:
             assert cfg is not None
             sc = cfg.scenario
             tokenize = None
-            if cfg.prompts.kind == IDS:  # a token-id conversation resends its answers as the server tokenizes them
-                tokenize = ServerTokenizer(cfg.host, cfg.model, sc.connect_timeout_s, cfg.insecure, cfg.send_key).encode
+            # A token-id conversation resends its answers as the server tokenizes them.
+            if cfg.prompts.kind == IDS:
+                tokenize = ServerTokenizer(
+                    cfg.host, cfg.model, sc.connect_timeout_s, cfg.insecure, cfg.send_key
+                ).encode
             self._maker = RequestMaker(sc, cfg.prompts, tokenize)
         return self._maker
 
