@@ -264,13 +264,26 @@ def pinning() -> tuple[list[str], list[str], str]:
     """taskset prefixes for the simulator and the sweep, and a sentence saying what was done."""
     cpus = sorted(os.sched_getaffinity(0))
     if shutil.which("taskset") is None or len(cpus) < 2:
-        return [], [], f"not pinned (taskset {'missing' if shutil.which('taskset') is None else 'ok'}, CPUs {cpus})"
+        return (
+            [],
+            [],
+            f"not pinned (taskset {'missing' if shutil.which('taskset') is None else 'ok'}, CPUs {cpus})",
+        )
     a, b = cpus[0], cpus[1]
     return ["taskset", "-c", str(a)], ["taskset", "-c", str(b)], f"simulator on CPU {a}, Locust on CPU {b}"
 
 
 def start_sim(prefix: list[str], itl_ms: float, max_running: int) -> SimProcess:
-    args = ["--model", "m", "--ttft-ms", str(TTFT_MS), "--itl-ms", str(itl_ms), "--max-running", str(max_running)]
+    args = [
+        "--model",
+        "m",
+        "--ttft-ms",
+        str(TTFT_MS),
+        "--itl-ms",
+        str(itl_ms),
+        "--max-running",
+        str(max_running),
+    ]
     return simproc.start_sim(args, timeout=30, prefix=prefix, env=child_env())
 
 
@@ -311,7 +324,10 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
     warm = [r for r in recs if r.phase == PHASE_WARMUP]
     meas = [r for r in recs if r.phase != PHASE_WARMUP]
     assert meta.t_measure_start is not None and meta.t_end is not None and warm and meas
-    bounds = [(min(r.t_send for r in warm), meta.t_measure_start, warm), (meta.t_measure_start, meta.t_end, meas)]
+    bounds = [
+        (min(r.t_send for r in warm), meta.t_measure_start, warm),
+        (meta.t_measure_start, meta.t_end, meas),
+    ]
     phases = []
     for t0, t1, rs in bounds:
         a, b = sampler.at(t0), sampler.at(t1)
@@ -372,15 +388,23 @@ def rows(results: dict[Level, list[LevelResult]]) -> list[Row]:
                            f"within {100 * GOAL_AGG_FRAC:g} %",
                            verdict(abs(statistics.median(agg)) <= 100 * GOAL_AGG_FRAC) + busy_note))  # fmt: skip
         busy = [100 * r.long.cpu_s / r.long.wall_s for r in rs]
-        out.append(Row("Locust process CPU (one core = 100 %)", where, median_spread(busy, ".0f") + " %", "-", "-"))
+        out.append(
+            Row("Locust process CPU (one core = 100 %)", where, median_spread(busy, ".0f") + " %", "-", "-")
+        )
         sim = [100 * r.long.sim_cpu_s / r.long.wall_s for r in rs]
-        note = "simulator-bound: TTFT/agg not the client's alone" if statistics.median(sim) > SIM_BUSY else "-"
-        out.append(Row("simulator CPU (one core = 100 %)", where, median_spread(sim, ".0f") + " %", "-", note))
+        note = (
+            "simulator-bound: TTFT/agg not the client's alone" if statistics.median(sim) > SIM_BUSY else "-"
+        )
+        out.append(
+            Row("simulator CPU (one core = 100 %)", where, median_spread(sim, ".0f") + " %", "-", note)
+        )
     return out
 
 
 def conditions(results: dict[Level, list[LevelResult]], pin: str) -> list[str]:
-    lines = [f"pinning: {pin}; sampling every {1000 * SAMPLE_S:.0f} ms, CPU clock tick {1000 / CLK_TCK:.0f} ms"]
+    lines = [
+        f"pinning: {pin}; sampling every {1000 * SAMPLE_S:.0f} ms, CPU clock tick {1000 / CLK_TCK:.0f} ms"
+    ]
     for lv, rs in results.items():
         for i, r in enumerate(rs):
             s, lg = r.short, r.long
@@ -396,13 +420,38 @@ def conditions(results: dict[Level, list[LevelResult]], pin: str) -> list[str]:
     return lines
 
 
-def measure(levels: list[Level], repeat: int, out: Path, log=print) -> tuple[dict[Level, list[LevelResult]], str]:  # type: ignore[no-untyped-def]
+SPEED_LOOP = 10**7
+_SPEED_CODE = f"import time\nt = time.process_time()\nfor _ in range({SPEED_LOOP}): pass\nprint(time.process_time() - t)"
+
+
+def python_speed(prefix: list[str]) -> float | None:
+    """CPU seconds of an empty ``for`` loop of 10**7 turns on the client's CPU: the machine's Python
+    speed, so that figures from machines (or moments) of different speed can be compared (a cost
+    per request of B µs here is about B x your loop's time / this one on your machine)."""
+    try:
+        out = subprocess.run([*prefix, sys.executable, "-c", _SPEED_CODE], capture_output=True, text=True,
+                             timeout=120, check=True)  # fmt: skip
+        return float(out.stdout.strip())
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def measure(
+    levels: list[Level], repeat: int, out: Path, log=print
+) -> tuple[dict[Level, list[LevelResult]], str]:  # type: ignore[no-untyped-def]
     sim_prefix, client_prefix, pin = pinning()
+    speed = [python_speed(client_prefix)]
     results: dict[Level, list[LevelResult]] = {lv: [] for lv in levels}
     for i in range(repeat):
         for lv in levels:
-            log(f"client cost: {lv.name}, ITL {lv.itl_ms:g} ms, L={lv.output_tokens} (run {i + 1}/{repeat}) ...")
+            log(
+                f"client cost: {lv.name}, ITL {lv.itl_ms:g} ms, L={lv.output_tokens} (run {i + 1}/{repeat}) ..."
+            )
             results[lv].append(run_level(lv, out, sim_prefix, client_prefix))
+    speed.append(python_speed(client_prefix))
+    if None not in speed:
+        pin += (f"; Python speed on the client's CPU (an empty loop of 10**7 turns): {speed[0]:.2f} s CPU "
+                f"before the levels, {speed[1]:.2f} s after")  # fmt: skip
     return results, pin
 
 
@@ -419,8 +468,12 @@ def print_table(table: list[Row]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="one tiny level (a smoke check, not a measurement)")
-    p.add_argument("--repeat", type=int, default=1, help="runs of each level; the median is shown (default 1)")
-    p.add_argument("--out", default=None, help="keep the run directories here (default: a temporary one, removed)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="runs of each level; the median is shown (default 1)"
+    )
+    p.add_argument(
+        "--out", default=None, help="keep the run directories here (default: a temporary one, removed)"
+    )
     args = p.parse_args(argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="specload-bench-"))
     try:

@@ -136,7 +136,7 @@ def make_client(
             # geventhttpclient's own `insecure` only skips the host-name check, not the chain.
             kwargs["insecure"] = True
             kwargs["ssl_context_factory"] = _unverified_context
-    return HTTPClient(
+    client = HTTPClient(
         parts.hostname,
         port=parts.port or (443 if parts.scheme == "https" else 80),
         network_timeout=read_timeout,
@@ -144,6 +144,32 @@ def make_client(
         concurrency=concurrency,
         **kwargs,
     )
+    pool = client._connection_pool
+    pool._is_socket_alive = _alive_check(pool._is_socket_alive)
+    return client
+
+
+def _alive_check(slow: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """The pool's check of an idle keep-alive connection before its reuse, as one non-blocking
+    ``recv(MSG_PEEK)`` on a plain TCP socket: geventhttpclient asks gevent's ``select`` (watchers and
+    a hub round for every request, ~15 us of client CPU), and ``select`` fails for descriptors
+    above 1023. Same answer: alive exactly when nothing is readable (no FIN, no stray bytes)."""
+
+    def alive(sock: Any) -> bool:
+        if type(sock) is not gevent_socket.socket:
+            return slow(sock)
+        try:
+            sock._sock.recv(1, _PEEK)
+        except BlockingIOError:
+            return True
+        except (OSError, ValueError, AttributeError):
+            return False
+        return False  # b"": the server closed it; bytes: something nobody asked for
+
+    return alive
+
+
+_PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 
 
 # what went wrong, in words -----------------------------------------------------------------------
@@ -236,21 +262,41 @@ def _request_head(client: HTTPClient, path: str, headers: dict[str, str], length
     return b"%b%d%b" % (parts[0], length, parts[1])
 
 
-def post(client: HTTPClient, path: str, payload: bytes, headers: dict[str, str]) -> StreamResponse:
+def post(
+    client: HTTPClient, path: str, payload: bytes, headers: dict[str, str], read_timeout: float | None = None
+) -> StreamResponse:
     """Send one POST on a pooled connection and read the response head.
 
     Raises what the socket raises (timeouts, resets) and HTTPConnectionClosed when the connection
     closed before any response byte: a keep-alive connection the server had already closed, which
     the caller may retry once on a new one. The connection goes back to the pool (or is closed)
-    through the returned response's ``release``; on an exception here it is closed already."""
+    through the returned response's ``release``; on an exception here it is closed already.
+
+    ``read_timeout``: the response's read timeout is watched from the end of the send, for the head
+    and the body alike (``StreamResponse.watch``); None keeps the socket's own timeout until the
+    caller's ``watch``."""
     pool = client._connection_pool
     sock = pool.get_socket()
     try:
-        sock.sendall(_request_head(client, path, headers, len(payload)) + payload)
-        return StreamResponse(sock, pool)
+        _send(sock, _request_head(client, path, headers, len(payload)) + payload)
+        return StreamResponse(sock, pool, read_timeout)
     except BaseException:
         pool.release_socket(sock)
         raise
+
+
+def _send(sock: Any, data: bytes) -> None:
+    """``sendall``: on a plain TCP socket first one non-blocking ``send`` (a request fits the socket
+    buffer nearly always), and gevent's ``sendall``, with the socket's timeout, for what is left."""
+    sent = 0
+    if type(sock) is gevent_socket.socket:
+        try:
+            sent = sock._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent == len(data):
+            return
+    sock.sendall(memoryview(data)[sent:] if sent else data)
 
 
 class StreamResponse:
@@ -259,12 +305,13 @@ class StreamResponse:
 
     __slots__ = (
         "_sock", "_pool", "_buf", "_view", "status", "keep_alive", "complete", "t", "pending",
-        "_mode", "_left", "_state", "_raw", "_extra", "_early", "_raw_sock", "_drained",
+        "_mode", "_left", "_state", "_raw", "_extra", "_early", "_raw_sock", "_drained", "_disarm",
     )  # fmt: skip
 
-    def __init__(self, sock: Any, pool: Any) -> None:
+    def __init__(self, sock: Any, pool: Any, read_timeout: float | None = None) -> None:
         self._sock = sock
         self._pool = pool
+        self._disarm: Callable[[], None] | None = None
         bufs = _local.__dict__.get("bufs")
         if bufs is None:
             b = bytearray(_RECV_SIZE)
@@ -287,8 +334,11 @@ class StreamResponse:
         self._raw_sock = sock._sock if type(sock) is gevent_socket.socket else None
         self._drained = True
         try:
+            if read_timeout is not None:
+                self.watch(read_timeout)  # no libev timer per wait for the head, as for the body
             self._read_head()
         except BaseException:
+            self._unwatch()
             self._sock = self._pool = None  # the caller (post) closes the connection, once
             raise
 
@@ -305,7 +355,7 @@ class StreamResponse:
             return data
         sock = self._sock
         raw = self._raw_sock
-        if raw is not None and self._drained:
+        if raw is not None and self._drained and sock.timeout is None:
             sock._wait(sock._read_event)
             try:
                 n = raw.recv_into(self._buf)
@@ -322,9 +372,7 @@ class StreamResponse:
     def _read_head(self) -> None:
         data = b""
         while True:
-            n = self._sock.recv_into(self._buf)
-            self.t = time.perf_counter()
-            got = self._view[:n].tobytes() if n else b""
+            got = self._recv()
             if not got:
                 if not data:
                     raise HTTPConnectionClosed("connection closed.")
@@ -349,7 +397,12 @@ class StreamResponse:
         """Take a response head; False for an interim (1xx) response, whose final one follows."""
         lines = head.split(b"\n")
         status = lines[0].rstrip(b"\r").split(None, 2)
-        if len(status) < 2 or not status[0].startswith(b"HTTP/") or len(status[1]) != 3 or not status[1].isdigit():
+        if (
+            len(status) < 2
+            or not status[0].startswith(b"HTTP/")
+            or len(status[1]) != 3
+            or not status[1].isdigit()
+        ):
             raise HTTPParseError(f"not an HTTP response: {shorten(repr(lines[0]), 80)}")
         code = int(status[1])
         if code < 200:
@@ -527,6 +580,7 @@ class StreamResponse:
         sock = self._sock
         if sock is None or self.complete:
             return
+        self._unwatch()
         old = sock.gettimeout()
         sock.settimeout(timeout)
         try:
@@ -545,6 +599,7 @@ class StreamResponse:
     def release(self) -> None:
         """Give the connection back for reuse exactly when the message ended cleanly and the server
         keeps it open; close it otherwise. Idempotent."""
+        self._unwatch()
         sock, pool = self._sock, self._pool
         self._sock = self._pool = None
         if sock is None or pool is None:
@@ -560,10 +615,13 @@ class StreamResponse:
     # -- the read timeout
 
     def watch(self, timeout: float) -> Callable[[], None]:
-        """Arm the stream's read timeout for the body: StreamTimeout is thrown into this greenlet
-        once no byte arrived for ``timeout`` s. The socket's own timeout (a libev timer started and
-        stopped around every blocking ``recv``) is switched off meanwhile; the returned function
-        disarms the watch and gives the socket its timeout back."""
+        """Arm the stream's read timeout: StreamTimeout is thrown into this greenlet once no byte
+        arrived for ``timeout`` s. The socket's own timeout (a libev timer started and stopped
+        around every blocking ``recv``) is switched off meanwhile; the returned function disarms the
+        watch and gives the socket its timeout back (so does ``release``). Armed already (by
+        ``post``): the same watch, and its disarm."""
+        if self._disarm is not None:
+            return self._disarm
         sock = self._sock
         if sock is None:
             return _nothing
@@ -573,10 +631,16 @@ class StreamResponse:
 
         def disarm() -> None:
             watchdog.close()
+            self._disarm = None
             if self._sock is not None:
                 self._sock.settimeout(old)
 
+        self._disarm = disarm
         return disarm
+
+    def _unwatch(self) -> None:
+        if self._disarm is not None:
+            self._disarm()
 
 
 def _nothing() -> None:

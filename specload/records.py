@@ -107,12 +107,13 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
-        known = {f.name for f in fields(cls)}
+        known = _FIELD_SET  # not fields(cls) per call: the owner parses every record it is shipped
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))
 _get_fields = attrgetter(*_FIELD_NAMES)
+_FIELD_SET = frozenset(_FIELD_NAMES)
 
 
 def derived(
@@ -148,7 +149,13 @@ def derived(
 
 
 def make_record(
-    *, t_send: float, t_first: float | None, t_last: float | None, t_end: float, output_tokens: int, **fields: Any
+    *,
+    t_send: float,
+    t_first: float | None,
+    t_last: float | None,
+    t_end: float,
+    output_tokens: int,
+    **fields: Any,
 ) -> RequestRecord:
     """A record whose per-request figures come from ``derived``, the one place they are computed."""
     ttft, e2e, tpot, per_req, decode = derived(
@@ -176,18 +183,27 @@ def read_records(path: str, notes: list[str] | None = None) -> list[RequestRecor
         else:
             out.append(rec)
     if notes is not None:
-        read_notes(notes, len(torn), torn, len(bad_records), bad_records[0] if bad_records else None, bad_fields)
+        read_notes(
+            notes, len(torn), torn, len(bad_records), bad_records[0] if bad_records else None, bad_fields
+        )
     return out
 
 
 def read_notes(
-    notes: list[str], n_torn: int, torn: list[int], n_bad: int, first_bad: str | None, bad_fields: dict[str, int]
+    notes: list[str],
+    n_torn: int,
+    torn: list[int],
+    n_bad: int,
+    first_bad: str | None,
+    bad_fields: dict[str, int],
 ) -> None:
     """The notes of a read of records.jsonl (``torn``: the first torn lines' numbers, at least 6 if
     there are that many), shared by ``read_records`` and ``columns.read_columns``."""
     if n_torn:
-        notes.append(f"records.jsonl: {n_torn} unreadable line(s) skipped (line {', '.join(map(str, torn[:5]))}"
-                     f"{', ...' if n_torn > 5 else ''}; a torn last line means the writer was stopped mid-line)")
+        notes.append(
+            f"records.jsonl: {n_torn} unreadable line(s) skipped (line {', '.join(map(str, torn[:5]))}"
+            f"{', ...' if n_torn > 5 else ''}; a torn last line means the writer was stopped mid-line)"
+        )
     if n_bad:
         notes.append(f"records.jsonl: {n_bad} record(s) without a usable required field skipped "
                      f"(first: {first_bad})")  # fmt: skip
@@ -195,7 +211,11 @@ def read_notes(
         notes.append(f"records.jsonl: field '{name}' not a number in {n} record(s); left out of the figures")
 
 
-_NUMBERS = {f.name: f.type for f in fields(RequestRecord) if str(f.type) in ("int", "float", "int | None", "float | None")}
+_NUMBERS = {
+    f.name: f.type
+    for f in fields(RequestRecord)
+    if str(f.type) in ("int", "float", "int | None", "float | None")
+}
 
 
 def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:

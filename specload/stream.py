@@ -159,13 +159,13 @@ def _stream_request(
     interrupted = False
     try:
         try:
-            resp = post(client, path, payload, headers)
+            resp = post(client, path, payload, headers, read_timeout)
         except _STALE:
             # A keep-alive connection the server had closed just after its last response (llama.cpp
             # does this after every streamed response while it advertises keep-alive). The request
             # never reached a live connection, so it is sent again on a new one, timed from there.
             t_send_wall, t0 = now(), perf()
-            resp = post(client, path, payload, headers)
+            resp = post(client, path, payload, headers, read_timeout)
     except GreenletExit:
         reason, interrupted = "interrupted (test stopped) before the response", True
     except Exception as e:  # noqa: BLE001 - every failure becomes a record
@@ -220,7 +220,9 @@ def _stream_request(
                             tokens_seen += n
                             streamed[0] += n
                         elif parser.error is not None:
-                            reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                            reason = (
+                                f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                            )
                             break
                     else:
                         continue

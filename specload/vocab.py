@@ -49,7 +49,11 @@ class LocalTokenizer:
         if path.is_dir():
             path = path / "tokenizer.json"
         try:
-            self.tok = HFTokenizer.from_file(str(path)) if path.is_file() else HFTokenizer.from_pretrained(name_or_path)
+            self.tok = (
+                HFTokenizer.from_file(str(path))
+                if path.is_file()
+                else HFTokenizer.from_pretrained(name_or_path)
+            )
         except Exception as e:  # noqa: BLE001 - the library raises several kinds
             raise VocabError(f"cannot load tokenizer {name_or_path!r}: {e}") from None
         self.name = name_or_path
@@ -68,7 +72,12 @@ class ServerTokenizer:
     """The server's own ``POST /tokenize`` (one body that llama.cpp, vLLM and SGLang all accept)."""
 
     def __init__(
-        self, host: str, model: str | None, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+        self,
+        host: str,
+        model: str | None,
+        timeout: float = 10.0,
+        insecure: bool = False,
+        send_key: bool = True,
     ) -> None:
         self.host, self.model, self.timeout, self.insecure = host, model, timeout, insecure
         self.send_key = send_key
@@ -79,7 +88,9 @@ class ServerTokenizer:
         if self.model:
             body["model"] = self.model
         try:
-            status, reply = post_json(self.host, "/tokenize", body, self.timeout, self.insecure, self.send_key)
+            status, reply = post_json(
+                self.host, "/tokenize", body, self.timeout, self.insecure, self.send_key
+            )
         except ServerUnreachable as e:
             raise VocabError(str(e)) from None
         tokens = reply.get("tokens") if status == 200 and isinstance(reply, dict) else None
@@ -138,6 +149,11 @@ class IdPool:
             out.extend(range(a, b))
         out.append(out[-1])
         return out
+
+    @functools.cached_property
+    def memo(self) -> dict[tuple[Any, ...], Any]:
+        """Per-pool, per-process store of what prompts reuse (``specload.prompts``: tapes, prefixes)."""
+        return {}
 
     def draw(self, rng: random.Random, n: int) -> list[int]:
         """``n`` ids uniformly from the pool, in bulk: a 1000-id prompt costs the client ~0.15 ms of
@@ -225,4 +241,4 @@ def invalid_prompt_hint(reason: str | None) -> str | None:
 
 def word_count_text(words: list[str]) -> str:
     """Words as one prompt text, each after a space (so each is the same one token everywhere)."""
-    return "".join(" " + w for w in words)
+    return " " + " ".join(words) if words else ""

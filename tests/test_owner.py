@@ -91,7 +91,52 @@ def check(tmp_path: Path) -> None:
     assert owner.rejected == 5
 
 
+def test_a_local_run_hands_tickets_and_records_over_as_objects(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, __file__, str(tmp_path), "local"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+
+
+def check_local(tmp_path: Path) -> None:
+    """The owner and the users of one process (a local run) skip the messages: the same grants,
+    the same checks of each record's ticket, the same bytes in records.jsonl as a shipped dict."""
+    from specload.locust.owner import SweepOwner
+    from specload.locust.protocol import LOCAL_NODE, RecordMsg
+    from specload.locust.user import UserSide
+    from specload.records import RequestRecord
+
+    env = SimpleNamespace(parsed_options=None, runner=Runner(), host="http://127.0.0.1:1")
+    owner = SweepOwner(env)
+    owner.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=3)))
+    owner.writer = RecordWriter(str(tmp_path))
+    owner.active = True
+    owner.ctrl.tick(1)
+    side = UserSide(env.runner)
+    side.local_owner, owner.local_side = owner, side
+    env.specload_users = side  # the process's UserSide (user.user_side)
+    side.open.set()
+    side.config = object()  # type: ignore[assignment]  # any config: the ticket only needs one
+    replies = [side.ticket(u) for u in ("u1", "u2")]
+    assert env.runner.sent == []  # no message either way
+    assert [r.grant.seq for r in replies if r is not None and r.grant is not None] == [0, 1]
+    r0, r1 = replies
+    assert r0 is not None and r1 is not None
+    rec0 = RequestRecord.from_dict(record(0))
+    side.ship(rec0, r0.ticket)  # the record itself, as the user made it
+    side.ship(rec0, r0.ticket)  # the same again: ignored, as a repeated message is
+    owner.on_record(env, SimpleNamespace(data=RecordMsg(record(1), r1.ticket).to_wire(), node_id=LOCAL_NODE))
+    owner.writer.close()
+    lines = (tmp_path / "records.jsonl").read_bytes().splitlines()
+    assert len(lines) == 2 and lines[0] == lines[1].replace(b'"seq":1', b'"seq":0')  # identical bytes
+    assert (owner.ctrl.levels[0].received, owner.rejected) == (2, 1)
+    assert env.runner.sent == []
+    env.specload_users = UserSide(env.runner)  # the process's users were made anew since the link
+    owner.ticket_request(LOCAL_NODE, "u3")
+    assert [(k, to) for k, _, to in env.runner.sent][-1] == ("specload_ticket", LOCAL_NODE)  # by message
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(REPO))
-    check(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
+    where = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
+    (check_local if sys.argv[2:] == ["local"] else check)(where)
     print("ok")

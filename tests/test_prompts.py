@@ -154,3 +154,143 @@ def test_a_pool_too_big_to_list_still_draws(monkeypatch: pytest.MonkeyPatch) -> 
     pool = IdPool.from_ids([1, 2, 3, 50, 51, 52, 53])
     ids = pool.draw(random.Random(2), 500)
     assert set(ids) <= {1, 2, 3, 50, 51, 52, 53} and len(set(ids)) == 7
+
+
+# -- the tape: how a prompt is drawn since the per-request cost work (specload.prompts' doc) ---------
+
+
+def test_prompt_is_fresh_lead_then_a_window_of_the_seeds_tape() -> None:
+    import random
+
+    from specload.prompts import LEAD, MAX_WINDOW, TAPE_STARTS
+
+    pool = R(1000, 30000)
+    p = prompt_ids(4, 11, 1000, pool)
+    rng = random.Random("specload-4-11")
+    assert p[:LEAD] == pool.draw(rng, LEAD)  # the prompt's own generator: the same first ids as ever
+    start = int(rng.random() * TAPE_STARTS)
+    tape = pool.draw(random.Random("specload-tape-4"), TAPE_STARTS + MAX_WINDOW)
+    assert p[LEAD:] == tape[start + LEAD : start + 1000]
+
+
+def test_prompts_are_pinned_across_versions() -> None:
+    # A rerun (or another version of specload) with the same seed must send the same prompts: a
+    # change here changes every prompt of every run, and needs a changelog entry, not a new hash.
+    import hashlib
+
+    def h(x: object) -> str:
+        return hashlib.sha256(repr(x).encode()).hexdigest()[:16]
+
+    scattered = IdPool.from_ids([*range(3, 900, 7), *range(5000, 5100)])
+    assert h(prompt_ids(0, 7, 1000, R(1000, 30000))) == "a627a732c8461f6c"
+    assert h(prompt_ids(42, 17, 500, R(1000, 30000))) == "116c36c24fa6a979"
+    assert h(prompt_ids(3, 1_000_005, 2000, scattered)) == "23720cbeb45f791e"
+    assert h(prompt_ids(1, 2, 5, R(1000, 30000))) == "d6118d05022a8203"  # short: unit by unit
+    assert hashlib.sha256(prompt_text(5, 3, 100).encode()).hexdigest()[:16] == "fb0c384001ec88d3"
+
+
+def test_prompts_are_the_same_in_another_process_whatever_came_first() -> None:
+    # Every Locust process builds its own tape: the prompt of a ticket must not depend on the
+    # process, its hash seed, or which prompts (long, short, shared prefix) it made before.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import json; from specload.prompts import prompt_ids, prompt_text; from specload.vocab import IdPool;"
+        "R = IdPool(((1000, 30000),));"
+        "prompt_ids(9, 1, 40000, R); prompt_ids(9, 2, 300, R, shared_prefix=50); prompt_text(9, 4, 3000);"
+        "print(json.dumps([prompt_ids(9, 3, 700, R), prompt_text(9, 5, 400)]))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [prompt_ids(9, 3, 700, R(1000, 30000)), prompt_text(9, 5, 400)]
+
+
+def test_many_prompts_share_no_prefix() -> None:
+    # 3000 prompts sorted: any two with a common start are neighbours; none shares even 3 ids.
+    pool = R(1000, 30000)
+    prompts = sorted(prompt_ids(0, n, 200, pool) for n in range(3000))
+    common = 0
+    for a, b in zip(prompts, prompts[1:], strict=False):
+        k = 0
+        while k < len(a) and a[k] == b[k]:
+            k += 1
+        common = max(common, k)
+    assert common < 3
+
+
+def _repeated_ngram(ids: list[int], k: int) -> bool:
+    seen = set()
+    for i in range(len(ids) - k + 1):
+        g = tuple(ids[i : i + k])
+        if g in seen:
+            return True
+        seen.add(g)
+    return False
+
+
+@pytest.mark.parametrize("extra", [0, 1, 5000])
+def test_a_long_prompt_never_repeats_a_stretch_of_itself(extra: int) -> None:
+    # Up to MAX_WINDOW a window of the tape, beyond it drawn id by id: never the tape wrapped
+    # around (an n-gram speculator would find the repeat and accept drafts it should not).
+    from specload.prompts import MAX_WINDOW
+
+    n = MAX_WINDOW + extra
+    p = prompt_ids(2, 8, n, R(1000, 30000))
+    assert len(p) == n
+    assert not _repeated_ngram(p, 6)
+
+
+def test_prompt_ids_stay_uniform_over_the_pool_across_prompts() -> None:
+    from collections import Counter
+
+    pool = R(0, 20)
+    counts = Counter(i for n in range(400) for i in prompt_ids(7, n, 100, pool))
+    assert set(counts) == set(range(20))
+    assert max(counts.values()) < 2300 and min(counts.values()) > 1700  # 2000 each
+
+
+def test_shared_prefix_is_made_once_and_handed_out_as_a_copy() -> None:
+    pool = R(1000, 30000)
+    first = prompt_ids(5, 0, 100, pool, shared_prefix=40)
+    first[0] = -1  # the caller's list is its own
+    again = prompt_ids(5, 1, 100, pool, shared_prefix=40)
+    assert again[0] != -1 and again[:40] == prompt_ids(5, 2, 100, pool, shared_prefix=40)[:40]
+    words = prompt_text(5, 0, 60, shared_prefix=20).split()
+    assert words[:20] == prompt_text(5, 1, 60, shared_prefix=20).split()[:20]
+
+
+def test_prompts_do_not_depend_on_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The per-process memo (tapes, shared prefixes) is a cache only: emptied at every call, the
+    # prompts are the same.
+    import specload.prompts as prompts
+
+    want = [
+        prompt_ids(s, n, 300, R(1000, 30000), shared_prefix=n % 2 * 30) for s in range(3) for n in range(3)
+    ]
+    want_text = [prompt_text(s, 1, 50) for s in range(3)]
+    monkeypatch.setattr(prompts, "_MEMO_MAX", 1)
+    pool = R(1000, 30000)  # a new pool: a new, empty memo
+    assert [prompt_ids(s, n, 300, pool, shared_prefix=n % 2 * 30) for s in range(3) for n in range(3)] == want
+    assert [prompt_text(s, 1, 50) for s in range(3)] == want_text
+
+
+def test_prime_draws_the_tape_ahead() -> None:
+    from specload.prompts import prime
+
+    src = PromptSource(IDS, "t", ids=R(1000, 30000))
+    prime(src, 77)
+    assert ("tape", 77) in src.ids.memo
+    words = PromptSource(TEXT, "t", words=("a", "b", "c"))
+    prime(words, 77)
+    assert len(prompt_text(77, 1, 500, words.words).split()) == 500
+
+
+def test_word_count_text() -> None:
+    from specload.vocab import word_count_text
+
+    assert word_count_text([]) == ""
+    assert word_count_text(["a"]) == " a"
+    assert word_count_text(["a", "bc", "d"]) == " a bc d"

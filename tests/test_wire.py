@@ -305,3 +305,107 @@ def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> 
     g = Grant(1, 16, 0, "measure", 7, 100, 0.25, 2.0)
     assert TicketReply("u", g, None, "t").to_wire()["grant"] == asdict(g)
     assert TicketReply.from_wire(TicketReply("u", g, None, "t").to_wire()).grant == g
+
+
+# the request's own socket work: one send, the head read under the stream's watch, a cheap liveness check
+
+
+def test_a_request_bigger_than_the_socket_buffer_is_sent_whole(serve: Any, clients: list[Any]) -> None:
+    """The first non-blocking send takes what fits; gevent's sendall sends the rest."""
+    from specload.backends import get_backend
+    from specload.stream import stream_request
+    from tests.test_stream import spec
+
+    srv = serve([HEAD_SSE, chunk(sse(cmpl("a", "length")) + sse(usage(1)) + DONE) + END])
+    client = make_client(f"http://127.0.0.1:{srv.port}", 5.0, 2.0)
+    clients.append(client)
+    b = get_backend("openai")
+    prompt = list(range(1000, 1000 + 2_000_000 // 6))  # ~2.3 MB of JSON: many socket buffers
+    body = b.body(prompt, 1, "m", 0.0, {})
+    rec = stream_request(client, b.path, body, {}, b, spec(1), "w1", 5.0)
+    assert rec.status == OK, rec.reason
+    assert orjson.loads(srv.requests[0][1]) == body
+
+
+def test_the_pooled_connection_gets_its_timeout_back(serve: Any, clients: list[Any]) -> None:
+    """The watch takes the socket's timeout away for the head and the body; the connection goes back
+    to the pool with it (the next request's send relies on it)."""
+    payload = sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(2)) + DONE
+    srv = serve([HEAD_SSE, chunk(payload) + END])
+    client = make_client(f"http://127.0.0.1:{srv.port}", 1.5, 2.0)
+    clients.append(client)
+    assert run(srv, clients, requested=2, client=client, read_timeout=1.5).status == OK
+    pool = client._connection_pool
+    sock = pool.get_socket()
+    assert sock.gettimeout() == 1.5
+    pool.return_socket(sock)
+
+
+def test_a_head_that_never_comes_leaves_no_watch_behind(serve: Any, clients: list[Any]) -> None:
+    """A read timeout before the head is thrown by the stream's watch; the watch is gone afterwards
+    (one left armed would throw into the user's greenlet later, anywhere)."""
+    from specload.http import post
+
+    srv = serve([1.0, HEAD_SSE])
+    client = make_client(f"http://127.0.0.1:{srv.port}", 5.0, 2.0)
+    clients.append(client)
+    t0 = time.perf_counter()
+    with pytest.raises(StreamTimeout):
+        post(client, "/v1/completions", b"{}", {}, read_timeout=0.2)
+    assert 0.15 < time.perf_counter() - t0 < 0.9
+    gevent.sleep(0.5)  # no StreamTimeout arrives here
+
+
+def test_post_is_unwatched_when_the_connection_is_stale() -> None:
+    pool = FakePool()
+    with pytest.raises(HTTPConnectionClosed):
+        StreamResponse(FakeSock([]), pool, read_timeout=0.1)
+    gevent.sleep(0.3)  # the watch armed for that head was disarmed: nothing is thrown here
+
+
+def test_alive_check_is_what_select_said() -> None:
+    """Idle and silent: alive; the peer closed it or sent something nobody asked for: not reused."""
+    from gevent import socket as gsocket
+
+    from specload.http import _alive_check
+
+    asked: list[Any] = []
+    alive = _alive_check(lambda s: asked.append(s) or True)
+    a, b = gsocket.socketpair()
+    try:
+        assert alive(a) is True
+        b.sendall(b"x")
+        gevent.sleep(0.01)
+        assert alive(a) is False
+        assert a.recv(1) == b"x"  # only peeked: the bytes are still there
+        assert alive(a) is True
+        b.close()
+        gevent.sleep(0.01)
+        assert alive(a) is False
+    finally:
+        a.close()
+    assert alive(a) is False  # closed here: no descriptor
+    other = object()
+    assert alive(other) is True and asked == [other]  # TLS and the like: the pool's own check
+
+
+def test_alive_check_works_above_select_s_limit() -> None:
+    """select() cannot take a descriptor above 1023 (FD_SETSIZE): gevent's select said "dead" for
+    every connection of a client with ~1000 users, so each request reconnected. MSG_PEEK can."""
+    import os
+    import resource
+
+    from gevent import socket as gsocket
+
+    from specload.http import _alive_check
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft <= 1100:
+        pytest.skip(f"RLIMIT_NOFILE {soft}: no descriptor above 1023 to try")
+    a, b = gsocket.socketpair()
+    high = gsocket.socket(fileno=os.dup2(a.fileno(), 1100))
+    try:
+        assert _alive_check(lambda s: False)(high) is True
+    finally:
+        for s in (high, a, b):
+            s.close()

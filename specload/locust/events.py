@@ -19,9 +19,24 @@ class RequestFailed(Exception):
     """The reason a request is not OK, as Locust's failure table shows it."""
 
 
+_names: dict[tuple[Any, ...], str] = {}
+
+
+def row_name(rec: RequestRecord, path: str) -> str:
+    """The record's Locust row: ``c016 /v1/completions``, ``c016 warmup ...`` (made once per level)."""
+    key = (rec.concurrency, rec.repeat, rec.rate, rec.phase == PHASE_WARMUP, path)
+    name = _names.get(key)
+    if name is None:
+        label = level_label(rec.concurrency, rec.repeat, rec.rate)
+        name = f"{label} warmup {path}" if rec.phase == PHASE_WARMUP else f"{label} {path}"
+        if len(_names) > 4096:
+            _names.clear()
+        _names[key] = name
+    return name
+
+
 def fire_record(fire: Any, rec: RequestRecord, path: str) -> None:
-    label = level_label(rec.concurrency, rec.repeat, rec.rate)
-    name = f"{label} warmup {path}" if rec.phase == PHASE_WARMUP else f"{label} {path}"
+    name = row_name(rec, path)
     fire(
         request_type="POST",
         name=name,

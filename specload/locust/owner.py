@@ -52,6 +52,7 @@ from specload.locust.options import (
 )
 from specload.locust.progressbar import ProgressBar, start_progress
 from specload.locust.protocol import (
+    LOCAL_NODE,
     MSG_CLIENT_LOAD,
     MSG_RECORD,
     MSG_STATE,
@@ -67,10 +68,11 @@ from specload.locust.protocol import (
     TicketReturn,
 )
 from specload.locust.sampler import MetricsSampler
+from specload.locust.user import current_user_side
 from specload.metrics import ServerSample
 from specload.probe import ServerUnreachable, server_back
 from specload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.records import FAILED, PHASE_MEASURE, level_label
+from specload.records import FAILED, PHASE_MEASURE, RequestRecord, level_label
 from specload.run import Run
 from specload.rundir import (
     LOCUST_PREFIX,
@@ -118,7 +120,8 @@ class ResolvedRun:
     label: str
     server: dict[str, Any]
     items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
-    capacity: CapacityRun | None = None  # a capacity search (specload capacity) instead of the scenario's levels
+    # A capacity search (specload capacity) instead of the scenario's levels.
+    capacity: CapacityRun | None = None
 
 
 class SweepOwner:
@@ -154,13 +157,15 @@ class SweepOwner:
         # The client's own load per level: each process's latest report, and the requests in flight.
         self.client_load: dict[int, dict[str, ProcessLoad]] = {}
         self.traffic: dict[int, LevelTraffic] = {}
-        self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}  # per level, by record count
+        # Per level, by record count.
+        self._in_flight: dict[int, tuple[int, tuple[float | None, str | None]]] = {}
         self._run_dir_used = False
         self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
         self.slo_tallies: dict[int, SloTally] = {}
         self.capacity: CapacityRun | None = None
         self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
         self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
+        self.local_side: Any = None  # a local run's users (specload.locust.user.UserSide): answered directly
         opts = environment.parsed_options
         # What the command line set, to tell a web-UI edit or an explicit flag from an untouched default.
         self.explicit = explicit_options(sys.argv[1:])
@@ -177,7 +182,9 @@ class SweepOwner:
             self.clock_probe = ClockProbe(runner, self._on_clock)
             self.clock_probe.register()
             # A worker's init may still be running when it connects: give it a second.
-            self.env.events.worker_connect.add_listener(lambda client_id, **_: self._measure_clock(client_id, 1.0))
+            self.env.events.worker_connect.add_listener(
+                lambda client_id, **_: self._measure_clock(client_id, 1.0)
+            )
 
     def start(self) -> bool:
         """Resolve, check and open a new run. False (with the reason logged) when it cannot start."""
@@ -255,7 +262,9 @@ class SweepOwner:
         except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
-            prompts = replace(prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)")
+            prompts = replace(
+                prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)"
+            )
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
 
@@ -341,8 +350,13 @@ class SweepOwner:
         assert self.run_dir is not None
         live = self.live
         self.sampler = MetricsSampler(
-            run.config.host, self.run_dir, self._level_index, sc.metrics_interval_s, run.config.insecure,
-            run.config.send_key, on_sample=None if live is None else lambda d: _add_sample(live, d),
+            run.config.host,
+            self.run_dir,
+            self._level_index,
+            sc.metrics_interval_s,
+            run.config.insecure,
+            run.config.send_key,
+            on_sample=None if live is None else lambda d: _add_sample(live, d),
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
@@ -444,7 +458,9 @@ class SweepOwner:
             self.sampler.stop()
             self.sampler = None
         if status is None:
-            status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(self.ctrl.outcome, RUN_INTERRUPTED)
+            status = {Outcome.COMPLETED: RUN_COMPLETED, Outcome.ABORTED: RUN_FAILED}.get(
+                self.ctrl.outcome, RUN_INTERRUPTED
+            )
         if status == RUN_INTERRUPTED:
             self.ctrl.abort("interrupted")
         if self.rejected:
@@ -533,15 +549,18 @@ class SweepOwner:
         self.env.runner.send_message(MSG_STATE, msg.to_wire())
 
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
-        req = TicketRequest.from_wire(msg.data)
+        self.ticket_request(msg.node_id, TicketRequest.from_wire(msg.data).uid)
+
+    def ticket_request(self, node: str, uid: str) -> None:
+        """User ``uid`` of process ``node`` asks for a ticket (a message, or a call in a local run)."""
         if self.active and self.ctrl is not None and (self.parked or (self.ctrl.wait_s() or 0.0) > 0):
             # A rate level's next request is not due yet: this user waits its turn (in order).
-            self.parked.append((msg.node_id, req.uid))
+            self.parked.append((node, uid))
             self._parked_event.set()
             if self._dispatcher is None or self._dispatcher.dead:
                 self._dispatcher = gevent.spawn(self._dispatch)
             return
-        self._answer(msg.node_id, req.uid)
+        self._answer(node, uid)
 
     def _dispatch(self) -> None:
         """Answer parked ticket requests as a rate level's requests fall due; refuse them when the
@@ -580,7 +599,11 @@ class SweepOwner:
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
         reply = TicketReply(uid, grant, item, ticket)
-        self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
+        side = self.local_side
+        if side is not None and node == LOCAL_NODE and current_user_side(self.env) is side:
+            side.take_reply(reply)  # (a UserSide made anew since the link asks by message, and hears so)
+        else:
+            self.env.runner.send_message(MSG_TICKET, reply.to_wire(), client_id=node)
 
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)
@@ -599,11 +622,17 @@ class SweepOwner:
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._ignore(msg.node_id, f"a malformed record message ({e})")
             return
-        if not self._redeem(msg.node_id, (rec.level, rec.phase, rec.seq), m.ticket):
+        self.take_record(msg.node_id, rec, m.ticket, m.record)
+
+    def take_record(self, node: str, rec: RequestRecord, ticket: str, line: Any) -> None:
+        """A finished request's record from process ``node`` (a message, or a call in a local run);
+        ``line`` is what records.jsonl gets: the record's dict, or the record itself (orjson writes
+        a dataclass as the same bytes as its ``asdict``)."""
+        if not self._redeem(node, (rec.level, rec.phase, rec.seq), ticket):
             # Only a ticket this owner granted to that process, and only once: a forged or repeated
             # record (or one for a ticket already written off) never reaches the counts.
-            self._ignore(msg.node_id, f"a record for a request it was not granted (level {rec.level}, "
-                                      f"{rec.phase} #{rec.seq})")  # fmt: skip
+            self._ignore(node, f"a record for a request it was not granted (level {rec.level}, "
+                               f"{rec.phase} #{rec.seq})")  # fmt: skip
             return
         if rec.level not in self._in_flight or rec.level in self.traffic:  # not once its figure is final
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
@@ -615,7 +644,7 @@ class SweepOwner:
             self.live.add_record(rec)
         if self.writer is not None and self.write_error is None:
             try:
-                self.writer.write(m.record)
+                self.writer.write(line)
             except OSError as e:
                 self._cannot_write("records.jsonl", e)
         if self.ctrl is not None:
@@ -637,7 +666,12 @@ class SweepOwner:
 
     def take_load(self, process: str, m: ClientLoadMsg) -> None:
         """A process's load in a level so far (its latest report replaces the one before)."""
-        if m.run is None or m.run != self.run_dir or self.ctrl is None or not 0 <= m.level < len(self.ctrl.levels):
+        if (
+            m.run is None
+            or m.run != self.run_dir
+            or self.ctrl is None
+            or not 0 <= m.level < len(self.ctrl.levels)
+        ):
             return
         self.client_load.setdefault(m.level, {})[process] = m.load
         if self.live is not None:
@@ -660,7 +694,8 @@ class SweepOwner:
         if not procs and traffic is None and cached is None:
             return None
         lv = self.ctrl.levels[index]
-        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):  # O(records): when new came
+        # O(records): only when new ones came.
+        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):
             stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
             away = lv.refused > 0 or lv.outage_s > 0
             cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
@@ -803,8 +838,11 @@ class SweepOwner:
         p = lv.plan
         what = f"{p.budget} requests" if p.budget is not None else f"{p.duration_s:g} s"
         warm = f" after {p.warmup} warmup" if p.warmup else ""
-        load = f"C={p.concurrency}" if p.rate is None else (
-            f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+        load = (
+            f"C={p.concurrency}"
+            if p.rate is None
+            else (f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+        )
         logger.info("level %d/%d %s started: %s, %s%s", p.index + 1, len(self.ctrl.levels),
                     level_label(p.concurrency, p.repeat, p.rate), load, what, warm)  # fmt: skip
 

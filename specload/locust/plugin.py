@@ -29,6 +29,7 @@ logger = logging.getLogger("specload")
 # what they measured is recorded either way. Locust's own --stop-timeout overrides it.
 DEFAULT_GRACE_S = 10.0
 
+
 def _owns_sweep(environment: Any) -> bool:
     return isinstance(environment.runner, LocalRunner | MasterRunner)
 
@@ -54,6 +55,12 @@ def on_init(environment: Any, **_: Any) -> None:
         register_clock_answer(runner)
     if _owns_sweep(environment):
         sweep_owner(environment).register()
+        if isinstance(runner, LocalRunner):
+            # One process: tickets and records go between the users and the owner as objects,
+            # not as messages encoded for a wire there is none of (specload.locust.user.UserSide).
+            side = user_side(environment)
+            side.local_owner = sweep_owner(environment)
+            sweep_owner(environment).local_side = side
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
@@ -102,7 +109,9 @@ def _install_stop_signals(environment: Any) -> None:
             # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
             gevent.get_hub().parent.throw(KeyboardInterrupt)
         elif environment.runner is not None:
-            logger.warning("%s again: in-flight requests are stopped now and recorded as interrupted", sig.name)
+            logger.warning(
+                "%s again: in-flight requests are stopped now and recorded as interrupted", sig.name
+            )
             environment.runner.user_greenlets.kill(block=False)
 
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -23,6 +23,7 @@ MSG_TICKET_REQ = "specload_ticket_req"  # user -> owner
 MSG_TICKET = "specload_ticket"  # owner -> the asking process
 MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
 MSG_RECORD = "specload_record"  # user -> owner: one finished request
+LOCAL_NODE = "local"  # the node id of a local run's only process (Locust's LocalRunner messages say so)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from specload.http import base_headers, endpoint, make_client, warm_up
 from specload.levels import SweepState
 from specload.locust.events import fire_record
 from specload.locust.protocol import (
+    LOCAL_NODE,
     MSG_RECORD,
     MSG_STATE,
     MSG_TICKET,
@@ -33,7 +34,7 @@ from specload.locust.protocol import (
     TicketRequest,
     TicketReturn,
 )
-from specload.prompts import IDS
+from specload.prompts import IDS, prime
 from specload.records import RequestRecord, now
 from specload.stream import Interrupted, RequestSpec, stream_request
 from specload.vocab import ServerTokenizer
@@ -59,6 +60,11 @@ class UserSide:
         self.pending: dict[str, AsyncResult] = {}
         self._backend: Backend | None = None
         self._maker: RequestMaker | None = None
+        self._wire: tuple[str, dict[str, str]] | None = None
+        # The sweep's owner when it runs in this very process (a local run): asked and told
+        # directly, the same calls its message handlers make, without encoding and decoding each
+        # ticket and record (~10 % of the client's CPU per request). None: messages (workers).
+        self.local_owner: Any = None
 
     # message handlers -------------------------------------------------------------------------
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -66,14 +72,22 @@ class UserSide:
         self.state = m.state
         if m.config is not None and m.config_id != self.config_id:
             self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
-            self._backend = self._maker = None
+            self._backend = self._maker = self._wire = None
+            if self.config.scenario.dataset is None:
+                # Now, before this run's first stream: drawn by the first prompt, it would hold up
+                # the streams already in flight for tens of ms.
+                prime(self.config.prompts, self.config.scenario.seed)
         if m.state.open:
             self.open.set()
         else:
             self.open.clear()
 
     def on_ticket(self, environment: Any, msg: Any, **_: Any) -> None:
-        reply = TicketReply.from_wire(msg.data)
+        self.take_reply(TicketReply.from_wire(msg.data))
+
+    def take_reply(self, reply: TicketReply) -> None:
+        """The owner's answer to one of this process's users (from a message, or from the owner
+        itself in a local run)."""
         waiter = self.pending.pop(reply.uid, None)
         if waiter is not None:
             waiter.set(reply if reply.grant is not None else None)
@@ -84,7 +98,9 @@ class UserSide:
         """A grant that will not be used: the level may hand it out again."""
         assert reply.grant is not None
         g = reply.grant
-        self.runner.send_message(MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire())
+        self.runner.send_message(
+            MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire()
+        )
 
     # user API ---------------------------------------------------------------------------------
     def backend(self) -> Backend:
@@ -93,6 +109,15 @@ class UserSide:
             self._backend = get_backend(self.config.scenario.backend)
         return self._backend
 
+    def wire(self) -> tuple[str, dict[str, str]]:
+        """The run's request path and headers, made once per run (the API key read from the
+        environment then, not per request)."""
+        if self._wire is None:
+            cfg = self.config
+            assert cfg is not None
+            self._wire = (endpoint(cfg.host, self.backend().path), base_headers(True, cfg.send_key))
+        return self._wire
+
     def maker(self) -> RequestMaker:
         """The run's request maker (specload.workload): what each ticket sends."""
         if self._maker is None:
@@ -100,8 +125,11 @@ class UserSide:
             assert cfg is not None
             sc = cfg.scenario
             tokenize = None
-            if cfg.prompts.kind == IDS:  # a token-id conversation resends its answers as the server tokenizes them
-                tokenize = ServerTokenizer(cfg.host, cfg.model, sc.connect_timeout_s, cfg.insecure, cfg.send_key).encode
+            # A token-id conversation resends its answers as the server tokenizes them.
+            if cfg.prompts.kind == IDS:
+                tokenize = ServerTokenizer(
+                    cfg.host, cfg.model, sc.connect_timeout_s, cfg.insecure, cfg.send_key
+                ).encode
             self._maker = RequestMaker(sc, cfg.prompts, tokenize)
         return self._maker
 
@@ -110,7 +138,11 @@ class UserSide:
             return None
         waiter: AsyncResult = AsyncResult()
         self.pending[uid] = waiter
-        self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid).to_wire())
+        owner = self.local_owner
+        if owner is not None:
+            owner.ticket_request(LOCAL_NODE, uid)
+        else:
+            self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid).to_wire())
         try:
             reply = waiter.get(timeout=_TICKET_REPLY_S)
         except gevent.Timeout:
@@ -121,7 +153,16 @@ class UserSide:
         return reply
 
     def ship(self, record: RequestRecord, ticket: str) -> None:
-        self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket).to_wire())
+        owner = self.local_owner
+        if owner is not None:
+            owner.take_record(LOCAL_NODE, record, ticket, record)
+        else:
+            self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket).to_wire())
+
+
+def current_user_side(environment: Any) -> UserSide | None:
+    """The process's UserSide if it has one (never makes one)."""
+    return getattr(environment, _ATTR, None)
 
 
 def user_side(environment: Any) -> UserSide:
@@ -203,12 +244,11 @@ class SpecloadUser(User):
                 except gevent.GreenletExit:
                     side.give_back(reply)  # stopped before it was due: nothing was sent
                     raise
-        path = endpoint(cfg.host, backend.path)
+        path, headers = side.wire()
         text: list[str] | None = [] if req.wants_answer else None
         try:
             rec = stream_request(
-                http, path, body, base_headers(True, cfg.send_key), backend, spec, side.worker,
-                sc.read_timeout_s, sc.connect_timeout_s, text,
+                http, path, body, headers, backend, spec, side.worker, sc.read_timeout_s, sc.connect_timeout_s, text,
             )  # fmt: skip
         except Interrupted as stop:
             side.ship(stop.record, reply.ticket)
