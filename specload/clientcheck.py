@@ -205,6 +205,21 @@ class LevelTraffic:
         return self.failed / self.received if self.received else 0.0
 
 
+# While a level runs, its in-flight figure (a sum over all of its records so far) is made again only
+# once the records have grown by this factor: redone on every run.json update (each second), a level
+# of 3.6M requests would cost the owner, which may share its process with the users, a sum over
+# millions of spans a second. This way it costs O(records) over the whole level; at the level's end
+# it is made from every record.
+IN_FLIGHT_REGROW = 1.05
+
+
+def in_flight_due(done_at: int | None, records: int, final: bool) -> bool:
+    """Whether to make the in-flight figure again (``done_at``: the records it was last made from)."""
+    if done_at is None:
+        return True
+    return records != done_at and (final or records >= done_at * IN_FLIGHT_REGROW)
+
+
 def mean_in_flight(spans: Iterable[tuple[float, float]], start: float, end: float) -> float | None:
     """Σ (time each request spent in flight within [start, end]) / (end - start), which is the
     time-weighted mean of the in-flight count; None for a window shorter than MIN_WINDOW_S."""

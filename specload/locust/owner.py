@@ -31,6 +31,7 @@ from specload.clientcheck import (
     ClientFigures,
     LevelTraffic,
     ProcessLoad,
+    in_flight_due,
     judge_in_flight,
 )
 from specload.clocks import describe, is_off
@@ -694,13 +695,14 @@ class SweepOwner:
         if not procs and traffic is None and cached is None:
             return None
         lv = self.ctrl.levels[index]
-        # O(records): only when new ones came.
-        if traffic is not None and (cached is None or cached[0] != len(traffic.spans)):
-            stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
-            away = lv.refused > 0 or lv.outage_s > 0
-            cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
-                traffic, lv.plan.concurrency, lv.plan.budget, away, stagger, lv.plan.rate))  # fmt: skip
-            if lv.status == LevelStatus.COMPLETED:
+        if traffic is not None:
+            final = lv.status == LevelStatus.COMPLETED
+            if in_flight_due(cached[0] if cached is not None else None, len(traffic.spans), final):  # O(records)
+                stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
+                away = lv.refused > 0 or lv.outage_s > 0
+                cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
+                    traffic, lv.plan.concurrency, lv.plan.budget, away, stagger, lv.plan.rate))  # fmt: skip
+            if final:
                 del self.traffic[index]  # every record is in: the figure is final, the spans can go
         mif, why = cached[1] if cached is not None else (None, "no measured request")
         return ClientFigures(lv.plan.concurrency, dict(procs), mif, why)
