@@ -20,7 +20,7 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from functools import reduce
 from itertools import chain, compress, count, repeat
 from operator import add, attrgetter, eq, gt, is_, is_not, itemgetter, ne, truediv
@@ -72,8 +72,9 @@ _attrs_used = attrgetter(*_USED)
 # one zip over their values.
 _ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
 _get_ordered = itemgetter(*_ORDER)
-_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
-_WRITTEN = tuple(_FIELD_ORDER.index(name) for name in _ORDER)  # where each of _ORDER is in a written record
+# Fields a record may lack (written by an older specload): what ``RequestRecord.from_dict`` gives them.
+_DEFAULTS = {f.name: f.default for f in fields(RequestRecord) if f.default is not MISSING}
+_LAYOUTS: dict[tuple[Any, ...], tuple[int, ...] | None] = {}
 _NUMBER_AT = tuple(_ORDER.index(name) for name in _NUMBER_NAMES)
 _NOT_NULL_AT = frozenset(_ORDER.index(name) for name in _NOT_NULL)
 _ITL_COL = _ORDER.index("itl")
@@ -597,6 +598,22 @@ def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColum
     return groups
 
 
+def _layout(keys: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """Where each of ``_ORDER`` is among a record's ``keys`` (-1: absent, its default taken), or
+    None when a field without a default is absent (the record-by-record checks drop such a record).
+    Unknown keys are skipped, as ``RequestRecord.from_dict`` skips them."""
+    layout = _LAYOUTS.get(keys, False)
+    if layout is False:
+        at = {k: i for i, k in enumerate(keys)}
+        found = tuple(at.get(name, -1) for name in _ORDER)
+        ok = all(i >= 0 or name in _DEFAULTS for i, name in zip(found, _ORDER, strict=True))
+        layout = found if ok and len(at) == len(keys) else None
+        if len(_LAYOUTS) > 64:
+            _LAYOUTS.clear()
+        _LAYOUTS[keys] = layout
+    return layout  # type: ignore[return-value]
+
+
 def _plain(d: Any) -> bool:
     """A record that needs no repair: a dict with every field, numbers as numbers, the required ones not
     null, ``itl`` a list or null. Anything else goes through ``records._checked``."""
@@ -663,10 +680,13 @@ class _Reading:
         if set(map(type, values)) != {dict}:
             return None
         first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
-        if first == _FIELD_ORDER and list(map(tuple, values)) == [first] * len(values):
-            # as RecordWriter writes them: the i-th values of the records are one column
+        layout = _layout(first)
+        if layout is not None and list(map(tuple, values)) == [first] * len(values):
+            # every record with the same keys in the same order (as RecordWriter writes them, or an
+            # older specload without the fields added since): the i-th values are one column
             written = list(zip(*map(dict.values, values), strict=True))
-            cols = [written[i] for i in _WRITTEN]
+            m = len(values)
+            cols = [written[i] if i >= 0 else (_DEFAULTS[name],) * m for i, name in zip(layout, _ORDER, strict=True)]
         else:
             try:
                 cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
