@@ -731,3 +731,12 @@ def test_a_block_of_slo_requests_is_the_requests_one_by_one() -> None:
             one.add(*row)
         block.add_block(*(list(col) for col in zip(*all_ok, strict=True)))
         assert tally_snapshot({0: block}) == tally_snapshot({0: one})
+
+
+@pytest.mark.parametrize("slo_text", SLOS)
+def test_slo_tallies_of_the_sample_run(slo_text: str) -> None:
+    """tests/fixtures/sample_run (records as RecordWriter writes them): one pass, the second pass's tallies."""
+    path = Path(__file__).parent / "fixtures" / "sample_run" / RECORDS
+    slo = parse_slo(slo_text)
+    _, got = columns.read_columns_and_tallies(str(path), None, 1, slo)
+    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(path, slo)) and got
