@@ -27,7 +27,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import add, and_, eq, le
 from typing import Any
 
@@ -326,6 +326,28 @@ class LevelSlo:
                 "targets": [t.to_json() for t in self.targets]}  # fmt: skip
 
 
+_LISTS = frozenset({list})
+_PAIR = frozenset({2})
+_INTS = frozenset({int})
+
+
+def _request_hists(status: Sequence[Any], itl: Sequence[Any]) -> list[histogram.Hist]:
+    """Each request's gap histogram as ``SloTally.add`` merges it (``histogram.merge([itl])`` of an
+    OK request's, {} for the others). When every pair of the block is a list of two ints with a count
+    above zero, and no request names a bin twice, a request's histogram is ``dict`` of its pairs
+    (the same bins, counts and order); otherwise each is merged with ``merge``'s checks."""
+    itl = [x if x and s == OK else None for s, x in zip(status, itl, strict=True)]
+    used = list(filter(None, itl))
+    pairs = list(chain.from_iterable(used))
+    if _LISTS.issuperset(map(type, pairs)) and _PAIR.issuperset(map(len, pairs)):
+        flat = list(chain.from_iterable(pairs))
+        if _INTS.issuperset(map(type, flat)) and (not flat or min(flat[1::2]) > 0):
+            hists = [dict(x) if x else {} for x in itl]
+            if sum(map(len, hists)) == len(pairs):  # no bin twice in a request
+                return hists
+    return [histogram.merge([x]) if x else {} for x in itl]
+
+
 @dataclass
 class SloTally:
     """One level's requests as the SLO needs them, added one at a time (from records as they arrive
@@ -391,9 +413,10 @@ class SloTally:
         m = len(status)
         if not m:
             return
-        if self._gaps:
-            for row in zip(status, t_send, t_end, output_tokens, ttft, tpot, e2e, itl, strict=True):
-                self.add(*row[:7], row[7] if row[0] == OK else None)
+        if self._gaps:  # ``add`` takes a request's histogram already merged: each made here at once
+            hists = _request_hists(status, itl)
+            for row in zip(status, t_send, t_end, output_tokens, ttft, tpot, e2e, hists, strict=True):
+                self.add(*row)
             return
         self.sent += m
         lo, hi = min(t_send), max(t_end)  # the first of equal values, as min/max one at a time keep

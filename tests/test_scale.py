@@ -740,3 +740,48 @@ def test_slo_tallies_of_the_sample_run(slo_text: str) -> None:
     slo = parse_slo(slo_text)
     _, got = columns.read_columns_and_tallies(str(path), None, 1, slo)
     assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(path, slo)) and got
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stdev_is_the_library_stdev_on_odd_values(seed: int) -> None:
+    """metrics.stdev (exact integer sums, scaled by a product or by ldexp) against statistics.stdev
+    (correctly rounded from Python 3.11 on): wide ranges, subnormals, zeros of both signs, integers."""
+    import statistics
+    import sys
+
+    if sys.version_info < (3, 11):
+        pytest.skip("statistics.stdev is correctly rounded from 3.11 on")
+    rng = random.Random(seed)
+    draws = [
+        lambda: rng.lognormvariate(-3, 1),
+        lambda: rng.uniform(-1e-300, 1e-300),
+        lambda: rng.choice([0.0, -0.0, 5e-324, 1e300, -2.5, 3.0]),
+        lambda: rng.uniform(-1e10, 1e10) * 2.0 ** rng.randrange(-60, 60),
+        lambda: float(rng.randrange(-1000, 1000)),
+        lambda: rng.gauss(0, 1) * 1e-310,
+    ]
+    for i in range(600):
+        xs = [draws[i % len(draws)]() for _ in range(rng.randrange(2, 40))]
+        want = repr(statistics.stdev(xs))
+        assert repr(metrics.stdev(xs, sorted(xs))) == want == repr(metrics.stdev(array("d", xs))), xs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_request_hists_are_each_requests_merge(seed: int) -> None:
+    """An ITL target's per-request histograms, made a block at a time, are histogram.merge of each
+    OK request's pairs (bins, counts, key order and key types), {} for the others."""
+    from specload.slo import _request_hists
+
+    rng = random.Random(seed)
+    for distinct in (False, True):
+        for _ in range(200):
+            itls = []
+            for _ in range(rng.randrange(1, 40)):
+                pairs = random_pairs(rng)
+                if distinct:
+                    pairs = list({p[0]: p for p in pairs if isinstance(p, list) and p}.values())
+                itls.append(rng.choice((pairs, pairs, pairs, None, [])))
+            status = [rng.choice((OK, OK, "short", "failed")) for _ in itls]
+            got = _request_hists(status, itls)
+            want = [histogram.merge([x]) if s == OK and x else {} for s, x in zip(status, itls, strict=True)]
+            assert [exact(h) for h in got] == [exact(h) for h in want]
