@@ -718,6 +718,9 @@ class _Reading:
             key = (level[0], concurrency[0], repeat_[0])
             self._group(key).add_block(*used)
             if self.slo is not None:
+                if key not in self.tallies and PHASE_MEASURE in used[0]:  # keyed as its first measured request
+                    i = used[0].index(PHASE_MEASURE)
+                    key = (level[i], concurrency[i], repeat_[i])
                 self._tally(key, used)
             return
         keys = list(zip(level, concurrency, repeat_, strict=True))

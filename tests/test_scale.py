@@ -785,3 +785,17 @@ def test_request_hists_are_each_requests_merge(seed: int) -> None:
             got = _request_hists(status, itls)
             want = [histogram.merge([x]) if s == OK and x else {} for s, x in zip(status, itls, strict=True)]
             assert [exact(h) for h in got] == [exact(h) for h in want]
+
+
+def test_a_tally_is_keyed_as_its_first_measured_request(tmp_path: Path) -> None:
+    """A level index written 1 by a warmup and 1.0 by the measured requests: one group, whose tally
+    has the measured request's key (as the record-by-record pass makes it)."""
+    recs = [r for r in odd_records(random.Random(2), 60) if r["level"] == 1][:50]
+    for i, r in enumerate(recs):
+        r["phase"] = "warmup" if i == 0 else "measure"
+        r["level"] = 1 if i == 0 else 1.0
+    (tmp_path / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
+    slo = parse_slo(SLOS[0])
+    _, got = columns.read_columns_and_tallies(str(tmp_path / RECORDS), None, 1, slo)
+    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(tmp_path / RECORDS, slo))
+    assert [type(k[0]) for k in got] == [float]
