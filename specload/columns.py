@@ -68,9 +68,10 @@ _get_not_null = itemgetter(*_NOT_NULL)
 _attrs_used = attrgetter(*_USED)
 
 # A block of records is taken apart by one itemgetter over every field (the used ones first) and
-# turned into columns by one zip; the checks of ``_plain`` then run column by column. Records as
-# RecordWriter writes them (every field, in RequestRecord's order) are taken apart faster still:
-# one zip over their values.
+# turned into columns by one zip; the checks of ``_plain`` then run column by column. A block whose
+# records all have the same keys in the same order (as RecordWriter writes them, or an older
+# specload did, without the fields added since) is taken apart faster still: one zip over their
+# values, a missing field's default as its column (``_layout``).
 _ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
 _get_ordered = itemgetter(*_ORDER)
 # Fields a record may lack (written by an older specload): what ``RequestRecord.from_dict`` gives them.
