@@ -235,7 +235,19 @@ def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:  # type
             list(pool.map(_make, todo))
     else:
         log(f"analysis scale: runs of {n:,} records found in {where}")
+    for d in dirs:
+        missing = _missing_fields(d)
+        if missing:
+            log(f"analysis scale: {d.name} was written before {', '.join(missing)} were record fields: it is read "
+                "as an older run directory is (--no-cache, or remove it, for records of today's schema)")  # fmt: skip
     return dirs, time.perf_counter() - t0
+
+
+def _missing_fields(run_dir: Path) -> list[str]:
+    """The fields of today's RequestRecord that the run's first record lacks (a cache of an older schema)."""
+    with open(run_dir / "records.jsonl", "rb") as f:
+        first = orjson.loads(f.readline() or b"{}")
+    return [name for name in _FIELDS if name not in first]
 
 
 @dataclass

@@ -20,7 +20,7 @@ import struct
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from functools import reduce
 from itertools import chain, compress, count, repeat
 from operator import add, attrgetter, eq, gt, is_, is_not, itemgetter, ne, truediv
@@ -41,6 +41,7 @@ from specload.records import (
     _checked,
     read_notes,
 )
+from specload.slo import Slo, SloTally
 
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
@@ -67,17 +68,24 @@ _get_not_null = itemgetter(*_NOT_NULL)
 _attrs_used = attrgetter(*_USED)
 
 # A block of records is taken apart by one itemgetter over every field (the used ones first) and
-# turned into columns by one zip; the checks of ``_plain`` then run column by column. Records as
-# RecordWriter writes them (every field, in RequestRecord's order) are taken apart faster still:
-# one zip over their values.
+# turned into columns by one zip; the checks of ``_plain`` then run column by column. A block whose
+# records all have the same keys in the same order (as RecordWriter writes them, or an older
+# specload did, without the fields added since) is taken apart faster still: one zip over their
+# values, a missing field's default as its column (``_layout``).
 _ORDER = _USED + tuple(sorted(_ALL_FIELDS - set(_USED)))
 _get_ordered = itemgetter(*_ORDER)
-_FIELD_ORDER = tuple(f.name for f in fields(RequestRecord))
-_WRITTEN = tuple(_FIELD_ORDER.index(name) for name in _ORDER)  # where each of _ORDER is in a written record
+# Fields a record may lack (written by an older specload): what ``RequestRecord.from_dict`` gives them.
+_DEFAULTS = {f.name: f.default for f in fields(RequestRecord) if f.default is not MISSING}
+_LAYOUTS: dict[tuple[Any, ...], tuple[int, ...] | None] = {}
 _NUMBER_AT = tuple(_ORDER.index(name) for name in _NUMBER_NAMES)
 _NOT_NULL_AT = frozenset(_ORDER.index(name) for name in _NOT_NULL)
 _ITL_COL = _ORDER.index("itl")
 _ITL_TYPES = frozenset({list, type(None)})
+# What an SLO tally takes of a record (SloTally.add_block's arguments), as places in _USED after the key.
+_TALLY_AT = tuple(
+    _USED.index(name) - len(_KEY)
+    for name in ("status", "t_send", "t_end", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "itl")
+)
 # Lines parsed and added at a time: enough for each column pass to pay for itself, few enough for
 # the block's parsed records to stay in the CPU cache.
 BLOCK_LINES = 128
@@ -597,6 +605,22 @@ def group_records(records: Iterable[RequestRecord]) -> dict[GroupKey, LevelColum
     return groups
 
 
+def _layout(keys: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """Where each of ``_ORDER`` is among a record's ``keys`` (-1: absent, its default taken), or
+    None when a field without a default is absent (the record-by-record checks drop such a record).
+    Unknown keys are skipped, as ``RequestRecord.from_dict`` skips them."""
+    layout = _LAYOUTS.get(keys, False)
+    if layout is False:
+        at = {k: i for i, k in enumerate(keys)}
+        found = tuple(at.get(name, -1) for name in _ORDER)
+        ok = all(i >= 0 or name in _DEFAULTS for i, name in zip(found, _ORDER, strict=True))
+        layout = found if ok and len(at) == len(keys) else None
+        if len(_LAYOUTS) > 64:
+            _LAYOUTS.clear()
+        _LAYOUTS[keys] = layout
+    return layout  # type: ignore[return-value]
+
+
 def _plain(d: Any) -> bool:
     """A record that needs no repair: a dict with every field, numbers as numbers, the required ones not
     null, ``itl`` a list or null. Anything else goes through ``records._checked``."""
@@ -610,10 +634,13 @@ def _plain(d: Any) -> bool:
 
 
 class _Reading:
-    """One pass over records.jsonl (or a stretch of it): the groups, and what the notes will say."""
+    """One pass over records.jsonl (or a stretch of it): the groups, and what the notes will say;
+    with an SLO, each group's measured requests judged against it as well (``tallies``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, slo: Slo | None = None) -> None:
         self.groups: dict[GroupKey, LevelColumns] = {}
+        self.slo = slo
+        self.tallies: dict[GroupKey, SloTally] = {}  # created at a group's first measured request
         self.torn: list[int] = []  # numbers of the unreadable lines
         self.bad_records = 0
         self.first_bad: str | None = None
@@ -663,10 +690,13 @@ class _Reading:
         if set(map(type, values)) != {dict}:
             return None
         first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
-        if first == _FIELD_ORDER and list(map(tuple, values)) == [first] * len(values):
-            # as RecordWriter writes them: the i-th values of the records are one column
+        layout = _layout(first)
+        if layout is not None and list(map(tuple, values)) == [first] * len(values):
+            # every record with the same keys in the same order (as RecordWriter writes them, or an
+            # older specload without the fields added since): the i-th values are one column
             written = list(zip(*map(dict.values, values), strict=True))
-            cols = [written[i] for i in _WRITTEN]
+            m = len(values)
+            cols = [written[i] if i >= 0 else (_DEFAULTS[name],) * m for i, name in zip(layout, _ORDER, strict=True)]
         else:
             try:
                 cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
@@ -686,12 +716,38 @@ class _Reading:
         used = cols[len(_KEY) : len(_USED)]
         m = len(level)
         if all(col.count(col[0]) == m for col in (level, concurrency, repeat_)):
-            self._group((level[0], concurrency[0], repeat_[0])).add_block(*used)
+            key = (level[0], concurrency[0], repeat_[0])
+            self._group(key).add_block(*used)
+            if self.slo is not None:
+                if key not in self.tallies and PHASE_MEASURE in used[0]:  # keyed as its first measured request
+                    i = used[0].index(PHASE_MEASURE)
+                    key = (level[i], concurrency[i], repeat_[i])
+                self._tally(key, used)
             return
         keys = list(zip(level, concurrency, repeat_, strict=True))
         for key in dict.fromkeys(keys):  # first-seen order, and a group's first key, as a dict has them
             mine = list(map(eq, keys, repeat(key)))
             self._group(key).add_block(*(list(compress(col, mine)) for col in used))
+        if self.slo is not None:  # a tally is made at its group's first measured request
+            for key in dict.fromkeys(compress(keys, map(eq, used[0], repeat(PHASE_MEASURE)))):
+                mine = list(map(eq, keys, repeat(key)))
+                self._tally(key, [list(compress(col, mine)) for col in used])
+
+    def _tally(self, key: GroupKey, used: Sequence[Col]) -> None:
+        """A group's requests (columns of ``_USED`` after the key) to its SLO tally: the measured ones,
+        as ``run.read_slo_tallies`` adds them (an ITL histogram only for an OK request)."""
+        phase = used[0]
+        measured = phase.count(PHASE_MEASURE)
+        if not measured:
+            return
+        cols = [used[i] for i in _TALLY_AT]
+        if measured != len(phase):
+            keep = list(map(eq, phase, repeat(PHASE_MEASURE)))
+            cols = [list(compress(col, keep)) for col in cols]
+        tally = self.tallies.get(key)
+        if tally is None:
+            tally = self.tallies[key] = SloTally(self.slo)  # type: ignore[arg-type]
+        tally.add_block(*cols)
 
     def _group(self, key: GroupKey) -> LevelColumns:
         cols = self.groups.get(key)
@@ -729,6 +785,10 @@ class _Reading:
             mine = self.groups.get(key)
             if mine is not None and not (mine.sums_are_ints() and cols.sums_are_ints()):
                 return False
+        for key, tally in later.tallies.items():
+            theirs = self.tallies.get(key)
+            if theirs is not None and not (type(theirs.good_tokens) is int and type(tally.good_tokens) is int):
+                return False
         size = iter(sizes)
         for key, cols in later.groups.items():
             mine = self.groups.get(key)
@@ -739,14 +799,20 @@ class _Reading:
                 if f is None:
                     arr.extend(getattr(their_owner, name))
                     continue
-                left = next(size)
-                while left:
-                    chunk = f.read(min(left, 1 << 24))
-                    if not chunk:
-                        raise EOFError("the stream ended before its arrays did")
-                    arr.frombytes(chunk)
-                    left -= len(chunk)
+                _read_into(arr, f, next(size))
             mine.take_counts(cols)
+        for key, tally in later.tallies.items():
+            mine_t = self.tallies.get(key)
+            if mine_t is None:
+                self.tallies[key] = mine_t = tally
+            elif f is None:
+                mine_t.merge(tally)
+                continue
+            if f is not None:  # its values come from the stream (``tally`` has none left)
+                for arr in mine_t.values:
+                    _read_into(arr, f, next(size))
+                if mine_t is not tally:
+                    mine_t.merge(tally)
         self.torn += [lines + no for no in later.torn]
         self.bad_records += later.bad_records
         self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
@@ -756,6 +822,16 @@ class _Reading:
 
     def notes(self, notes: list[str]) -> None:
         read_notes(notes, len(self.torn), self.torn, self.bad_records, self.first_bad, self.bad_fields)
+
+
+def _read_into(arr: array, f: IO[bytes], left: int) -> None:
+    """Append ``left`` bytes of ``f`` to ``arr``."""
+    while left:
+        chunk = f.read(min(left, 1 << 24))
+        if not chunk:
+            raise EOFError("the stream ended before its arrays did")
+        arr.frombytes(chunk)
+        left -= len(chunk)
 
 
 def _middle(path: str) -> int | None:
@@ -770,8 +846,8 @@ def _middle(path: str) -> int | None:
     return mid if mid < size else None
 
 
-def _read_from(path: str, start: int) -> _Reading:
-    reading = _Reading()
+def _read_from(path: str, start: int, slo: Slo | None) -> _Reading:
+    reading = _Reading(slo)
     reading.read(path, start)
     return reading
 
@@ -784,6 +860,9 @@ def _send(reading: _Reading, f: IO[bytes]) -> None:
         for owner, name in cols.arrays():
             arrays.append(getattr(owner, name))
             setattr(owner, name, array(arrays[-1].typecode))
+    for tally in reading.tallies.values():
+        arrays += tally.values
+        tally.values = [array("d") for _ in tally.values]
     pickle.dump((reading, [len(a) * a.itemsize for a in arrays]), f, protocol=pickle.HIGHEST_PROTOCOL)
     for a in arrays:
         f.write(memoryview(a).cast("B"))
@@ -792,7 +871,17 @@ def _send(reading: _Reading, f: IO[bytes]) -> None:
 def read_columns(
     path: str, notes: list[str] | None = None, processes: int = 1
 ) -> dict[GroupKey, LevelColumns]:
-    """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
+    """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass
+    (``read_columns_and_tallies`` without an SLO)."""
+    return read_columns_and_tallies(path, notes, processes)[0]
+
+
+def read_columns_and_tallies(
+    path: str, notes: list[str] | None = None, processes: int = 1, slo: Slo | None = None
+) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
+    """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass, and with
+    ``slo`` each group's measured requests judged against it (what ``run.read_slo_tallies`` gives,
+    in the same pass: {} without one).
 
     The same reading as ``records.read_records``, with the same notes: a torn line is skipped, a
     field of the wrong type is dropped (an optional one) or drops its record (a required one). A
@@ -806,7 +895,7 @@ def read_columns(
     appends its columns after the first half's: the same columns, unless a count was a float (then
     this process reads the second half itself, the way it would have).
     """
-    reading = _Reading()
+    reading = _Reading(slo)
     collecting = gc.isenabled()
     gc.disable()  # nothing read makes a reference cycle; the collector would walk each block's objects
     try:
@@ -821,14 +910,14 @@ def read_columns(
                 return reading.receive(later, sizes, lines, f)
 
             merged: bool | None = None
-            with forked.Child(lambda: _read_from(path, mid), _send, receive) as child:
+            with forked.Child(lambda: _read_from(path, mid, slo), _send, receive) as child:
                 lines = reading.read(path, 0, mid)
                 try:
                     merged = child.result()
                 except (forked.ChildFailed, EOFError, OSError):
                     merged = None  # it failed, maybe half-way through adding: read it all here
             if merged is None:
-                reading = _Reading()
+                reading = _Reading(slo)
                 reading.read(path)
             elif not merged:
                 reading.read(path, mid, None, lines)
@@ -837,4 +926,4 @@ def read_columns(
             gc.enable()
     if notes is not None:
         reading.notes(notes)
-    return reading.groups
+    return reading.groups, reading.tallies

@@ -27,7 +27,7 @@ from specload.capacity import (
     ServerLimits,
     capacity_of,
 )
-from specload.columns import GroupKey, LevelColumns, read_columns
+from specload.columns import GroupKey, LevelColumns, read_columns_and_tallies
 from specload.metrics import Job, LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
 from specload.records import _NUMBERS, OK, PHASE_MEASURE, RequestRecord, _checked, read_records
 from specload.rundir import (
@@ -122,12 +122,14 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _read_columns(run_dir: Path, notices: list[str], processes: int) -> dict[GroupKey, LevelColumns]:
+def _read_columns(
+    run_dir: Path, notices: list[str], processes: int, slo: Slo | None
+) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
-        return {}
-    return read_columns(str(path), notices, processes)
+        return {}, {}
+    return read_columns_and_tallies(str(path), notices, processes, slo)
 
 
 # Runs with fewer measured requests are summarized in one process (a fork costs more than it saves).
@@ -216,15 +218,15 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
-    groups = _read_columns(d, notices, processes)
+    slo_notes: list[str] = []  # after the records' notes, where they always came
+    chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
+    groups, tallies = _read_columns(d, notices, processes, chosen)  # the SLO's tallies in the same pass
     samples = read_server_samples(d / SERVER_SAMPLES)
     levels = _summarize(summary_rows(groups, info.levels), samples, info.server.max_running, processes)
     del groups  # the columns: what stays of a run is its figures
-    chosen = run_slo(info, notices) if isinstance(slo, _RunSlo) else slo
-    if chosen is not None and (d / RECORDS).exists():
-        judge_levels(levels, read_slo_tallies(d / RECORDS, chosen), chosen)
-    elif chosen is not None:
-        judge_levels(levels, {}, chosen)
+    notices += slo_notes
+    if chosen is not None:
+        judge_levels(levels, tallies, chosen)
     return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
 
 
@@ -250,9 +252,10 @@ _NUM_TYPES = (int, float, type(None))
 def read_slo_tallies(path: str | Path, slo: Slo) -> dict[GroupKey, SloTally]:
     """records.jsonl's measured requests judged against ``slo``, per (level, concurrency, repeat).
 
-    A second streaming pass over the file, made only when there is an SLO: the per-request rule
-    needs each request's own TTFT, TPOT, E2E and gaps together, which the report's columns keep
-    apart. The same records count as in the columns (columns.read_columns' acceptance rule).
+    A pass over the file record by record: the definition. ``load_run`` gets the same tallies from
+    its one block-reading pass (columns.read_columns_and_tallies, ``SloTally.add_block``); this
+    one is what tests compare that with. The same records count as in the columns
+    (columns.read_columns' acceptance rule).
     """
     tallies: dict[GroupKey, SloTally] = {}
     for d in read_jsonl(path):

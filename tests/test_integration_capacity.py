@@ -19,8 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from specload.columns import read_columns_and_tallies
 from specload.compare import run_compare
 from specload.report import load_run
+from specload.run import read_slo_tallies
+from specload.rundir import RECORDS
+from specload.slo import parse_slo
 from tests.conftest import specload_cmd
 
 SLO = "ttft_p99=200ms"
@@ -90,6 +94,13 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     assert "Goodput tok/s" in header
     assert "met the SLO" in out.stderr and "missed the SLO" in out.stderr  # in each level's progress line
     b = _only(tmp_path / "b")
+    # The tallies the report makes in its one reading pass are those of the record-by-record pass.
+    for d in (a, b):
+        _, one_pass = read_columns_and_tallies(str(d / RECORDS), None, 1, parse_slo(SLO))
+        two_pass = read_slo_tallies(d / RECORDS, parse_slo(SLO))
+        assert [(k, t.values, t.result()) for k, t in one_pass.items()] == [
+            (k, t.values, t.result()) for k, t in two_pass.items()
+        ]
 
     # Compare: the capacity sentence, the reason from the servers' own caps, the Pareto picture.
     result = run_compare([a, b], out=tmp_path / "cmp")

@@ -39,6 +39,7 @@ from specload.columns import (
 )
 from specload.records import OK, SRC_CHUNKS, SRC_META, RequestRecord, _checked, make_record, read_notes
 from specload.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, read_jsonl, write_run_meta
+from specload.slo import SloTally, parse_slo
 
 T0 = 1_764_475_200.0
 
@@ -572,3 +573,229 @@ def test_a_failing_child_says_so_and_a_running_one_is_stopped(capfd: pytest.Capt
         pid = slow.pid
         raise KeyError("the caller failed")
     assert not os.path.exists(f"/proc/{pid}")
+
+
+# ---------------------------------------------------------------- records of an older specload
+
+
+def test_records_without_the_newer_fields_are_read_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Records written before the rate and workload fields existed (every record the same keys,
+    fewer than RecordWriter writes now; some with a key the reader does not know) take the block
+    path with those fields' defaults: what the record-by-record reading gives, without its checks."""
+    newer = ("t_sched", "rate", "request_class", "turn", "conversation", "prefix_group", "cached_tokens")
+    recs = [r for r in odd_records(random.Random(11), 200) if r["level"] < 4]
+    for r in recs:
+        for name in newer:
+            del r[name]
+    for r in recs[2 * columns.BLOCK_LINES : 3 * columns.BLOCK_LINES]:
+        r["future"] = 1  # an unknown key, in a block of its own (a block of mixed keys goes one by one)
+    path = tmp_path / RECORDS
+    path.write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
+    checked = []
+    real_checked = columns._checked
+    monkeypatch.setattr(columns, "_checked", lambda *a: checked.append(1) or real_checked(*a))
+    assert_same_reading(path)
+    assert not checked
+    for r in recs:
+        del r["worker"]  # a field without a default: every record is dropped, as one by one
+    path.write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
+    assert assert_same_reading(path) == {}
+
+
+def test_layouts_of_keys() -> None:
+    order = tuple(f.name for f in fields(RequestRecord))
+    assert columns._layout(order) == tuple(order.index(name) for name in columns._ORDER)
+    old = tuple(name for name in order if name not in ("turn", "cached_tokens"))
+    layout = columns._layout(old)
+    assert layout is not None and layout[columns._ORDER.index("turn")] == -1
+    assert columns._layout(tuple(name for name in order if name != "t_end")) is None
+
+
+# ---------------------------------------------------------------- the SLO in the reading pass
+
+SLOS = ["ttft_p99=0.2s,tpot_p50=20ms", "e2e_mean=2s", "tpot_p90=15ms,e2e_p50=3s,ttft_mean=0.1s", "itl_p90=20ms,ttft_p50=0.1s",
+        "itl_mean=25ms"]  # fmt: skip
+
+
+def tally_snapshot(tallies: dict[Any, Any]) -> list[Any]:
+    return [
+        (exact(key), exact({name: getattr(t, name) for name in ("sent", "good", "good_tokens", "bad", "first_send",
+                                                                "last_end", "values", "missing", "itl", "itl_requests")}),
+         exact(asdict(t.result())))
+        for key, t in tallies.items()
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("slo_text", SLOS)
+@pytest.mark.parametrize("block", [1, 7, 128])
+def test_slo_tallies_of_the_reading_pass_are_the_second_pass(
+    odd_run: Path, slo_text: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tallies made while the columns are read (a block at a time, levels interleaved inside
+    a block, warmups among the measured, every oddity of the file) are those of the pass over the
+    records one by one that the report made before: the same values, counts, sums and key order."""
+    slo = parse_slo(slo_text)
+    monkeypatch.setattr(columns, "BLOCK_LINES", block)
+    want = run.read_slo_tallies(odd_run / RECORDS, slo)
+    notes: list[str] = []
+    groups, got = columns.read_columns_and_tallies(str(odd_run / RECORDS), notes, 1, slo)
+    assert tally_snapshot(got) == tally_snapshot(want)
+    assert len(got) == 6 and any(t.good_tokens != t.good for t in got.values())
+    plain: list[str] = []
+    assert [exact(k) for k in groups] == [exact(k) for k in read_columns(str(odd_run / RECORDS), plain)]
+    assert notes == plain
+
+
+@pytest.mark.parametrize("slo_text", SLOS[:1] + SLOS[3:4])
+@pytest.mark.parametrize("which", ["odd", "plain", "float in the first half", "float in the second half"])
+def test_slo_tallies_from_two_processes(slo_text: str, which: str, request: pytest.FixtureRequest,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The child's tallies come back with its columns (their values as raw bytes) and are merged
+    after this process's: the one-pass tallies. A float count on both sides: read here again."""
+    if which in ("odd", "plain"):
+        path: Path = request.getfixturevalue(f"{which}_run") / RECORDS
+    else:
+        path = one_level_run(tmp_path, 20 if "first" in which else -20) / RECORDS
+    slo = parse_slo(slo_text)
+    want = run.read_slo_tallies(path, slo)
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    merged = []
+    real_receive = columns._Reading.receive
+
+    def receive(self: columns._Reading, *args: Any) -> bool:
+        merged.append(real_receive(self, *args))
+        return merged[-1]
+
+    monkeypatch.setattr(columns._Reading, "receive", receive)
+    _, got = columns.read_columns_and_tallies(str(path), None, 2, slo)
+    assert tally_snapshot(got) == tally_snapshot(want)
+    assert len(merged) == 1 and merged[0] == (which in ("odd", "plain"))
+
+
+def test_slo_tallies_when_the_child_dies(plain_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its stream spoilt, the child dies: this process reads the whole file, tallies included."""
+    slo = parse_slo(SLOS[0])
+
+    def send(reading: columns._Reading, f: Any) -> None:
+        f.write(b"garbage")
+        f.flush()
+        os._exit(3)
+
+    monkeypatch.setattr(columns, "_send", send)
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    _, got = columns.read_columns_and_tallies(str(plain_run / RECORDS), None, 2, slo)
+    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(plain_run / RECORDS, slo))
+
+
+@pytest.mark.parametrize("slo_text", SLOS)
+def test_load_run_judges_as_the_second_pass_did(odd_run: Path, slo_text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_run's verdicts (one pass) are those of judge_levels over the second pass's tallies."""
+    slo = parse_slo(slo_text)
+    one = run.load_run(odd_run, slo, processes=1)
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    two = run.load_run(odd_run, slo, processes=2)
+    plain = run.load_run(odd_run, None, processes=1)
+    run.judge_levels(plain.levels, run.read_slo_tallies(odd_run / RECORDS, slo), slo)
+    want = [exact(asdict(s)) for s in plain.levels]
+    assert [exact(asdict(s)) for s in one.levels] == want
+    assert [exact(asdict(s)) for s in two.levels] == want
+    assert any(s.slo is not None and s.slo.sent for s in one.levels)
+
+
+def test_a_block_of_slo_requests_is_the_requests_one_by_one() -> None:
+    """SloTally.add_block against add, on columns with every case: not OK, missing values, ints,
+    floats, values on the threshold, negative and float counts, and no target at all."""
+    rng = random.Random(4)
+    for text in ("ttft_p99=0.5s,tpot_p50=20ms,e2e_mean=2s", "tpot_p90=0.02s", "itl_p50=20ms"):
+        slo = parse_slo(text)
+        rows = []
+        for _ in range(300):
+            status = rng.choice((OK, OK, OK, "short", "failed"))
+            rows.append((status, T0 + rng.random(), T0 + 5 + rng.random(),
+                         rng.choice((100, 3, -1, 50.0, 0)), rng.choice((None, 0.5, 0.2, 1, 0.7)),
+                         rng.choice((None, 0.02, 0.01, 0.03)), rng.choice((2, 1.5, 2.5)),
+                         rng.choice((None, [[300, 5], [320, 2]], [[400, 1]]))))  # fmt: skip
+        one, block = SloTally(slo), SloTally(slo)
+        for row in rows:
+            one.add(*row[:7], row[7] if row[0] == OK else None)
+        for at in range(0, len(rows), 37):
+            cols = [list(col) for col in zip(*rows[at : at + 37], strict=True)]
+            cols[7] = [itl if s == OK else None for s, itl in zip(cols[0], cols[7], strict=True)]
+            block.add_block(*cols)
+        assert tally_snapshot({0: block}) == tally_snapshot({0: one})
+        all_ok = [r for r in rows if r[0] == OK and r[4] is not None and r[5] is not None][:50]
+        one, block = SloTally(slo), SloTally(slo)
+        for row in all_ok:
+            one.add(*row)
+        block.add_block(*(list(col) for col in zip(*all_ok, strict=True)))
+        assert tally_snapshot({0: block}) == tally_snapshot({0: one})
+
+
+@pytest.mark.parametrize("slo_text", SLOS)
+def test_slo_tallies_of_the_sample_run(slo_text: str) -> None:
+    """tests/fixtures/sample_run (records as RecordWriter writes them): one pass, the second pass's tallies."""
+    path = Path(__file__).parent / "fixtures" / "sample_run" / RECORDS
+    slo = parse_slo(slo_text)
+    _, got = columns.read_columns_and_tallies(str(path), None, 1, slo)
+    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(path, slo)) and got
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stdev_is_the_library_stdev_on_odd_values(seed: int) -> None:
+    """metrics.stdev (exact integer sums, scaled by a product or by ldexp) against statistics.stdev
+    (correctly rounded from Python 3.11 on): wide ranges, subnormals, zeros of both signs, integers."""
+    import statistics
+    import sys
+
+    if sys.version_info < (3, 11):
+        pytest.skip("statistics.stdev is correctly rounded from 3.11 on")
+    rng = random.Random(seed)
+    draws = [
+        lambda: rng.lognormvariate(-3, 1),
+        lambda: rng.uniform(-1e-300, 1e-300),
+        lambda: rng.choice([0.0, -0.0, 5e-324, 1e300, -2.5, 3.0]),
+        lambda: rng.uniform(-1e10, 1e10) * 2.0 ** rng.randrange(-60, 60),
+        lambda: float(rng.randrange(-1000, 1000)),
+        lambda: rng.gauss(0, 1) * 1e-310,
+    ]
+    for i in range(600):
+        xs = [draws[i % len(draws)]() for _ in range(rng.randrange(2, 40))]
+        want = repr(statistics.stdev(xs))
+        assert repr(metrics.stdev(xs, sorted(xs))) == want == repr(metrics.stdev(array("d", xs))), xs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_request_hists_are_each_requests_merge(seed: int) -> None:
+    """An ITL target's per-request histograms, made a block at a time, are histogram.merge of each
+    OK request's pairs (bins, counts, key order and key types), {} for the others."""
+    from specload.slo import _request_hists
+
+    rng = random.Random(seed)
+    for distinct in (False, True):
+        for _ in range(200):
+            itls = []
+            for _ in range(rng.randrange(1, 40)):
+                pairs = random_pairs(rng)
+                if distinct:
+                    pairs = list({p[0]: p for p in pairs if isinstance(p, list) and p}.values())
+                itls.append(rng.choice((pairs, pairs, pairs, None, [])))
+            status = [rng.choice((OK, OK, "short", "failed")) for _ in itls]
+            got = _request_hists(status, itls)
+            want = [histogram.merge([x]) if s == OK and x else {} for s, x in zip(status, itls, strict=True)]
+            assert [exact(h) for h in got] == [exact(h) for h in want]
+
+
+def test_a_tally_is_keyed_as_its_first_measured_request(tmp_path: Path) -> None:
+    """A level index written 1 by a warmup and 1.0 by the measured requests: one group, whose tally
+    has the measured request's key (as the record-by-record pass makes it)."""
+    recs = [r for r in odd_records(random.Random(2), 60) if r["level"] == 1][:50]
+    for i, r in enumerate(recs):
+        r["phase"] = "warmup" if i == 0 else "measure"
+        r["level"] = 1 if i == 0 else 1.0
+    (tmp_path / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
+    slo = parse_slo(SLOS[0])
+    _, got = columns.read_columns_and_tallies(str(tmp_path / RECORDS), None, 1, slo)
+    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(tmp_path / RECORDS, slo))
+    assert [type(k[0]) for k in got] == [float]
