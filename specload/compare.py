@@ -408,7 +408,10 @@ def run_compare(
         chosen = parse_slo(slo) if isinstance(slo, str) else slo
     except SloError as e:
         raise CompareError(f"--slo: {e}") from None
-    comp = build_comparison(_load(run_dirs, chosen, processes))
+    try:
+        comp = build_comparison(_load(run_dirs, chosen, processes))
+    except ValueError as e:  # runs that cannot stand side by side (rate levels with concurrency levels)
+        raise CompareError(str(e)) from None
     out_dir = Path(out) if out else default_out_dir(comp)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -388,6 +388,24 @@ def test_bad_paths_exit_2(pair: tuple[Path, Path], tmp_path: Path, capsys: pytes
     assert main([str(f), str(pair[1])]) == 2
 
 
+def test_rate_runs_and_concurrency_runs_exit_2_with_one_line(
+    pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rate run beside a concurrency run has no common x axis: a one-line error, not a traceback."""
+    import shutil
+
+    rate = tmp_path / "rate"
+    shutil.copytree(pair[1], rate)
+    meta = json.loads((rate / "run.json").read_text())
+    for i, lv in enumerate(meta["levels"]):
+        lv["rate"] = 2.0 ** i
+    (rate / "run.json").write_text(json.dumps(meta))
+    assert main([str(pair[0]), str(rate), "--no-plot", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specload compare: cannot compare runs of request-rate levels with runs of concurrency")
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
 def test_default_out_dir_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     base, mtp = write_reference_pair(tmp_path / "results")
