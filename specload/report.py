@@ -20,6 +20,7 @@ from specload.capacity import describe as describe_capacity
 from specload.capacity import fmt_x, limit_reason
 from specload.clientcheck import client_notes
 from specload.clocks import describe, is_off
+from specload.figcache import CACHE_FILE
 from specload.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS, GroupStats
 from specload.output import EXTRA_FORMATS, MISSING, fmt_num, is_known_format, render_table, render_view
@@ -582,7 +583,7 @@ def write_report_md(run: Run) -> Path:
 
 def write_report(run_dir: str | Path) -> Path:
     """Read a run directory and write its report.md; raises NotARunDir when there is no run."""
-    return write_report_md(load_run(run_dir))
+    return write_report_md(load_run(run_dir, keep=True))
 
 
 def print_report(
@@ -626,7 +627,7 @@ def _parser() -> argparse.ArgumentParser:
         default="github",
         help="github (default), plain, any other tabulate format, csv or json",
     )
-    p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} into the run directory")
+    p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} (nor, for a big run, {CACHE_FILE}) into the run directory")
     p.add_argument("--slo", default=None, help="judge the levels against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
                    "instead of the one the run was made with; 'none' for none")  # fmt: skip
     p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
@@ -650,7 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
         slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
-        run = load_run(args.run_dir, slo, args.processes)
+        run = load_run(args.run_dir, slo, args.processes, keep=not args.no_write)
     except SloError as e:
         print(f"specload report: --slo: {e}", file=sys.stderr)
         return 2

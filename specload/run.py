@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specload import forked
+from specload import figcache, forked
 from specload.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -204,10 +204,14 @@ def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
         return None
 
 
-def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1) -> Run:
+def load_run(
+    run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1, keep: bool = False
+) -> Run:
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
+    ``keep``: keep a big run's figures for the next reader (specload.figcache: used only while the
+    run's files and specload's code are unchanged); they are used whenever they are there.
     ``processes=2``: use a second core (a forked child reads half of a big records.jsonl, then
     computes half of the figures; the same figures either way). Only from a single-threaded
     process without an event loop (the report and compare commands), see specload.forked.
@@ -215,6 +219,13 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
+    cache_key = None
+    if (keep and figcache.worth_keeping(d)) or (d / figcache.CACHE_FILE).exists():
+        cache_key = figcache.key(d, "run's own" if isinstance(slo, _RunSlo) else repr(slo))  # before reading
+        kept = figcache.load(d, cache_key)
+        if isinstance(kept, Run):
+            kept.run_dir = d
+            return kept
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
@@ -227,7 +238,10 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes
     notices += slo_notes
     if chosen is not None:
         judge_levels(levels, tallies, chosen)
-    return Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
+    run = Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
+    if keep and cache_key is not None:
+        figcache.save(d, cache_key, run)
+    return run
 
 
 def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:

@@ -494,7 +494,7 @@ class SweepOwner:
         from specload.report import load_run, write_report_md
 
         try:
-            run = load_run(self.run_dir)
+            run = load_run(self.run_dir, keep=True)  # a big run's figures kept for report and compare
             write_report_md(run)
             return run
         except Exception as e:  # noqa: BLE001 - the raw files are on disk whatever happens here
