@@ -40,6 +40,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from specload import figcache  # noqa: E402
 from specload.histogram import bin_of  # noqa: E402
 from specload.records import (  # noqa: E402
     FAILED,
@@ -52,7 +53,7 @@ from specload.records import (  # noqa: E402
     level_label,
     make_record,
 )
-from specload.rundir import LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
+from specload.rundir import REPORT_MD, LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
 
 LEVELS = [1, 4, 16, 32, 64, 128, 256, 512]
 PROMPT, OUTPUT = 1000, 1000
@@ -332,6 +333,11 @@ def timed(cmd: list[str], what: str, records: int, log: Path) -> Timed:
                  max(int(tree_b) / 2**20, int(maxrss_kib) / 1024.0), float(others))  # fmt: skip
 
 
+# compare of two runs whose reports were written (their figures kept): what a user comparing
+# finished runs waits for. Scaled linearly from its size (an upper bound: it hardly grows).
+KEPT = "compare, figures kept"
+
+
 def report_cmd(a: Path) -> list[str]:
     return [sys.executable, "-m", "specload", "report", str(a), "--no-write"]
 
@@ -377,7 +383,7 @@ def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path 
     """Report and compare at n records per run, and at n / 10 (the fixed part) unless n is the
     goal's 5M or ``fixed_part`` is False; also returns the seconds spent writing the runs. Runs of
     CACHE_FROM records or more are kept in ``cache`` (None: written into ``work`` and removed)."""
-    out: dict[str, list[Timed]] = {"report": [], "compare": []}
+    out: dict[str, list[Timed]] = {"report": [], "compare": [], KEPT: []}
     work.mkdir(parents=True, exist_ok=True)
     gen_s = 0.0
     sizes = (max(n // 10, 1000), n) if fixed_part and n != GOAL_RECORDS else (n,)
@@ -390,6 +396,14 @@ def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path 
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )
+        if size == sizes[-1]:  # once more with the figures kept as a report keeps them (specload.figcache)
+            for run_dir in (a, b):
+                timed(report_cmd(run_dir)[:-1], "report (writing)", size, work / f"report-write-{size}.log")
+            out[KEPT].append(timed(compare_cmd(a, b, work / f"cmp-kept-{size}"), KEPT, size,
+                                   work / f"compare-kept-{size}.log"))  # fmt: skip
+            for run_dir in (a, b):  # the cached runs stay as generated: the next bench reads them cold
+                (run_dir / figcache.CACHE_FILE).unlink(missing_ok=True)
+                (run_dir / REPORT_MD).unlink(missing_ok=True)
         if where == work:
             shutil.rmtree(a)
             shutil.rmtree(b)

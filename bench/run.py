@@ -38,7 +38,7 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
     goal_n = analysis_scale.GOAL_RECORDS
     out: list[Row] = []
     for s in scales:
-        cmd = f"specload {s.what}" + (" (2 runs)" if s.what == "compare" else "")
+        cmd = f"specload {s.what}" + (" (2 runs)" if s.what.startswith("compare") else "")
         big = s.big
         where = f"{big.records / 1e6:g}M records per run"
         busy = f", others {big.others:.1f} cores" if big.others >= 0.2 else ""

@@ -954,9 +954,12 @@ def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[.
                     sel.unregister(s)
                     done += 1
         late = sorted(first[s] - sent[s] - 0.100 for s in socks)
-        assert late[0] >= -EARLY_MAX
-        # pywsgi's ~0.25 ms per request before admission made these ~6 ms and ~12 ms
-        assert late[n // 2] < 0.004 and late[-1] < LATE_MAX, [round(x * 1000, 2) for x in late]
+        assert -EARLY_MAX <= late[0] < LATE_MAX, [round(x * 1000, 2) for x in late]
+        # Shifted by those handled before it: the spread over the batch. (pywsgi's ~0.25 ms per
+        # request before admission made the median ~6 ms and the last ~12 ms after the first; a
+        # stall of the whole VM delays every request alike, ~4 ms once in CI, and is no shift.)
+        spread = [x - late[0] for x in late]
+        assert spread[n // 2] < 0.004 and spread[-1] < LATE_MAX, [round(x * 1000, 2) for x in late]
     finally:
         for s in socks:
             s.close()
