@@ -279,14 +279,7 @@ class LevelColumns:
         if lag is not None:
             self.lag.append(lag)
         if status != OK:
-            key = f"{status}: {reason or 'no reason given'}"
-            self.reasons[key] = self.reasons.get(key, 0) + 1
-            if status == SHORT:
-                self.short += 1
-            elif status == FAILED:
-                self.failed += 1
-                if http_status == 429:
-                    self.rate_limited += 1
+            self._outcome(status, reason, http_status)
             return
         self.ok += 1
         if ttft is not None:
@@ -452,6 +445,10 @@ class LevelColumns:
             self.output_mismatch += 1
         if prompt is not None and prompt != req_prompt:
             self.prompt_mismatch += 1
+        self._outcome(status, reason, http_status)
+
+    def _outcome(self, status: Any, reason: Any, http_status: Any) -> None:
+        """A record that is not OK: its reason and its kind (short, failed, rate-limited) counted."""
         key = f"{status}: {reason or 'no reason given'}"
         self.reasons[key] = self.reasons.get(key, 0) + 1
         if status == SHORT:

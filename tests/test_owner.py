@@ -46,15 +46,9 @@ def record(seq: int) -> dict[str, Any]:
     return asdict(rec)
 
 
-def test_records_only_for_granted_tickets_and_once(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
-    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
-
-
-def check(tmp_path: Path) -> None:
+def running_owner(tmp_path: Path) -> tuple[Any, Any]:
+    """An owner whose one-level sweep (3 requests) is under way, writing into tmp_path."""
     from specload.locust.owner import SweepOwner
-    from specload.locust.protocol import MSG_TICKET, RecordMsg, TicketReply
 
     env = SimpleNamespace(parsed_options=None, runner=Runner(), host="http://127.0.0.1:1")
     owner = SweepOwner(env)
@@ -62,6 +56,19 @@ def check(tmp_path: Path) -> None:
     owner.writer = RecordWriter(str(tmp_path))
     owner.active = True
     owner.ctrl.tick(1)
+    return env, owner
+
+
+def test_records_only_for_granted_tickets_and_once(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
+
+
+def check(tmp_path: Path) -> None:
+    from specload.locust.protocol import MSG_TICKET, RecordMsg, TicketReply
+
+    env, owner = running_owner(tmp_path)
 
     def grant(node: str) -> str:
         owner.on_ticket_req(env, msg({"uid": "u"}, node))
@@ -100,17 +107,11 @@ def test_a_local_run_hands_tickets_and_records_over_as_objects(tmp_path: Path) -
 def check_local(tmp_path: Path) -> None:
     """The owner and the users of one process (a local run) skip the messages: the same grants,
     the same checks of each record's ticket, the same bytes in records.jsonl as a shipped dict."""
-    from specload.locust.owner import SweepOwner
     from specload.locust.protocol import LOCAL_NODE, RecordMsg
     from specload.locust.user import UserSide
     from specload.records import RequestRecord
 
-    env = SimpleNamespace(parsed_options=None, runner=Runner(), host="http://127.0.0.1:1")
-    owner = SweepOwner(env)
-    owner.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=3)))
-    owner.writer = RecordWriter(str(tmp_path))
-    owner.active = True
-    owner.ctrl.tick(1)
+    env, owner = running_owner(tmp_path)
     side = UserSide(env.runner)
     side.local_owner, owner.local_side = owner, side
     env.specload_users = side  # the process's UserSide (user.user_side)

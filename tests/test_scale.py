@@ -364,6 +364,20 @@ def one_level_run(d: Path, float_at: int | None) -> Path:
     return d
 
 
+def split_and_watch(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Any file read by two processes; what each merge of the child's half said (True: merged)."""
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    merged: list[bool] = []
+    real_receive = columns._Reading.receive
+
+    def receive(self: columns._Reading, *args: Any) -> bool:
+        merged.append(real_receive(self, *args))
+        return merged[-1]
+
+    monkeypatch.setattr(columns._Reading, "receive", receive)
+    return merged
+
+
 @pytest.mark.parametrize("which", ["odd", "plain", "float in the first half", "float in the second half"])
 def test_two_processes_read_what_one_reads(which: str, request: pytest.FixtureRequest, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
@@ -374,15 +388,7 @@ def test_two_processes_read_what_one_reads(which: str, request: pytest.FixtureRe
         path: Path = request.getfixturevalue(f"{which}_run") / RECORDS
     else:
         path = one_level_run(tmp_path, 20 if "first" in which else -20) / RECORDS
-    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
-    merged = []
-    real_receive = columns._Reading.receive
-
-    def receive(self: columns._Reading, *args: Any) -> bool:
-        merged.append(real_receive(self, *args))
-        return merged[-1]
-
-    monkeypatch.setattr(columns._Reading, "receive", receive)
+    merged = split_and_watch(monkeypatch)
     assert_same_reading(path, processes=2)
     assert len(merged) == 1 and merged[0] == (which in ("odd", "plain"))
 
@@ -660,15 +666,7 @@ def test_slo_tallies_from_two_processes(slo_text: str, which: str, request: pyte
         path = one_level_run(tmp_path, 20 if "first" in which else -20) / RECORDS
     slo = parse_slo(slo_text)
     want = run.read_slo_tallies(path, slo)
-    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
-    merged = []
-    real_receive = columns._Reading.receive
-
-    def receive(self: columns._Reading, *args: Any) -> bool:
-        merged.append(real_receive(self, *args))
-        return merged[-1]
-
-    monkeypatch.setattr(columns._Reading, "receive", receive)
+    merged = split_and_watch(monkeypatch)
     _, got = columns.read_columns_and_tallies(str(path), None, 2, slo)
     assert tally_snapshot(got) == tally_snapshot(want)
     assert len(merged) == 1 and merged[0] == (which in ("odd", "plain"))
