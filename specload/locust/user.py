@@ -58,6 +58,7 @@ class UserSide:
         self.config_id: str | None = None
         self.open = Event()
         self.pending: dict[str, AsyncResult] = {}
+        self.due: dict[str, float] = {}  # a rate grant's due time on this clock, set when its reply came
         self._backend: Backend | None = None
         self._maker: RequestMaker | None = None
         self._wire: tuple[str, dict[str, str]] | None = None
@@ -90,6 +91,10 @@ class UserSide:
         itself in a local run)."""
         waiter = self.pending.pop(reply.uid, None)
         if waiter is not None:
+            if reply.grant is not None and reply.grant.delay_s is not None:
+                # Due in delay_s from now, the reply's arrival: the user greenlet resumes only when
+                # the hub gets to it (after the owner's greenlet, in a local run), a few ms late at times.
+                self.due[reply.uid] = now() + reply.grant.delay_s
             waiter.set(reply if reply.grant is not None else None)
         elif reply.grant is not None:
             self.give_back(reply)
@@ -216,7 +221,8 @@ class SpecloadUser(User):
         if reply is None or reply.grant is None:
             return
         grant = reply.grant
-        t_sched = None if grant.delay_s is None else now() + grant.delay_s
+        due = side.due.pop(self.uid, None)
+        t_sched = None if grant.delay_s is None else (due if due is not None else now() + grant.delay_s)
         cfg = side.config
         assert cfg is not None
         sc = cfg.scenario
