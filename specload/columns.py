@@ -732,7 +732,8 @@ class _Reading:
 
     def _tally(self, key: GroupKey, used: Sequence[Col]) -> None:
         """A group's requests (columns of ``_USED`` after the key) to its SLO tally: the measured ones,
-        as ``run.read_slo_tallies`` adds them (an ITL histogram only for an OK request)."""
+        as the record-by-record definition adds them (tests/test_scale.py ``read_slo_tallies``; an ITL
+        histogram only for an OK request)."""
         phase = used[0]
         measured = phase.count(PHASE_MEASURE)
         if not measured:
@@ -877,8 +878,8 @@ def read_columns_and_tallies(
     path: str, notes: list[str] | None = None, processes: int = 1, slo: Slo | None = None
 ) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass, and with
-    ``slo`` each group's measured requests judged against it (what ``run.read_slo_tallies`` gives,
-    in the same pass: {} without one).
+    ``slo`` each group's measured requests judged against it (what the record-by-record
+    ``read_slo_tallies`` of tests/test_scale.py gives, in the same pass: {} without one).
 
     The same reading as ``records.read_records``, with the same notes: a torn line is skipped, a
     field of the wrong type is dropped (an optional one) or drops its record (a required one). A

@@ -29,7 +29,7 @@ from specload.capacity import (
 )
 from specload.columns import GroupKey, LevelColumns, read_columns_and_tallies
 from specload.metrics import Job, LevelStats, Row, ServerSample, level_part, summarize_rows, summary_rows
-from specload.records import _NUMBERS, OK, PHASE_MEASURE, RequestRecord, _checked, read_records
+from specload.records import RequestRecord, read_records
 from specload.rundir import (
     LOCUST_CSV,
     LOCUST_JSON,
@@ -256,45 +256,6 @@ def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
 
 
 # ---------------------------------------------------------------- the SLO, per request
-
-_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
-_NUMERIC = tuple(_NUMBERS)
-_NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
-_NUM_TYPES = (int, float, type(None))
-
-
-def read_slo_tallies(path: str | Path, slo: Slo) -> dict[GroupKey, SloTally]:
-    """records.jsonl's measured requests judged against ``slo``, per (level, concurrency, repeat).
-
-    A pass over the file record by record: the definition. ``load_run`` gets the same tallies from
-    its one block-reading pass (columns.read_columns_and_tallies, ``SloTally.add_block``); this
-    one is what tests compare that with. The same records count as in the columns
-    (columns.read_columns' acceptance rule).
-    """
-    tallies: dict[GroupKey, SloTally] = {}
-    for d in read_jsonl(path):
-        if not (
-            type(d) is dict
-            and d.keys() >= _FIELDS
-            and all(type(d[k]) in _NUM_TYPES for k in _NUMERIC)
-            and all(d[k] is not None for k in _NOT_NULL)
-            and (d["itl"] is None or type(d["itl"]) is list)
-        ):
-            rec = _checked(d, {})  # the slow path: read_records' checks, then the columns'
-            if rec is None or any(getattr(rec, k) is None for k in _NOT_NULL):
-                continue
-            d = {k: getattr(rec, k) for k in _FIELDS}
-        if d["phase"] != PHASE_MEASURE:
-            continue
-        key = (d["level"], d["concurrency"], d["repeat"])
-        tally = tallies.get(key)
-        if tally is None:
-            tally = tallies[key] = SloTally(slo)
-        ok = d["status"] == OK
-        tally.add(d["status"], d["t_send"], d["t_end"], d["output_tokens"], d["ttft_s"], d["tpot_s"], d["e2e_s"],
-                  d["itl"] if ok else None)  # fmt: skip
-    return tallies
-
 
 def judge_levels(levels: list[LevelStats], tallies: dict[GroupKey, SloTally], slo: Slo) -> None:
     """Set each level's ``slo`` from the tallies of its records (a run.json level without an index

@@ -22,10 +22,10 @@ import pytest
 from specload.columns import read_columns_and_tallies
 from specload.compare import run_compare
 from specload.report import load_run
-from specload.run import read_slo_tallies
 from specload.rundir import RECORDS
 from specload.slo import parse_slo
 from tests.conftest import specload_cmd
+from tests.test_scale import read_slo_tallies
 
 SLO = "ttft_p99=200ms"
 FLAGS = ("--input-tokens", "64", "--output-tokens", "20", "--read-timeout", "30")

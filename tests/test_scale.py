@@ -29,6 +29,7 @@ from specload.columns import (
     _NOT_NULL,
     _NUM_TYPES,
     _USED,
+    GroupKey,
     LevelColumns,
     Timeline,
     _attrs_used,
@@ -37,9 +38,19 @@ from specload.columns import (
     _get_used,
     read_columns,
 )
-from specload.records import OK, SRC_CHUNKS, SRC_META, RequestRecord, _checked, make_record, read_notes
+from specload.records import (
+    _NUMBERS,
+    OK,
+    PHASE_MEASURE,
+    SRC_CHUNKS,
+    SRC_META,
+    RequestRecord,
+    _checked,
+    make_record,
+    read_notes,
+)
 from specload.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, read_jsonl, write_run_meta
-from specload.slo import SloTally, parse_slo
+from specload.slo import Slo, SloTally, parse_slo
 
 T0 = 1_764_475_200.0
 
@@ -82,6 +93,47 @@ def plain_read(path: str, notes: list[str]) -> dict[Any, tuple[LevelColumns, lis
             itls.append(itl)
     read_notes(notes, len(torn), torn, bad_records, first_bad, bad_fields)
     return groups
+
+
+# The SLO's tallies one record at a time (the second pass report made before the reading pass
+# took them): the definition the one-pass tallies are compared with.
+_SLO_FIELDS = frozenset(RequestRecord.__dataclass_fields__)
+_SLO_NUMERIC = tuple(_NUMBERS)
+_SLO_NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
+_SLO_NUM_TYPES = (int, float, type(None))
+
+
+def read_slo_tallies(path: str | Path, slo: Slo) -> dict[GroupKey, SloTally]:
+    """records.jsonl's measured requests judged against ``slo``, per (level, concurrency, repeat).
+
+    A pass over the file record by record: the definition. ``load_run`` gets the same tallies from
+    its one block-reading pass (columns.read_columns_and_tallies, ``SloTally.add_block``); this
+    one is what tests compare that with. The same records count as in the columns
+    (columns.read_columns' acceptance rule).
+    """
+    tallies: dict[GroupKey, SloTally] = {}
+    for d in read_jsonl(path):
+        if not (
+            type(d) is dict
+            and d.keys() >= _SLO_FIELDS
+            and all(type(d[k]) in _SLO_NUM_TYPES for k in _SLO_NUMERIC)
+            and all(d[k] is not None for k in _SLO_NOT_NULL)
+            and (d["itl"] is None or type(d["itl"]) is list)
+        ):
+            rec = _checked(d, {})  # the slow path: read_records' checks, then the columns'
+            if rec is None or any(getattr(rec, k) is None for k in _SLO_NOT_NULL):
+                continue
+            d = {k: getattr(rec, k) for k in _SLO_FIELDS}
+        if d["phase"] != PHASE_MEASURE:
+            continue
+        key = (d["level"], d["concurrency"], d["repeat"])
+        tally = tallies.get(key)
+        if tally is None:
+            tally = tallies[key] = SloTally(slo)
+        ok = d["status"] == OK
+        tally.add(d["status"], d["t_send"], d["t_end"], d["output_tokens"], d["ttft_s"], d["tpot_s"], d["e2e_s"],
+                  d["itl"] if ok else None)  # fmt: skip
+    return tallies
 
 
 def plain_tok_s_series(tl: Timeline, bucket_s: float = 1.0) -> list[float]:
@@ -644,7 +696,7 @@ def test_slo_tallies_of_the_reading_pass_are_the_second_pass(
     records one by one that the report made before: the same values, counts, sums and key order."""
     slo = parse_slo(slo_text)
     monkeypatch.setattr(columns, "BLOCK_LINES", block)
-    want = run.read_slo_tallies(odd_run / RECORDS, slo)
+    want = read_slo_tallies(odd_run / RECORDS, slo)
     notes: list[str] = []
     groups, got = columns.read_columns_and_tallies(str(odd_run / RECORDS), notes, 1, slo)
     assert tally_snapshot(got) == tally_snapshot(want)
@@ -665,7 +717,7 @@ def test_slo_tallies_from_two_processes(slo_text: str, which: str, request: pyte
     else:
         path = one_level_run(tmp_path, 20 if "first" in which else -20) / RECORDS
     slo = parse_slo(slo_text)
-    want = run.read_slo_tallies(path, slo)
+    want = read_slo_tallies(path, slo)
     merged = split_and_watch(monkeypatch)
     _, got = columns.read_columns_and_tallies(str(path), None, 2, slo)
     assert tally_snapshot(got) == tally_snapshot(want)
@@ -684,7 +736,7 @@ def test_slo_tallies_when_the_child_dies(plain_run: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(columns, "_send", send)
     monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
     _, got = columns.read_columns_and_tallies(str(plain_run / RECORDS), None, 2, slo)
-    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(plain_run / RECORDS, slo))
+    assert tally_snapshot(got) == tally_snapshot(read_slo_tallies(plain_run / RECORDS, slo))
 
 
 @pytest.mark.parametrize("slo_text", SLOS)
@@ -695,7 +747,7 @@ def test_load_run_judges_as_the_second_pass_did(odd_run: Path, slo_text: str, mo
     monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
     two = run.load_run(odd_run, slo, processes=2)
     plain = run.load_run(odd_run, None, processes=1)
-    run.judge_levels(plain.levels, run.read_slo_tallies(odd_run / RECORDS, slo), slo)
+    run.judge_levels(plain.levels, read_slo_tallies(odd_run / RECORDS, slo), slo)
     want = [exact(asdict(s)) for s in plain.levels]
     assert [exact(asdict(s)) for s in one.levels] == want
     assert [exact(asdict(s)) for s in two.levels] == want
@@ -737,7 +789,7 @@ def test_slo_tallies_of_the_sample_run(slo_text: str) -> None:
     path = Path(__file__).parent / "fixtures" / "sample_run" / RECORDS
     slo = parse_slo(slo_text)
     _, got = columns.read_columns_and_tallies(str(path), None, 1, slo)
-    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(path, slo)) and got
+    assert tally_snapshot(got) == tally_snapshot(read_slo_tallies(path, slo)) and got
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -795,5 +847,5 @@ def test_a_tally_is_keyed_as_its_first_measured_request(tmp_path: Path) -> None:
     (tmp_path / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
     slo = parse_slo(SLOS[0])
     _, got = columns.read_columns_and_tallies(str(tmp_path / RECORDS), None, 1, slo)
-    assert tally_snapshot(got) == tally_snapshot(run.read_slo_tallies(tmp_path / RECORDS, slo))
+    assert tally_snapshot(got) == tally_snapshot(read_slo_tallies(tmp_path / RECORDS, slo))
     assert [type(k[0]) for k in got] == [float]
