@@ -15,6 +15,7 @@ import os
 import random
 import time
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -597,6 +598,36 @@ def test_tok_s_series_and_window_tokens_are_the_plain_loops(seed: int) -> None:
         got = metrics._window_tokens(tl, a, b)
         want = list(plain_window_tokens(tl, a, b))
         assert [x.hex() for x in got] == [x.hex() for x in want]
+
+
+def plain_peak(sends: list[float], ends: list[float]) -> int:
+    """The most requests in flight, walking every send and end in time order (an end first at a tie)."""
+    n = top = 0
+    for _, step in sorted([(t, 1) for t in sends] + [(t, -1) for t in ends]):  # (t, -1) before (t, 1)
+        n += step
+        top = max(top, n)
+    return top
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_flight_counts_are_the_bisections_and_the_peak_the_event_walk(seed: int) -> None:
+    """Flight's one merge gives what a bisection per send and per end gives, and its peak what a
+    walk over the events gives, ties included (times on a coarse grid make many)."""
+    rng = random.Random(seed)
+    for grid in (0.5, 0.01, 0.0):  # 0.0: no grid, (almost) no ties
+        sends, ends = [], []
+        for _ in range(rng.choice([1, 2, 50, 3000])):
+            t = rng.uniform(0, 100)
+            t = round(t / grid) * grid if grid else t
+            sends.append(t)
+            ends.append(t + (round(rng.uniform(0, 5) / grid) * grid if grid else rng.uniform(0, 5)))
+        sends.sort()
+        ends.sort()
+        fl = metrics.Flight(sends, ends)
+        assert fl.after_send == [j + 1 - bisect_left(ends, s) for j, s in enumerate(sends)]
+        assert fl.after_end == [bisect_right(sends, e) - (i + 1) for i, e in enumerate(ends)]
+        assert fl.peak() == plain_peak(sends, ends)
+    assert metrics.Flight([], []).peak() == 0
 
 
 @pytest.mark.parametrize("xs", [[1.0, 2.0, 4.0], [0.0, 0.0, 3.0], [-2.0, -0.0, 0.0, 5e-7, 3.0], [2.0, 2.0],
