@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import accumulate, compress, count, islice, repeat
-from operator import add, eq, ge, gt, le, mul, not_, sub, truediv
+from operator import add, and_, eq, ge, gt, le, mul, not_, sub, truediv
 from typing import Any
 
 from specload import histogram
@@ -73,16 +73,7 @@ class Dist:
 
 
 def dist_of(values: Iterable[float | None]) -> Dist:
-    xs = [v for v in values if v is not None]
-    return _dist(xs, sorted(xs))
-
-
-def _dist(xs: Sequence[float], ordered: Sequence[float]) -> Dist:
-    """The Dist of ``xs`` (in their own order: the mean sums them so) given them sorted too."""
-    if not xs:
-        return Dist()
-    return Dist(len(xs), sum(xs) / len(xs), stdev(xs, ordered) if len(xs) > 1 else None,
-                {q: percentile_sorted(ordered, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+    return _sorted_dist([v for v in values if v is not None])[0]
 
 
 def _integer_sqrt_of_frac_rto(n: int, m: int) -> int:
@@ -118,10 +109,9 @@ def stdev(xs: Sequence[float], ordered: Sequence[float] | None = None) -> float:
         if smallest == 0.0:
             return 0.0
         shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
-        # the same values sorted, when given, are a list of floats already made (an array makes each anew);
+        # (the values in their own order: sorted ones lie all over memory, ~40% slower to walk when many);
         # a product by 2**shift is ldexp's exact scaling, and trunc is int() in fewer instructions
-        values = xs if ordered is None else ordered
-        scaled = map(mul, values, repeat(2.0**shift)) if shift <= 1023 else map(math.ldexp, values, repeat(shift))
+        scaled = map(mul, xs, repeat(2.0**shift)) if shift <= 1023 else map(math.ldexp, xs, repeat(shift))
         ints = list(map(math.trunc, scaled))
         s1 = sum(ints)
         s2 = sum(map(mul, ints, ints))
@@ -726,9 +716,99 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
         s.send_rate = (len(sends) - 1) / (sends[-1] - sends[0])
 
 
-def _sorted_dist(xs: array) -> tuple[Dist, list[float]]:
-    ordered = sorted(xs)
-    return _dist(xs, ordered), ordered
+# Below this many values a distribution's percentiles come from a full sort; above, from ``ranked``.
+RANKED_FROM = 20_000
+_SAMPLE = 16384  # values drawn (evenly spaced) to place the brackets around the wanted ranks
+
+
+class Ranked:
+    """Some order statistics of n values: ``self[i]`` is what ``sorted(values)[i]`` would be, for
+    the places asked for (``percentile_sorted`` takes it as it takes the sorted list)."""
+
+    __slots__ = ("n", "at")
+
+    def __init__(self, n: int, at: dict[int, float]) -> None:
+        self.n, self.at = n, at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> float:
+        return self.at[i]
+
+
+def _places(n: int, qs: Iterable[float]) -> list[int]:
+    """The sorted places ``percentile_sorted`` reads for each q of n values."""
+    out: set[int] = set()
+    for q in qs:
+        lo = math.floor((n - 1) * q / 100.0)
+        out.update((lo, min(lo + 1, n - 1)))
+    return sorted(out)
+
+
+def ranked(xs: Sequence[float], qs: Iterable[float]) -> Ranked | None:
+    """The values at the sorted places the percentiles ``qs`` need, without sorting all of them,
+    or None (then sort): brackets around each place are set from an evenly spaced sample, one pass
+    sorts every value into below/inside/above them (a bisection over the brackets' ends), and only
+    the values inside are sorted. A place its bracket missed (an odd sample, many equal values)
+    gives None. Values must be finite numbers (the caller checks their sum)."""
+    n = len(xs)
+    places = _places(n, qs)
+    sample = sorted(islice(xs, 0, None, max(1, n // _SAMPLE)))
+    k = len(sample)
+    spans: list[list[int]] = []  # places of the sample around each place, merged where they overlap
+    for i in places:
+        at = i * k // n
+        margin = 8 + 5 * math.isqrt(max(1, at * (k - at) // k))  # 5 sd of a sample rank, and some
+        lo, hi = max(0, at - margin), min(k - 1, at + margin)
+        if spans and lo <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], hi)
+        else:
+            spans.append([lo, hi])
+    ends: list[float] = []  # bracket j is [ends[2j], ends[2j + 1]), its values code 2j + 1
+    for lo, hi in spans:
+        a, b = sample[lo], math.nextafter(sample[hi], math.inf)
+        if ends and a <= ends[-1]:
+            ends[-1] = b
+        else:
+            ends += (a, b)
+    codes = list(map(bisect_right, repeat(ends), xs))
+    inside = sorted(compress(xs, map(and_, codes, repeat(1))))
+    counts = Counter(codes)
+    at: dict[int, float] = {}
+    below = offset = 0  # values below bracket j, values in the brackets before it
+    for j in range(len(ends) // 2):
+        below += counts[2 * j]
+        size = counts[2 * j + 1]
+        for i in places:
+            if below <= i < below + size:
+                at[i] = inside[offset + i - below]
+        below += size
+        offset += size
+    return Ranked(n, at) if len(at) == len(places) else None
+
+
+def _placed(xs: Sequence[float], total: float) -> Sequence[float]:
+    """What ``percentile_sorted`` reads the wanted percentiles (``PERCENTILES``, 50, 99) of ``xs``
+    from (``total``: their sum): their places (``ranked``) when there are many, else the sorted list."""
+    if len(xs) >= RANKED_FROM and math.isfinite(total):  # no nan or inf, which have no place in an order
+        places = ranked(xs, (*PERCENTILES, 50.0, 99.0))
+        if places is not None:
+            return places
+    return sorted(xs)
+
+
+def _sorted_dist(xs: Sequence[float]) -> tuple[Dist, Sequence[float]]:
+    """The Dist of ``xs`` and the values (or the places of them) its percentiles and p50/p99 read."""
+    if not xs:
+        return Dist(), []
+    values = xs.tolist() if isinstance(xs, array) else xs  # floats made once for the passes below
+    total = sum(xs)
+    placed = _placed(values, total)
+    n = len(xs)
+    dist = Dist(n, total / n, stdev(values, placed if isinstance(placed, list) else None) if n > 1 else None,
+                {q: percentile_sorted(placed, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+    return dist, placed
 
 
 def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
@@ -760,11 +840,11 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
 
 def _fill_schedule(s: LevelStats, c: LevelColumns) -> None:
     """Rate levels: how far the sends kept to their schedule, and latencies from the due time."""
-    lags = sorted(c.lag)
-    s.late = sum(1 for x in lags if x > LATE_S)
-    s.lag_p99_ms, s.lag_max_ms = _ms(percentile_sorted(lags, 99)), lags[-1] * 1e3
-    s.dists["ttft_sched"] = dist_of(c.ttft_sched)
-    s.dists["e2e_sched"] = dist_of(c.e2e_sched)
+    lags = c.lag.tolist()
+    s.late = sum(map(gt, lags, repeat(LATE_S)))
+    s.lag_p99_ms, s.lag_max_ms = _ms(percentile_sorted(_placed(lags, sum(lags)), 99)), max(lags) * 1e3
+    s.dists["ttft_sched"] = _sorted_dist(c.ttft_sched)[0]
+    s.dists["e2e_sched"] = _sorted_dist(c.e2e_sched)[0]
     # late_note needs the peak in flight (another part): _finish adds it.
 
 
@@ -795,7 +875,7 @@ def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> 
 # A level's heavy figures come in three parts, each from the level's columns alone (and the cap of
 # the steady window), so that two processes can share a run's parts (specload.run with
 # ``processes=2``). The weights: each part's cost per measured request, relative, to balance them.
-PARTS = {"steady": 3.3, "series": 2.2, "latency": 2.9}
+PARTS = {"steady": 2.6, "series": 1.7, "latency": 2.5}
 _PART_FIELDS = {
     "steady": ("wall_s", "agg_tok_s", "mean_concurrency", "req_s", "input_tok_s", "total_tok_s", "peak_in_flight",
                "steady_tok_s", "steady_window_s", "send_rate"),

@@ -16,7 +16,7 @@ import random
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -628,6 +628,48 @@ def test_flight_counts_are_the_bisections_and_the_peak_the_event_walk(seed: int)
         assert fl.after_end == [bisect_right(sends, e) - (i + 1) for i, e in enumerate(ends)]
         assert fl.peak() == plain_peak(sends, ends)
     assert metrics.Flight([], []).peak() == 0
+
+
+def plain_dist(xs: Sequence[float], ordered: list[float]) -> metrics.Dist:
+    """A Dist from the full sort: the mean summed in the values' own order, percentiles of the sorted list."""
+    return metrics.Dist(len(xs), sum(xs) / len(xs), metrics.stdev(xs) if len(xs) > 1 else None,
+                        {q: metrics.percentile_sorted(ordered, q) or 0.0 for q in metrics.PERCENTILES})  # fmt: skip
+
+
+def _shapes(rng: random.Random, n: int) -> dict[str, list[float]]:
+    """Values of several shapes a latency column takes (and some it should not)."""
+    return {
+        "lognormal": [rng.lognormvariate(-3, 1) for _ in range(n)],
+        "sorted": sorted(rng.random() for _ in range(n)),
+        "reversed": sorted((rng.random() for _ in range(n)), reverse=True),
+        "few values": [rng.choice([0.05, 0.06, 0.5]) for _ in range(n)],
+        "one value": [0.25] * n,
+        "bimodal": [rng.gauss(0.02, 0.001) if rng.random() < 0.99 else rng.gauss(3.0, 0.5) for _ in range(n)],
+        "signed, zeros": [rng.choice([0.0, -0.0, rng.uniform(-1, 1)]) for _ in range(n)],
+        "grid": [round(rng.expovariate(20), 3) for _ in range(n)],
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ranked_places_are_the_sorted_ones(seed: int) -> None:
+    """``ranked`` gives the sorted list's values at the places the percentiles read, or None; the
+    Dist made from it is the one made from the full sort, bit for bit."""
+    rng = random.Random(seed)
+    qs = (*metrics.PERCENTILES, 50.0, 99.0)
+    found = 0
+    for n in (1, 2, 7, 5000, 60_000):
+        for shape, xs in _shapes(rng, n).items():
+            ordered = sorted(xs)
+            got = metrics.ranked(xs, qs)
+            if got is not None:
+                found += n >= 60_000  # (fewer values than the sample are all sorted)
+                for q in qs:
+                    assert metrics.percentile_sorted(got, q) == metrics.percentile_sorted(ordered, q), (n, shape, q)
+            col = array("d", xs)
+            dist, _ = metrics._sorted_dist(col)
+            want = plain_dist(col, ordered) if n else metrics.Dist()
+            assert repr(dist) == repr(want), (n, shape)
+    assert found >= 6  # most shapes of many values are placed without a full sort (of 8)
 
 
 @pytest.mark.parametrize("xs", [[1.0, 2.0, 4.0], [0.0, 0.0, 3.0], [-2.0, -0.0, 0.0, 5e-7, 3.0], [2.0, 2.0],
