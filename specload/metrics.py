@@ -13,7 +13,7 @@ import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import accumulate, compress, count, islice, repeat
@@ -478,38 +478,43 @@ class Flight:
     the steady window walk, made once for both (a bisection per send and per end costs ~1 µs on a
     million requests, the merge a fraction of that).
 
-    ``after_send[j]``: after the j-th send, j + 1 - (ends strictly before it); ``after_end[i]``:
-    after the i-th end, (sends up to it) - (i + 1)."""
+    ``after_send()``: after the j-th send, j + 1 - (ends strictly before it); ``after_end()``: after
+    the i-th end, (sends up to it) - (i + 1). Only which places of the merge are sends is kept (a
+    byte each: the merge's permutation, as ints, would be ~36 bytes a request)."""
 
-    __slots__ = ("sends", "ends", "after_send", "after_end", "_order", "_both")
+    __slots__ = ("sends", "ends", "_is_send", "_tied")
 
     def __init__(self, sends: list[float], ends: list[float]) -> None:
         self.sends, self.ends = sends, ends
-        m = len(sends)
-        self._both = both = [*sends, *ends]
-        self._order = order = sorted(range(len(both)), key=both.__getitem__)  # stable: sends first at ties
-        steps = [1] * m + [-1] * len(ends)
-        run = list(accumulate(map(steps.__getitem__, order)))
-        is_send = list(map(gt, repeat(m), order))
-        self.after_send = list(compress(run, is_send))
-        self.after_end = list(compress(run, map(not_, is_send)))
+        both = [*sends, *ends]
+        order = sorted(range(len(both)), key=both.__getitem__)  # stable: sends first at equal times
+        ordered = list(map(both.__getitem__, order))
+        self._tied = set(compress(ordered, map(eq, ordered, islice(ordered, 1, None))))  # times seen twice: rare
+        del ordered, both
+        self._is_send = bytes(map(gt, repeat(len(sends)), order))
 
     @classmethod
     def of(cls, tl: Timeline) -> Flight:
         return cls(sorted(tl.t_send), sorted(tl.t_end))
+
+    def after_send(self) -> Iterator[int]:
+        # the j-th send at place p of the merge: j + 1 sends and p - j ends are done
+        return map(sub, count(1, 2), compress(count(), self._is_send))
+
+    def after_end(self) -> Iterator[int]:
+        # the i-th end at place p: p - i sends and i + 1 ends are done
+        return map(sub, compress(count(), map(not_, self._is_send)), count(1, 2))
 
     def peak(self) -> int:
         """The most requests in flight at once, an end before a send at the same instant (a hand-off
         is no overlap): ``after_send``, less for a send the ends at its very instant."""
         if not self.sends:
             return 0
-        ordered = list(map(self._both.__getitem__, self._order))
-        tied = set(compress(ordered, map(eq, ordered, islice(ordered, 1, None))))  # times seen twice: rare
-        if not tied:
-            return max(0, max(self.after_send))
-        after = list(self.after_send)
+        if not self._tied:
+            return max(0, max(self.after_send()))
+        after = list(self.after_send())
         sends, ends = self.sends, self.ends
-        for t in tied:
+        for t in self._tied:
             at_t = bisect_right(ends, t) - bisect_left(ends, t)
             for j in range(bisect_left(sends, t), bisect_right(sends, t)):
                 after[j] -= at_t
@@ -540,8 +545,8 @@ def _steady_window(tl: Timeline, d: int, max_dip_s: float, fl: Flight) -> tuple[
         return None
     if bisect_right(sends, start) - bisect_left(ends, start) < d:  # a first token before its send
         return _steady_window_events(tl, d, max_dip_s)
-    down = list(compress(ends, map(eq, fl.after_end, repeat(d - 1))))
-    up = list(compress(sends, map(eq, fl.after_send, repeat(d))))
+    down = list(compress(ends, map(eq, fl.after_end(), repeat(d - 1))))
+    up = list(compress(sends, map(eq, fl.after_send(), repeat(d))))
     i0, j0 = bisect_left(down, start), bisect_right(up, start)  # the crossings after the window opened
     gaps = map(sub, islice(up, j0, None), islice(down, i0, None))
     long_dip = next(compress(count(), map(gt, gaps, repeat(max_dip_s))), None)

@@ -624,8 +624,8 @@ def test_flight_counts_are_the_bisections_and_the_peak_the_event_walk(seed: int)
         sends.sort()
         ends.sort()
         fl = metrics.Flight(sends, ends)
-        assert fl.after_send == [j + 1 - bisect_left(ends, s) for j, s in enumerate(sends)]
-        assert fl.after_end == [bisect_right(sends, e) - (i + 1) for i, e in enumerate(ends)]
+        assert list(fl.after_send()) == [j + 1 - bisect_left(ends, s) for j, s in enumerate(sends)]
+        assert list(fl.after_end()) == [bisect_right(sends, e) - (i + 1) for i, e in enumerate(ends)]
         assert fl.peak() == plain_peak(sends, ends)
     assert metrics.Flight([], []).peak() == 0
 
