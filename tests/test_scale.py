@@ -941,3 +941,13 @@ def test_the_block_path_takes_keys_in_any_order(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(columns, "_checked", lambda *a: checked.append(1) or real_checked(*a))
     assert_same_reading(path)
     assert not checked
+
+
+def test_counts_with_bool_and_float_counts_are_the_dict_merge() -> None:
+    """A bin's first count is kept as it came (Counts.add): a lone True, a True then an int, a float."""
+    for requests in ([[[2, True]], [[2, 3]], [[5, True]]], [[[2, True]]], [[[3, 2.5]], [[3, 1]]], [[[4, 1]], [[4, 0.5]]]):
+        counts = histogram.Counts()
+        counts.add(requests)
+        want = histogram.merge(requests)
+        assert list(counts.hist().items()) == list(want.items())
+        assert [type(c) for c in counts.hist().values()] == [type(c) for c in want.values()]
