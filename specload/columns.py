@@ -632,7 +632,10 @@ def _getter(first: dict[Any, Any]) -> Any:
 
 def _numbers(col: Sequence[Any]) -> bool:
     """Every value of ``col`` an int, a float or None (a bool is not: a JSON true is no number).
-    One value's type the whole column through (the usual case) is one count of its types."""
+    One value's type the whole column through (the usual case) is one count of its types; a column
+    of None (a field RecordWriter writes but the run did not use) one count of the column."""
+    if col[0] is None and col.count(None) == len(col):
+        return True
     types = list(map(type, col))
     kind = types[0]
     return (types.count(kind) == len(types) and kind in _NUM_TYPES) or _NUM_TYPES.issuperset(types)
