@@ -77,6 +77,7 @@ _get_ordered = itemgetter(*_ORDER)
 # Fields a record may lack (written by an older specload): what ``RequestRecord.from_dict`` gives them.
 _DEFAULTS = {f.name: f.default for f in fields(RequestRecord) if f.default is not MISSING}
 _LAYOUTS: dict[tuple[Any, ...], tuple[int, ...] | None] = {}
+_GETTERS: dict[tuple[Any, ...], Any] = {}
 _NUMBER_AT = tuple(_ORDER.index(name) for name in _NUMBER_NAMES)
 _NOT_NULL_AT = frozenset(_ORDER.index(name) for name in _NOT_NULL)
 _ITL_COL = _ORDER.index("itl")
@@ -618,6 +619,28 @@ def _layout(keys: tuple[Any, ...]) -> tuple[int, ...] | None:
     return layout  # type: ignore[return-value]
 
 
+def _getter(first: dict[Any, Any]) -> Any:
+    """An itemgetter of the record's keys (the same key objects), made once per layout."""
+    keys = tuple(first)
+    getter = _GETTERS.get(keys)
+    if getter is None:
+        if len(_GETTERS) > 64:
+            _GETTERS.clear()
+        getter = _GETTERS[keys] = itemgetter(*keys) if len(keys) > 1 else lambda d: (d[keys[0]],)
+    return getter
+
+
+def _numbers(col: Sequence[Any]) -> bool:
+    """Every value of ``col`` an int, a float or None (a bool is not: a JSON true is no number).
+    One value's type the whole column through (the usual case) is one count of its types; a column
+    of None (a field RecordWriter writes but the run did not use) one count of the column."""
+    if col[0] is None and col.count(None) == len(col):
+        return True
+    types = list(map(type, col))
+    kind = types[0]
+    return (types.count(kind) == len(types) and kind in _NUM_TYPES) or _NUM_TYPES.issuperset(types)
+
+
 def _plain(d: Any) -> bool:
     """A record that needs no repair: a dict with every field, numbers as numbers, the required ones not
     null, ``itl`` a list or null. Anything else goes through ``records._checked``."""
@@ -684,23 +707,35 @@ class _Reading:
 
     def _columns(self, values: list[Any]) -> list[Sequence[Any]] | None:
         """The block's columns (``_ORDER``) when every record is plain, else None."""
-        if set(map(type, values)) != {dict}:
-            return None
-        first = tuple(values[0])  # orjson gives every record the same key objects: compared by identity
-        layout = _layout(first)
-        if layout is not None and list(map(tuple, values)) == [first] * len(values):
-            # every record with the same keys in the same order (as RecordWriter writes them, or an
-            # older specload without the fields added since): the i-th values are one column
-            written = list(zip(*map(dict.values, values), strict=True))
+        first = values[0]
+        layout = _layout(tuple(first)) if type(first) is dict else None
+        rows = None
+        if layout is not None:
+            # every record a dict holding the first one's keys (a list, string or number makes the
+            # getter raise TypeError) and as many keys: the same keys, so its values taken by key are
+            # one row, whatever their order. The getter asks for the first record's own key objects
+            # (orjson gives every record the same ones): a lookup by another equal string is slower.
+            try:
+                rows = list(map(_getter(first), values))
+            except (KeyError, TypeError):
+                rows = None
+            if rows is not None and list(map(len, values)).count(len(first)) != len(values):
+                rows = None
+        if rows is not None:
+            written = list(zip(*rows, strict=True))
             m = len(values)
-            cols = [written[i] if i >= 0 else (_DEFAULTS[name],) * m for i, name in zip(layout, _ORDER, strict=True)]
+            cols = [written[i] if i >= 0 else (_DEFAULTS[name],) * m for i, name in zip(layout, _ORDER, strict=True)]  # type: ignore[arg-type]
+            numbers = [cols[i] for i in _NUMBER_AT if layout[i] >= 0]  # type: ignore[index]  # a default is a number
         else:
+            if set(map(type, values)) != {dict}:
+                return None
             try:
                 cols = [list(col) for col in zip(*map(_get_ordered, values), strict=True)]
             except KeyError:
                 return None
+            numbers = [cols[i] for i in _NUMBER_AT]
         if (
-            _NUM_TYPES.issuperset(map(type, chain.from_iterable(cols[i] for i in _NUMBER_AT)))
+            all(map(_numbers, numbers))
             and all(_no_none(cols[i]) for i in _NOT_NULL_AT)
             and _ITL_TYPES.issuperset(map(type, cols[_ITL_COL]))
         ):

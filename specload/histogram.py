@@ -88,9 +88,12 @@ class Counts:
                 for b, c in pairs:  # a pair of another length or type raises
                     if c <= 0 or b < 0:
                         raise _Malformed
-                    if not scratch[b]:  # a bin beyond the list raises
+                    was = scratch[b]  # a bin beyond the list raises
+                    if was:
+                        scratch[b] = was + c
+                    else:  # (a bool count stays a bool here: not an int, so pair by pair below)
                         seen.append(b)
-                    scratch[b] += c
+                        scratch[b] = c
             for b in seen:
                 if type(scratch[b]) is not int:  # a float count was added
                     raise _Malformed

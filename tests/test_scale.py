@@ -922,3 +922,74 @@ def test_a_tally_is_keyed_as_its_first_measured_request(tmp_path: Path) -> None:
     _, got = columns.read_columns_and_tallies(str(tmp_path / RECORDS), None, 1, slo)
     assert tally_snapshot(got) == tally_snapshot(read_slo_tallies(tmp_path / RECORDS, slo))
     assert [type(k[0]) for k in got] == [float]
+
+
+# ---------------------------------------------------------------- the block path's fallbacks (columns._columns)
+
+
+def fallback_blocks() -> list[list[Any]]:
+    """Blocks of 8 rate-level records (every field, numbers as numbers, a due time each), each
+    with one oddity the block path must leave to the record-by-record checks, or read the same."""
+    recs = [r for r in odd_records(random.Random(5), 300) if r["level"] == 4 and r["t_sched"] is not None]
+    recs = [r for r in recs if columns._plain(r) and r["phase"] == "measure"]
+    blocks: list[list[Any]] = []
+
+    def block(i: int) -> list[Any]:
+        b = [dict(r) for r in recs[8 * i : 8 * i + 8]]
+        blocks.append(b)
+        return b
+
+    block(0)  # plain
+    b = block(1)
+    b[3] = dict(reversed(list(b[3].items())))  # the same keys in another order: still one block
+    b = block(2)
+    b[0] = {k: v for k, v in b[0].items() if k != "t_sched"}  # the first without a due time, the rest with
+    b = block(3)
+    b[5].pop("t_sched")
+    b[5]["future"] = 1  # as many keys as the others, one of them unknown and one missing
+    b = block(4)
+    b[2]["output_tokens"] = True  # a bool is no number
+    b = block(5)
+    b[6]["seq"] = False
+    b = block(6)
+    b[4]["t_first"] = "1.5"
+    b = block(7)
+    b[7]["future"] = 2  # one more key than the first
+    for i, odd in enumerate(([], 7, "x", [1, 2], None)):
+        block(8 + i)[1 + i] = odd  # a line that is JSON but no record
+    return blocks
+
+
+def test_a_block_with_an_oddity_is_read_as_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each block alone, and all of them in one file: the block reading is the plain reading."""
+    monkeypatch.setattr(columns, "BLOCK_LINES", 8)
+    blocks = fallback_blocks()
+    assert len(blocks) == 13 and all(len(b) == 8 for b in blocks)
+    path = tmp_path / RECORDS
+    for lines in [*blocks, [r for b in blocks for r in b]]:
+        path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in lines))
+        got = assert_same_reading(path)
+        if lines is blocks[0] or lines is blocks[1]:
+            assert sum(cols.sent for cols in got.values()) == 8
+
+
+def test_the_block_path_takes_keys_in_any_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records with the same keys in different orders are read as one block, not one by one."""
+    monkeypatch.setattr(columns, "BLOCK_LINES", 8)
+    path = tmp_path / RECORDS
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in fallback_blocks()[1]))
+    checked = []
+    real_checked = columns._checked
+    monkeypatch.setattr(columns, "_checked", lambda *a: checked.append(1) or real_checked(*a))
+    assert_same_reading(path)
+    assert not checked
+
+
+def test_counts_with_bool_and_float_counts_are_the_dict_merge() -> None:
+    """A bin's first count is kept as it came (Counts.add): a lone True, a True then an int, a float."""
+    for requests in ([[[2, True]], [[2, 3]], [[5, True]]], [[[2, True]]], [[[3, 2.5]], [[3, 1]]], [[[4, 1]], [[4, 0.5]]]):
+        counts = histogram.Counts()
+        counts.add(requests)
+        want = histogram.merge(requests)
+        assert list(counts.hist().items()) == list(want.items())
+        assert [type(c) for c in counts.hist().values()] == [type(c) for c in want.values()]
