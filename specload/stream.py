@@ -1,11 +1,12 @@
 """One streaming generation request, timed, turned into a RequestRecord.
 
 This is the load generator's hot path. Per wake-up it does one ``recv_into`` and one pass that
-strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``),
-and per ``data:`` line a prefix check, one ``perf_counter`` and the backend parser's single
-``orjson.loads``. Each event is stamped as it is taken from the buffer, before it is parsed, so
-its own parse cost never shows up in TTFT or inter-token gaps. Every outcome, including every failure,
-produces exactly one record: the sweep's request budget relies on it.
+strips the HTTP framing and splits the SSE lines (``specload.http.StreamResponse``; on plain TCP
+in the gevent hub itself, with no greenlet switch), and per ``data:`` line a prefix check, one
+``perf_counter`` and the backend parser's single ``orjson.loads``. Each event is stamped as it is
+taken from the buffer, before it is parsed, so its own parse cost never shows up in TTFT or
+inter-token gaps. Every outcome, including every failure, produces exactly one record: the sweep's
+request budget relies on it.
 """
 
 from __future__ import annotations
@@ -181,52 +182,50 @@ def _stream_request(
             reason = f"HTTP {http_status}: {server_message(http_status, raw)}"
             resp.release()
         else:
-            next_lines = resp.lines
             line = b""
             stray: list[bytes] = []
+
+            def take(lines: list[bytes]) -> bool:
+                """One ``recv``'s lines; True once the stream is over for us ([DONE], an error event).
+                It may run in the hub (``StreamResponse.pump``): it never blocks."""
+                nonlocal line, done, reason, chunks, tokens_seen, t_first_p, first_n, last_p, itl_max
+                for line in lines:
+                    if line[:5] != b"data:":
+                        if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
+                            stray.append(line + b"\n")  # what a 200 that is no event stream says instead
+                        continue  # blank separators, comments, event:/id: fields
+                    # Stamped per event, before it is parsed, as it is taken from the buffer: events
+                    # that came in one recv (a fast server, a busy client) keep distinct times in
+                    # arrival order, so a stream that arrived at once still has a TPOT.
+                    t = perf()
+                    data = line[5:].strip()
+                    if data == _DONE:
+                        done = True
+                        return True
+                    n = feed(data)
+                    if n:
+                        if t_first_p is None:
+                            t_first_p, first_n = t, n
+                        else:
+                            gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
+                            if gap > itl_max:
+                                itl_max = gap
+                            b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
+                            itl[b] = itl.get(b, 0) + n
+                        last_p = t
+                        chunks += 1
+                        tokens_seen += n
+                        streamed[0] += n
+                    elif parser.error is not None:
+                        reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
+                        return True
+                return False
+
             disarm = resp.watch(read_timeout)
             try:
-                while True:
-                    lines = next_lines()
-                    if lines is None:
-                        if not chunks and resp.pending:  # a last line without its newline
-                            stray.append(resp.pending)
-                        break  # end of body
-                    for line in lines:
-                        if line[:5] != b"data:":
-                            if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
-                                stray.append(line + b"\n")  # what a 200 that is no event stream says instead
-                            continue  # blank separators, comments, event:/id: fields
-                        # Stamped per event, before it is parsed, as it is taken from the buffer: events
-                        # that came in one recv (a fast server, a busy client) keep distinct times in
-                        # arrival order, so a stream that arrived at once still has a TPOT.
-                        t = perf()
-                        data = line[5:].strip()
-                        if data == _DONE:
-                            done = True
-                            break
-                        n = feed(data)
-                        if n:
-                            if t_first_p is None:
-                                t_first_p, first_n = t, n
-                            else:
-                                gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
-                                if gap > itl_max:
-                                    itl_max = gap
-                                b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
-                                itl[b] = itl.get(b, 0) + n
-                            last_p = t
-                            chunks += 1
-                            tokens_seen += n
-                            streamed[0] += n
-                        elif parser.error is not None:
-                            reason = (
-                                f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
-                            )
-                            break
-                    else:
-                        continue
-                    break
+                resp.pump(take)
+                if not done and reason is None and not chunks and resp.pending:
+                    stray.append(resp.pending)  # the body ended with a line without its newline
             except MalformedEvent as e:
                 reason = f"malformed event after {tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(line.decode('utf-8', 'replace'), 100)!r}"
             except GreenletExit:

@@ -196,8 +196,11 @@ def _pin(pid: int, cpu: int) -> None:
 def test_a_client_that_cannot_keep_up_is_flagged(sim, tmp_path: Path) -> None:
     server = sim("--ttft-ms", "1", "--itl-ms", "1", "--tokens-per-chunk", "1", "--max-running", "1024", "--model", "m")
     _pin(server.proc.pid, 0)
-    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "256", "--output-tokens", "50",
-                                "--requests-per-level", "1024", pin="1")  # fmt: skip
+    # Requests of 4 tokens: most of the client's work is then per request (~0.3 ms of CPU each), and
+    # its users cannot keep 256 in flight at this server's pace (measured: 40-45). With 50-token
+    # requests the client and the simulator were both near saturation, and the flag hung on a few %.
+    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "256", "--output-tokens", "4",
+                                "--requests-per-level", "4096", pin="1")  # fmt: skip
     client = meta["levels"][0]["client"]
     flag = client["flag"]
     assert flag and flag.startswith("the client was the bottleneck at C=256 ("), (client, log[-3000:])

@@ -676,3 +676,82 @@ def test_openai_gaps_are_per_event(serve: Any, clients: list[Any]) -> None:
     rec = run(srv, clients, requested=3)
     assert rec.status == OK and rec.itl_unit == "event" and rec.first_event_tokens == 1
     assert histogram.count(histogram.merge([rec.itl])) == 2
+
+
+# the body read in the hub (StreamResponse.pump) -----------------------------------------------------
+
+
+def test_events_are_read_in_the_hub_on_plain_tcp(serve: Any, clients: list[Any], monkeypatch: Any) -> None:
+    """On plain TCP the events are read by an io watcher's callback in the hub, while the request's
+    greenlet sleeps through the body: two greenlet switches per wake-up were ~6 us of client CPU per
+    token (docs/bench.md). Only the bytes that came with the response head are read in the greenlet."""
+    from gevent import get_hub, getcurrent
+
+    from specload.backends.openai import CompletionsParser
+
+    where: list[str] = []
+    real = CompletionsParser.read
+
+    def read(self: Any, ev: dict[str, Any]) -> int:
+        where.append("hub" if getcurrent() is get_hub() else "greenlet")
+        return real(self, ev)
+
+    monkeypatch.setattr(CompletionsParser, "read", read)
+    n = 20
+    script: list[Any] = [HEAD_SSE, 0.01]
+    for i in range(n):
+        script += [chunk(sse(cmpl(str(i)))), 0.002]  # one write and one wake-up per event
+    srv = serve(script + [chunk(sse(usage(n)) + DONE) + END])
+    rec = gevent.spawn(run, srv, clients, "openai", n).get(timeout=10)
+    assert rec.status == OK and rec.chunks == n and rec.output_tokens == n
+    assert sum(c for _b, c in rec.itl) == n - 1
+    assert where == ["hub"] * (n + 1)
+
+
+def test_a_bug_met_while_reading_in_the_hub_is_one_failed_record(
+    serve: Any, clients: list[Any], monkeypatch: Any
+) -> None:
+    """An exception in the hub's callback is raised in the request's greenlet, and the hub and the
+    connection pool go on: the next request on the same client is read as usual."""
+    from specload.backends.openai import CompletionsParser
+
+    calls = [0]
+    real = CompletionsParser.read
+
+    def read(self: Any, ev: dict[str, Any]) -> int:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("a bug in the parser")
+        return real(self, ev)
+
+    monkeypatch.setattr(CompletionsParser, "read", read)
+    events = [HEAD_SSE] + [x for i in range(5) for x in (chunk(sse(cmpl(str(i)))), 0.01)]
+    srv = serve(events + [chunk(sse(usage(5)) + DONE) + END])
+    client = make_client(f"http://127.0.0.1:{srv.port}", 2.0, 2.0)
+    clients.append(client)
+    rec = run(srv, clients, requested=5, client=client)
+    assert rec.status == FAILED and rec.reason == "RuntimeError after 2 tokens: a bug in the parser"
+    assert rec.chunks == 2
+    rec2 = run(srv, clients, requested=5, client=client)
+    assert rec2.status == OK and rec2.chunks == 5 and rec2.output_tokens == 5
+    gevent.sleep(0.05)  # a watcher left started would now spin or fire into a finished greenlet
+
+
+def test_streams_read_in_the_hub_keep_their_own_times(serve: Any, clients: list[Any]) -> None:
+    """Eight streams at once, each paced differently: every record's TTFT and gaps are its own."""
+    pauses = [0.005 * (k + 1) for k in range(8)]
+    servers = []
+    for p in pauses:
+        script: list[Any] = [HEAD_SSE, 0.03]
+        for i in range(6):
+            script += [chunk(sse(cmpl(str(i)))), p]
+        servers.append(serve(script + [chunk(sse(usage(6)) + DONE) + END]))
+    jobs = [gevent.spawn(run, s, clients, "openai", 6) for s in servers]
+    gevent.joinall(jobs, timeout=10, raise_error=True)
+    for p, job in zip(pauses, jobs, strict=True):
+        rec = job.value
+        assert rec.status == OK and rec.chunks == 6
+        check_clock(rec)
+        assert 0.03 - EARLY <= rec.ttft_s <= 0.03 + TOL
+        # five gaps of p each between the six events
+        assert 5 * p - EARLY <= rec.t_last - rec.t_first <= 5 * p + TOL
