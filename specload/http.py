@@ -583,9 +583,9 @@ class StreamResponse:
         Raises what ``lines`` raises, and what ``take`` raises. On a plain TCP socket under the read
         timeout's watch (``watch``), the reading runs in the hub, in a libev io watcher's callback:
         the ``recv``, the decoding and ``take`` happen as soon as the socket is readable, and this
-        greenlet sleeps until the stream is over. That is one greenlet switch per request instead of
-        two, and one watcher started once instead of once per wake-up: ~6 us less client CPU per
-        streamed token (docs/bench.md). ``take`` must therefore never block or switch greenlets."""
+        greenlet sleeps until the stream is over: two greenlet switches and one watcher per request
+        instead of per wake-up, up to a third less client CPU per streamed token at a real server's
+        pace (docs/bench.md, "Reading in the hub"). ``take`` must therefore never block or switch."""
         lines: list[bytes] | None
         # What is here already (body bytes that came with the head), and TLS (whose own buffer can
         # hold data the socket no longer signals) or a socket with its own timeout: read here.
