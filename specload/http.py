@@ -25,6 +25,7 @@ from gevent.hub import Waiter
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
+from specload.sendall import sendall
 from specload.text import shorten
 
 logger = logging.getLogger("specload")
@@ -282,25 +283,11 @@ def post(
     pool = client._connection_pool
     sock = pool.get_socket()
     try:
-        _send(sock, _request_head(client, path, headers, len(payload)) + payload)
+        sendall(sock, _request_head(client, path, headers, len(payload)) + payload)
         return StreamResponse(sock, pool, read_timeout)
     except BaseException:
         pool.release_socket(sock)
         raise
-
-
-def _send(sock: Any, data: bytes) -> None:
-    """``sendall``: on a plain TCP socket first one non-blocking ``send`` (a request fits the socket
-    buffer nearly always), and gevent's ``sendall``, with the socket's timeout, for what is left."""
-    sent = 0
-    if type(sock) is gevent_socket.socket:
-        try:
-            sent = sock._sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        if sent == len(data):
-            return
-    sock.sendall(memoryview(data)[sent:] if sent else data)
 
 
 class StreamResponse:

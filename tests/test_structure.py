@@ -11,9 +11,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "specload"
 
-# Outside specload/locust/, only the hot path (the HTTP client and the stream reader) and the
-# simulator (its own server) may use gevent; nothing may use Locust.
-GEVENT_ALLOWED = {"specload.http", "specload.stream"}
+# Outside specload/locust/, only the hot path (the HTTP client, its socket writes and the stream
+# reader) and the simulator (its own server) may use gevent; nothing may use Locust.
+GEVENT_ALLOWED = {"specload.http", "specload.sendall", "specload.stream"}
 
 
 def module_name(path: Path) -> str:

@@ -53,6 +53,8 @@ from urllib.parse import unquote_to_bytes
 
 from gevent.server import StreamServer
 
+from specload.sendall import sendall
+
 MAX_HEAD = 64 * 1024  # request line + headers; more gets 431
 MAX_BODY = 256 * 1024 * 1024  # more gets 413
 RECV_SIZE = 256 * 1024
@@ -512,14 +514,13 @@ class HTTPServer(StreamServer):
             sock.sendall(resp.head.prefix + close + self._date() + b"Transfer-Encoding: chunked\r\n\r\n")
             if request.method == "HEAD":
                 return True, 0
-            sendall = sock.sendall
             for data in chunks:
                 if data:  # an empty chunk would end the body
-                    sendall(b"%x\r\n%b\r\n" % (len(data), data))
+                    sendall(sock, b"%x\r\n%b\r\n" % (len(data), data))
                     size += len(data)
             if request.aborted:
                 return False, size
-            sendall(_LAST_CHUNK)
+            sendall(sock, _LAST_CHUNK)
             return True, size
         except OSError:
             return False, size
