@@ -554,9 +554,8 @@ class StreamResponse:
 
     def _lines_now(self) -> list[bytes] | None:
         """``lines`` for a socket that was just found readable: one non-blocking ``recv``, never a wait
-        (it runs in the hub). [] when there was nothing after all."""
-        if self.complete:
-            return None
+        (it runs in the hub; ``pump`` stops the watcher once the message is complete). [] when there
+        was nothing after all."""
         try:
             n = self._raw_sock.recv_into(self._buf)
         except BlockingIOError:

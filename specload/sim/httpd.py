@@ -270,7 +270,7 @@ class _Reader:
         buf = self.buf
         if len(buf) < length:
             if expect_continue and not buf:
-                self.sock.sendall(_CONTINUE)
+                sendall(self.sock, _CONTINUE)
             pieces = [buf]
             have = len(buf)
             while have < length:
@@ -492,7 +492,7 @@ class HTTPServer(StreamServer):
             b"" if request.keep_alive else b"Connection: close\r\n",
             self._date(),
         )
-        sock.sendall(head if request.method == "HEAD" else head + body)
+        sendall(sock, head if request.method == "HEAD" else head + body)
 
     def _write_stream(self, sock: Any, request: Request, resp: Stream) -> tuple[bool, int]:
         """Write a streamed response; returns (completed, body bytes) and always closes the chunks."""
@@ -502,16 +502,16 @@ class HTTPServer(StreamServer):
             if request.version == "HTTP/1.0":
                 # No chunked encoding in HTTP/1.0: the body ends when the connection closes.
                 request.keep_alive = False
-                sock.sendall(resp.head.prefix + b"Connection: close\r\n" + self._date() + b"\r\n")
+                sendall(sock, resp.head.prefix + b"Connection: close\r\n" + self._date() + b"\r\n")
                 if request.method == "HEAD":
                     return True, 0
                 for data in chunks:
                     if data:
-                        sock.sendall(data)
+                        sendall(sock, data)
                         size += len(data)
                 return not request.aborted, size
             close = b"" if request.keep_alive else b"Connection: close\r\n"
-            sock.sendall(resp.head.prefix + close + self._date() + b"Transfer-Encoding: chunked\r\n\r\n")
+            sendall(sock, resp.head.prefix + close + self._date() + b"Transfer-Encoding: chunked\r\n\r\n")
             if request.method == "HEAD":
                 return True, 0
             for data in chunks:
@@ -539,7 +539,7 @@ class HTTPServer(StreamServer):
             self._date(),
         )
         with contextlib.suppress(OSError):
-            sock.sendall(head + body)
+            sendall(sock, head + body)
 
     def _log(self, address: Any, request: Request, status: int, size: int) -> None:
         client = address[0] if isinstance(address, tuple) else str(address)
