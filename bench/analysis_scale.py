@@ -1,13 +1,13 @@
 """Analysis scale: wall time, CPU time and peak memory of ``specload report`` and ``specload compare`` on big runs.
 
 Writes two synthetic run directories of N records each (records.jsonl in the real schema, every
-per-request figure from ``specload.records.derived``, run.json through ``specload.rundir``, a
+per-request figure from ``specload.core.records.derived``, run.json through ``specload.core.rundir``, a
 locust.json whose counts agree): a closed-loop sweep over C = 1 ... 512 in which every level lasts
 the same time (as with a per-level duration: the records of a level are proportional to its
 throughput, so C = 512 has the most), 1000-token outputs with a ~10-bin ITL histogram each, 0.1%
 failed and 0.1% short, the second run 10% faster to decode. Then runs, each in a fresh process,
 ``specload report A --no-write`` and ``specload compare A B --no-plot`` and measures the command
-and the helper process it forks (specload.forked): wall seconds, CPU seconds of both (rusage), the
+and the helper process it forks (specload.analysis.forked): wall seconds, CPU seconds of both (rusage), the
 command's own peak RSS (rusage) and the peak of both processes' memory together (the sum of their
 PSS, sampled every 0.1 s: a page they share after the fork counts once), and what other processes
 used of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the same at N / 10 gives the
@@ -40,9 +40,9 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specload import figcache  # noqa: E402
-from specload.histogram import bin_of  # noqa: E402
-from specload.records import (  # noqa: E402
+from specload.analysis import figcache  # noqa: E402
+from specload.core.histogram import bin_of  # noqa: E402
+from specload.core.records import (  # noqa: E402
     FAILED,
     OK,
     PHASE_MEASURE,
@@ -53,7 +53,7 @@ from specload.records import (  # noqa: E402
     level_label,
     make_record,
 )
-from specload.rundir import REPORT_MD, LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
+from specload.core.rundir import REPORT_MD, LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
 
 LEVELS = [1, 4, 16, 32, 64, 128, 256, 512]
 PROMPT, OUTPUT = 1000, 1000
@@ -396,7 +396,7 @@ def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path 
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )
-        if size == sizes[-1]:  # once more with the figures kept as a report keeps them (specload.figcache)
+        if size == sizes[-1]:  # once more with the figures kept as a report keeps them (specload.analysis.figcache)
             for run_dir in (a, b):
                 timed(report_cmd(run_dir)[:-1], "report (writing)", size, work / f"report-write-{size}.log")
             out[KEPT].append(timed(compare_cmd(a, b, work / f"cmp-kept-{size}"), KEPT, size,

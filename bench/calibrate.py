@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in presets:
             reals[x] = run_preset(x, args, out)
 
-    from specload.report import load_run
+    from specload.present.report import load_run
 
     measured: dict[str, dict[int, object]] = {}
     for x in presets:

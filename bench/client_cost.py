@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specload import simproc
-from specload.simproc import SimProcess, stop_process
+from specload.sim import process as simproc
+from specload.sim.process import SimProcess, stop_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -288,9 +288,9 @@ def start_sim(prefix: list[str], itl_ms: float, max_running: int) -> SimProcess:
 
 
 def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[str]) -> LevelResult:
-    from specload.records import PHASE_WARMUP, read_records
-    from specload.run import load_run
-    from specload.rundir import read_run_meta
+    from specload.analysis.run import load_run
+    from specload.core.records import PHASE_WARMUP, read_records
+    from specload.core.rundir import read_run_meta
 
     tag = f"c{lv.concurrency}-itl{lv.itl_ms:g}-L{lv.output_tokens}"
     out.mkdir(parents=True, exist_ok=True)

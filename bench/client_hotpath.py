@@ -23,9 +23,9 @@ import gevent  # noqa: E402
 import orjson  # noqa: E402
 from gevent.server import StreamServer  # noqa: E402
 
-from specload.backends import get_backend  # noqa: E402
-from specload.http import make_client, warm_up  # noqa: E402
-from specload.stream import RequestSpec, stream_request  # noqa: E402
+from specload.client.backends import get_backend  # noqa: E402
+from specload.client.http import make_client, warm_up  # noqa: E402
+from specload.client.stream import RequestSpec, stream_request  # noqa: E402
 
 
 def sse(obj: object) -> bytes:

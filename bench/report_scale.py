@@ -34,9 +34,9 @@ from typing import BinaryIO
 
 import orjson
 
-from specload import histogram
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_META, make_record
-from specload.rundir import RECORDS, SERVER_SAMPLES, LevelMeta, RunMeta, ServerInfo, write_run_meta
+from specload.core import histogram
+from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_META, make_record
+from specload.core.rundir import RECORDS, SERVER_SAMPLES, LevelMeta, RunMeta, ServerInfo, write_run_meta
 
 FIELDS = None  # RequestRecord field names, filled on first use
 T0 = 1_764_475_200.0

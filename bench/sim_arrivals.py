@@ -34,7 +34,7 @@ from dataclasses import dataclass  # noqa: E402
 
 import gevent  # noqa: E402
 
-from specload.simproc import stop_process  # noqa: E402
+from specload.sim.process import stop_process  # noqa: E402
 
 clock = time.perf_counter
 TTFT_MS = 200.0

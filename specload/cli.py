@@ -1,8 +1,8 @@
 """The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo.
 
-``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
+``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.analysis.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
-``specload.launch``). The scenario flags are made from the field table in ``specload.config``, the
+``specload.launch``). The scenario flags are made from the field table in ``specload.workload.config``, the
 same table that makes Locust's options and the web UI's form.
 
 Exit codes: 0 sweep completed; 1 sweep ran but did not complete (interrupted, failed, level
@@ -15,8 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from specload.capacity import search_space
-from specload.config import FLAG_FIELDS, ScenarioError
+from specload.core.resources import builtin_scenarios, locustfile_path
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
     EXIT_USAGE,
@@ -27,8 +26,9 @@ from specload.launch import (
     run_ui,
     run_worker,
 )
-from specload.resources import builtin_scenarios, locustfile_path
-from specload.tableview import TableView, columns_help, view_for
+from specload.present.tableview import TableView, columns_help, view_for
+from specload.sweep.capacity import search_space
+from specload.workload.config import FLAG_FIELDS, ScenarioError
 
 
 def _die(code: int, message: str) -> int:
@@ -193,11 +193,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return sim_main(argv[1:])
     if argv and argv[0] == "report":
-        from specload.report import main as report_main
+        from specload.present.report import main as report_main
 
         return report_main(argv[1:])
     if argv and argv[0] == "compare":
-        from specload.compare import main as compare_main
+        from specload.present.compare import main as compare_main
 
         return compare_main(argv[1:])
     args = build_parser().parse_args(argv)

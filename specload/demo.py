@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import sys
 
-from specload.capacity import SearchSpace
+from specload.analysis.capacity import SearchSpace
 from specload.launch import LaunchError, SweepSettings, run_capacity, run_sweep
-from specload.simproc import start_sim
-from specload.tableview import WHOLE, TableView
+from specload.present.tableview import WHOLE, TableView
+from specload.sim.process import start_sim
 
 # Time runs DEMO_TIME_SCALE times faster than in the reference deployment, so both sweeps fit in
 # about three minutes on two cores; tok/s figures are reported in simulated time (see below).
@@ -50,7 +50,7 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
     the SLO, between half the level where it met it and twice the first (a level near the boundary
     can go the other way on a second look). The search measures its own levels, so its answer
     stands on its own run. Returns the run directory (None when it did not complete)."""
-    from specload.run import load_run
+    from specload.analysis.run import load_run
 
     run = load_run(sweep_dir)
     cap = run.capacity()
@@ -75,8 +75,8 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
 
 
 def _capacity_sentence(runs: list[str], scenario: str, out: str) -> int:
-    from specload.compare import CompareError, run_compare
-    from specload.config import load_scenario
+    from specload.present.compare import CompareError, run_compare
+    from specload.workload.config import load_scenario
 
     if not load_scenario(scenario).slo:
         return 0  # a scenario without an SLO: nothing to search for
@@ -101,7 +101,7 @@ def _capacity_sentence(runs: list[str], scenario: str, out: str) -> int:
 
 
 def _slo_words(scenario: str) -> str:
-    from specload.config import load_scenario
+    from specload.workload.config import load_scenario
 
     slo = load_scenario(scenario).slo
     return f"{slo}, in the demo's {1 / DEMO_TIME_SCALE:g}x time" if slo else "none"
@@ -109,7 +109,7 @@ def _slo_words(scenario: str) -> str:
 
 def run_demo(scenario: str, out: str, view: TableView = WHOLE) -> int:
     """Both sweeps, their comparison and the capacity searches; ``view``: the printed tables' columns (``--columns``)."""
-    from specload.compare import CompareError, print_result, run_compare
+    from specload.present.compare import CompareError, print_result, run_compare
 
     print(
         "specload demo: two SIMULATED servers (no GPU, no model): the reference deployment's baseline and\n"

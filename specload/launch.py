@@ -21,13 +21,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specload.capacity import KIND_CONCURRENCY, SearchSpace
-from specload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
-from specload.http import check_host
-from specload.output import is_known_format
-from specload.resources import locustfile_path
-from specload.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
-from specload.tableview import WHOLE, TableView
+from specload.analysis.capacity import KIND_CONCURRENCY, SearchSpace
+from specload.client.http import check_host
+from specload.core.resources import locustfile_path
+from specload.core.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.present.output import is_known_format
+from specload.present.tableview import WHOLE, TableView
+from specload.workload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -144,7 +144,7 @@ PREFLIGHT_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 def preflight(host: str, sc: Scenario, insecure: bool) -> None:
     """Raise LaunchError when the server does not answer (or refuses us) before any run exists."""
-    from specload.probe import ServerUnreachable, get_json
+    from specload.client.probe import ServerUnreachable, get_json
 
     for attempt, pause in enumerate((*PREFLIGHT_BACKOFF_S, None), 1):
         try:
@@ -250,7 +250,7 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github", view: Tabl
 
 def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None = "github",
                  view: TableView = WHOLE) -> SweepOutcome:  # fmt: skip
-    """``specload capacity``: one run whose levels the search picks (specload.capacity), then its
+    """``specload capacity``: one run whose levels the search picks (specload.analysis.capacity), then its
     report, which ends with the answer. Raises LaunchError before any run (no SLO, bad space)."""
     sc, _ = check_settings(s)
     if not sc.slo:
@@ -276,8 +276,8 @@ def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None
 
 
 def _outcome(run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE) -> SweepOutcome:
-    from specload.report import print_report
-    from specload.run import load_run
+    from specload.analysis.run import load_run
+    from specload.present.report import print_report
 
     if not os.path.exists(os.path.join(run_dir, RUN_JSON)):
         # The sweep never started (Locust refused an option or the locustfile, or the server vanished):

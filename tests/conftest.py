@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from specload.simproc import SimProcess, start_sim
+from specload.sim.process import SimProcess, start_sim
 
 REPO = Path(__file__).resolve().parent.parent
 LOCUSTFILE = REPO / "locustfiles" / "specload_sweep.py"

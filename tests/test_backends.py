@@ -1,14 +1,14 @@
-"""specload.backends: request bodies and stream parsers, fed the exact bytes vLLM/SGLang send."""
+"""specload.client.backends: request bodies and stream parsers, fed the exact bytes vLLM/SGLang send."""
 
 from __future__ import annotations
 
 import pytest
 
-from specload.backends import MalformedEvent, get_backend
-from specload.backends.chat import ChatCompletions
-from specload.backends.openai import OpenAICompletions
-from specload.backends.sglang import SGLangGenerate
-from specload.records import SRC_META, SRC_USAGE
+from specload.client.backends import MalformedEvent, get_backend
+from specload.client.backends.chat import ChatCompletions
+from specload.client.backends.openai import OpenAICompletions
+from specload.client.backends.sglang import SGLangGenerate
+from specload.core.records import SRC_META, SRC_USAGE
 
 # OpenAI /v1/completions, as vLLM streams it with stream_options.include_usage ----------------------
 

@@ -1,4 +1,4 @@
-"""specload.capacity: the search state machine on synthetic pass/fail functions (noisy ones too),
+"""specload.analysis.capacity: the search state machine on synthetic pass/fail functions (noisy ones too),
 the answer read from levels, its words, and the controller hook that adds levels while a sweep runs."""
 
 from __future__ import annotations
@@ -9,30 +9,32 @@ from collections.abc import Callable
 
 import pytest
 
-from specload.capacity import (
-    BRACKETED,
-    FAILS_AT_MIN,
+from specload.analysis.capacity import (
     KIND_RATE,
-    MEETS_AT_MAX,
-    PROBE_LIMIT,
-    STOPPED,
     Capacity,
-    CapacityRun,
-    CapacitySearch,
-    Probe,
     SearchSpace,
     ServerLimits,
     capacity_of,
     compare_sentence,
     describe,
     limit_reason,
+)
+from specload.core.records import OK, PHASE_MEASURE, RequestRecord, make_record
+from specload.core.slo import LevelSlo, SloTally, parse_slo
+from specload.sweep.capacity import (
+    BRACKETED,
+    FAILS_AT_MIN,
+    MEETS_AT_MAX,
+    PROBE_LIMIT,
+    STOPPED,
+    CapacityRun,
+    CapacitySearch,
+    Probe,
     probe_plan,
     search_space,
 )
-from specload.config import Scenario
-from specload.levels import Change, LevelPlan, SweepController
-from specload.records import OK, PHASE_MEASURE, RequestRecord, make_record
-from specload.slo import LevelSlo, SloTally, parse_slo
+from specload.sweep.levels import Change, LevelPlan, SweepController
+from specload.workload.config import Scenario
 
 
 def run_search(space: SearchSpace, passes: Callable[[float], bool]) -> CapacitySearch:

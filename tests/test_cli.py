@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from specload.cli import build_parser, settings
-from specload.config import FIELDS, FLAG_FIELDS, ScenarioError
 from specload.launch import scenario_locust_flags
 from specload.locust.options import explicit_options, scenario_from_options
+from specload.workload.config import FIELDS, FLAG_FIELDS, ScenarioError
 from tests.test_locust_options import parser as locust_parser
 
 

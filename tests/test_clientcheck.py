@@ -17,7 +17,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload.clientcheck import (
+from specload.analysis.clientcheck import (
     CPU_SATURATED,
     LAG_P50_MS,
     LAG_P99_MS,
@@ -34,10 +34,10 @@ from specload.clientcheck import (
     level_flags,
     mean_in_flight,
 )
+from specload.core.rundir import LevelMeta, RunMeta
 from specload.locust.clientload import LoadProbe
 from specload.locust.protocol import ClientLoadMsg
-from specload.report import load_run
-from specload.rundir import LevelMeta, RunMeta
+from specload.present.report import load_run
 from tests.conftest import specload_cmd
 
 

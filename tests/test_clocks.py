@@ -1,11 +1,11 @@
-"""specload.clocks: a worker's clock offset from ping round trips (NTP's estimate)."""
+"""specload.core.clocks: a worker's clock offset from ping round trips (NTP's estimate)."""
 
 from __future__ import annotations
 
 import pytest
 
-from specload.clocks import ClockSample, describe, estimate, is_off
-from specload.rundir import ClientClock
+from specload.core.clocks import ClockSample, describe, estimate, is_off
+from specload.core.rundir import ClientClock
 
 
 def test_the_tightest_round_trip_wins() -> None:

@@ -1,4 +1,4 @@
-"""The columnar reading of a run (specload.columns) gives the figures the records give.
+"""The columnar reading of a run (specload.analysis.columns) gives the figures the records give.
 
 A generated run of ~50k records (several levels, warmup, failed/short requests, 429s, ITL
 histograms, accept lengths, requests without content, a torn last line and a wrongly typed field)
@@ -18,9 +18,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload import histogram
-from specload.columns import LevelColumns, read_columns
-from specload.metrics import (
+from specload.analysis.columns import LevelColumns, read_columns
+from specload.analysis.metrics import (
     LevelStats,
     _steady_window_events,
     percentile,
@@ -29,7 +28,9 @@ from specload.metrics import (
     summarize_run,
     tok_s_series,
 )
-from specload.records import (
+from specload.analysis.run import Run, load_run
+from specload.core import histogram
+from specload.core.records import (
     FAILED,
     OK,
     PHASE_MEASURE,
@@ -40,8 +41,7 @@ from specload.records import (
     make_record,
     read_records,
 )
-from specload.run import Run, load_run
-from specload.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, write_run_meta
+from specload.core.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, write_run_meta
 
 T0 = 1_764_475_200.0
 N_PER_LEVEL = 12_500

@@ -1,4 +1,4 @@
-"""specload.comparison, specload.compare and specload.plot against generated run directories shaped
+"""specload.analysis.comparison, specload.present.compare and specload.present.plot against generated run directories shaped
 like the reference."""
 
 from __future__ import annotations
@@ -12,17 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.compare import (
-    CompareError,
-    change_cell,
-    main,
-    print_result,
-    render_table,
-    run_compare,
-    table_columns,
-    table_rows,
-)
-from specload.comparison import (
+from specload.analysis.comparison import (
     Change,
     Crossover,
     _tpot_part,
@@ -34,10 +24,20 @@ from specload.comparison import (
     t_quantile_975,
     unique_labels,
 )
-from specload.output import fmt_pct
-from specload.plot import MISSING_NOTICE, plot_comparison
-from specload.run import load_run
-from specload.tableview import view_for
+from specload.analysis.run import load_run
+from specload.core.text import fmt_pct
+from specload.present.compare import (
+    CompareError,
+    change_cell,
+    main,
+    print_result,
+    render_table,
+    run_compare,
+    table_columns,
+    table_rows,
+)
+from specload.present.plot import MISSING_NOTICE, plot_comparison
+from specload.present.tableview import view_for
 from tests.fixtures.make_compare_runs import (
     BASE_AGG,
     BASE_PER,
@@ -541,22 +541,22 @@ def test_plot_draws_the_verdicts_crossovers_only(tmp_path: Path, monkeypatch: py
 
 
 def test_plot_draws_a_finished_comparison() -> None:
-    """plot depends on specload.comparison only, never on the CLI module that calls it (no circle)."""
+    """plot depends on specload.analysis.comparison only, never on the CLI module that calls it (no circle)."""
     import ast
 
-    import specload.compare
-    import specload.plot
+    import specload.present.compare
+    import specload.present.plot
 
     def imported(module: object) -> set[str]:
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
         return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
 
-    assert "specload.comparison" in imported(specload.plot) and "specload.compare" not in imported(specload.plot)
-    assert "specload.report" not in imported(specload.compare)  # both read runs through specload.run
+    assert "specload.analysis.comparison" in imported(specload.present.plot) and "specload.present.compare" not in imported(specload.present.plot)
+    assert "specload.present.report" not in imported(specload.present.compare)  # both read runs through specload.analysis.run
 
 
 def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path]) -> None:
-    from specload.compare import to_dict
+    from specload.present.compare import to_dict
 
     data = to_dict(build_comparison([load_run(p) for p in pair]))
     text = json.dumps(data)
@@ -565,7 +565,7 @@ def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path
 
 
 def test_a_level_the_client_distorted_is_named_in_the_comparison(pair: tuple[Path, Path], tmp_path: Path) -> None:
-    """A run.json level whose client figures cross a threshold (specload.clientcheck) gets a note."""
+    """A run.json level whose client figures cross a threshold (specload.analysis.clientcheck) gets a note."""
     import shutil
 
     base, mtp = (Path(shutil.copytree(p, tmp_path / p.name)) for p in pair)  # the fixture is shared

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 
-from specload.compare import table_columns, table_rows, to_dict
-from specload.comparison import (
+from specload.analysis.comparison import (
     Change,
     build_comparison,
     ci_change,
@@ -21,8 +20,9 @@ from specload.comparison import (
     crossover_sentence,
     t_quantile_975,
 )
-from specload.plot import plot_comparison
-from specload.run import load_run
+from specload.analysis.run import load_run
+from specload.present.compare import table_columns, table_rows, to_dict
+from specload.present.plot import plot_comparison
 from tests.fixtures.make_compare_runs import write_run
 
 # ---------------------------------------------------------------- F8: the exact t quantile

@@ -1,4 +1,4 @@
-"""specload.config: defaults, TOML loading, validation messages, flag overrides."""
+"""specload.workload.config: defaults, TOML loading, validation messages, flag overrides."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.config import (
+from specload.workload.config import (
     REFERENCE_LEVELS,
     Scenario,
     ScenarioError,

@@ -1,4 +1,4 @@
-"""specload.datasets: vLLM's ShareGPT sampling rules, a torn file, JSONL prompts; and a real sweep
+"""specload.workload.datasets: vLLM's ShareGPT sampling rules, a torn file, JSONL prompts; and a real sweep
 of dataset prompts against the simulator (whose /tokenize counts words, as its endpoints do)."""
 
 from __future__ import annotations
@@ -10,8 +10,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload.datasets import DatasetError, Pair, iter_json_array, jsonl_pairs, sample, sharegpt_pairs
-from specload.records import read_records
+from specload.core.records import read_records
+from specload.workload.datasets import (
+    DatasetError,
+    Pair,
+    iter_json_array,
+    jsonl_pairs,
+    sample,
+    sharegpt_pairs,
+)
 from tests.conftest import specload_cmd
 
 

@@ -24,9 +24,9 @@ import pytest
 import yaml  # the dev extra (pyproject.toml)
 
 from specload.cli import build_parser, settings
-from specload.config import load_scenario
-from specload.http import check_host
-from specload.resources import builtin_scenario
+from specload.client.http import check_host
+from specload.core.resources import builtin_scenario
+from specload.workload.config import load_scenario
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,11 +62,11 @@ def _strict(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _parser_for(argv: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
     """The parser specload's main() would hand these arguments to (sim, report and compare own theirs)."""
     if argv and argv[0] == "report":
-        from specload.report import _parser
+        from specload.present.report import _parser
 
         return _parser(), argv[1:]
     if argv and argv[0] == "compare":
-        from specload.compare import _parser
+        from specload.present.compare import _parser
 
         return _parser(), argv[1:]
     if argv and argv[0] == "sim":

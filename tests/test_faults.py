@@ -33,9 +33,9 @@ from typing import Any
 import orjson
 import pytest
 
-from specload.records import read_records
-from specload.report import load_run
-from specload.simproc import SimProcess, start_sim
+from specload.core.records import read_records
+from specload.present.report import load_run
+from specload.sim.process import SimProcess, start_sim
 from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 MODEL = "m"
@@ -797,9 +797,9 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
     form = {"host": server.url, "levels": "1", "output_tokens": "16", "input_tokens": "16",
             "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    wait_until(lambda: orjson.loads(_get(base + "/specload/run"))["status"] == "completed", 60, "the UI sweep",
+    wait_until(lambda: orjson.loads(_get(base + "/specload/analysis/run"))["status"] == "completed", 60, "the UI sweep",
               interval=0.2)  # fmt: skip
-    for page in ("/", "/specload/run", "/stats/requests", "/stats/requests/csv", "/stats/failures/csv"):
+    for page in ("/", "/specload/analysis/run", "/stats/requests", "/stats/requests/csv", "/stats/failures/csv"):
         texts[f"web UI {page}"] = _get(base + page).decode("utf-8", "replace")
     ui.send_signal(signal.SIGINT)
     ui.wait(timeout=30)

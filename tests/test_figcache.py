@@ -1,4 +1,4 @@
-"""A big run's figures kept for the next report and compare (specload/figcache.py): used exactly
+"""A big run's figures kept for the next report and compare (specload/analysis/figcache.py): used exactly
 when nothing they were made from changed, never when they could be stale or came from elsewhere."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specload import columns, figcache, run
-from specload.report import main as report_main
-from specload.slo import parse_slo
+from specload.analysis import columns, figcache, run
+from specload.core.slo import parse_slo
+from specload.present.report import main as report_main
 from tests.test_scale import exact, write_odd_run
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.simproc import start_sim
+from specload.sim.process import start_sim
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 120) -> subproces
 
 def test_the_installed_package_is_not_the_checkout(installed: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [str(installed / "python"), "-c", "import specload, specload.resources as r; print(specload.__file__); print(r.locustfile_path())"],
+        [str(installed / "python"), "-c", "import specload, specload.core.resources as r; print(specload.__file__); print(r.locustfile_path())"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

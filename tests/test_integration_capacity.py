@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from specload.columns import read_columns_and_tallies
-from specload.compare import run_compare
-from specload.report import load_run
-from specload.rundir import RECORDS
-from specload.slo import parse_slo
+from specload.analysis.columns import read_columns_and_tallies
+from specload.core.rundir import RECORDS
+from specload.core.slo import parse_slo
+from specload.present.compare import run_compare
+from specload.present.report import load_run
 from tests.conftest import specload_cmd
 from tests.test_scale import read_slo_tallies
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from specload.config import Scenario, load_scenario, scenario_from_dict
-from specload.lengths import expected_mean, parse_dist
-from specload.records import PHASE_MEASURE, RequestRecord
-from specload.report import Run, load_run
-from specload.workload import draw_request, request_classes
+from specload.core.records import PHASE_MEASURE, RequestRecord
+from specload.present.report import Run, load_run
+from specload.workload.config import Scenario, load_scenario, scenario_from_dict
+from specload.workload.lengths import expected_mean, parse_dist
+from specload.workload.request import draw_request, request_classes
 from tests.conftest import specload_cmd
 
 FAST = ("--ttft-ms", "5", "--itl-ms", "1", "--max-running", "64", "--model", "m")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from specload.report import load_run
+from specload.present.report import load_run
 from tests.conftest import specload_cmd
 
 SMALL = ("--levels", "1,2", "--input-tokens", "16", "--output-tokens", "8", "--requests-per-level", "2")
@@ -60,7 +60,7 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
     """Baseline and MTP presets, shortened (150 output tokens, time x2 faster, C = 32, 64): the
     comparison must name the crossover between C=32 and C=64 and the MTP server's cap of 48."""
     from specload.demo import sim_args
-    from specload.simproc import start_sim
+    from specload.sim.process import start_sim
 
     runs = []
     for preset in ("baseline", "mtp"):

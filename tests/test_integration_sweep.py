@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload.metrics import LevelStats
-from specload.records import read_records
-from specload.report import Run, load_run
+from specload.analysis.metrics import LevelStats
+from specload.core.records import read_records
+from specload.present.report import Run, load_run
 from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 TTFT_S = 0.200
@@ -220,7 +220,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     # 1) A whole sweep started from the form, with options edited there.
     form["levels"] = "1,2"
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
+    run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/analysis/run")))["status"] == "completed" and r,
                     60, "the UI sweep to complete")  # fmt: skip
     first_dir = Path(run["run_dir"])
     stats = orjson.loads(_get(base + "/stats/requests"))
@@ -243,7 +243,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
     def _second() -> dict | None:
-        r = orjson.loads(_get(base + "/specload/run"))
+        r = orjson.loads(_get(base + "/specload/analysis/run"))
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
     run2 = wait_until(_second, 60, "the second sweep to make progress")
@@ -278,7 +278,7 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
 
     def _workers() -> bool:
         try:
-            return orjson.loads(_get(base + "/specload/live"))["workers"] == 2
+            return orjson.loads(_get(base + "/specload/analysis/live"))["workers"] == 2
         except OSError:
             return False
 
@@ -289,7 +289,7 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
     streamed: list[float] = []
 
     def _done() -> dict | None:
-        live = orjson.loads(_get(base + "/specload/live"))
+        live = orjson.loads(_get(base + "/specload/analysis/live"))
         streamed.extend(lv["live_tok_s"] for lv in live["levels"] if lv["live_tok_s"])
         return live if live["state"] == "stopped" and live["run"] and live["run"]["report"] else None
 

@@ -1,4 +1,4 @@
-"""specload.introspect: the one reader of /v1/models, and the max-running lookup."""
+"""specload.client.introspect: the one reader of /v1/models, and the max-running lookup."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from specload.introspect import ServedModel, max_running, parse_models
+from specload.client.introspect import ServedModel, max_running, parse_models
 
 
 @pytest.mark.parametrize(

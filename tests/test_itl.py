@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from specload import histogram as h
-from specload.records import derived
+from specload.core import histogram as h
+from specload.core.records import derived
 
 
 def exact_rank(xs: list[float], q: float) -> float:

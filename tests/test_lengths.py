@@ -1,4 +1,4 @@
-"""specload.lengths: the length distribution syntax, its bounds and its draws' statistics."""
+"""specload.workload.lengths: the length distribution syntax, its bounds and its draws' statistics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from specload.lengths import LengthDist, LengthError, expected_mean, parse_dist
+from specload.workload.lengths import LengthDist, LengthError, expected_mean, parse_dist
 
 
 def draws(d: LengthDist, n: int, fixed: int = 100, seed: int = 1) -> list[int]:

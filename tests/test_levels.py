@@ -1,11 +1,11 @@
-"""specload.levels.SweepController: every transition, driven by a fake clock and fake records."""
+"""specload.sweep.levels.SweepController: every transition, driven by a fake clock and fake records."""
 
 from __future__ import annotations
 
 import pytest
 
-from specload.config import Scenario
-from specload.levels import (
+from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord, make_record
+from specload.sweep.levels import (
     DONE,
     DRAINING,
     MEASURE,
@@ -17,7 +17,7 @@ from specload.levels import (
     SweepState,
     plan_levels,
 )
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord, make_record
+from specload.workload.config import Scenario
 
 
 class Clock:

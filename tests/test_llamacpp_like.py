@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from specload.introspect import parse_metrics
-from specload.records import read_records
+from specload.client.introspect import parse_metrics
+from specload.core.records import read_records
 from tests.conftest import specload_cmd
 
 LLAMA_LIKE = ("--vocab-size", "4096", "--chat-template-tokens", "11", "--close-after-stream",
@@ -95,7 +95,7 @@ def test_llamacpp_metric_names_are_read() -> None:
 
 
 def test_secrets_a_server_reports_are_scrubbed() -> None:
-    from specload.introspect import REDACTED, scrub_secrets
+    from specload.client.introspect import REDACTED, scrub_secrets
 
     info = {
         "api_key": "sk-live-123", "admin_api_key": None, "ssl_keyfile_password": "pw", "max_total_num_tokens": 9,

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from specload.config import Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.locust.options import (
     add_arguments,
     check_form,
@@ -18,6 +17,7 @@ from specload.locust.options import (
     scenario_flags,
     scenario_from_options,
 )
+from specload.workload.config import Scenario, ScenarioError, apply_overrides, load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 SMOKE = str(SCENARIOS / "smoke.toml")

@@ -1,4 +1,4 @@
-"""Hand-computed cases for specload.metrics: every expected value below is worked out in comments."""
+"""Hand-computed cases for specload.analysis.metrics: every expected value below is worked out in comments."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from specload.metrics import (
+from specload.analysis.metrics import (
     ACCEPT_FROM_COUNTERS,
     ACCEPT_FROM_RECORDS,
     LevelStats,
@@ -23,7 +23,7 @@ from specload.metrics import (
     summarize_level,
     summarize_run,
 )
-from specload.records import (
+from specload.core.records import (
     FAILED,
     OK,
     PHASE_MEASURE,
@@ -463,7 +463,7 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
     request-seconds, not buckets x records (a 20 000 s level once took minutes to report)."""
     import random
 
-    from specload.metrics import Timeline, _window_tokens, tok_s_series
+    from specload.analysis.metrics import Timeline, _window_tokens, tok_s_series
 
     rnd = random.Random(5)
     recs = []

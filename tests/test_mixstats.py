@@ -1,4 +1,4 @@
-"""specload.mixstats and its report sections: lengths sent and counted, classes, turns, prefix cache hit rate."""
+"""specload.analysis.mixstats and its report sections: lengths sent and counted, classes, turns, prefix cache hit rate."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from specload.columns import LevelColumns
-from specload.metrics import ServerSample, percentile
-from specload.mixstats import (
+from specload.analysis.columns import LevelColumns
+from specload.analysis.metrics import ServerSample, percentile
+from specload.analysis.mixstats import (
     CACHE_FROM_COUNTERS,
     CACHE_FROM_GAUGE,
     CACHE_FROM_RECORDS,
@@ -22,10 +22,10 @@ from specload.mixstats import (
     prefix_cache_rate,
     summarize_counts,
 )
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, make_record
-from specload.report import render_report
-from specload.run import load_run
-from specload.rundir import RECORDS, LevelMeta, RunMeta, write_run_meta
+from specload.analysis.run import load_run
+from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, make_record
+from specload.core.rundir import RECORDS, LevelMeta, RunMeta, write_run_meta
+from specload.present.report import render_report
 
 
 def rec(

@@ -20,7 +20,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload.records import RequestRecord, read_records
+from specload.core.records import RequestRecord, read_records
 from tests import netns
 from tests.conftest import Procs, specload_cmd, wait_until
 

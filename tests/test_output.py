@@ -1,4 +1,4 @@
-"""specload.output (the one table renderer of report and compare) and specload.text."""
+"""specload.present.output (the one table renderer of report and compare) and specload.core.text."""
 
 from __future__ import annotations
 
@@ -8,16 +8,8 @@ import json
 
 import pytest
 
-from specload.output import (
-    MISSING,
-    check_format,
-    fmt_count,
-    fmt_num,
-    fmt_pct,
-    is_known_format,
-    render_table,
-)
-from specload.text import shorten
+from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct, shorten
+from specload.present.output import check_format, is_known_format, render_table
 
 HEADERS = ["C", "Agg tok/s"]
 ROWS = [["1", "5.0"], ["16", MISSING]]

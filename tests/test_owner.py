@@ -16,10 +16,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from specload.config import Scenario
-from specload.levels import SweepController, plan_levels
-from specload.records import OK, make_record, read_records
-from specload.rundir import RecordWriter
+from specload.core.records import OK, make_record, read_records
+from specload.core.rundir import RecordWriter
+from specload.sweep.levels import SweepController, plan_levels
+from specload.workload.config import Scenario
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,9 +107,9 @@ def test_a_local_run_hands_tickets_and_records_over_as_objects(tmp_path: Path) -
 def check_local(tmp_path: Path) -> None:
     """The owner and the users of one process (a local run) skip the messages: the same grants,
     the same checks of each record's ticket, the same bytes in records.jsonl as a shipped dict."""
+    from specload.core.records import RequestRecord
     from specload.locust.protocol import LOCAL_NODE, RecordMsg
     from specload.locust.user import UserSide
-    from specload.records import RequestRecord
 
     env, owner = running_owner(tmp_path)
     side = UserSide(env.runner)

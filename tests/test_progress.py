@@ -1,4 +1,4 @@
-"""specload.progress: the running level's progress line, from a real controller driven by a fake clock."""
+"""specload.present.progress: the running level's progress line, from a real controller driven by a fake clock."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import re
 
 import pytest
 
-from specload.config import Scenario
-from specload.levels import SweepController, plan_levels
-from specload.progress import (
+from specload.present.progress import (
     LevelSnapshot,
     TerminalLine,
     clock,
@@ -20,6 +18,8 @@ from specload.progress import (
     terminal_handlers,
     time_left_s,
 )
+from specload.sweep.levels import SweepController, plan_levels
+from specload.workload.config import Scenario
 from tests.test_levels import Clock, grants, rec
 
 T = 1000.0

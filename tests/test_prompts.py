@@ -1,11 +1,11 @@
-"""specload.prompts: exact-length, reproducible prompts that no prefix cache can serve."""
+"""specload.workload.prompts: exact-length, reproducible prompts that no prefix cache can serve."""
 
 from __future__ import annotations
 
 import pytest
 
-from specload.prompts import IDS, TEXT, PromptSource, make_prompt, prompt_ids, prompt_text
-from specload.vocab import IdPool
+from specload.workload.prompts import IDS, TEXT, PromptSource, make_prompt, prompt_ids, prompt_text
+from specload.workload.vocab import IdPool
 
 
 def R(lo: int, hi: int) -> IdPool:
@@ -148,7 +148,7 @@ def test_pool_draws_in_bulk_uniformly_and_only_from_the_pool() -> None:
 def test_a_pool_too_big_to_list_still_draws(monkeypatch: pytest.MonkeyPatch) -> None:
     import random
 
-    import specload.vocab as vocab
+    import specload.workload.vocab as vocab
 
     monkeypatch.setattr(vocab, "_FLAT_MAX", 5)
     pool = IdPool.from_ids([1, 2, 3, 50, 51, 52, 53])
@@ -156,13 +156,13 @@ def test_a_pool_too_big_to_list_still_draws(monkeypatch: pytest.MonkeyPatch) -> 
     assert set(ids) <= {1, 2, 3, 50, 51, 52, 53} and len(set(ids)) == 7
 
 
-# -- the tape: how a prompt is drawn since the per-request cost work (specload.prompts' doc) ---------
+# -- the tape: how a prompt is drawn since the per-request cost work (specload.workload.prompts' doc) ---------
 
 
 def test_prompt_is_fresh_lead_then_a_window_of_the_seeds_tape() -> None:
     import random
 
-    from specload.prompts import LEAD, MAX_WINDOW, TAPE_STARTS
+    from specload.workload.prompts import LEAD, MAX_WINDOW, TAPE_STARTS
 
     pool = R(1000, 30000)
     p = prompt_ids(4, 11, 1000, pool)
@@ -198,7 +198,7 @@ def test_prompts_are_the_same_in_another_process_whatever_came_first() -> None:
     import sys
 
     code = (
-        "import json; from specload.prompts import prompt_ids, prompt_text; from specload.vocab import IdPool;"
+        "import json; from specload.workload.prompts import prompt_ids, prompt_text; from specload.workload.vocab import IdPool;"
         "R = IdPool(((1000, 30000),));"
         "prompt_ids(9, 1, 40000, R); prompt_ids(9, 2, 300, R, shared_prefix=50); prompt_text(9, 4, 3000);"
         "print(json.dumps([prompt_ids(9, 3, 700, R), prompt_text(9, 5, 400)]))"
@@ -235,7 +235,7 @@ def _repeated_ngram(ids: list[int], k: int) -> bool:
 def test_a_long_prompt_never_repeats_a_stretch_of_itself(extra: int) -> None:
     # Up to MAX_WINDOW a window of the tape, beyond it drawn id by id: never the tape wrapped
     # around (an n-gram speculator would find the repeat and accept drafts it should not).
-    from specload.prompts import MAX_WINDOW
+    from specload.workload.prompts import MAX_WINDOW
 
     n = MAX_WINDOW + extra
     p = prompt_ids(2, 8, n, R(1000, 30000))
@@ -265,7 +265,7 @@ def test_shared_prefix_is_made_once_and_handed_out_as_a_copy() -> None:
 def test_prompts_do_not_depend_on_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
     # The per-process memo (tapes, shared prefixes) is a cache only: emptied at every call, the
     # prompts are the same.
-    import specload.prompts as prompts
+    import specload.workload.prompts as prompts
 
     want = [
         prompt_ids(s, n, 300, R(1000, 30000), shared_prefix=n % 2 * 30) for s in range(3) for n in range(3)
@@ -278,7 +278,7 @@ def test_prompts_do_not_depend_on_the_memo(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_prime_draws_the_tape_ahead() -> None:
-    from specload.prompts import prime
+    from specload.workload.prompts import prime
 
     src = PromptSource(IDS, "t", ids=R(1000, 30000))
     prime(src, 77)
@@ -289,7 +289,7 @@ def test_prime_draws_the_tape_ahead() -> None:
 
 
 def test_word_count_text() -> None:
-    from specload.vocab import word_count_text
+    from specload.workload.vocab import word_count_text
 
     assert word_count_text([]) == ""
     assert word_count_text(["a"]) == " a"

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from specload.arrivals import CONSTANT, GAMMA, POISSON, Schedule, offsets, schedule_seed
-from specload.compare import run_compare
-from specload.config import DEFAULT_POOL, Scenario, ScenarioError, apply_overrides
-from specload.levels import GRANT_AHEAD_S, MEASURE, SCHEDULE_LEAD_S, SweepController, plan_levels
-from specload.records import PHASE_MEASURE, level_label, read_records
-from specload.report import load_run, render_report
+from specload.core.records import PHASE_MEASURE, level_label, read_records
+from specload.present.compare import run_compare
+from specload.present.report import load_run, render_report
+from specload.sweep.levels import GRANT_AHEAD_S, MEASURE, SCHEDULE_LEAD_S, SweepController, plan_levels
+from specload.workload.arrivals import CONSTANT, GAMMA, POISSON, Schedule, offsets, schedule_seed
+from specload.workload.config import DEFAULT_POOL, Scenario, ScenarioError, apply_overrides
 from tests.conftest import specload_cmd
 
 # ---------------------------------------------------------------- schedules (pure)

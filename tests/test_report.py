@@ -1,4 +1,4 @@
-"""specload.report against hand-written run directories (no server, no Locust run)."""
+"""specload.present.report against hand-written run directories (no server, no Locust run)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from specload.metrics import LevelStats, level_json
-from specload.records import (
+from specload.analysis.metrics import LevelStats, level_json
+from specload.analysis.run import NotARunDir, load_run, read_server_samples
+from specload.core.records import (
     FAILED,
     OK,
     PHASE_MEASURE,
@@ -25,7 +26,8 @@ from specload.records import (
     RequestRecord,
     make_record,
 )
-from specload.report import (
+from specload.core.rundir import ServerInfo
+from specload.present.report import (
     COLUMNS,
     LEVEL_COLUMNS,
     main,
@@ -36,9 +38,7 @@ from specload.report import (
     write_report,
     write_report_md,
 )
-from specload.run import NotARunDir, load_run, read_server_samples
-from specload.rundir import ServerInfo
-from specload.tableview import view_for
+from specload.present.tableview import view_for
 
 T0 = 1_764_475_200.0  # 2025-11-30T04:00:00Z
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -500,7 +500,7 @@ def test_report_reads_run_json_typed(run_dir: Path) -> None:
 
 
 def test_distributions_section_has_counts_and_marks_tiny_samples(run_dir: Path) -> None:
-    from specload.report import render_report
+    from specload.present.report import render_report
 
     text = render_report(load_run(run_dir), "github", (50.0, 99.0))
     assert "## Latency distributions" in text
@@ -514,7 +514,7 @@ def test_distributions_section_has_counts_and_marks_tiny_samples(run_dir: Path) 
 
 
 def test_throughput_section(run_dir: Path) -> None:
-    from specload.report import render_report
+    from specload.present.report import render_report
 
     text = render_report(load_run(run_dir))
     section = text.split("## Throughput", 1)[1].split("##", 1)[0]
@@ -528,14 +528,14 @@ def test_throughput_section(run_dir: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["42", "50,abc", ""])
 def test_percentiles_flag_rejects_what_is_not_kept(run_dir: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from specload.report import main
+    from specload.present.report import main
 
     assert main([str(run_dir), "--no-write", "--percentiles", bad]) == 2
     assert "--percentiles" in capsys.readouterr().err
 
 
 def test_percentiles_flag_chooses_the_columns(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from specload.report import main
+    from specload.present.report import main
 
     assert main([str(run_dir), "--no-write", "--percentiles", "90,99.9"]) == 0
     out = capsys.readouterr().out
@@ -546,7 +546,7 @@ def test_percentiles_flag_chooses_the_columns(run_dir: Path, capsys: pytest.Capt
 
 def test_plot_flag_draws_tok_s_over_time(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
-    from specload.report import SERIES_PNG, main
+    from specload.present.report import SERIES_PNG, main
 
     assert main([str(run_dir), "--no-write", "--plot"]) == 0
     png = run_dir / SERIES_PNG

@@ -1,4 +1,4 @@
-"""specload.rundir: run directories are never reused, records land on disk as they come, and run.json
+"""specload.core.rundir: run directories are never reused, records land on disk as they come, and run.json
 reads back typed whatever version wrote it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from specload import rundir
-from specload.records import read_records
-from specload.rundir import (
+from specload.core import rundir
+from specload.core.records import read_records
+from specload.core.rundir import (
     RECORDS,
     RUN_JSON,
     SCHEMA_VERSION,
@@ -132,7 +132,7 @@ def test_record_writer_appends_never_truncates(tmp_path: Path) -> None:
 
 
 def test_record_writer_output_reads_back_as_records(tmp_path: Path) -> None:
-    from specload.records import OK, SRC_USAGE, RequestRecord
+    from specload.core.records import OK, SRC_USAGE, RequestRecord
 
     r = RequestRecord(
         level=0, concurrency=1, phase="measure", seq=0, backend="openai", status=OK, reason=None,
@@ -302,7 +302,7 @@ def test_report_survives_any_value_in_a_record_and_names_what_it_skipped(tmp_pat
 
 
 def test_client_clocks_round_trip_and_bad_entries_are_dropped() -> None:
-    from specload.rundir import ClientClock
+    from specload.core.rundir import ClientClock
 
     d = run_json_as_written() | {"clients": [
         {"worker": "w1", "offset_ms": 250.2, "rtt_ms": 0.4, "samples": 5, "measured_at": 1764475200.5},

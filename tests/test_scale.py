@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import pytest
 
-from specload import columns, forked, histogram, metrics, run
-from specload.columns import (
+from specload.analysis import columns, forked, metrics, run
+from specload.analysis.columns import (
     _ALL_FIELDS,
     _NOT_NULL,
     _NUM_TYPES,
@@ -39,7 +39,8 @@ from specload.columns import (
     _get_used,
     read_columns,
 )
-from specload.records import (
+from specload.core import histogram
+from specload.core.records import (
     _NUMBERS,
     OK,
     PHASE_MEASURE,
@@ -50,8 +51,8 @@ from specload.records import (
     make_record,
     read_notes,
 )
-from specload.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, read_jsonl, write_run_meta
-from specload.slo import Slo, SloTally, parse_slo
+from specload.core.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, read_jsonl, write_run_meta
+from specload.core.slo import Slo, SloTally, parse_slo
 
 T0 = 1_764_475_200.0
 
@@ -501,8 +502,7 @@ def test_load_run_with_two_processes_gives_the_same_figures(
 
 def test_compare_reads_each_big_run_in_a_child(odd_run: Path, plain_run: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from specload import compare
-
+    from specload.present import compare
     one = compare.run_compare([odd_run, plain_run], out=tmp_path / "one", plot=False, fmt="json", processes=1)
     monkeypatch.setattr(compare, "SPLIT_BYTES", 1000)  # both runs are "big": each is read in a child
     monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
@@ -893,7 +893,7 @@ def test_stdev_is_the_library_stdev_on_odd_values(seed: int) -> None:
 def test_request_hists_are_each_requests_merge(seed: int) -> None:
     """An ITL target's per-request histograms, made a block at a time, are histogram.merge of each
     OK request's pairs (bins, counts, key order and key types), {} for the others."""
-    from specload.slo import _request_hists
+    from specload.core.slo import _request_hists
 
     rng = random.Random(seed)
     for distinct in (False, True):

@@ -26,8 +26,8 @@ from specload.sim import hrtimer
 from specload.sim.app import DIE_EXIT_CODE
 from specload.sim.cli import build_faults, build_parser
 from specload.sim.faults import FaultInjector, Faults
+from specload.sim.process import stop_process
 from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
-from specload.simproc import stop_process
 
 # Measured-vs-configured tolerances (seconds). Deadlines are absolute, so a token is never early
 # (LATE_MAX covers client wake-up and scheduling noise on a busy 2-core box).

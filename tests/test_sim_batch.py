@@ -17,7 +17,7 @@ from typing import Any
 import gevent
 import pytest
 
-from specload.introspect import parse_metrics
+from specload.client.introspect import parse_metrics
 from specload.sim.app import SimApp
 from specload.sim.batch import (
     DONE,
@@ -32,8 +32,8 @@ from specload.sim.batch import (
     params_from_dict,
 )
 from specload.sim.cli import build_engine, build_parser
+from specload.sim.process import stop_process
 from specload.sim.timing import ADMITTED, Chunk, clock
-from specload.simproc import stop_process
 
 LATE_MAX = 0.010  # real-time tolerance on a busy 2-core box (tokens are never early)
 

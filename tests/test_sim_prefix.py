@@ -8,7 +8,7 @@ from collections.abc import Callable
 import gevent
 import pytest
 
-from specload.introspect import parse_metrics
+from specload.client.introspect import parse_metrics
 from specload.sim.batch import BatchRequest, BatchScheduler
 from specload.sim.prefix import PrefixCache, PromptKey, chat_units, word_unit
 from specload.sim.timing import ADMITTED, FixedEngine, clock

@@ -1,4 +1,4 @@
-"""specload.slo: parsing --slo, the per-request rule, the per-level verdict, goodput and the noise tests."""
+"""specload.core.slo: parsing --slo, the per-request rule, the per-level verdict, goodput and the noise tests."""
 
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import subprocess
 
 import pytest
 
-from specload import histogram
-from specload.config import Scenario, ScenarioError, apply_overrides
-from specload.metrics import PERCENTILES, percentile
-from specload.records import FAILED, OK, SHORT
-from specload.slo import (
+from specload.analysis.metrics import PERCENTILES, percentile
+from specload.core import histogram
+from specload.core.records import FAILED, OK, SHORT
+from specload.core.slo import (
     PERCENTILES as SLO_PERCENTILES,
 )
-from specload.slo import (
+from specload.core.slo import (
     SloError,
     SloTally,
     binomial_tails,
@@ -25,6 +24,7 @@ from specload.slo import (
     percentile_inf,
     requests_to_settle,
 )
+from specload.workload.config import Scenario, ScenarioError, apply_overrides
 from tests.conftest import specload_cmd
 
 # ---------------------------------------------------------------- parsing
@@ -257,6 +257,6 @@ def test_level_noise_flags() -> None:
 
 
 def test_the_slo_columns_are_a_set_of_columns() -> None:
-    from specload.tableview import parse_columns
+    from specload.present.tableview import parse_columns
 
     assert parse_columns("slo") == {"rate", "c", "slo_met", "good_pct", "goodput_tok_s", "goodput_req_s"}

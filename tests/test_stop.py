@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from specload.records import read_records
+from specload.core.records import read_records
 from tests.conftest import Procs, specload_cmd, wait_until
 
 SIM = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
@@ -136,7 +136,7 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
     sweep = procs.popen(specload_cmd("sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "out"),
                                      "--levels", "1", "--input-tokens", "16", "--output-tokens", "4"))  # fmt: skip
     time.sleep(1.0)  # the server is restarting: connections are refused
-    from specload.simproc import start_sim
+    from specload.sim.process import start_sim
 
     server = start_sim([*SIM, "--port", str(port)])
     try:
@@ -150,7 +150,7 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
 def test_a_server_restarted_mid_level_is_waited_for_and_the_outage_reported(procs: Procs, tmp_path: Path) -> None:
     """kill -9 of the server mid-level, back on the same port 0.3 s later: the sweep holds new
     requests instead of burning its budget on refusals, resumes, completes, and says what happened."""
-    from specload.simproc import start_sim
+    from specload.sim.process import start_sim
     from tests.conftest import free_port
 
     port = free_port()

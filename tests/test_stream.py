@@ -1,4 +1,4 @@
-"""specload.stream.stream_request against a real TCP server speaking raw HTTP/1.1.
+"""specload.client.stream.stream_request against a real TCP server speaking raw HTTP/1.1.
 
 The server below is a gevent StreamServer on 127.0.0.1 (ephemeral port) that plays a *script*
 per request: byte strings are written to the socket as they are (one TCP write each, Nagle off),
@@ -21,10 +21,11 @@ import pytest
 from gevent.pool import Pool
 from gevent.server import StreamServer
 
-from specload import histogram
-from specload.backends import get_backend
-from specload.http import make_client, warm_up
-from specload.records import (
+from specload.client.backends import get_backend
+from specload.client.http import make_client, warm_up
+from specload.client.stream import Interrupted, RequestSpec, stream_request
+from specload.core import histogram
+from specload.core.records import (
     FAILED,
     OK,
     PHASE_MEASURE,
@@ -35,7 +36,6 @@ from specload.records import (
     RequestRecord,
     now,
 )
-from specload.stream import Interrupted, RequestSpec, stream_request
 
 TOL = 0.020  # how late (s) the client may stamp bytes the server wrote (and a request reach the server)
 EARLY = 0.003  # a timer may fire this much early
@@ -621,7 +621,7 @@ def test_http_200_that_is_no_event_stream_fails_with_the_message(
 
 
 def test_an_exception_nobody_foresaw_still_makes_one_record(serve: Any, clients: list[Any], monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import specload.stream as stream
+    import specload.client.stream as stream
 
     def boom(*_a: Any, **_k: Any) -> None:
         raise RuntimeError("a bug")
@@ -687,7 +687,7 @@ def test_events_are_read_in_the_hub_on_plain_tcp(serve: Any, clients: list[Any],
     token (docs/bench.md). Only the bytes that came with the response head are read in the greenlet."""
     from gevent import get_hub, getcurrent
 
-    from specload.backends.openai import CompletionsParser
+    from specload.client.backends.openai import CompletionsParser
 
     where: list[str] = []
     real = CompletionsParser.read
@@ -713,7 +713,7 @@ def test_a_bug_met_while_reading_in_the_hub_is_one_failed_record(
 ) -> None:
     """An exception in the hub's callback is raised in the request's greenlet, and the hub and the
     connection pool go on: the next request on the same client is read as usual."""
-    from specload.backends.openai import CompletionsParser
+    from specload.client.backends.openai import CompletionsParser
 
     calls = [0]
     real = CompletionsParser.read

@@ -1,4 +1,5 @@
-"""The package's shape, checked from its source: no import circles, Locust confined to its package.
+"""The package's shape, checked from its source: no import circles, each subpackage imports only the
+layers below it, Locust confined to its package, the simulator self-contained.
 
 Walks every module's ``import`` statements with ``ast`` (function-level imports included, since a
 lazy import still makes a circle for the reader), so a new arrow that closes a circle fails here.
@@ -11,9 +12,19 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "specload"
 
-# Outside specload/locust/, only the hot path (the HTTP client, its socket writes and the stream
-# reader) and the simulator (its own server) may use gevent; nothing may use Locust.
-GEVENT_ALLOWED = {"specload.http", "specload.sendall", "specload.stream"}
+# The layers, lowest first: a module may import its own subpackage and those before it in this list
+# (each subpackage's docstring says the same). "app" is the top-level modules (cli, launch, demo).
+LAYERS = ["core", "client", "workload", "analysis", "sweep", "present", "locust", "app"]
+# Only these may use gevent: the hot path, the Locust glue and the simulator (its own server).
+GEVENT_ALLOWED = ("specload.client", "specload.locust", "specload.sim")
+
+
+def layer_of(module: str) -> str:
+    """The subpackage a module belongs to: ``specload.core.records`` -> core; the top level -> app."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "root"
+    return parts[1] if parts[1] in LAYERS or parts[1] == "sim" else "app"
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +103,52 @@ def test_locust_is_confined_to_its_package() -> None:
         roots = {i.split(".")[0] for i in imports(path)}
         if "locust" in roots:
             offenders.append(f"{name} imports locust")
-        if roots & {"gevent", "geventhttpclient"} and name not in GEVENT_ALLOWED and not name.startswith("specload.sim"):
+        if roots & {"gevent", "geventhttpclient"} and not name.startswith(GEVENT_ALLOWED):
             offenders.append(f"{name} imports gevent")
     assert not offenders, offenders
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[str]:
+    """Every arrow from a module to a layer above its own, or into or out of the simulator."""
+    bad = []
+    for name, deps in sorted(g.items()):
+        mine = layer_of(name)
+        for dep in sorted(deps):
+            theirs = layer_of(dep)
+            if theirs == "root":  # the package itself: __version__
+                continue
+            if mine == "sim" or theirs == "sim":
+                if mine != theirs and mine != "app":
+                    bad.append(f"{name} -> {dep}")
+            elif mine in LAYERS and LAYERS.index(theirs) > LAYERS.index(mine):
+                bad.append(f"{name} -> {dep}")
+    return bad
+
+
+def test_the_layer_check_catches_an_upward_arrow() -> None:
+    g = {
+        "specload.core.records": {"specload.analysis.metrics"},
+        "specload.analysis.metrics": {"specload.core.records"},
+        "specload.sim.httpd": {"specload.client.http"},
+        "specload.client.http": {"specload.sim.sendall"},
+        "specload.demo": {"specload.sim.process", "specload.present.report"},
+    }
+    assert upward_imports(g) == [
+        "specload.client.http -> specload.sim.sendall",
+        "specload.core.records -> specload.analysis.metrics",
+        "specload.sim.httpd -> specload.client.http",
+    ]
+
+
+def test_each_subpackage_imports_only_the_layers_below_it() -> None:
+    g = graph()
+    assert "specload.core.records" in g and "specload.present.report" in g
+    assert not upward_imports(g), upward_imports(g)
+
+
+def test_every_module_lives_in_a_subpackage_but_the_entry_points() -> None:
+    top = sorted(p.stem for p in PKG.glob("*.py"))
+    assert top == ["__init__", "__main__", "cli", "demo", "launch"], top
+    for sub in [*LAYERS[:-1], "sim"]:
+        doc = ast.get_docstring(ast.parse((PKG / sub / "__init__.py").read_text()))
+        assert doc, f"specload/{sub}/__init__.py needs a docstring that says what it holds and may import"

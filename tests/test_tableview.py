@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from specload.analysis.comparison import build_comparison
+from specload.analysis.run import Run, load_run
 from specload.cli import build_parser
-from specload.compare import _columns, run_compare
-from specload.compare import main as compare_main
-from specload.compare import render_table as render_comparison
-from specload.comparison import build_comparison
-from specload.output import render_view
-from specload.report import LEVEL_COLUMNS, print_report, render_levels, render_report
-from specload.report import main as report_main
-from specload.run import Run, load_run
-from specload.tableview import (
+from specload.present.compare import _columns, run_compare
+from specload.present.compare import main as compare_main
+from specload.present.compare import render_table as render_comparison
+from specload.present.output import render_view
+from specload.present.report import LEVEL_COLUMNS, print_report, render_levels, render_report
+from specload.present.report import main as report_main
+from specload.present.tableview import (
     FIGURES,
     PRIORITY,
     RANK,

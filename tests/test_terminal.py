@@ -20,7 +20,7 @@ import termios
 import time
 from pathlib import Path
 
-from specload.tableview import DEFAULT_WIDTH
+from specload.present.tableview import DEFAULT_WIDTH
 from tests.conftest import REPO, specload_cmd
 
 SIM_ARGS = ("--ttft-ms", "100", "--itl-ms", "20", "--max-running", "64", "--model", "m")

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from specload.compare import table_columns, table_rows
-from specload.comparison import build_comparison
-from specload.records import read_records
-from specload.run import load_run
-from specload.simproc import SimProcess, start_sim
+from specload.analysis.comparison import build_comparison
+from specload.analysis.run import load_run
+from specload.core.records import read_records
+from specload.present.compare import table_columns, table_rows
+from specload.sim.process import SimProcess, start_sim
 from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
 sync_api = pytest.importorskip(

@@ -30,12 +30,12 @@ from typing import Any
 import orjson
 import pytest
 
-from specload.config import Scenario
-from specload.http import base_headers, key_may_go_to
+from specload.client.http import base_headers, key_may_go_to
 from specload.locust.protocol import RunConfig
 from specload.locust.websafety import allowed_sites, foreign_origin
-from specload.prompts import PromptSource
-from specload.simproc import SimProcess, start_sim
+from specload.sim.process import SimProcess, start_sim
+from specload.workload.config import Scenario
+from specload.workload.prompts import PromptSource
 from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
@@ -253,9 +253,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
 def test_without_the_token_nothing_is_served_and_nothing_starts(ui: UI) -> None:
     before = _prompt_tokens(ui.home)
     b = Browser(ui.base)
-    pages = ("/", "/specload/run", "/stats/requests", "/specload/", "/specload/static/app.js", "/specload/form",
-             "/specload/live", "/specload/runs", "/specload/runs/x/report", "/specload/runs/x/report.json",
-             "/specload/compare?run=a&run=b", "/specload/compare.png?run=a&run=b", "/specload/levels.csv")  # fmt: skip
+    pages = ("/", "/specload/analysis/run", "/stats/requests", "/specload/", "/specload/static/app.js", "/specload/form",
+             "/specload/analysis/live", "/specload/runs", "/specload/runs/x/report", "/specload/runs/x/report.json",
+             "/specload/present/compare?run=a&run=b", "/specload/present/compare.png?run=a&run=b", "/specload/sweep/levels.csv")  # fmt: skip
     for path in pages:
         reply = b.call(path)
         assert reply.status == 302 and "/login" in reply.headers["Location"], (path, reply)
@@ -279,7 +279,7 @@ def test_with_the_token_a_sweep_runs(ui: UI) -> None:
     dirs = ui.run_dirs()
     assert b.post("/swarm", ui.form(ui.home.url)).json()["success"]
     run = wait_until(
-        lambda: (r := b.call("/specload/run").json())["status"] == "completed" and r, 60, "the sweep"
+        lambda: (r := b.call("/specload/analysis/run").json())["status"] == "completed" and r, 60, "the sweep"
     )
     assert run["levels"][0]["ok"] == 2
     assert len(ui.run_dirs()) == len(dirs) + 1
@@ -320,7 +320,7 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
 
     # 2) Confirmed in the form: the key goes there, and the sweep runs.
     assert b.post("/swarm", ui.form(ui.other.url, send_key_to_new_host="true")).json()["success"]
-    run = wait_until(lambda: (r := b.call("/specload/run").json())["status"] == "completed"
+    run = wait_until(lambda: (r := b.call("/specload/analysis/run").json())["status"] == "completed"
                     and r["run_dir"] and os.path.basename(r["run_dir"]) not in dirs and r, 60, "the sweep")  # fmt: skip
     assert run["levels"][0]["ok"] == 2 and _prompt_tokens(ui.other) > 0
     assert f"the API key goes to {ui.other.url}, as confirmed" in ui.log()

@@ -1,5 +1,5 @@
-"""specload's web page, the pieces without Locust: the live figures (specload.live) are the report's
-own, and the runs, reports and comparisons it serves (specload.webview) are `specload report` and
+"""specload's web page, the pieces without Locust: the live figures (specload.analysis.live) are the report's
+own, and the runs, reports and comparisons it serves (specload.present.webview) are `specload report` and
 `specload compare` exactly. The page itself, in a real browser: tests/test_webui_browser.py."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from specload.compare import table_columns, table_rows
-from specload.comparison import build_comparison
-from specload.live import MIN_RECOMPUTE_S, LiveRun
-from specload.metrics import ServerSample, level_json
-from specload.records import PHASE_WARMUP
-from specload.report import render_report
-from specload.run import load_run
-from specload.webview import NoSuchRun, compare_bundle, list_runs, main, report_bundle, run_path
+from specload.analysis.comparison import build_comparison
+from specload.analysis.live import MIN_RECOMPUTE_S, LiveRun
+from specload.analysis.metrics import ServerSample, level_json
+from specload.analysis.run import load_run
+from specload.core.records import PHASE_WARMUP
+from specload.present.compare import table_columns, table_rows
+from specload.present.report import render_report
+from specload.present.webview import NoSuchRun, compare_bundle, list_runs, main, report_bundle, run_path
 from tests.conftest import specload_cmd
 from tests.test_report import T0, rec, sample_meta, sample_records, write_run
 

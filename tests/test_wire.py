@@ -1,4 +1,4 @@
-"""specload.http.StreamResponse: the response head, the chunked decoder, the SSE line split and the
+"""specload.client.http.StreamResponse: the response head, the chunked decoder, the SSE line split and the
 read-timeout watch of the streaming hot path.
 
 The decoder is driven through a fake socket that hands out a recorded response cut at chosen
@@ -18,8 +18,8 @@ import orjson
 import pytest
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-from specload.http import StreamResponse, StreamTimeout, make_client
-from specload.records import FAILED, OK
+from specload.client.http import StreamResponse, StreamTimeout, make_client
+from specload.core.records import FAILED, OK
 from tests import test_stream
 from tests.test_stream import CLOSE, DONE, END, HEAD_SSE, chunk, cmpl, run, sse, usage
 
@@ -292,8 +292,8 @@ def test_watch_throws_into_a_silent_reader_only() -> None:
 def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> None:
     from dataclasses import asdict
 
-    from specload.levels import Grant
     from specload.locust.protocol import RecordMsg, TicketReply
+    from specload.sweep.levels import Grant
 
     payload = sse(cmpl("a")) + sse(cmpl("b")) + sse(cmpl("c", "length")) + sse(usage(3)) + DONE
     rec = run(serve([HEAD_SSE, chunk(payload) + END]), clients, requested=3)
@@ -312,8 +312,8 @@ def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> 
 
 def test_a_request_bigger_than_the_socket_buffer_is_sent_whole(serve: Any, clients: list[Any]) -> None:
     """The first non-blocking send takes what fits; gevent's sendall sends the rest."""
-    from specload.backends import get_backend
-    from specload.stream import stream_request
+    from specload.client.backends import get_backend
+    from specload.client.stream import stream_request
     from tests.test_stream import spec
 
     srv = serve([HEAD_SSE, chunk(sse(cmpl("a", "length")) + sse(usage(1)) + DONE) + END])
@@ -344,7 +344,7 @@ def test_the_pooled_connection_gets_its_timeout_back(serve: Any, clients: list[A
 def test_a_head_that_never_comes_leaves_no_watch_behind(serve: Any, clients: list[Any]) -> None:
     """A read timeout before the head is thrown by the stream's watch; the watch is gone afterwards
     (one left armed would throw into the user's greenlet later, anywhere)."""
-    from specload.http import post
+    from specload.client.http import post
 
     srv = serve([1.0, HEAD_SSE])
     client = make_client(f"http://127.0.0.1:{srv.port}", 5.0, 2.0)
@@ -367,7 +367,7 @@ def test_alive_check_is_what_select_said() -> None:
     """Idle and silent: alive; the peer closed it or sent something nobody asked for: not reused."""
     from gevent import socket as gsocket
 
-    from specload.http import _alive_check
+    from specload.client.http import _alive_check
 
     asked: list[Any] = []
     alive = _alive_check(lambda s: asked.append(s) or True)
@@ -397,7 +397,7 @@ def test_alive_check_works_above_select_s_limit() -> None:
 
     from gevent import socket as gsocket
 
-    from specload.http import _alive_check
+    from specload.client.http import _alive_check
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft <= 1100:

@@ -1,4 +1,4 @@
-"""specload.workload and the scenario fields behind it: classes, draws, prefix groups, conversations."""
+"""specload.workload.request and the scenario fields behind it: classes, draws, prefix groups, conversations."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from specload.config import Scenario, ScenarioError, apply_overrides, load_scenario, scenario_from_dict
-from specload.datasets import Item
-from specload.prompts import TEXT, PromptSource, make_prompt, range_source
-from specload.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, make_record
-from specload.workload import RequestMaker, draw_request, pick_class, request_classes, uniforms
+from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, make_record
+from specload.workload.config import (
+    Scenario,
+    ScenarioError,
+    apply_overrides,
+    load_scenario,
+    scenario_from_dict,
+)
+from specload.workload.datasets import Item
+from specload.workload.prompts import TEXT, PromptSource, make_prompt, range_source
+from specload.workload.request import RequestMaker, draw_request, pick_class, request_classes, uniforms
 
 IDS_SRC = range_source(1000, 30000, "test")
 TEXT_SRC = PromptSource(TEXT, "words")
@@ -58,7 +64,7 @@ def test_draws_are_a_pure_function_of_the_ticket_in_any_process() -> None:
     tickets = [(0, PHASE_MEASURE, s) for s in range(30)] + [(3, PHASE_WARMUP, s) for s in range(5)]
     here = [uniforms(7, lv, ph, s) for lv, ph, s in tickets]
     code = (
-        "import json, sys; from specload.workload import uniforms; "
+        "import json, sys; from specload.workload.request import uniforms; "
         "print(json.dumps([uniforms(7, lv, ph, s) for lv, ph, s in json.loads(sys.argv[1])]))"
     )
     out = subprocess.run(

@@ -3,7 +3,7 @@
 One greenlet per process sleeps a fixed short interval and notes how late it woke: that lag is
 what every user of the process waits for its turn, so it is also how late tokens are read and
 requests sent. With the process's CPU seconds per wall second over the same time, it tells a
-client that kept up from one that measured itself (the verdict: ``specload.clientcheck``).
+client that kept up from one that measured itself (the verdict: ``specload.analysis.clientcheck``).
 
 Measured only while a level hands out tickets or drains (not during ramps and pauses, which would
 dilute a busy level with idle time). The summary so far goes to the sweep's owner a few times a
@@ -22,9 +22,9 @@ from typing import Any
 
 import gevent
 
-from specload.clientcheck import ACTIVE_PHASES, LagHistogram, ProcessLoad
+from specload.analysis.clientcheck import ACTIVE_PHASES, LagHistogram, ProcessLoad
+from specload.client.stream import streamed_tokens
 from specload.locust.protocol import ClientLoadMsg
-from specload.stream import streamed_tokens
 
 logger = logging.getLogger("specload")
 

@@ -2,7 +2,7 @@
 
 The master pings a worker a few times when it joins and when a run starts; the worker answers
 each ping with its wall clock at once (in its message loop, not behind the users). The math is in
-``specload.clocks``; the results go to run.json ``clients`` through the owner.
+``specload.core.clocks``; the results go to run.json ``clients`` through the owner.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 import gevent
 
-from specload.clocks import ClockSample, estimate
+from specload.core.clocks import ClockSample, estimate
+from specload.core.rundir import ClientClock
 from specload.locust.protocol import MSG_CLOCK_PING, MSG_CLOCK_PONG, ClockPing, ClockPong
-from specload.rundir import ClientClock
 
 logger = logging.getLogger("specload")
 

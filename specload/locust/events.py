@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.records import OK, PHASE_WARMUP, RequestRecord, level_label
+from specload.core.records import OK, PHASE_WARMUP, RequestRecord, level_label
 
 
 class RequestFailed(Exception):

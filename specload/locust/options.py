@@ -2,7 +2,7 @@
 
 Registering them on Locust's own parser is what makes a plain ``locust -f locustfiles/...`` run
 take them, shows them in the web UI's start form (file paths excluded), and forwards them to
-workers. The scenario's options are made from the field table in ``specload.config``; only the
+workers. The scenario's options are made from the field table in ``specload.workload.config``; only the
 run's own options (files, label, TLS, where the API key may go, which pages may drive the web UI)
 are declared here. Resolution rule: start from
 ``--scenario`` (or the built-in defaults); every option whose value differs from its default, or
@@ -15,9 +15,16 @@ from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
 
-from specload.config import FLAG_FIELDS, FieldSpec, Scenario, ScenarioError, apply_overrides, load_scenario
-from specload.http import check_host
-from specload.rundir import MAX_LABEL
+from specload.client.http import check_host
+from specload.core.rundir import MAX_LABEL
+from specload.workload.config import (
+    FLAG_FIELDS,
+    FieldSpec,
+    Scenario,
+    ScenarioError,
+    apply_overrides,
+    load_scenario,
+)
 
 # The run's own options: (dest, flag, default, help, in web UI).
 RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [

@@ -23,9 +23,8 @@ from gevent.event import Event
 from locust.runners import STATE_MISSING, MasterRunner
 
 from specload import __version__
-from specload.backends import get_backend
-from specload.capacity import CAPACITY_JSON, CapacityRun, SearchSpace, verdict_text
-from specload.clientcheck import (
+from specload.analysis.capacity import CAPACITY_JSON, SearchSpace, verdict_text
+from specload.analysis.clientcheck import (
     ACTIVE_PHASES,
     MASTER,
     ClientFigures,
@@ -34,13 +33,31 @@ from specload.clientcheck import (
     in_flight_due,
     judge_in_flight,
 )
-from specload.clocks import describe, is_off
-from specload.config import Scenario, ScenarioError
-from specload.datasets import DatasetError, Item, load_items
-from specload.http import api_key, check_host, key_may_go_to, redact_host
-from specload.introspect import discover_model, max_running, server_config
-from specload.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
-from specload.live import LiveRun
+from specload.analysis.live import LiveRun
+from specload.analysis.metrics import ServerSample
+from specload.analysis.run import Run
+from specload.client.backends import get_backend
+from specload.client.http import api_key, check_host, key_may_go_to, redact_host
+from specload.client.introspect import discover_model, max_running, server_config
+from specload.client.probe import ServerUnreachable, server_back
+from specload.core.clocks import describe, is_off
+from specload.core.records import FAILED, PHASE_MEASURE, RequestRecord, level_label
+from specload.core.rundir import (
+    LOCUST_PREFIX,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_INTERRUPTED,
+    RUN_RUNNING,
+    ClientClock,
+    RecordWriter,
+    RunMeta,
+    ServerInfo,
+    claim_run_dir,
+    new_run_dir,
+    write_json_atomic,
+    write_run_meta,
+)
+from specload.core.slo import Slo, SloTally, parse_slo
 from specload.locust.clockprobe import ClockProbe
 from specload.locust.options import (
     FORM_SOURCE,
@@ -70,28 +87,12 @@ from specload.locust.protocol import (
 )
 from specload.locust.sampler import MetricsSampler
 from specload.locust.user import current_user_side
-from specload.metrics import ServerSample
-from specload.probe import ServerUnreachable, server_back
-from specload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.records import FAILED, PHASE_MEASURE, RequestRecord, level_label
-from specload.run import Run
-from specload.rundir import (
-    LOCUST_PREFIX,
-    RUN_COMPLETED,
-    RUN_FAILED,
-    RUN_INTERRUPTED,
-    RUN_RUNNING,
-    ClientClock,
-    RecordWriter,
-    RunMeta,
-    ServerInfo,
-    claim_run_dir,
-    new_run_dir,
-    write_json_atomic,
-    write_run_meta,
-)
-from specload.slo import Slo, SloTally, parse_slo
-from specload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_prompt_hint
+from specload.sweep.capacity import CapacityRun
+from specload.sweep.levels import Change, LevelStatus, Outcome, SweepController, plan_levels
+from specload.workload.config import Scenario, ScenarioError
+from specload.workload.datasets import DatasetError, Item, load_items
+from specload.workload.prompt_source import PromptProbeFailed, discover_prompts
+from specload.workload.vocab import LocalTokenizer, ServerTokenizer, VocabError, invalid_prompt_hint
 
 logger = logging.getLogger("specload")
 
@@ -138,7 +139,7 @@ class SweepOwner:
         self._next_item = 0
         self._config_wire: dict[str, Any] | None = None  # self.config as broadcast, made once per run
         self.failure: str | None = None
-        self.live: LiveRun | None = None  # what the web UI shows of this run (specload.live)
+        self.live: LiveRun | None = None  # what the web UI shows of this run (specload.analysis.live)
         self.sampler: MetricsSampler | None = None
         self._outage_watch: Any = None  # the greenlet checking whether the server is back
         # Rate levels: ticket requests of idle users, answered in turn as requests fall due.
@@ -164,7 +165,7 @@ class SweepOwner:
         self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
         self.slo_tallies: dict[int, SloTally] = {}
         self.capacity: CapacityRun | None = None
-        self.progress: ProgressBar | None = None  # the live line on a terminal (specload.progress)
+        self.progress: ProgressBar | None = None  # the live line on a terminal (specload.present.progress)
         self.closed = True  # this run's directory is complete (final run.json, locust.json, report.md)
         self.local_side: Any = None  # a local run's users (specload.locust.user.UserSide): answered directly
         opts = environment.parsed_options
@@ -491,7 +492,7 @@ class SweepOwner:
         self.closed = True
         self.write_meta()
         self.write_locust_stats()
-        from specload.report import load_run, write_report_md
+        from specload.present.report import load_run, write_report_md
 
         try:
             run = load_run(self.run_dir, keep=True)  # a big run's figures kept for report and compare

@@ -78,7 +78,7 @@ def on_init(environment: Any, **_: Any) -> None:
 
 
 def _start_load_probe(environment: Any) -> None:
-    """Every process measures its own load per level for the owner (specload.clientcheck): user
+    """Every process measures its own load per level for the owner (specload.analysis.clientcheck): user
     processes send it over a message, the master (which runs no users, but hands out every ticket)
     hands its own straight to the owner."""
     runner = environment.runner
@@ -147,7 +147,7 @@ def on_quitting(environment: Any, **_: Any) -> None:
     run = owner.close_run()  # None when a web UI run was completed already
     opts = environment.parsed_options
     if run is not None and opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
-        from specload.report import render_report
+        from specload.present.report import render_report
 
         print(render_report(run, "github"), flush=True)
 

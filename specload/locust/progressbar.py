@@ -3,7 +3,7 @@
 Started by the owner with each run, only when the process's stderr (where its log lines go) is a
 terminal: the Locust child of ``specload sweep`` inherits the user's terminal, so that is the
 case there, and never in CI, under a pipe or into a file, where the log lines stay exactly as they
-were. What the line says is specload.progress; this module only schedules it and keeps the log
+were. What the line says is specload.present.progress; this module only schedules it and keeps the log
 lines above it (the terminal's log handlers write through ``TerminalLine.stream_for``).
 """
 
@@ -17,8 +17,9 @@ from typing import Any, TextIO
 
 import gevent
 
-from specload.levels import Phase, SweepController
-from specload.progress import TerminalLine, render, snapshot, terminal_handlers
+from specload.core.records import Phase
+from specload.present.progress import TerminalLine, render, snapshot, terminal_handlers
+from specload.sweep.levels import SweepController
 
 logger = logging.getLogger("specload")
 

@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass, fields
 from operator import attrgetter
 from typing import Any
 
-from specload.clientcheck import ProcessLoad
-from specload.config import Scenario
-from specload.datasets import Item
-from specload.levels import Grant, Phase, SweepState
-from specload.prompts import PromptSource
-from specload.records import RequestRecord
+from specload.analysis.clientcheck import ProcessLoad
+from specload.core.records import Phase, RequestRecord
+from specload.sweep.levels import Grant, SweepState
+from specload.workload.config import Scenario
+from specload.workload.datasets import Item
+from specload.workload.prompts import PromptSource
 
 MSG_STATE = "specload_state"  # owner -> users: current level, whether tickets are available, run config
 MSG_TICKET_REQ = "specload_ticket_req"  # user -> owner

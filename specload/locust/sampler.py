@@ -1,6 +1,6 @@
 """Samples the server's ``/metrics`` into server_samples.jsonl through a run, in its own greenlet.
 
-Runs in the sweep owner's process; the page is parsed by ``specload.introspect.parse_metrics``.
+Runs in the sweep owner's process; the page is parsed by ``specload.client.introspect.parse_metrics``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 import gevent
 import orjson
 
-from specload.http import base_headers, endpoint, make_client
-from specload.introspect import parse_metrics
-from specload.records import now
-from specload.rundir import SERVER_SAMPLES
+from specload.client.http import base_headers, endpoint, make_client
+from specload.client.introspect import parse_metrics
+from specload.core.records import now
+from specload.core.rundir import SERVER_SAMPLES
 
 logger = logging.getLogger("specload")
 

@@ -16,9 +16,10 @@ from gevent.event import AsyncResult, Event
 from locust import User, constant, task
 from locust.runners import WorkerRunner
 
-from specload.backends import Backend, get_backend
-from specload.http import base_headers, endpoint, make_client, warm_up
-from specload.levels import SweepState
+from specload.client.backends import Backend, get_backend
+from specload.client.http import base_headers, endpoint, make_client, warm_up
+from specload.client.stream import Interrupted, RequestSpec, stream_request
+from specload.core.records import RequestRecord, now
 from specload.locust.events import fire_record
 from specload.locust.protocol import (
     LOCAL_NODE,
@@ -34,11 +35,10 @@ from specload.locust.protocol import (
     TicketRequest,
     TicketReturn,
 )
-from specload.prompts import IDS, prime
-from specload.records import RequestRecord, now
-from specload.stream import Interrupted, RequestSpec, stream_request
-from specload.vocab import ServerTokenizer
-from specload.workload import Conversation, RequestMaker
+from specload.sweep.levels import SweepState
+from specload.workload.prompts import IDS, prime
+from specload.workload.request import Conversation, RequestMaker
+from specload.workload.vocab import ServerTokenizer
 
 logger = logging.getLogger("specload")
 
@@ -124,7 +124,7 @@ class UserSide:
         return self._wire
 
     def maker(self) -> RequestMaker:
-        """The run's request maker (specload.workload): what each ticket sends."""
+        """The run's request maker (specload.workload.request): what each ticket sends."""
         if self._maker is None:
             cfg = self.config
             assert cfg is not None

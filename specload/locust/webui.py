@@ -37,9 +37,10 @@ import gevent.lock
 from locust.runners import MasterRunner
 
 import specload
-from specload.clientcheck import ACTIVE_PHASES, cell
-from specload.config import FIELDS
-from specload.levels import LevelStatus
+from specload.analysis.clientcheck import ACTIVE_PHASES, cell
+from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats
+from specload.core.records import level_label
+from specload.core.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
 from specload.locust.options import (
     LABEL_DEST,
     RUN_OPTIONS,
@@ -50,10 +51,9 @@ from specload.locust.options import (
 )
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
-from specload.metrics import SERIES_BUCKET_S, LevelStats
-from specload.records import level_label
-from specload.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
-from specload.webview import NoSuchRun, list_runs, run_path
+from specload.present.webview import NoSuchRun, list_runs, run_path
+from specload.sweep.levels import LevelStatus
+from specload.workload.config import FIELDS
 
 logger = logging.getLogger("specload")
 
@@ -62,7 +62,7 @@ _KEY = "specload-levels"
 _COLUMNS = [
     ("level", "Level"), ("concurrency", "C"), ("phase", "Phase"), ("requests", "Requests"),
     ("ok", "Ok"), ("failed", "Fail"), ("short", "Short"), ("tokens", "Tokens"), ("agg_tok_s", "Agg tok/s"),
-    ("client", "Client"),  # the load generator's own verdict (specload.clientcheck)
+    ("client", "Client"),  # the load generator's own verdict (specload.analysis.clientcheck)
 ]  # fmt: skip
 # specload's page shows the runner's state in four words: the run can be started, is running, is
 # winding down (in-flight requests get their grace period), or has stopped.
@@ -310,7 +310,7 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
 
 
 class Bundles:
-    """Reports and comparisons made by ``python -m specload.webview`` in a child process (reading a
+    """Reports and comparisons made by ``python -m specload.present.webview`` in a child process (reading a
     big run takes seconds of CPU: not the Locust process's, which may be driving a sweep), kept
     while the run directories are unchanged."""
 
@@ -349,7 +349,7 @@ class Bundles:
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (pkg_root, os.environ.get("PYTHONPATH")) if p),
         }
-        cmd = [sys.executable, "-m", "specload.webview", kind, *map(str, run_dirs)]
+        cmd = [sys.executable, "-m", "specload.present.webview", kind, *map(str, run_dirs)]
         try:
             done = subprocess.run(cmd, capture_output=True, timeout=600, env=env)
             out = json.loads(done.stdout or b"{}")
@@ -378,7 +378,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
     ]
     web_ui.template_args["extended_csv_files"] = [
-        {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
+        {"href": "./specload/sweep/levels.csv", "title": "specload levels (CSV)"},
         {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
     ]
     auth = web_ui.auth_required_if_enabled
@@ -427,12 +427,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         return jsonify({"fields": form_fields(environment), "scenario_file": getattr(opts, "scenario", "") or None,
                         "results_dir": results_dir()})  # fmt: skip
 
-    @app.route("/specload/live")
+    @app.route("/specload/analysis/live")
     @auth
     def _live() -> Any:
         return jsonify(live_payload(environment, owner))
 
-    @app.route("/specload/levels.csv")
+    @app.route("/specload/sweep/levels.csv")
     @auth
     def _levels_csv() -> Any:
         buf = io.StringIO()
@@ -441,7 +441,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")
 
-    @app.route("/specload/run")
+    @app.route("/specload/analysis/run")
     @auth
     def _run() -> Any:
         return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.status,
@@ -481,14 +481,14 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             abort(400, "choose at least two runs (the first is the baseline)")
         return names, bundles.get("compare", [run_dir_of(n) for n in names])
 
-    @app.route("/specload/compare")
+    @app.route("/specload/present/compare")
     @auth
     def _compare() -> Any:
         _names, bundle = compared()
         return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv", "png")} |
                        {"plot": bundle.get("png") is not None}), (500 if "error" in bundle else 200)  # fmt: skip
 
-    @app.route("/specload/compare.<fmt>")
+    @app.route("/specload/present/compare.<fmt>")
     @auth
     def _compare_file(fmt: str) -> Any:
         names, bundle = compared()

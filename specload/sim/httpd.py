@@ -53,7 +53,7 @@ from urllib.parse import unquote_to_bytes
 
 from gevent.server import StreamServer
 
-from specload.sendall import sendall
+from specload.sim.sendall import sendall
 
 MAX_HEAD = 64 * 1024  # request line + headers; more gets 431
 MAX_BODY = 256 * 1024 * 1024  # more gets 413

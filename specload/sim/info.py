@@ -1,6 +1,6 @@
 """What the simulator says about itself: ``/get_server_info`` and ``/metrics``.
 
-Both mimic the real servers closely enough for specload's own readers (``specload.introspect``):
+Both mimic the real servers closely enough for specload's own readers (``specload.client.introspect``):
 SGLang's server-info fields and ``internal_states``, and SGLang's or vLLM's Prometheus gauge and
 counter names, including the speculative-decoding counters when the engine models speculation.
 """

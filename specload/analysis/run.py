@@ -1,0 +1,350 @@
+"""One run directory read back: ``load_run(path) -> Run``, the one reader report and compare share.
+
+Reads only the run directory (run.json, records.jsonl, server_samples.jsonl when the server's
+/metrics were sampled, Locust's locust.json / locust_stats.csv), so a run can be re-read at any
+time, on any machine, from what it left behind. Figures come from the records (specload.analysis.metrics);
+Locust's counts are only cross-checked. Whatever is missing or unreadable becomes a notice, not an
+error: an interrupted or crashed sweep must stay reportable.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specload.analysis import figcache, forked
+from specload.analysis.capacity import (
+    CAPACITY_JSON,
+    KIND_CONCURRENCY,
+    KIND_RATE,
+    Capacity,
+    CapacityRecord,
+    ServerLimits,
+    capacity_of,
+)
+from specload.analysis.columns import GroupKey, LevelColumns, read_columns_and_tallies
+from specload.analysis.metrics import (
+    Job,
+    LevelStats,
+    Row,
+    ServerSample,
+    level_part,
+    summarize_rows,
+    summary_rows,
+)
+from specload.core.records import RequestRecord, read_records
+from specload.core.rundir import (
+    LOCUST_CSV,
+    LOCUST_JSON,
+    RECORDS,
+    RUN_JSON,
+    SERVER_SAMPLES,
+    RunMeta,
+    read_jsonl,
+)
+from specload.core.slo import Slo, SloError, SloTally, parse_slo
+
+
+class NotARunDir(Exception):
+    """The directory holds neither run.json nor records.jsonl: nothing to report."""
+
+
+@dataclass
+class Run:
+    """Everything a run directory says, with the per-level figures computed from its records."""
+
+    run_dir: Path
+    meta: dict[str, Any]  # run.json as read ({} when absent); typed code reads ``info``
+    levels: list[LevelStats]
+    crosscheck: list[str] = field(default_factory=list)  # record counts vs Locust's counts
+    notices: list[str] = field(default_factory=list)  # what was missing or unreadable in run_dir
+    samples: list[ServerSample] = field(default_factory=list)  # server_samples.jsonl ([] when absent)
+    info: RunMeta = field(default_factory=RunMeta)  # run.json, typed (RunMeta() when absent)
+    slo: Slo | None = None  # the SLO each level was judged against (LevelStats.slo); None: none
+    capacity_record: CapacityRecord | None = None  # capacity.json of a capacity search (specload capacity)
+    _records: list[RequestRecord] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        """Every record as an object, read from records.jsonl on first use ([] when absent).
+
+        The figures never need it (they come from columns, see specload.analysis.columns): at ~1 KB a
+        record it is for small runs, tests and tools that want to look at single requests.
+        """
+        if self._records is None:
+            path = self.run_dir / RECORDS
+            self._records = read_records(str(path)) if path.exists() else []
+        return self._records
+
+    @property
+    def label(self) -> str:
+        """run.json's label, else the directory's name (what a run is called in headers)."""
+        return self.info.label or self.run_dir.resolve().name
+
+    def max_running_notes(self) -> list[str]:
+        """One note per concurrency above the server's max_running_requests."""
+        cap = self.info.server.max_running
+        if cap is None:
+            return []
+        over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap})
+        return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
+
+    def capacity(self) -> Capacity | None:
+        """The highest level that met the SLO, bracketed (specload.analysis.capacity.capacity_of); None without an SLO."""
+        if self.slo is None:
+            return None
+        kind = KIND_RATE if any(s.rate is not None for s in self.levels) else KIND_CONCURRENCY
+        return capacity_of([(s.x, s.slo) for s in self.levels], kind)
+
+    def limits_at(self, x: float | None) -> ServerLimits:
+        """What the server said about its limits (run.json ``server``), with its sampled queue and
+        running gauges at the level ``x`` (a concurrency or a rate; the max over repeats): what
+        explains a capacity."""
+        srv = self.info.server
+        at = [s for s in self.levels if x is not None and s.x == x]
+        queued = [s.server_queued_max for s in at if s.server_queued_max is not None]
+        running = [s.server_running_max for s in at if s.server_running_max is not None]
+        kv = srv.get("max_total_num_tokens")
+        return ServerLimits(
+            max_running=srv.max_running, configured_max_running=srv.max_running_requests,
+            speculative_algorithm=srv.speculative_algorithm, kv_tokens=kv if isinstance(kv, int) else None,
+            queued_max=max(queued) if queued else None, running_max=max(running) if running else None,
+        )  # fmt: skip
+
+
+def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
+    path = run_dir / RUN_JSON
+    if not path.exists():
+        notices.append(f"no {RUN_JSON}: figures come from {RECORDS} alone (no level plan, no run header)")
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        notices.append(f"{RUN_JSON} unreadable ({e}); figures come from {RECORDS} alone")
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _read_columns(
+    run_dir: Path, notices: list[str], processes: int, slo: Slo | None
+) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
+    path = run_dir / RECORDS
+    if not path.exists():
+        notices.append(f"no {RECORDS}: every level shows zero requests")
+        return {}, {}
+    return read_columns_and_tallies(str(path), notices, processes, slo)
+
+
+# Runs with fewer measured requests are summarized in one process (a fork costs more than it saves).
+FORK_FROM = 50_000
+
+
+def default_processes() -> int:
+    """2 where this process may run on two cores or more (and can fork), else 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and forked.available() else 1
+
+
+def _summarize(
+    rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int
+) -> list[LevelStats]:
+    """The rows' stats; with ``processes=2`` a forked child computes about half of their parts
+    (specload.analysis.metrics.PARTS, shared by estimated cost) meanwhile; this process computes its half
+    itself if the child fails."""
+    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < FORK_FROM:
+        return summarize_rows(rows, samples, cap)
+
+    def run_jobs(todo: list[tuple[Job, float]]) -> dict[Job, dict[str, Any]]:
+        mine: list[Job] = []
+        theirs: list[Job] = []
+        load = [0.0, 0.0]
+        for job, cost in sorted(todo, key=lambda jc: -jc[1]):  # the biggest first, to the lighter side
+            side = 0 if load[0] <= load[1] else 1
+            (mine, theirs)[side].append(job)
+            load[side] += cost
+        with forked.Child(lambda: {job: level_part(rows[job[0]], job[1]) for job in theirs}) as child:
+            done = {job: level_part(rows[job[0]], job[1]) for job in mine}
+            try:
+                done.update(child.result())
+            except forked.ChildFailed:
+                done.update({job: level_part(rows[job[0]], job[1]) for job in theirs})
+        return done
+
+    return summarize_rows(rows, samples, cap, run_jobs)
+
+
+def read_server_samples(path: str | Path) -> list[ServerSample]:
+    """server_samples.jsonl in time order; [] when absent. Torn or malformed lines are skipped."""
+    try:
+        rows = list(read_jsonl(path))
+    except OSError:
+        return []
+    samples = [s for s in map(ServerSample.from_dict, rows) if s is not None]
+    samples.sort(key=lambda x: x.t)
+    return samples
+
+
+class _RunSlo:
+    """load_run's default SLO: the one the run was made with (run.json ``scenario.slo``)."""
+
+
+RUN_SLO = _RunSlo()
+
+
+def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
+    """The SLO in run.json's scenario (``--slo``), or None; an unreadable one is a notice."""
+    text = info.scenario.get("slo")
+    if not text:
+        return None
+    try:
+        return parse_slo(str(text))
+    except SloError as e:
+        if notices is not None:
+            notices.append(f"{RUN_JSON}: scenario.slo unreadable ({e}); no SLO figures")
+        return None
+
+
+def load_run(
+    run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1, keep: bool = False
+) -> Run:
+    """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
+
+    ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
+    ``keep``: keep a big run's figures for the next reader (specload.analysis.figcache: used only while the
+    run's files and specload's code are unchanged); they are used whenever they are there.
+    ``processes=2``: use a second core (a forked child reads half of a big records.jsonl, then
+    computes half of the figures; the same figures either way). Only from a single-threaded
+    process without an event loop (the report and compare commands), see specload.analysis.forked.
+    """
+    d = Path(run_dir)
+    if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
+        raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
+    cache_key = None
+    if (keep and figcache.worth_keeping(d)) or (d / figcache.CACHE_FILE).exists():
+        cache_key = figcache.key(d, "run's own" if isinstance(slo, _RunSlo) else repr(slo))  # before reading
+        kept = figcache.load(d, cache_key)
+        if isinstance(kept, Run):
+            kept.run_dir = d
+            return kept
+    notices: list[str] = []
+    meta = _read_meta(d, notices)
+    info = RunMeta.from_json(meta)
+    slo_notes: list[str] = []  # after the records' notes, where they always came
+    chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
+    groups, tallies = _read_columns(d, notices, processes, chosen)  # the SLO's tallies in the same pass
+    samples = read_server_samples(d / SERVER_SAMPLES)
+    levels = _summarize(summary_rows(groups, info.levels), samples, info.server.max_running, processes)
+    del groups  # the columns: what stays of a run is its figures
+    notices += slo_notes
+    if chosen is not None:
+        judge_levels(levels, tallies, chosen)
+    run = Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
+    if keep and cache_key is not None:
+        figcache.save(d, cache_key, run)
+    return run
+
+
+def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
+    path = run_dir / CAPACITY_JSON
+    if not path.exists():
+        return None
+    try:
+        return CapacityRecord.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError) as e:
+        notices.append(f"{CAPACITY_JSON} unreadable ({e}); the capacity comes from the levels alone")
+        return None
+
+
+# ---------------------------------------------------------------- the SLO, per request
+
+def judge_levels(levels: list[LevelStats], tallies: dict[GroupKey, SloTally], slo: Slo) -> None:
+    """Set each level's ``slo`` from the tallies of its records (a run.json level without an index
+    takes every group with its concurrency and repeat, as the columns do)."""
+    for s in levels:
+        keys = [k for k in tallies if k[1] == s.concurrency and k[2] == s.repeat and (s.index is None or k[0] == s.index)]
+        tally = SloTally(slo)
+        for k in keys:
+            tally.merge(tallies[k])
+        s.slo = tally.result()
+
+
+# ---------------------------------------------------------------- Locust cross-check
+
+
+def _parse_row_name(name: str) -> tuple[str, bool] | None:
+    """(level label, is_warmup) of a request row named per DESIGN-CONTRACTS, else None."""
+    parts = name.split()
+    if len(parts) == 2:
+        return parts[0], False
+    if len(parts) == 3 and parts[1] == "warmup":
+        return parts[0], True
+    return None
+
+
+def _add_count(counts: dict[str, int], method: str, name: str, n: int) -> None:
+    parsed = _parse_row_name(name) if method == "POST" else None
+    if parsed is not None and not parsed[1]:
+        counts[parsed[0]] = counts.get(parsed[0], 0) + n
+
+
+def _locust_json_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in json.loads(path.read_text()):
+        _add_count(counts, str(e.get("method", "")), str(e.get("name", "")), int(e.get("num_requests", 0)))
+    return counts
+
+
+def _locust_csv_counts(path: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            _add_count(counts, row.get("Type", ""), row.get("Name", ""), int(row.get("Request Count") or 0))
+    return counts
+
+
+def _locust_counts(run_dir: Path, notes: list[str]) -> tuple[dict[str, int], str] | None:
+    """Measured-request counts per level label from Locust's own files, preferring locust.json.
+
+    locust.json is written once at shutdown from the final stats; locust_stats.csv is a periodic
+    snapshot and may lag, so it is only the fallback.
+    """
+    for fname, reader in ((LOCUST_JSON, _locust_json_counts), (LOCUST_CSV, _locust_csv_counts)):
+        path = run_dir / fname
+        if not path.exists():
+            continue
+        try:
+            return reader(path), fname
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+            notes.append(f"could not read {fname} ({e})")
+    return None
+
+
+def crosscheck(run_dir: Path, levels: Sequence[LevelStats]) -> list[str]:
+    """Notes where records and Locust disagree on how many measured requests each level sent."""
+    notes: list[str] = []
+    found = _locust_counts(run_dir, notes)
+    if found is None:
+        notes.append(f"Locust cross-check skipped: no readable {LOCUST_JSON} or {LOCUST_CSV}")
+        return notes
+    counts, fname = found
+    why = (
+        "Locust's _stats.csv can miss the last second; records are authoritative"
+        if fname == LOCUST_CSV
+        else "records are authoritative"
+    )
+    labels = {s.label for s in levels}
+    for s in levels:
+        theirs = counts.get(s.label, 0)
+        if theirs != s.sent:
+            notes.append(f"{s.label}: records {s.sent} requests, Locust counted {theirs} ({why})")
+    for label in sorted(set(counts) - labels):
+        notes.append(f"{label}: Locust counted {counts[label]} requests, records have no such level ({why})")
+    return notes

@@ -1,0 +1,48 @@
+"""OpenAI-compatible ``/v1/chat/completions``, for servers that only speak chat.
+
+The prompt is text sized to about N tokens; the real input length is whatever the server
+counts (``usage.prompt_tokens``, chat template included) and is reported as such. The first
+event of a chat stream is role-only (``{"role": "assistant", "content": ""}``): it is sent
+before any token is generated, so it is not the first token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specload.client.backends.base import Prompt, StreamParser
+from specload.client.backends.openai import CompletionsParser, OpenAICompletions
+
+
+class ChatParser(CompletionsParser):
+    __slots__ = ()
+
+    def read(self, ev: dict[str, Any]) -> int:
+        choice = self.choice(ev)
+        if choice is None:
+            return 0
+        delta = choice.get("delta") or {}
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            return 1
+        content = delta.get("content")
+        if content is None:
+            return 0
+        if content == "" and ("role" in delta or choice.get("finish_reason")):
+            return 0  # role-only opening event, or a closing event with no token
+        if self.text is not None:
+            self.text.append(content)
+        return 1
+
+
+class ChatCompletions(OpenAICompletions):
+    name = "chat"
+    path = "/v1/chat/completions"
+    takes_token_ids = False
+
+    def prompt_fields(self, prompt: Prompt) -> dict[str, Any]:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            return {"messages": prompt}  # a dataset's own conversation
+        return {"messages": [{"role": "user", "content": prompt}]}
+
+    def parser(self) -> StreamParser:
+        return ChatParser()

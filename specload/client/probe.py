@@ -1,0 +1,65 @@
+"""Questions asked of the server outside the load: is it there, which model does it serve.
+
+Used once before a sweep (from the process that runs the sweep), never on the hot path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from specload.client.http import base_headers, describe_connect_error, endpoint, make_client, server_message
+
+
+class ServerUnreachable(RuntimeError):
+    """The host did not answer at all; nothing can be measured."""
+
+
+def get_json(
+    host: str, path: str, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> tuple[int, Any]:
+    """GET a JSON endpoint: (status, parsed body or None). Raises ServerUnreachable on no answer."""
+    return _call(host, "GET", path, None, timeout, insecure, send_key)
+
+
+def post_json(
+    host: str, path: str, body: Any, timeout: float = 10.0, insecure: bool = False, send_key: bool = True
+) -> tuple[int, Any]:
+    """POST a JSON body: (status, parsed reply or None). Raises ServerUnreachable on no answer."""
+    return _call(host, "POST", path, orjson.dumps(body), timeout, insecure, send_key)
+
+
+def _call(
+    host: str, method: str, path: str, payload: bytes | None, timeout: float, insecure: bool, send_key: bool
+) -> tuple[int, Any]:
+    """A non-200 status comes with the server's message in place of the body."""
+    client = make_client(host, timeout, timeout, insecure)
+    headers = base_headers(stream=False, send_key=send_key)
+    try:
+        resp = client.request(method, endpoint(host, path), body=payload, headers=headers)
+        raw = resp.read()
+        resp.release()
+    except Exception as e:  # noqa: BLE001
+        raise ServerUnreachable(f"{host}{path}: {describe_connect_error(e, timeout)}") from None
+    finally:
+        client.close()
+    if resp.status_code != 200:
+        return resp.status_code, server_message(resp.status_code, raw)
+    try:
+        return 200, orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return 200, None
+
+
+def server_back(host: str, timeout: float = 2.0, insecure: bool = False, send_key: bool = True) -> str | None:
+    """None when the server answers HTTP again after an outage; else why not (for the log).
+
+    ``/health`` exists on SGLang, vLLM and llama.cpp; any answer below 500 means the process is
+    back and listening (a proxy's 404 included), while 502-504 is a gateway or a server still
+    loading its model (llama.cpp answers 503 until the weights are in)."""
+    try:
+        status, body = get_json(host, "/health", timeout, insecure, send_key)
+    except ServerUnreachable as e:
+        return str(e)
+    return None if status < 500 else f"HTTP {status}: {body}"

@@ -1,0 +1,6 @@
+"""The vocabulary every layer shares: the request record, the run directory's schema and writer, the
+SLO, the latency histogram, counters over a window, Student's t, clocks, text helpers and the files
+specload ships.
+
+Layer 0: imports nothing else of specload, and nothing outside the standard library but orjson.
+"""

@@ -1,0 +1,480 @@
+"""Baseline vs speculative decoding, side by side: ``specload compare RUN_A RUN_B [RUN_C ...]``.
+
+The numbers, crossovers and verdict come finished from specload.analysis.comparison; this module lays them
+out (the side-by-side table in any --format, the markdown text, the JSON document), writes
+comparison.md and the plot, and is the command line. Code that wants a comparison without argv
+calls ``run_compare``; code that wants only the numbers calls ``comparison.build_comparison``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from specload.analysis import forked
+from specload.analysis.columns import SPLIT_BYTES
+from specload.analysis.comparison import (
+    NOISE_MARK,
+    NOT_COMPARABLE,
+    Change,
+    ComparedRun,
+    Comparison,
+    LevelCheck,
+    build_comparison,
+)
+from specload.analysis.metrics import RepeatedLevelStats, level_json
+from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
+from specload.core.rundir import RECORDS, read_run_meta, safe_name
+from specload.core.slo import Slo, SloError, parse_slo
+from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
+from specload.present.output import EXTRA_FORMATS, is_known_format, render_view
+from specload.present.plot import plot_comparison, plot_pareto
+from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+
+COMPARISON_MD = "comparison.md"
+COMPARISON_PNG = "comparison.png"
+PARETO_PNG = "pareto.png"
+
+
+# ---------------------------------------------------------------- table
+
+
+def _fmt_half(hw: float) -> str:
+    return f"±{hw:.1f}%" if hw < 1 else f"±{round(hw)}%"
+
+
+def change_cell(ch: Change) -> str:
+    """+12%, with the interval when there is one (+12% (±3%)) and NOISE_MARK when the change is
+    inside the noise; NOT_COMPARABLE (n/c) where the runs are not comparable (the notes say why)."""
+    if ch.pct is None:
+        return MISSING
+    if not ch.comparable:
+        return NOT_COMPARABLE
+    text = fmt_pct(ch.pct)
+    if ch.ci is not None:
+        text += f" ({_fmt_half(ch.ci)})"
+    return text + (f" {NOISE_MARK}" if ch.noise else "")
+
+
+def _has(comp: Comparison, attr: str) -> bool:
+    return any(getattr(f, attr) is not None for r in comp.runs for f in r.figures.values())
+
+
+def _has_server(comp: Comparison) -> bool:
+    return _has(comp, "server_running_max") or _has(comp, "server_queued_max")
+
+
+def _columns(comp: Comparison) -> list[tuple[str, str]]:
+    """(header, key in tableview.PRIORITY) of each column, in order."""
+    runs, ts = comp.runs, comp.treatments
+    cols = [("Req/s" if comp.axis.rate else "C", "c")]  # the level axis
+    cols += [(f"Agg tok/s {r.label}", "agg") for r in runs] + [(f"Δ agg {t.label}", "agg") for t in ts]
+    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [(f"Δ per-req {t.label}", "per_req") for t in ts]
+    cols += [(f"TTFT p50 (ms) {r.label}", "ttft_p50") for r in runs]
+    cols += [(f"TTFT p99 (ms) {r.label}", "ttft_p99") for r in runs]
+    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [(f"Δ TPOT {t.label}", "tpot_p50") for t in ts]
+    if _has(comp, "itl_p99_ms_mean"):
+        cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
+    if _has(comp, "accept_length_mean"):
+        cols += [(f"Accept len {r.label}", "accept") for r in runs]
+    if _has_server(comp):
+        cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
+    if comp.slo.slo is not None:
+        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [(f"Good % {r.label}", "good_pct") for r in runs]
+        cols += [(f"Goodput tok/s {r.label}", "goodput_tok_s") for r in runs]
+    return cols
+
+
+def table_columns(comp: Comparison) -> list[str]:
+    return [name for name, _key in _columns(comp)]
+
+
+def _met_cell(f: RepeatedLevelStats) -> str:
+    """yes / no: every repeat of the level met the SLO; ``~`` when a repeat's verdict is inside the noise."""
+    met = level_met(f)
+    if met is None:
+        return MISSING
+    return ("yes" if met else "no") + (" ~" if any(s.slo is not None and s.slo.inside_noise for s in f.levels) else "")
+
+
+def tpot_cell(pct: float | None, check: LevelCheck) -> str:
+    """The TPOT change, or n/c where the level is not comparable (a chunk count skews TPOT too)."""
+    return NOT_COMPARABLE if pct is not None and not check.comparable else fmt_pct(pct)
+
+
+def _server_cell(f: RepeatedLevelStats) -> str:
+    if f.server_running_max is None and f.server_queued_max is None:
+        return MISSING
+    return f"{fmt_count(f.server_running_max)} / {fmt_count(f.server_queued_max)}"
+
+
+def table_rows(comp: Comparison) -> list[list[str]]:
+    """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
+    accept = _has(comp, "accept_length_mean")
+    server = _has_server(comp)
+    itl = _has(comp, "itl_p99_ms_mean")
+    rows: list[list[str]] = []
+    for i, c in enumerate(comp.levels):
+        figs = [r.figures[c] for r in comp.runs]
+        ts = comp.treatments
+        row = [f"{c:g}"]
+        row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
+        row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [change_cell(comp.per_req[t.label][i]) for t in ts]
+        row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
+        row += [fmt_num(f.ttft_p99_ms_mean, 1) for f in figs]
+        row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [
+            tpot_cell(comp.tpot[t.label][i], comp.checks[t.label][i]) for t in ts
+        ]
+        if itl:
+            row += [fmt_num(f.itl_p99_ms_mean, 1) for f in figs]
+        if accept:
+            row += [fmt_num(f.accept_length_mean, 2) for f in figs]
+        if server:
+            row += [_server_cell(f) for f in figs]
+        if comp.slo.slo is not None:
+            row += [_met_cell(f) for f in figs]
+            row += [fmt_num(None if (g := good_share(f)) is None else g * 100, 0) for f in figs]
+            row += [fmt_num(goodput_tok_s(f), 1) for f in figs]
+        rows.append(row)
+    return rows
+
+
+def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
+    f = r.figures[c]
+    return {
+        "concurrency": f.concurrency,
+        "rate": f.rate,
+        "repeats": len(f.repeats),
+        "measured": f.measured,
+        "agg_tok_s": f.agg_tok_s_mean,
+        "agg_values": f.agg_tok_s_values,
+        "per_req_tok_s": f.per_req_tok_s_mean,
+        "per_req_values": f.per_req_tok_s_values,
+        "ttft_p50_ms": f.ttft_p50_ms_mean,
+        "ttft_p99_ms": f.ttft_p99_ms_mean,
+        "tpot_p50_ms": f.tpot_p50_ms_mean,
+        "itl_p99_ms": f.itl_p99_ms_mean,
+        "req_s": f.req_s_mean,
+        "steady_tok_s": f.steady_tok_s_mean,
+        "levels": [level_json(s) for s in f.levels],  # every figure of every repeat, distributions included
+        "accept_length": f.accept_length_mean,
+        "server_running_max": f.server_running_max,
+        "server_queued_max": f.server_queued_max,
+        "quality": asdict(r.quality[c]),
+    }
+
+
+def _run_info(r: ComparedRun, baseline: bool) -> dict[str, Any]:
+    m = r.run.info
+    return {
+        "label": r.label,
+        "baseline": baseline,
+        "run_dir": str(r.run.run_dir),
+        "host": m.host,
+        "backend": m.backend,
+        "model": m.model,
+        "status": m.status,
+        "simulated": r.simulated,
+        "speculative_algorithm": m.server.speculative_algorithm,
+        "max_running_requests": r.max_running,
+    }
+
+
+def _changes_dict(comp: Comparison, t: ComparedRun, i: int) -> dict[str, Any]:
+    k = comp.checks[t.label][i]
+    tpot = comp.tpot[t.label][i]
+    return {
+        "agg": comp.agg[t.label][i].to_dict(),
+        "per_req": comp.per_req[t.label][i].to_dict(),
+        "tpot_pct": tpot if k.comparable else None,
+        "tpot_raw_pct": tpot,
+        "comparable": k.comparable,
+        "not_comparable": list(k.reasons),
+        "remarks": list(k.remarks),
+    }
+
+
+def to_dict(comp: Comparison) -> dict[str, Any]:
+    """The comparison as plain data, unrounded (what --format json prints)."""
+    levels = [
+        {
+            ("rate" if comp.axis.rate else "concurrency"): c,
+            "runs": {r.label: _figures_dict(r, c) for r in comp.runs},
+            "changes": {t.label: _changes_dict(comp, t, i) for t in comp.treatments},
+        }
+        for i, c in enumerate(comp.levels)
+    ]
+    crossovers = {
+        label: {"agg": [asdict(x) for x in xs.agg], "per_req": [asdict(x) for x in xs.per_req]}
+        for label, xs in comp.crossovers.items()
+    }
+    return {"runs": [_run_info(r, i == 0) for i, r in enumerate(comp.runs)], "levels": levels,
+            "crossovers": crossovers, "sentences": comp.sentences, "notes": comp.notes,
+            "slo": comp.slo.to_json()}  # fmt: skip
+
+
+def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
+    """The side-by-side table; csv has the same cells, json the full data (see to_dict).
+
+    ``view``: the columns a terminal shows (default: all, as comparison.md has them)."""
+    cols = _columns(comp)
+    return render_view([name for name, _ in cols], [key for _, key in cols], table_rows(comp), fmt, view,
+                       COMPARISON_MD, json_data=lambda: to_dict(comp))  # fmt: skip
+
+
+# ---------------------------------------------------------------- header, text
+
+
+def _run_line(r: ComparedRun, baseline: bool) -> str:
+    m = r.run.info
+    parts = [f"**{r.label}**" + (" (baseline)" if baseline else "")]
+    if r.simulated:
+        parts.append("**SIMULATED**")
+    for key, value in (("host", m.host), ("backend", m.backend), ("model", m.model), ("status", m.status)):
+        if value:
+            parts.append(f"{key} {value}")
+    server = m.server.summary()
+    if server:
+        parts.append(f"server: {server}")
+    parts.append(f"run dir {r.run.run_dir}")
+    return "- " + "; ".join(parts)
+
+
+def header_lines(comp: Comparison) -> list[str]:
+    title = " vs ".join(r.label for r in comp.runs)
+    lines = [f"# specload comparison: {title}", ""]
+    if comp.simulated:
+        lines.append("- **SIMULATED**: at least one run measured the built-in simulator, not an inference server")
+    lines += [_run_line(r, i == 0) for i, r in enumerate(comp.runs)]
+    return lines
+
+
+def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE,
+                pareto_name: str | None = None) -> str:  # fmt: skip
+    """Header, table, verdict and notes as one text (markdown when fmt is github)."""
+    lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
+    lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
+    if comp.slo.slo is not None:
+        lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
+        lines += [f"- {s}" for s in comp.slo.sentences] or [
+            f"- {label}: no level with an SLO verdict" for label, c in comp.slo.capacities.items() if c is None
+        ]
+    if comp.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in comp.notes]
+    if plot_name:
+        lines += ["", f"![aggregate and per-request tok/s vs concurrency]({plot_name})"]
+    if pareto_name:
+        lines += ["", f"![per-user vs aggregate tok/s, one point per level]({pareto_name})"]
+    return "\n".join(lines) + "\n"
+
+
+def side_text(comp: Comparison) -> str:
+    """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
+    return "\n".join(header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]])
+
+
+# ---------------------------------------------------------------- output directory, files
+
+
+def default_out_dir(comp: Comparison, now: datetime | None = None) -> Path:
+    """compare-<A>-vs-<B>[-vs-...]-<UTC time>/ next to the baseline run (results/ in the usual layout)."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    name = "compare-" + "-vs-".join(safe_name(r.label) for r in comp.runs) + f"-{stamp}"
+    return comp.baseline.run.run_dir.resolve().parent / name
+
+
+class CompareError(ValueError):
+    """The comparison cannot be made from what was given (the CLI exits 2 with this message)."""
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """A comparison made and written: what ``specload compare`` prints and the files it wrote."""
+
+    comparison: Comparison
+    fmt: str
+    text: str  # stdout: the whole text, or only the data for csv/json
+    side: str | None  # stderr for csv/json: header, verdict and notes; None otherwise
+    markdown: Path  # comparison.md
+    plot: Path | None  # the PNG; None with no plot or without matplotlib
+    pareto: Path | None = None  # pareto.png next to it (per-user vs aggregate tok/s)
+
+    @property
+    def sentences(self) -> list[str]:
+        """The verdict, one sentence per treatment."""
+        return self.comparison.sentences
+
+    @property
+    def written(self) -> list[Path]:
+        return [self.markdown] + [p for p in (self.plot, self.pareto) if p is not None]
+
+
+def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
+    """The SLO the runs were made with when they agree (runs without one are judged against it
+    too); None when none has one. Runs with different SLOs are each judged against their own, and
+    the comparison says it cannot compare their capacities."""
+    texts = set()
+    for d in run_dirs:
+        try:
+            text = read_run_meta(d).scenario.get("slo")
+        except (OSError, ValueError):
+            continue
+        if text:
+            texts.add(str(text))
+    if len(texts) != 1:
+        return None
+    try:
+        return parse_slo(texts.pop())
+    except SloError:
+        return None
+
+
+def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotARunDir:
+    try:
+        return load_run(d, slo if slo is not None else RUN_SLO, processes)
+    except NotARunDir as e:
+        return e
+
+
+def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
+    """The runs, read one after the other. With ``processes=2`` a big run is read in a forked child
+    (itself using two processes) that sends back only its figures: its columns, and whatever memory
+    reading them left behind, go with the child, and the next run starts from a small process."""
+    runs: list[Run] = []
+    for d in run_dirs:
+        if not Path(d).is_dir():
+            raise CompareError(f"{d}: not a directory (expected a specload run directory)")
+    chosen = slo if slo is not None else _one_slo(run_dirs)
+    for d in run_dirs:
+        records = Path(d) / RECORDS
+        big = records.exists() and records.stat().st_size >= SPLIT_BYTES
+        if big and processes > 1 and forked.available():
+            with forked.Child(lambda d=d: _load_or_error(d, chosen, processes)) as child:  # type: ignore[misc]
+                run = child.result()
+        else:
+            run = _load_or_error(d, chosen, processes)
+        if isinstance(run, NotARunDir):
+            raise CompareError(str(run)) from None
+        runs.append(run)
+    return runs
+
+
+def _plot_ref(plot_path: Path, out: Path) -> str:
+    """The plot as comparison.md links it: relative when it lies inside ``out``."""
+    try:
+        return str(plot_path.resolve().relative_to(out.resolve()))
+    except ValueError:
+        return str(plot_path.resolve())
+
+
+def run_compare(
+    run_dirs: Sequence[str | Path],
+    *,
+    out: str | Path | None = None,
+    fmt: str = "github",
+    plot: bool = True,
+    plot_path: str | Path | None = None,
+    view: TableView = WHOLE,
+    slo: str | Slo | None = None,
+    processes: int = 1,
+) -> ComparisonResult:
+    """Compare run directories (the first is the baseline): write comparison.md and the plot.
+
+    ``out``: directory for comparison.md (default: compare-<A>-vs-<B>-<UTC time>/ next to the
+    baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png; the Pareto picture,
+    pareto.png, goes next to it); ``view``: the table's columns in ``text`` (comparison.md has them
+    all); ``slo``: judge every run against it (default: the runs' own, when they agree);
+    ``processes``: see ``load_run`` (the runs are read one after the other). Prints nothing but
+    matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
+    """
+    if len(run_dirs) < 2:
+        raise CompareError("give at least two run directories (the first is the baseline)")
+    if not is_known_format(fmt):
+        raise CompareError(f"unknown format {fmt!r}")
+    try:
+        chosen = parse_slo(slo) if isinstance(slo, str) else slo
+    except SloError as e:
+        raise CompareError(f"--slo: {e}") from None
+    try:
+        comp = build_comparison(_load(run_dirs, chosen, processes))
+    except ValueError as e:  # runs that cannot stand side by side (rate levels with concurrency levels)
+        raise CompareError(str(e)) from None
+    out_dir = Path(out) if out else default_out_dir(comp)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CompareError(f"cannot create {out_dir}: {e}") from None
+    png = pareto = None
+    if plot:
+        png = plot_comparison(comp, Path(plot_path) if plot_path else out_dir / COMPARISON_PNG)
+        pareto = plot_pareto(comp, (Path(plot_path).parent if plot_path else out_dir) / PARETO_PNG) if png else None
+    md = out_dir / COMPARISON_MD
+    md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir),
+                              pareto_name=None if pareto is None else _plot_ref(pareto, out_dir)))  # fmt: skip
+    if fmt in EXTRA_FORMATS:
+        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
+
+
+def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    """Print a comparison as ``specload compare`` does: the text, then which files were written."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    out.write(result.text)
+    if result.side is not None:
+        print(result.side, file=err)
+    for path in result.written:
+        print(f"wrote {path}", file=err)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specload compare",
+        description="Side-by-side table of two or more run directories; the first one is the baseline.",
+    )
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results/<label>-<timestamp>/ directories")
+    p.add_argument("--format", default="github", help="github (default), plain, any tabulate format, csv or json")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--plot", metavar="PATH", help=f"write the plot here (default: OUT/{COMPARISON_PNG})")
+    g.add_argument("--no-plot", action="store_true", help="do not draw the plot")
+    p.add_argument(
+        "--out", metavar="DIR", help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
+        "next to the baseline run)",
+    )  # fmt: skip
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    p.add_argument("--slo", default=None, help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+                   "and compare their capacities (default: the SLO the runs were made with, when they agree)")  # fmt: skip
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the comparison and write comparison.md (+ plot); csv/json print only the data."""
+    args = _parser().parse_args(argv)
+    try:
+        view = view_for(args.columns)
+    except ValueError as e:
+        print(f"specload compare: {e}", file=sys.stderr)
+        return 2
+    try:
+        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
+                             view=view, slo=args.slo, processes=args.processes)  # fmt: skip
+    except CompareError as e:
+        print(f"specload compare: {e}", file=sys.stderr)
+        return 2
+    print_result(result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

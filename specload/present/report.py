@@ -1,0 +1,680 @@
+"""The per-level report of one run directory: ``specload report RUN_DIR``.
+
+The run is read by specload.analysis.run (``load_run``), from the run directory alone, so a report can be
+re-made at any time, on any machine, from what a run left behind. This module lays it out: the
+per-level table in any --format, the header and the notes, report.md, and the command line. Code
+that wants a report without argv calls ``render_report``, ``print_report`` or ``write_report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from specload.analysis.capacity import describe as describe_capacity
+from specload.analysis.capacity import fmt_x, limit_reason
+from specload.analysis.clientcheck import client_notes
+from specload.analysis.figcache import CACHE_FILE
+from specload.analysis.metrics import PERCENTILES, LevelStats, group_repeats, level_json
+from specload.analysis.mixstats import (
+    CACHE_FROM_COUNTERS,
+    CACHE_FROM_GAUGE,
+    CACHE_FROM_RECORDS,
+    LENGTHS,
+    GroupStats,
+)
+from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.core.clocks import describe, is_off
+from specload.core.records import level_label
+from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
+from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
+from specload.core.text import MISSING, fmt_num, shorten
+from specload.present.output import EXTRA_FORMATS, is_known_format, render_table, render_view
+from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+
+REASON_WIDTH = 120
+SERIES_PNG = "tok_s_over_time.png"
+
+# When a column is shown.
+ALWAYS = "always"
+IF_VALUE = "if_value"  # some level has a value (None elsewhere)
+IF_COUNTED = "if_counted"  # some level counted one (0 elsewhere)
+
+
+def _c_cell(s: LevelStats) -> str:
+    if s.rate is not None:  # a rate level: its user pool caps what is in flight
+        return f"<={s.concurrency}" if s.repeat == 0 else f"<={s.concurrency} r{s.repeat}"
+    return str(s.concurrency) if s.repeat == 0 else f"{s.concurrency} r{s.repeat}"
+
+
+def slo_met_cell(r: LevelSlo | None) -> str:
+    """yes / no (the level met every target), ``~`` when that verdict is inside the noise."""
+    if r is None or r.met is None:
+        return MISSING
+    return ("yes" if r.met else "no") + (" ~" if r.inside_noise else "")
+
+
+def _slo_cell(attr: str, scale: float, digits: int) -> Callable[[LevelStats], str]:
+    def cell(s: LevelStats) -> str:
+        v = getattr(s.slo, attr) if s.slo is not None else None
+        return fmt_num(None if v is None else v * scale, digits)
+
+    return cell
+
+
+def _x_header(levels: Sequence[LevelStats]) -> str:
+    return "Rate (req/s)" if any(s.rate is not None for s in levels) else "C"
+
+
+def _x_cell(s: LevelStats) -> str:
+    """The level as the side tables name it: its rate for a rate level, else its concurrency."""
+    return _rate_cell(s) if s.rate is not None else _c_cell(s)
+
+
+def _rate_cell(s: LevelStats) -> str:
+    if s.rate is None:
+        return ""
+    return f"{s.rate:g}" if s.repeat == 0 else f"{s.rate:g} r{s.repeat}"
+
+
+def _pct_cell(rate: float | None) -> str:
+    return fmt_num(None if rate is None else rate * 100.0, 1)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the per-level table: the LevelStats field it shows, rounded to ``digits``."""
+
+    name: str
+    key: str  # in tableview.PRIORITY
+    attr: str
+    digits: int = 0
+    show: str = ALWAYS  # ALWAYS | IF_VALUE | IF_COUNTED
+    cell_of: Callable[[LevelStats], str] | None = None  # a cell that is not just the rounded field
+
+    def cell(self, s: LevelStats) -> str:
+        if self.cell_of is not None:
+            return self.cell_of(s)
+        return fmt_num(getattr(s, self.attr), self.digits)
+
+    def shown(self, levels: Sequence[LevelStats]) -> bool:
+        if self.show == ALWAYS:
+            return True
+        values = [getattr(s, self.attr) for s in levels]
+        return any(values) if self.show == IF_COUNTED else any(v is not None for v in values)
+
+
+# The table, in order; docs/metrics.md defines every column. The second field is the column's key in
+# tableview.PRIORITY (its rank when a terminal cannot show them all, its name for --columns).
+LEVEL_COLUMNS: tuple[Column, ...] = (
+    Column("Rate (req/s)", "rate", "rate", show=IF_VALUE, cell_of=_rate_cell),
+    Column("C", "c", "concurrency", cell_of=_c_cell),
+    Column("Agg tok/s", "agg", "agg_tok_s", 1),
+    Column("Per-req tok/s", "per_req", "per_req_tok_s", 1),
+    Column("Tokens", "tokens", "output_tokens"),
+    Column("Wall(s)", "wall", "wall_s", 1),
+    Column("Ok", "ok", "ok"),
+    Column("Fail", "fail", "failed"),
+    Column("Short", "short", "short"),
+    Column("TTFT p50 (ms)", "ttft_p50", "ttft_p50_ms", 1),
+    Column("TTFT p99 (ms)", "ttft_p99", "ttft_p99_ms", 1),
+    Column("TPOT p50 (ms)", "tpot_p50", "tpot_p50_ms", 1),
+    Column("TPOT p99 (ms)", "tpot_p99", "tpot_p99_ms", 1),
+    Column("E2E p50 (s)", "e2e_p50", "e2e_p50_s", 2),
+    Column("Steady tok/s", "steady", "steady_tok_s", 1),
+    Column("Mean conc", "mean_conc", "mean_concurrency", 1),
+    Column("Req/s", "req_s", "req_s", 2),
+    Column("Late", "late", "late", 0, IF_COUNTED),
+    Column("429", "429", "rate_limited", 0, IF_COUNTED),
+    Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
+    Column("Prefix hit %", "prefix_hit", "prefix_cache_hit_rate", 1, IF_COUNTED,
+           cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),  # fmt: skip
+    Column("Srv run max", "srv_run_max", "server_running_max", 0, IF_VALUE),
+    Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
+    Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
+    Column("Srv queue mean", "srv_queue_mean", "server_queued_mean", 1, IF_VALUE),
+    # with an SLO (--slo): docs/metrics.md, "SLOs and goodput"
+    Column("SLO met", "slo_met", "slo", 0, IF_VALUE, lambda s: slo_met_cell(s.slo)),
+    Column("Good %", "good_pct", "slo", 0, IF_VALUE, _slo_cell("good_share", 100.0, 0)),
+    Column("Goodput req/s", "goodput_req_s", "slo", 2, IF_VALUE, _slo_cell("goodput_req_s", 1.0, 2)),
+    Column("Goodput tok/s", "goodput_tok_s", "slo", 1, IF_VALUE, _slo_cell("goodput_tok_s", 1.0, 1)),
+)
+COLUMNS = tuple(c.name for c in LEVEL_COLUMNS if c.show == ALWAYS)  # the columns every table has
+
+
+# ---------------------------------------------------------------- table
+
+
+def _shown(levels: Sequence[LevelStats]) -> list[Column]:
+    return [c for c in LEVEL_COLUMNS if c.shown(levels)]
+
+
+def columns(levels: Sequence[LevelStats]) -> list[str]:
+    """COLUMNS, then the optional columns some level has a value for."""
+    return [c.name for c in _shown(levels)]
+
+
+def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: TableView = WHOLE) -> str:
+    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded).
+
+    ``view``: the columns a terminal shows (default: all of them, as report.md has them); when it
+    hides some, a line below the table names them."""
+    cols = _shown(levels)
+    rows = [[c.cell(s) for c in cols] for s in levels]
+    return render_view([c.name for c in cols], [c.key for c in cols], rows, fmt, view, REPORT_MD,
+                       json_data=lambda: [level_json(s) for s in levels])  # fmt: skip
+
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
+_DIST_NAMES = (
+    ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"),
+    ("ttft_sched", "TTFT from schedule"), ("e2e_sched", "E2E from schedule"),  # rate levels
+)  # fmt: skip
+
+
+def parse_percentiles(text: str) -> tuple[float, ...]:
+    """``50,90,99.9`` -> (50.0, 90.0, 99.9); ValueError naming what is wrong (each must be one
+    specload keeps: metrics.PERCENTILES)."""
+    try:
+        qs = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--percentiles: expected numbers like 50,90,99, got {text!r}") from None
+    unknown = [q for q in qs if q not in PERCENTILES]
+    if not qs or unknown:
+        raise ValueError(f"--percentiles: each must be one of {', '.join(f'{q:g}' for q in PERCENTILES)}; "
+                         f"got {text!r}")  # fmt: skip
+    return qs
+
+
+def _few(n: int, q: float) -> bool:
+    """Fewer than one value lies above the q-th percentile: it is (about) the maximum."""
+    return n * (100.0 - q) / 100.0 < 1.0
+
+
+def _dist_name(key: str, label: str, s: LevelStats) -> str:
+    if key == "itl" and s.itl_unit:
+        return f"ITL (per {s.itl_unit})" if s.itl_unit != "mixed" else "ITL (mixed units)"
+    return label
+
+
+def render_distributions(
+    levels: Sequence[LevelStats], fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES
+) -> str | None:
+    """Every latency's distribution per level (ms): n, mean, sd and the chosen percentiles. A
+    percentile with less than one value above it is marked ``*`` (it is about the maximum)."""
+    headers = [_x_header(levels), "Latency", "n", "Mean", "Sd", *(f"p{q:g}" for q in percentiles)]
+    rows: list[list[str]] = []
+    for s in levels:
+        for key, label in _DIST_NAMES:
+            d = s.dists.get(key)
+            if d is None or d.n == 0:
+                continue
+            cells = [fmt_num(None if v is None else v * 1e3, 1) for v in (d.mean, d.std)]
+            pcts = [fmt_num(d.p.get(q, 0.0) * 1e3, 1) + ("*" if _few(d.n, q) else "") for q in percentiles]
+            rows.append([_x_cell(s), _dist_name(key, label, s), str(d.n), *cells, *pcts])
+    if not rows:
+        return None
+    return render_table(headers, rows, fmt, align_right=False)
+
+
+def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    headers = [_x_header(levels), "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight",
+               "Mean conc"]  # fmt: skip
+    rows = [
+        [_x_cell(s), fmt_num(s.req_s, 2), fmt_num(s.agg_tok_s, 1), fmt_num(s.input_tok_s, 1),
+         fmt_num(s.total_tok_s, 1), fmt_num(s.peak_in_flight, 0), fmt_num(s.mean_concurrency, 1)]
+        for s in levels if s.sent
+    ]  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
+def target_cell(r: TargetResult) -> str:
+    """A target's statistic at a level: ``1.62 s``, ``6.37 s ✗`` over the threshold, ``~`` inside the noise."""
+    if r.value_s is None:
+        return MISSING
+    text = "∞ (failures)" if r.value_s == float("inf") else fmt_duration(r.value_s)
+    return text + ("" if r.met else " ✗") + (" ~" if r.inside_noise else "")
+
+
+def render_slo(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level: each target's statistic against its threshold, the verdict and the goodput."""
+    judged = [s for s in levels if s.slo is not None]
+    if not judged:
+        return None
+    slo = judged[0].slo.slo  # type: ignore[union-attr]
+    headers = [_x_header(judged), *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets), "Met", "Good",
+               "Good %", "Goodput req/s", "Goodput tok/s"]  # fmt: skip
+    rows = []
+    for s in judged:
+        r = s.slo
+        assert r is not None
+        share = None if r.good_share is None else r.good_share * 100
+        rows.append([_x_cell(s), *(target_cell(t) for t in r.targets), slo_met_cell(r), f"{r.good}/{r.sent}",
+                     fmt_num(share, 1), fmt_num(r.goodput_req_s, 2), fmt_num(r.goodput_tok_s, 1)])  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False)
+
+
+def _slo_notes(levels: Sequence[LevelStats]) -> list[str]:
+    notes: list[str] = []
+    for s in levels:
+        for t in s.slo.targets if s.slo is not None else ():
+            if t.missing:
+                notes.append(f"{s.label}: {t.missing} OK request(s) had no {t.target.label.split()[0]} value; "
+                             f"they count as over {t.target.text} (not good)")  # fmt: skip
+    return notes
+
+
+def capacity_lines(run: Run) -> list[str]:
+    """The capacity under the run's SLO (specload.analysis.capacity): the bracket, the noise, why it fails
+    where it does, and the search that found it (capacity.json) when there was one."""
+    cap = run.capacity()
+    if cap is None:
+        return []
+    lines = [f"- {run.label} {describe_capacity(cap)}"]
+    why = limit_reason(cap, run.limits_at(cap.hi))
+    if why:
+        lines.append(f"- {run.label} {why}")
+    rec = run.capacity_record
+    if rec is not None and rec.space is not None:
+        sp = rec.space
+        order = ", ".join(f"{fmt_x(sp.kind, p.get('x'))} {'met' if p.get('met') else 'failed'}"
+                          for p in rec.probes)  # fmt: skip
+        lines.append(f"- search ({rec.status}): from {fmt_x(sp.kind, sp.start)} within {sp.minimum:g}..{sp.maximum:g}, "
+                     f"{len(rec.probes)} of at most {sp.max_probes} probes: {order}")  # fmt: skip
+    return lines
+
+
+def _mixed(levels: Sequence[LevelStats]) -> list[LevelStats]:
+    return [s for s in levels if s.mix is not None]
+
+
+def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Each level's request lengths as sent and as the server counted them (mixstats.LENGTHS), shown
+    when lengths varied or the run has classes or turns; None otherwise (a fixed-length run)."""
+    shown = _mixed(levels)
+    if not any(s.mix.varied or s.mix.classes or s.mix.turns for s in shown):
+        return None
+    headers = [_x_header(levels), "Length", "n", "Mean", "p50", "p90", "Max"]
+    rows = []
+    for s in shown:
+        for key, label in LENGTHS:
+            d = s.mix.lengths.get(key)
+            if d is None or not d.n:
+                continue
+            rows.append([_x_cell(s), label, str(d.n), fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1),
+                         fmt_num(d.max, 0)])  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
+def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> list[list[str]]:
+    rows = []
+    for g in groups:
+        rows.append([
+            _x_cell(s), str(g.key), _pct_cell(g.share), str(g.ok), str(g.failed + g.short), fmt_num(g.input_mean, 1),
+            fmt_num(g.output_mean, 1), fmt_num(g.ttft_p50_ms, 1), fmt_num(g.ttft_p99_ms, 1), fmt_num(g.tpot_p50_ms, 1),
+            fmt_num(g.e2e_p50_s, 2), fmt_num(g.per_req_tok_s, 1), fmt_num(g.agg_tok_s, 1), _pct_cell(g.prefix_cache_hit_rate),
+        ])  # fmt: skip
+    if total and groups:
+        m = s.mix
+        inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
+        rows.append([
+            _x_cell(s), "all", _pct_cell(1.0), str(s.ok), str(s.failed + s.short), fmt_num(inp.mean if inp else None, 1),
+            fmt_num(out.mean if out else None, 1), fmt_num(s.ttft_p50_ms, 1), fmt_num(s.ttft_p99_ms, 1),
+            fmt_num(s.tpot_p50_ms, 1), fmt_num(s.e2e_p50_s, 2), fmt_num(s.per_req_tok_s, 1), fmt_num(s.agg_tok_s, 1),
+            _pct_cell(s.prefix_cache_hit_rate),
+        ])  # fmt: skip
+    return rows
+
+
+_GROUP_HEADERS = ["Share", "Ok", "Fail+short", "Input mean", "Output mean", "TTFT p50 (ms)", "TTFT p99 (ms)",
+                  "TPOT p50 (ms)", "E2E p50 (s)", "Per-req tok/s", "Agg tok/s", "Prefix hit %"]  # fmt: skip
+
+
+def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each request class and then all of them together; None without classes."""
+    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.classes, True)]
+    return render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+
+
+def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
+    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.turns, False)]
+    return render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+
+
+def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
+    groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
+    if not groups:
+        return None
+    headers = [_x_header(levels), "Repeats", "Agg tok/s mean", "Agg tok/s sd", "Per-req tok/s mean",
+               "Per-req tok/s sd"]  # fmt: skip
+    rows = [
+        [f"{g.x:g}", g.n, fmt_num(g.agg_tok_s_mean, 1), fmt_num(g.agg_tok_s_std, 1),
+         fmt_num(g.per_req_tok_s_mean, 1), fmt_num(g.per_req_tok_s_std, 1)]
+        for g in groups
+    ]  # fmt: skip
+    return render_table(headers, rows, fmt, align_right=False)
+
+
+# ---------------------------------------------------------------- header and notes
+
+
+def _utc(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _scenario_name(run: Run) -> str | None:
+    name = run.info.scenario.get("name")
+    if name:
+        return str(name)
+    path = run.info.scenario_file
+    return Path(path).stem if path else None
+
+
+def prompts_line(p: dict[str, Any]) -> str | None:
+    """What prompts were made of (acceptance lengths depend on it), from run.json ``prompts``."""
+    if not p:
+        return None
+    kind = "token ids" if p.get("kind") == "ids" else "text"
+    size = f", {p['distinct_ids']} distinct ids" if p.get("distinct_ids") else ""
+    added = f"; the server adds {p['overhead_tokens']} token(s) to each" if p.get("overhead_tokens") else ""
+    exact = "" if p.get("exact", True) else " (lengths approximate: no tokenizer could be asked)"
+    return f"{kind} from {p.get('origin')}{size}{added}{exact}"
+
+
+def _header_lines(run: Run) -> list[str]:
+    m = run.info
+    lines = [f"# specload report: {run.label}", ""]
+    if m.simulated:
+        lines.append(
+            "- **SIMULATED SERVER**: these figures measure the built-in simulator, not an inference server"
+        )
+    fields_ = [
+        ("host", m.host),
+        ("backend", m.backend),
+        ("model", m.model),
+        ("scenario", _scenario_name(run)),
+        ("prompts", prompts_line(m.prompts)),
+        ("status", m.status),
+        ("server", m.server.summary()),
+        ("started", _utc(m.started_at)),
+        ("run dir", str(run.run_dir)),
+    ]
+    lines += [f"- {k}: {v}" for k, v in fields_ if v]
+    lines += [f"- NOTICE: {n}" for n in run.notices]
+    return lines
+
+
+def _level_notes(s: LevelStats) -> list[str]:
+    notes: list[str] = []
+    if s.token_note:
+        notes.append(f"{s.label}: {s.token_note}")
+    varied = s.mix is not None and s.mix.varied  # lengths from a distribution: no one length was requested
+    if s.output_mismatch:
+        asked = "the count each asked for" if varied else f"the {s.requested_output_tokens} requested"
+        notes.append(
+            f"{s.label}: {s.output_mismatch} of {s.sent} requests got an output token count different "
+            f"from {asked}"
+        )
+    if s.prompt_mismatch:
+        mean = fmt_num(s.prompt_tokens_mean, 1)
+        asked = "the length each asked for" if varied else f"the {s.requested_prompt_tokens} requested"
+        notes.append(
+            f"{s.label}: {s.prompt_mismatch} of {s.sent} requests had a server-counted prompt length "
+            f"different from {asked} (mean counted {mean})"
+        )
+    if not s.planned:
+        notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
+    if s.late_note:
+        notes.append(f"{s.label}: {s.late_note}")
+    return notes
+
+
+def _level_meta_notes(run: Run) -> list[str]:
+    """Levels run.json does not mark completed, with their budget vs what came back."""
+    notes: list[str] = []
+    for lv in run.info.levels:
+        label = level_label(lv.concurrency, lv.repeat, lv.rate)
+        if lv.lost:
+            why = f" ({lv.note})" if lv.note else ""
+            notes.append(f"{label}: {lv.lost} request(s) lost with a worker, no record can exist for them{why}")
+        if lv.refused or lv.outage_s:
+            notes.append(f"{label}: the server was away (connection refused) for {lv.outage_s:.2f} s; "
+                         f"{lv.refused} measured request(s) refused, counted as failed, and the level "
+                         f"waited for it: repeat the level for figures without the outage")  # fmt: skip
+        if lv.status in (None, "completed"):
+            continue
+        known = (("budget", lv.budget), ("granted", lv.granted), ("received", lv.received))
+        counts = ", ".join(f"{k} {v}" for k, v in known if v is not None)
+        notes.append(f"{label}: level marked {lv.status} in {RUN_JSON}" + (f" ({counts})" if counts else ""))
+    return notes
+
+
+def _client_notes(run: Run) -> list[str]:
+    """Levels whose figures the load generator distorted (run.json ``levels[i].client``), with the fix."""
+    return client_notes(run.info.levels)
+
+
+def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
+    sources = sorted({s.accept_length_source for s in levels if s.accept_length_source})
+    names = {
+        "meta_info": "SGLang's per-request meta_info (output tokens / spec_verify_ct)",
+        "server_counters": "the server's spec_decode counters (1 + accepted / drafts over the level's window)",
+    }
+    return [f"Accept len from {' and '.join(names.get(x, x) for x in sources)}"] if sources else []
+
+
+def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
+    if not any(s.prefix_cache_hit_rate for s in levels):
+        return []
+    sources = sorted({s.prefix_cache_source for s in levels if s.prefix_cache_source})
+    names = {
+        CACHE_FROM_RECORDS: "the server's per-request count of cached prompt tokens",
+        CACHE_FROM_COUNTERS: "the server's prefix cache counters (hits / queries over the level's window)",
+        CACHE_FROM_GAUGE: "the server's cache_hit_rate gauge (mean over the level's samples)",
+    }
+    return [f"Prefix hit % from {' and '.join(names.get(x, x) for x in sources)}"]
+
+
+def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
+    parts = [f"{s.label} {s.warmup}" for s in levels if s.warmup]
+    return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
+
+
+def failure_summary(levels: Sequence[LevelStats]) -> list[str]:
+    """Count per (shortened) reason over the run, with the first level it appeared in."""
+    totals: dict[str, int] = {}
+    first: dict[str, str] = {}
+    for s in levels:
+        for reason, n in s.reasons.items():
+            key = shorten(reason, REASON_WIDTH)
+            totals[key] = totals.get(key, 0) + n
+            first.setdefault(key, s.label)
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])
+    return [f"{n} x {reason} (first at {first[reason]})" for reason, n in ranked]
+
+
+def _notes(run: Run) -> list[str]:
+    notes: list[str] = []
+    if run.info.status not in (None, RUN_COMPLETED):
+        notes.append(f"run status is {run.info.status}: the last levels may be partial")
+    for s in run.levels:
+        notes += _level_notes(s)
+    notes += _level_meta_notes(run)
+    notes += _client_notes(run)
+    notes += run.max_running_notes()
+    notes += _slo_notes(run.levels)
+    notes += _accept_note(run.levels)
+    notes += _prefix_note(run.levels)
+    notes += run.crosscheck
+    notes += _warmup_note(run.levels)
+    notes += [f"{describe(c)}: its records' times are off by that much against the other workers'; "
+              f"sync the clocks (chrony/NTP)" for c in run.info.clients if is_off(c)]  # fmt: skip
+    return notes
+
+
+def _notes_block(run: Run) -> list[str]:
+    lines: list[str] = []
+    notes = _notes(run)
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    failures = failure_summary(run.levels)
+    if failures:
+        lines += ["", "## Failed and short requests", ""] + [f"- {f}" for f in failures]
+    return lines
+
+
+# ---------------------------------------------------------------- the report
+
+
+def render_report(
+    run: Run, fmt: str = "github", percentiles: Sequence[float] = DEFAULT_PERCENTILES, view: TableView = WHOLE
+) -> str:
+    """Header, table(s) and notes as one text (markdown when fmt is github).
+
+    For csv and json only the per-level data, so that the output parses; the words are in
+    ``side_text``. ``view``: the per-level table's columns, for a terminal (report.md has them all).
+    """
+    if fmt in EXTRA_FORMATS:
+        return render_levels(run.levels, fmt)
+    lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
+    repeats = render_repeats(run.levels, fmt)
+    if repeats is not None:
+        lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
+    dists = render_distributions(run.levels, fmt, percentiles)
+    if dists is not None:
+        lines += ["", "## Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
+                  "", dists]  # fmt: skip
+    throughput = render_throughput(run.levels, fmt)
+    if throughput is not None:
+        lines += ["", "## Throughput (per second of the level's wall time)", "", throughput]
+    lengths = render_lengths(run.levels, fmt)
+    if lengths is not None:
+        lines += ["", "## Request lengths (tokens; sent: asked for, counted/received: the server's count)", "",
+                  lengths]  # fmt: skip
+    classes = render_classes(run.levels, fmt)
+    if classes is not None:
+        lines += ["", "## Request classes (throughput over the level's wall time; all: the level)", "", classes]
+    turns = render_turns(run.levels, fmt)
+    if turns is not None:
+        lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
+    slo = render_slo(run.levels, fmt)
+    if slo is not None and run.slo is not None:
+        lines += ["", f"## SLO {run.slo.text} (Good: requests within every threshold; ✗ over it; ~ inside the "
+                  "noise; docs/metrics.md)", "", slo]  # fmt: skip
+        lines += ["", "## Capacity under the SLO", "", *capacity_lines(run)]
+    lines += _notes_block(run)
+    return "\n".join(lines) + "\n"
+
+
+def side_text(run: Run) -> str:
+    """The header and notes, which csv/json reports print on stderr."""
+    return "\n".join(_header_lines(run) + _notes_block(run))
+
+
+def write_report_md(run: Run) -> Path:
+    """Write the report (markdown) into the run directory as report.md; returns its path."""
+    path = run.run_dir / REPORT_MD
+    path.write_text(render_report(run, "github"))
+    return path
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Read a run directory and write its report.md; raises NotARunDir when there is no run."""
+    return write_report_md(load_run(run_dir, keep=True))
+
+
+def print_report(
+    run: Run,
+    fmt: str = "github",
+    *,
+    write_md: bool = True,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    percentiles: Sequence[float] = DEFAULT_PERCENTILES,
+    view: TableView = WHOLE,
+) -> Path | None:
+    """Print the report as ``specload report`` does and (``write_md``) write report.md; returns its path.
+
+    csv/json print only the data on ``out`` (so it parses) and the header and notes on ``err``.
+    ``view``: the per-level table's columns on ``out``; report.md always has every column.
+    Raises ValueError for an unknown format.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if not is_known_format(fmt):
+        raise ValueError(f"unknown format {fmt!r}")
+    out.write(render_report(run, fmt, percentiles, view))
+    if fmt in EXTRA_FORMATS:
+        print(side_text(run), file=err)
+    if not write_md:
+        return None
+    path = write_report_md(run)
+    print(f"wrote {path}", file=err)
+    return path
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specload report", description="Per-level table of one run directory.")
+    p.add_argument("run_dir", help="results/<label>-<timestamp>/ directory of a run")
+    p.add_argument(
+        "--format",
+        default="github",
+        help="github (default), plain, any other tabulate format, csv or json",
+    )
+    p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} (nor, for a big run, {CACHE_FILE}) into the run directory")
+    p.add_argument("--slo", default=None, help="judge the levels against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+                   "instead of the one the run was made with; 'none' for none")  # fmt: skip
+    p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
+                   help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
+    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
+                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
+    p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
+                   help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
+                        "(json always has them all)")  # fmt: skip
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the report; csv/json print only the data (so it parses), the notes go to stderr."""
+    args = _parser().parse_args(argv)
+    if not is_known_format(args.format):
+        print(f"specload report: unknown format {args.format!r}", file=sys.stderr)
+        return 2
+    try:
+        percentiles = parse_percentiles(args.percentiles)
+        view = view_for(args.columns)
+        slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
+        run = load_run(args.run_dir, slo, args.processes, keep=not args.no_write)
+    except SloError as e:
+        print(f"specload report: --slo: {e}", file=sys.stderr)
+        return 2
+    except (NotARunDir, ValueError) as e:
+        print(f"specload report: {e}", file=sys.stderr)
+        return 2
+    print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles, view=view)
+    if args.plot is not None:
+        from specload.present.plot import plot_series
+
+        target = args.plot or str(run.run_dir / SERIES_PNG)
+        drawn = plot_series(run.levels, target, title=f"specload: {run.info.label or run.run_dir.name}, output tok/s "
+                            "over time", simulated=run.info.simulated)  # fmt: skip
+        if drawn is not None:
+            print(f"wrote {drawn}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

