@@ -96,17 +96,44 @@ def _record(
         t_send, t_first, t_last, t_end, tokens, 1 if t_first else None
     )
     return {
-        "level": level, "concurrency": c, "phase": phase, "seq": seq, "backend": "openai", "status": status,
-        "reason": reason, "http_status": http, "t_send": t_send, "t_first": t_first, "t_last": t_last,
-        "t_end": t_end, "ttft_s": ttft_s, "e2e_s": e2e, "output_tokens": tokens,
-        "output_tokens_source": "usage", "prompt_tokens": None if status == FAILED else PROMPT,
-        "requested_output_tokens": OUTPUT if phase == PHASE_MEASURE else 100, "requested_prompt_tokens": PROMPT,
-        "chunks": tokens, "tpot_s": tpot, "itl_max_s": None if tpot is None else 3 * tpot,
-        "per_request_tok_s": per_req, "decode_tok_s": decode, "spec_verify_ct": None, "worker": "local",
-        "repeat": 0, "itl": _itl(itl, tokens, rng), "itl_unit": "event", "first_event_tokens": 1 if t_first else None,
-        "t_sched": None, "rate": None, "request_class": None, "turn": None, "conversation": None,
-        "prefix_group": None, "cached_tokens": None,
-    }  # fmt: skip
+        "level": level,
+        "concurrency": c,
+        "phase": phase,
+        "seq": seq,
+        "backend": "openai",
+        "status": status,
+        "reason": reason,
+        "http_status": http,
+        "t_send": t_send,
+        "t_first": t_first,
+        "t_last": t_last,
+        "t_end": t_end,
+        "ttft_s": ttft_s,
+        "e2e_s": e2e,
+        "output_tokens": tokens,
+        "output_tokens_source": "usage",
+        "prompt_tokens": None if status == FAILED else PROMPT,
+        "requested_output_tokens": OUTPUT if phase == PHASE_MEASURE else 100,
+        "requested_prompt_tokens": PROMPT,
+        "chunks": tokens,
+        "tpot_s": tpot,
+        "itl_max_s": None if tpot is None else 3 * tpot,
+        "per_request_tok_s": per_req,
+        "decode_tok_s": decode,
+        "spec_verify_ct": None,
+        "worker": "local",
+        "repeat": 0,
+        "itl": _itl(itl, tokens, rng),
+        "itl_unit": "event",
+        "first_event_tokens": 1 if t_first else None,
+        "t_sched": None,
+        "rate": None,
+        "request_class": None,
+        "turn": None,
+        "conversation": None,
+        "prefix_group": None,
+        "cached_tokens": None,
+    }
 
 
 def _shape(rng: random.Random) -> list[tuple[int, int]]:
@@ -184,9 +211,22 @@ def make_run(run_dir: Path, n: int, label: str, speed: float, seed: int) -> None
                 if len(buf) >= 20000:
                     f.write(b"\n".join(buf) + b"\n")
                     buf.clear()
-            levels.append(LevelMeta(index=idx, concurrency=c, budget=budget, warmup=1, t_start=t_start,
-                                    t_measure_start=t_measure, t_end=t_last_end, status="completed",
-                                    granted=budget, received=budget, granted_warmup=1, received_warmup=1))  # fmt: skip
+            levels.append(
+                LevelMeta(
+                    index=idx,
+                    concurrency=c,
+                    budget=budget,
+                    warmup=1,
+                    t_start=t_start,
+                    t_measure_start=t_measure,
+                    t_end=t_last_end,
+                    status="completed",
+                    granted=budget,
+                    received=budget,
+                    granted_warmup=1,
+                    received_warmup=1,
+                )
+            )
             label_c = level_label(c)
             entries.append(
                 {"name": f"{label_c} warmup {PATH}", "method": "POST", "num_requests": 1, "num_failures": 0}
@@ -198,13 +238,25 @@ def make_run(run_dir: Path, n: int, label: str, speed: float, seed: int) -> None
         if buf:
             f.write(b"\n".join(buf) + b"\n")
     meta = RunMeta(
-        specload_version="0.1.0", locust_version="2.47.0", label=label, host="http://127.0.0.1:30000",
-        backend="openai", model="bench-model", model_source="/v1/models", scenario_file=None,
+        specload_version="0.1.0",
+        locust_version="2.47.0",
+        label=label,
+        host="http://127.0.0.1:30000",
+        backend="openai",
+        model="bench-model",
+        model_source="/v1/models",
+        scenario_file=None,
         scenario={"name": label, "input_tokens": PROMPT, "output_tokens": OUTPUT, "levels": LEVELS},
-        started_at=T0, ended_at=t, status="completed", mode="local", levels=levels,
-        server=ServerInfo.from_json({}), simulated=True, server_metrics="off",
+        started_at=T0,
+        ended_at=t,
+        status="completed",
+        mode="local",
+        levels=levels,
+        server=ServerInfo.from_json({}),
+        simulated=True,
+        server_metrics="off",
         prompts={"kind": "ids", "origin": "bench/analysis_scale.py", "overhead_tokens": 0, "exact": True},
-    )  # fmt: skip
+    )
     write_run_meta(run_dir, meta)
     (run_dir / "locust.json").write_bytes(orjson.dumps(entries))
 
@@ -226,8 +278,11 @@ def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:  # type
     """The two runs of n records under ``where`` (written by two processes, unless there already):
     their directories and the seconds spent writing them."""
     dirs = [where / f"v{GENERATOR}-{label}-{n}" for label, _, _ in RUNS]
-    todo = [(d, n, label, speed, seed) for d, (label, speed, seed) in zip(dirs, RUNS, strict=True)
-            if not (d / "complete").exists()]  # fmt: skip
+    todo = [
+        (d, n, label, speed, seed)
+        for d, (label, speed, seed) in zip(dirs, RUNS, strict=True)
+        if not (d / "complete").exists()
+    ]
     t0 = time.perf_counter()
     if todo:
         log(f"analysis scale: writing {len(todo)} run(s) of {n:,} records into {where} ...")
@@ -239,8 +294,10 @@ def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:  # type
     for d in dirs:
         missing = _missing_fields(d)
         if missing:
-            log(f"analysis scale: {d.name} was written before {', '.join(missing)} were record fields: it is read "
-                "as an older run directory is (--no-cache, or remove it, for records of today's schema)")  # fmt: skip
+            log(
+                f"analysis scale: {d.name} was written before {', '.join(missing)} were record fields: it is read "
+                "as an older run directory is (--no-cache, or remove it, for records of today's schema)"
+            )
     return dirs, time.perf_counter() - t0
 
 
@@ -322,15 +379,29 @@ def timed(cmd: list[str], what: str, records: int, log: Path) -> Timed:
     env = {**os.environ, "PYTHONPATH": str(REPO) + (os.pathsep + old if old else "")}
     res = log.with_suffix(".rusage")
     with open(log, "wb") as out:
-        subprocess.run([sys.executable, "-c", _WRAPPER, str(res), *cmd], stdout=out, stderr=subprocess.STDOUT,
-                       cwd=REPO, env=env, check=False)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", _WRAPPER, str(res), *cmd],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env=env,
+            check=False,
+        )
     wall, maxrss_kib, code, cpu, tree_b, others = res.read_text().split()
     if int(code) != 0:
         raise RuntimeError(
             f"{what} failed (exit {code}); see {log}:\n{log.read_text(errors='replace')[-2000:]}"
         )
-    return Timed(what, records, float(wall), int(maxrss_kib) / 1024.0, int(code), float(cpu),
-                 max(int(tree_b) / 2**20, int(maxrss_kib) / 1024.0), float(others))  # fmt: skip
+    return Timed(
+        what,
+        records,
+        float(wall),
+        int(maxrss_kib) / 1024.0,
+        int(code),
+        float(cpu),
+        max(int(tree_b) / 2**20, int(maxrss_kib) / 1024.0),
+        float(others),
+    )
 
 
 # compare of two runs whose reports were written (their figures kept): what a user comparing
@@ -379,7 +450,9 @@ class Scale:
         )
 
 
-def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path | None = CACHE) -> tuple[list[Scale], float]:  # type: ignore[no-untyped-def]  # fmt: skip
+def measure(
+    n: int, work: Path, log=print, fixed_part: bool = True, cache: Path | None = CACHE
+) -> tuple[list[Scale], float]:  # type: ignore[no-untyped-def]
     """Report and compare at n records per run, and at n / 10 (the fixed part) unless n is the
     goal's 5M or ``fixed_part`` is False; also returns the seconds spent writing the runs. Runs of
     CACHE_FROM records or more are kept in ``cache`` (None: written into ``work`` and removed)."""
@@ -396,11 +469,19 @@ def measure(n: int, work: Path, log=print, fixed_part: bool = True, cache: Path 
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )
-        if size == sizes[-1]:  # once more with the figures kept as a report keeps them (specload.analysis.figcache)
+        if (
+            size == sizes[-1]
+        ):  # once more with the figures kept as a report keeps them (specload.analysis.figcache)
             for run_dir in (a, b):
                 timed(report_cmd(run_dir)[:-1], "report (writing)", size, work / f"report-write-{size}.log")
-            out[KEPT].append(timed(compare_cmd(a, b, work / f"cmp-kept-{size}"), KEPT, size,
-                                   work / f"compare-kept-{size}.log"))  # fmt: skip
+            out[KEPT].append(
+                timed(
+                    compare_cmd(a, b, work / f"cmp-kept-{size}"),
+                    KEPT,
+                    size,
+                    work / f"compare-kept-{size}.log",
+                )
+            )
             for run_dir in (a, b):  # the cached runs stay as generated: the next bench reads them cold
                 (run_dir / figcache.CACHE_FILE).unlink(missing_ok=True)
                 (run_dir / REPORT_MD).unlink(missing_ok=True)
@@ -432,9 +513,11 @@ def main(argv: list[str] | None = None) -> int:
     for s in scales:
         t5, c5, m5 = s.at(GOAL_RECORDS)
         big = s.big
-        print(f"{s.what}: {big.records:,} records {big.wall_s:.1f} s (CPU {big.cpu_s:.1f} s, others {big.others:.2f} "
-              f"cores) {big.peak_mb:.0f} MB, with its helper {big.tree_mb:.0f} MB; at 5M {t5:.0f} s "
-              f"(CPU {c5:.0f} s) {m5:.0f} MB")  # fmt: skip
+        print(
+            f"{s.what}: {big.records:,} records {big.wall_s:.1f} s (CPU {big.cpu_s:.1f} s, others {big.others:.2f} "
+            f"cores) {big.peak_mb:.0f} MB, with its helper {big.tree_mb:.0f} MB; at 5M {t5:.0f} s "
+            f"(CPU {c5:.0f} s) {m5:.0f} MB"
+        )
     print(f"(writing the runs took {gen_s:.1f} s)")
     return 0
 

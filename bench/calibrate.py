@@ -155,8 +155,22 @@ def _children_cpu_s() -> float:
 
 
 def start_sim(preset: str, time_scale: float, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    cmd = [sys.executable, "-m", "specload", "sim", "--port", "0", "--engine", "batch", "--preset", preset,
-           "--time-scale", str(time_scale), "--model", f"sim-{preset}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specload",
+        "sim",
+        "--port",
+        "0",
+        "--engine",
+        "batch",
+        "--preset",
+        preset,
+        "--time-scale",
+        str(time_scale),
+        "--model",
+        f"sim-{preset}",
+    ]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=REPO)
     assert proc.stdout is not None
@@ -191,9 +205,26 @@ class RealRun:
 def run_preset(preset: str, args: argparse.Namespace, out: Path) -> RealRun:
     proc, url = start_sim(preset, args.time_scale, out / f"sim-{preset}.log")
     try:
-        cmd = [sys.executable, "-m", "specload", "sweep", "--host", url, "--scenario", str(SCENARIO),
-               "--backend", "sglang", "--out", str(out), "--label", preset,
-               "--output-tokens", str(args.output_tokens), "--levels", ",".join(map(str, args.levels))]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "specload",
+            "sweep",
+            "--host",
+            url,
+            "--scenario",
+            str(SCENARIO),
+            "--backend",
+            "sglang",
+            "--out",
+            str(out),
+            "--label",
+            preset,
+            "--output-tokens",
+            str(args.output_tokens),
+            "--levels",
+            ",".join(map(str, args.levels)),
+        ]
         print(f"[{preset}] simulator {url} (pid {proc.pid}); sweeping ...", flush=True)
         sim_cpu0, client_cpu0, t0 = _cpu_s(proc.pid), _children_cpu_s(), time.monotonic()
         log_path = out / f"sweep-{preset}.log"
@@ -215,8 +246,19 @@ def run_preset(preset: str, args: argparse.Namespace, out: Path) -> RealRun:
 
 
 def verdict(base_dir: str, mtp_dir: str, out: Path) -> tuple[list[str], list[dict[str, object]]]:
-    cmd = [sys.executable, "-m", "specload", "compare", base_dir, mtp_dir, "--format", "json", "--no-plot",
-           "--out", str(out / "compare")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specload",
+        "compare",
+        base_dir,
+        mtp_dir,
+        "--format",
+        "json",
+        "--no-plot",
+        "--out",
+        str(out / "compare"),
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     if res.returncode != 0:
         raise RuntimeError(f"specload compare failed: {res.stderr[-2000:]}")
@@ -246,9 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     args.levels = [int(x) for x in args.levels.split(",") if x.strip()]
     presets = [x.strip() for x in args.presets.split(",") if x.strip()]
     full = args.output_tokens == 1000 and args.time_scale == 1.0
-    print(f"calibration: {INPUT_TOKENS} in / {args.output_tokens} out, levels {args.levels}, "
-          f"time scale {args.time_scale:g}; +-{TOLERANCE:.0%} vs the reference "
-          f"{'checked' if full else 'NOT checked (shortened run: reference not comparable)'}", flush=True)  # fmt: skip
+    print(
+        f"calibration: {INPUT_TOKENS} in / {args.output_tokens} out, levels {args.levels}, "
+        f"time scale {args.time_scale:g}; +-{TOLERANCE:.0%} vs the reference "
+        f"{'checked' if full else 'NOT checked (shortened run: reference not comparable)'}",
+        flush=True,
+    )
 
     models = {
         x: {c: model_level(load_preset(x), c, args.output_tokens, args.time_scale) for c in args.levels}
@@ -271,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     for x in presets:
         ref = REFERENCE.get(x, {})
         print(f"\n### {x}\n")
-        print("|   C | ref agg | sim agg | sim/ref | ±15% | model agg | sim/model | TTFT p50 ms sim (model) "
-              "| TPOT p50 ms sim (model) | accept len | srv run max |")  # fmt: skip
+        print(
+            "|   C | ref agg | sim agg | sim/ref | ±15% | model agg | sim/model | TTFT p50 ms sim (model) "
+            "| TPOT p50 ms sim (model) | accept len | srv run max |"
+        )
         print("|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---:|---:|")
         for c in args.levels:
             m = models[x][c]
@@ -291,13 +338,17 @@ def main(argv: list[str] | None = None) -> int:
             tpot = getattr(lv, "tpot_p50_ms", None)
             acc = getattr(lv, "accept_length", None)
             run_max = getattr(lv, "server_running_max", None)
-            print(f"| {c:3d} | {_fmt(r)} | {_fmt(shown)} | {_fmt(ratio, 3)} | {ok} | {m.agg_tok_s:.1f} | "
-                  f"{_fmt(vs_model, 3)} | {_fmt(ttft, 0)} ({m.ttft_p50_ms:.0f}) | {_fmt(tpot, 2)} ({m.tpot_p50_ms:.2f}) "
-                  f"| {_fmt(acc, 2)} | {_fmt(run_max, 0)} |")  # fmt: skip
+            print(
+                f"| {c:3d} | {_fmt(r)} | {_fmt(shown)} | {_fmt(ratio, 3)} | {ok} | {m.agg_tok_s:.1f} | "
+                f"{_fmt(vs_model, 3)} | {_fmt(ttft, 0)} ({m.ttft_p50_ms:.0f}) | {_fmt(tpot, 2)} ({m.tpot_p50_ms:.2f}) "
+                f"| {_fmt(acc, 2)} | {_fmt(run_max, 0)} |"
+            )
         if x in reals:
             rr = reals[x]
-            print(f"\n{x}: sweep {rr.wall_s:.0f} s, simulator CPU {_fmt(rr.sim_cpu and 100 * rr.sim_cpu, 0)}% "
-                  f"of a core, load generator CPU {_fmt(rr.client_cpu and 100 * rr.client_cpu, 0)}%")  # fmt: skip
+            print(
+                f"\n{x}: sweep {rr.wall_s:.0f} s, simulator CPU {_fmt(rr.sim_cpu and 100 * rr.sim_cpu, 0)}% "
+                f"of a core, load generator CPU {_fmt(rr.client_cpu and 100 * rr.client_cpu, 0)}%"
+            )
 
     if len(presets) >= 2:
         base, treat = presets[0], presets[1]

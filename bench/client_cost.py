@@ -206,8 +206,12 @@ class Sampler(threading.Thread):
         def lerp(x: float, y: float) -> float:
             return x + w * (y - x)
 
-        return Sample(t, lerp(a.locust, b.locust), lerp(a.sim, b.sim),
-                      {k: lerp(a.cores[k], b.cores.get(k, a.cores[k])) for k in a.cores})  # fmt: skip
+        return Sample(
+            t,
+            lerp(a.locust, b.locust),
+            lerp(a.sim, b.sim),
+            {k: lerp(a.cores[k], b.cores.get(k, a.cores[k])) for k in a.cores},
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -297,11 +301,35 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
     work = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=out))  # one per run: --repeat runs a level again
     sim = start_sim(sim_prefix, lv.itl_ms, max(4 * lv.concurrency, 64))
     try:
-        cmd = [*client_prefix, sys.executable, "-m", "specload", "sweep", "--host", sim.url, "--out", str(work),
-               "--label", tag, "--levels", str(lv.concurrency), "--input-tokens", str(lv.input_tokens),
-               "--output-tokens", str(lv.output_tokens), "--requests-per-level", str(lv.concurrency * lv.waves),
-               "--warmup-requests", str(lv.concurrency * lv.short_waves), "--warmup-output-tokens", "1",
-               "--read-timeout", "120", "--format", "plain"]  # fmt: skip
+        cmd = [
+            *client_prefix,
+            sys.executable,
+            "-m",
+            "specload",
+            "sweep",
+            "--host",
+            sim.url,
+            "--out",
+            str(work),
+            "--label",
+            tag,
+            "--levels",
+            str(lv.concurrency),
+            "--input-tokens",
+            str(lv.input_tokens),
+            "--output-tokens",
+            str(lv.output_tokens),
+            "--requests-per-level",
+            str(lv.concurrency * lv.waves),
+            "--warmup-requests",
+            str(lv.concurrency * lv.short_waves),
+            "--warmup-output-tokens",
+            "1",
+            "--read-timeout",
+            "120",
+            "--format",
+            "plain",
+        ]
         with open(work / "sweep.log", "wb") as log:
             sweep = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=child_env())
             sampler = Sampler(sweep.pid, sim.proc.pid)
@@ -333,8 +361,16 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
         a, b = sampler.at(t0), sampler.at(t1)
         cores = sum(b.cores.get(k, 0.0) - v for k, v in a.cores.items())
         ours = (b.locust - a.locust) + (b.sim - a.sim)
-        phases.append(Phase(t1 - t0, b.locust - a.locust, b.sim - a.sim, max(0.0, cores - ours),
-                            sum(r.output_tokens for r in rs), len(rs)))  # fmt: skip
+        phases.append(
+            Phase(
+                t1 - t0,
+                b.locust - a.locust,
+                b.sim - a.sim,
+                max(0.0, cores - ours),
+                sum(r.output_tokens for r in rs),
+                len(rs),
+            )
+        )
     stats = load_run(run_dir).levels[0]
     failed = sum(r.status != "ok" for r in recs)
     return LevelResult(lv, phases[0], phases[1], stats.ttft_p50_ms, stats.agg_tok_s, failed, str(run_dir))
@@ -370,23 +406,49 @@ def rows(results: dict[Level, list[LevelResult]]) -> list[Row]:
         where = lv.where
         tok = [r.us_per_token for r in rs]
         req = [r.us_per_request for r in rs]
-        out.append(Row("client CPU per streamed token", where, median_spread(tok, ".1f") + " µs",
-                       f"<= {GOAL_US_PER_TOKEN:g} µs", verdict(statistics.median(tok) <= GOAL_US_PER_TOKEN)))  # fmt: skip
-        out.append(Row("client CPU per request", where, median_spread(req, ".0f") + " µs",
-                       f"<= {GOAL_US_PER_REQUEST:g} µs", verdict(statistics.median(req) <= GOAL_US_PER_REQUEST)))  # fmt: skip
+        out.append(
+            Row(
+                "client CPU per streamed token",
+                where,
+                median_spread(tok, ".1f") + " µs",
+                f"<= {GOAL_US_PER_TOKEN:g} µs",
+                verdict(statistics.median(tok) <= GOAL_US_PER_TOKEN),
+            )
+        )
+        out.append(
+            Row(
+                "client CPU per request",
+                where,
+                median_spread(req, ".0f") + " µs",
+                f"<= {GOAL_US_PER_REQUEST:g} µs",
+                verdict(statistics.median(req) <= GOAL_US_PER_REQUEST),
+            )
+        )
         # Wall-clock figures: when other processes took a share of the cores, a MISS may be theirs.
         others = statistics.median(100 * r.long.other_cpu_s / r.long.wall_s for r in rs)
         busy_note = f" (others {others:.0f}%)" if others > OTHERS_BUSY else ""
         ttft = [r.ttft_excess_ms for r in rs if r.ttft_excess_ms is not None]
         if ttft:
-            out.append(Row("TTFT p50 - 50 ms (simulator exact)", where, median_spread(ttft, "+.2f") + " ms",
-                           f"<= {GOAL_TTFT_MS:g} ms",
-                           verdict(statistics.median(ttft) <= GOAL_TTFT_MS) + busy_note))  # fmt: skip
+            out.append(
+                Row(
+                    "TTFT p50 - 50 ms (simulator exact)",
+                    where,
+                    median_spread(ttft, "+.2f") + " ms",
+                    f"<= {GOAL_TTFT_MS:g} ms",
+                    verdict(statistics.median(ttft) <= GOAL_TTFT_MS) + busy_note,
+                )
+            )
         agg = [100 * r.agg_error for r in rs if r.agg_error is not None]
         if agg:
-            out.append(Row(f"agg tok/s vs exact {lv.expected_agg:,.0f}", where, median_spread(agg, "+.2f") + " %",
-                           f"within {100 * GOAL_AGG_FRAC:g} %",
-                           verdict(abs(statistics.median(agg)) <= 100 * GOAL_AGG_FRAC) + busy_note))  # fmt: skip
+            out.append(
+                Row(
+                    f"agg tok/s vs exact {lv.expected_agg:,.0f}",
+                    where,
+                    median_spread(agg, "+.2f") + " %",
+                    f"within {100 * GOAL_AGG_FRAC:g} %",
+                    verdict(abs(statistics.median(agg)) <= 100 * GOAL_AGG_FRAC) + busy_note,
+                )
+            )
         busy = [100 * r.long.cpu_s / r.long.wall_s for r in rs]
         out.append(
             Row("Locust process CPU (one core = 100 %)", where, median_spread(busy, ".0f") + " %", "-", "-")
@@ -429,8 +491,13 @@ def python_speed(prefix: list[str]) -> float | None:
     speed, so that figures from machines (or moments) of different speed can be compared (a cost
     per request of B µs here is about B x your loop's time / this one on your machine)."""
     try:
-        out = subprocess.run([*prefix, sys.executable, "-c", _SPEED_CODE], capture_output=True, text=True,
-                             timeout=120, check=True)  # fmt: skip
+        out = subprocess.run(
+            [*prefix, sys.executable, "-c", _SPEED_CODE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         return float(out.stdout.strip())
     except (OSError, subprocess.SubprocessError, ValueError):
         return None
@@ -450,8 +517,10 @@ def measure(
             results[lv].append(run_level(lv, out, sim_prefix, client_prefix))
     speed.append(python_speed(client_prefix))
     if None not in speed:
-        pin += (f"; Python speed on the client's CPU (an empty loop of 10**7 turns): {speed[0]:.2f} s CPU "
-                f"before the levels, {speed[1]:.2f} s after")  # fmt: skip
+        pin += (
+            f"; Python speed on the client's CPU (an empty loop of 10**7 turns): {speed[0]:.2f} s CPU "
+            f"before the levels, {speed[1]:.2f} s after"
+        )
     return results, pin
 
 

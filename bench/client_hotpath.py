@@ -35,15 +35,25 @@ def sse(obj: object) -> bytes:
 def build_body(backend: str, n: int) -> bytes:
     events: list[bytes] = []
     if backend == "openai":
-        ev = {"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
-              "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": None}]}  # fmt: skip
+        ev = {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "text": " tok", "logprobs": None, "finish_reason": None}],
+        }
         events = [sse(ev)] * n
         events.append(
             sse({"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}})
         )
     elif backend == "chat":
-        ev = {"id": "c-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-              "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}]}  # fmt: skip
+        ev = {
+            "id": "c-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": " tok"}, "finish_reason": None}],
+        }
         events = [sse(ev)] * n
         events.append(
             sse({"id": "c-1", "choices": [], "usage": {"prompt_tokens": 8, "completion_tokens": n}})
@@ -52,8 +62,20 @@ def build_body(backend: str, n: int) -> bytes:
         text = ""
         for k in range(1, n + 1):
             text += " tok"
-            events.append(sse({"text": text, "meta_info": {"id": "x", "prompt_tokens": 8, "completion_tokens": k,
-                                                          "finish_reason": None}, "index": 0}))  # fmt: skip
+            events.append(
+                sse(
+                    {
+                        "text": text,
+                        "meta_info": {
+                            "id": "x",
+                            "prompt_tokens": 8,
+                            "completion_tokens": k,
+                            "finish_reason": None,
+                        },
+                        "index": 0,
+                    }
+                )
+            )
     events.append(b"data: [DONE]\n\n")
     payload = b"".join(events)
     # One HTTP chunk per 16 KiB, like a server flushing under load.

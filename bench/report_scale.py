@@ -73,19 +73,39 @@ def _record(rng: random.Random, level: int, c: int, phase: str, seq: int, t_send
     t_end = (t_last + 0.0005) if t_last is not None else t_send + 0.02
     itl = _itl_pairs(rng, tpot, n - 1) if n >= 2 else None
     rec = make_record(
-        t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=n,
-        level=level, concurrency=c, phase=phase, seq=seq, backend="sglang", status=status, reason=reason,
-        http_status=http, output_tokens_source=SRC_META, prompt_tokens=PROMPT_TOKENS if n else None,
-        requested_output_tokens=OUT_TOKENS, requested_prompt_tokens=PROMPT_TOKENS, chunks=max(0, n - 1) // 2 + 1,
-        itl_max_s=tpot * 3 if n >= 2 else None, spec_verify_ct=(n * 2) // 5 if n else None,
-        worker=f"worker-{seq % 4}", itl=itl, itl_unit="token" if itl else None, first_event_tokens=1 if n else None,
-    )  # fmt: skip
+        t_send=t_send,
+        t_first=t_first,
+        t_last=t_last,
+        t_end=t_end,
+        output_tokens=n,
+        level=level,
+        concurrency=c,
+        phase=phase,
+        seq=seq,
+        backend="sglang",
+        status=status,
+        reason=reason,
+        http_status=http,
+        output_tokens_source=SRC_META,
+        prompt_tokens=PROMPT_TOKENS if n else None,
+        requested_output_tokens=OUT_TOKENS,
+        requested_prompt_tokens=PROMPT_TOKENS,
+        chunks=max(0, n - 1) // 2 + 1,
+        itl_max_s=tpot * 3 if n >= 2 else None,
+        spec_verify_ct=(n * 2) // 5 if n else None,
+        worker=f"worker-{seq % 4}",
+        itl=itl,
+        itl_unit="token" if itl else None,
+        first_event_tokens=1 if n else None,
+    )
     if FIELDS is None:
         FIELDS = [f.name for f in fields(rec)]
     return {k: getattr(rec, k) for k in FIELDS}
 
 
-def _run_level(f: BinaryIO, rng: random.Random, li: int, c: int, n_meas: int, start: float, cap: int) -> float:
+def _run_level(
+    f: BinaryIO, rng: random.Random, li: int, c: int, n_meas: int, start: float, cap: int
+) -> float:
     """Write one closed-loop level's records (warmup first), in the order they end; its last t_end."""
     heap: list[tuple[float, int, bytes]] = []
     sent = {PHASE_WARMUP: 0, PHASE_MEASURE: 0}
@@ -124,20 +144,47 @@ def generate(run_dir: Path, n_records: int, n_levels: int, level_seconds: float,
             c = max(1, round(n_meas * mean_e2e / level_seconds * (1 + 0.25 * li)))
             start = t
             end = _run_level(f, rng, li, c, n_meas, start, cap)
-            metas.append(LevelMeta(index=li, concurrency=c, budget=n_meas, warmup=WARMUP, t_start=start,
-                                   t_measure_start=start, t_end=end, status="completed", granted=n_meas,
-                                   received=n_meas, granted_warmup=WARMUP, received_warmup=WARMUP))  # fmt: skip
+            metas.append(
+                LevelMeta(
+                    index=li,
+                    concurrency=c,
+                    budget=n_meas,
+                    warmup=WARMUP,
+                    t_start=start,
+                    t_measure_start=start,
+                    t_end=end,
+                    status="completed",
+                    granted=n_meas,
+                    received=n_meas,
+                    granted_warmup=WARMUP,
+                    received_warmup=WARMUP,
+                )
+            )
             s = start
             while s < end:
-                samples.append(orjson.dumps({"t": s, "running": float(min(c, cap)), "queued": float(max(0, c - cap))}))
+                samples.append(
+                    orjson.dumps({"t": s, "running": float(min(c, cap)), "queued": float(max(0, c - cap))})
+                )
                 s += 1.0
             t = end + 1.0
     (run_dir / SERVER_SAMPLES).write_bytes(b"\n".join(samples) + b"\n")
-    write_run_meta(run_dir, RunMeta(
-        specload_version="bench", label=run_dir.name, host="http://synthetic", backend="sglang", model="synthetic",
-        started_at=T0, ended_at=t, status="completed", mode="local", levels=metas,
-        server=ServerInfo({"engine": "synthetic", "max_running_requests": cap}), server_metrics="sampled",
-    ))  # fmt: skip
+    write_run_meta(
+        run_dir,
+        RunMeta(
+            specload_version="bench",
+            label=run_dir.name,
+            host="http://synthetic",
+            backend="sglang",
+            model="synthetic",
+            started_at=T0,
+            ended_at=t,
+            status="completed",
+            mode="local",
+            levels=metas,
+            server=ServerInfo({"engine": "synthetic", "max_running_requests": cap}),
+            server_metrics="sampled",
+        ),
+    )
 
 
 def timed(argv: list[str]) -> tuple[float, float, int]:
@@ -158,8 +205,10 @@ def _print(what: str, result: tuple[float, float, int]) -> None:
 
 def time_runs(a: Path, b: Path | None) -> None:
     size = (a / RECORDS).stat().st_size / 1e6
-    print(f"{a}: records.jsonl {size:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
-          flush=True)  # fmt: skip
+    print(
+        f"{a}: records.jsonl {size:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        flush=True,
+    )
     _print(f"specload report {a} --no-write", timed(["report", str(a), "--no-write"]))
     if b is not None:
         out = a.parent / f"cmp-{a.name}-{b.name}"

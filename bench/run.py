@@ -42,12 +42,34 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
         big = s.big
         where = f"{big.records / 1e6:g}M records per run"
         busy = f", others {big.others:.1f} cores" if big.others >= 0.2 else ""
-        out.append(Row(f"{cmd}: wall time", where, f"{big.wall_s:.1f} s ({s.per_m('wall_s'):.1f} s per 1M{busy})",
-                       "-", "-"))  # fmt: skip
-        out.append(Row(f"{cmd}: CPU time", where, f"{big.cpu_s:.1f} s ({s.per_m('cpu_s'):.1f} s per 1M), all processes",
-                       "-", "-"))  # fmt: skip
-        out.append(Row(f"{cmd}: peak RSS", where, f"{big.tree_mb:.0f} MB all processes ({big.peak_mb:.0f} MB the "
-                       f"largest; {s.per_m('tree_mb'):.0f} MB per 1M)", "-", "-"))  # fmt: skip
+        out.append(
+            Row(
+                f"{cmd}: wall time",
+                where,
+                f"{big.wall_s:.1f} s ({s.per_m('wall_s'):.1f} s per 1M{busy})",
+                "-",
+                "-",
+            )
+        )
+        out.append(
+            Row(
+                f"{cmd}: CPU time",
+                where,
+                f"{big.cpu_s:.1f} s ({s.per_m('cpu_s'):.1f} s per 1M), all processes",
+                "-",
+                "-",
+            )
+        )
+        out.append(
+            Row(
+                f"{cmd}: peak RSS",
+                where,
+                f"{big.tree_mb:.0f} MB all processes ({big.peak_mb:.0f} MB the "
+                f"largest; {s.per_m('tree_mb'):.0f} MB per 1M)",
+                "-",
+                "-",
+            )
+        )
         t5, c5, m5 = s.at(goal_n)
         if big.records == goal_n:
             how = "measured"
@@ -58,24 +80,44 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
         # Two processes: the wall time is the figure; other processes on the machine lengthen it
         # (shown above, and flagged with the verdict).
         flag = f" (others {big.others:.1f} cores)" if big.others >= 0.2 else ""
-        out.append(Row(f"{cmd}: at 5M records, time", how, f"{t5:.0f} s wall ({c5:.0f} s CPU)",
-                       f"< {analysis_scale.GOAL_S:g} s", verdict(t5 < analysis_scale.GOAL_S) + flag))  # fmt: skip
-        out.append(Row(f"{cmd}: at 5M records, memory", how, f"{m5:.0f} MB", f"< {analysis_scale.GOAL_MB:g} MB",
-                       verdict(m5 < analysis_scale.GOAL_MB)))  # fmt: skip
+        out.append(
+            Row(
+                f"{cmd}: at 5M records, time",
+                how,
+                f"{t5:.0f} s wall ({c5:.0f} s CPU)",
+                f"< {analysis_scale.GOAL_S:g} s",
+                verdict(t5 < analysis_scale.GOAL_S) + flag,
+            )
+        )
+        out.append(
+            Row(
+                f"{cmd}: at 5M records, memory",
+                how,
+                f"{m5:.0f} MB",
+                f"< {analysis_scale.GOAL_MB:g} MB",
+                verdict(m5 < analysis_scale.GOAL_MB),
+            )
+        )
     return out
 
 
 def machine() -> str:
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
-    return (f"{platform.node()}: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-            f"Python {platform.python_version()}, load average {load} at the start")  # fmt: skip
+    return (
+        f"{platform.node()}: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+        f"Python {platform.python_version()}, load average {load} at the start"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smoke run: one tiny level and 20k records (not a measurement)")
-    p.add_argument("--records", type=int, default=None, help="records per synthetic run (default 500000; quick 20000)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: one tiny level and 20k records (not a measurement)"
+    )
+    p.add_argument(
+        "--records", type=int, default=None, help="records per synthetic run (default 500000; quick 20000)"
+    )
     p.add_argument("--repeat", type=int, default=1, help="runs of each client level; the median is shown")
     p.add_argument("--no-client", action="store_true", help="skip the client cost part")
     p.add_argument("--no-analysis", action="store_true", help="skip the analysis scale part")
@@ -105,15 +147,18 @@ def main(argv: list[str] | None = None) -> int:
             conditions += client_cost.conditions(results, pin)
         if not args.no_analysis:
             cache = None if args.quick or args.no_cache else Path(args.cache)
-            scales, gen_s = analysis_scale.measure(records, work / "analysis", log, fixed_part=not args.quick,
-                                                   cache=cache)  # fmt: skip
+            scales, gen_s = analysis_scale.measure(
+                records, work / "analysis", log, fixed_part=not args.quick, cache=cache
+            )
             table += analysis_rows(scales)
             made = f"written in {gen_s:.0f} s" if gen_s >= 1 else "found"
-            conditions.append(f"analysis: synthetic runs of {records:,} records (~730 bytes each; {made}, "
-                              f"{'kept in ' + str(cache) if cache else 'removed after'}); "
-                              "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
-                              "process that forks helpers (two cores); CPU time of all, peak RSS of the largest "
-                              "(rusage), peak memory of all together (sum of PSS, sampled every 0.1 s)")  # fmt: skip
+            conditions.append(
+                f"analysis: synthetic runs of {records:,} records (~730 bytes each; {made}, "
+                f"{'kept in ' + str(cache) if cache else 'removed after'}); "
+                "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
+                "process that forks helpers (two cores); CPU time of all, peak RSS of the largest "
+                "(rusage), peak memory of all together (sum of PSS, sampled every 0.1 s)"
+            )
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

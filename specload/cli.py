@@ -37,12 +37,22 @@ def _die(code: int, message: str) -> int:
 
 
 def _add_scenario_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", default=None, help="scenario TOML file, or a built-in scenario's name "
-                   f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings")  # fmt: skip
+    p.add_argument(
+        "--scenario",
+        default=None,
+        help="scenario TOML file, or a built-in scenario's name "
+        f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings",
+    )
     for spec in FLAG_FIELDS:
         # No argparse `choices`: the field's own check gives the message that names the field.
-        p.add_argument(spec.flag, dest=f"sc_{spec.name}", type=spec.option_type, default=None, help=spec.help,
-                       metavar=spec.dest.upper())  # fmt: skip
+        p.add_argument(
+            spec.flag,
+            dest=f"sc_{spec.name}",
+            type=spec.option_type,
+            default=None,
+            help=spec.help,
+            metavar=spec.dest.upper(),
+        )
 
 
 def settings(args: argparse.Namespace) -> SweepSettings:
@@ -51,13 +61,23 @@ def settings(args: argparse.Namespace) -> SweepSettings:
     A value typed here is the field's value as it is (``--requests-per-level 0`` is an error, not
     "unset"): the web form's 0-means-unset convention exists only because a form cannot be empty.
     """
-    overrides = {spec.name: value for spec in FLAG_FIELDS if (value := getattr(args, f"sc_{spec.name}")) is not None}
+    overrides = {
+        spec.name: value for spec in FLAG_FIELDS if (value := getattr(args, f"sc_{spec.name}")) is not None
+    }
     return SweepSettings(
-        host=args.host, scenario_file=args.scenario, overrides=overrides, label=args.label, out=args.out,
-        insecure=getattr(args, "insecure", False), processes=args.processes, workers=args.workers,
-        master_bind_host=args.master_bind_host, master_bind_port=args.master_bind_port,
-        locust_args=args.locust_args, locustfile=args.locustfile,
-    )  # fmt: skip
+        host=args.host,
+        scenario_file=args.scenario,
+        overrides=overrides,
+        label=args.label,
+        out=args.out,
+        insecure=getattr(args, "insecure", False),
+        processes=args.processes,
+        workers=args.workers,
+        master_bind_host=args.master_bind_host,
+        master_bind_port=args.master_bind_port,
+        locust_args=args.locust_args,
+        locustfile=args.locustfile,
+    )
 
 
 def _view(args: argparse.Namespace) -> TableView:
@@ -113,7 +133,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _add_locust_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--locustfile", type=Path, default=DEFAULT_LOCUSTFILE, help=argparse.SUPPRESS)
-    p.add_argument("--processes", type=int, default=None, help="Locust worker processes on this machine (-1: one per core)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="Locust worker processes on this machine (-1: one per core)",
+    )
     p.add_argument("locust_args", nargs="*", help="extra Locust options after --, e.g. -- --loglevel DEBUG")
 
 
@@ -131,8 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="specload", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("sweep", help="run a headless sweep (on a terminal: a live progress line per level) and "
-                       "print the per-level table")  # fmt: skip
+    p = sub.add_parser(
+        "sweep",
+        help="run a headless sweep (on a terminal: a live progress line per level) and "
+        "print the per-level table",
+    )
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
     # A display option, not a scenario field: it changes what is printed, never what is measured
@@ -141,16 +169,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="be a Locust master and wait for N workers")
     _add_run_flags(p)
 
-    p = sub.add_parser("capacity", help="search the highest concurrency (or, with --rates R, request rate) that "
-                       "meets --slo: one run, levels chosen as it goes: doubling from --start, then bisection")  # fmt: skip
-    p.add_argument("--start", type=float, default=None,
-                   help="first level probed (default: C=8; with --rates R, R requests/s)")  # fmt: skip
+    p = sub.add_parser(
+        "capacity",
+        help="search the highest concurrency (or, with --rates R, request rate) that "
+        "meets --slo: one run, levels chosen as it goes: doubling from --start, then bisection",
+    )
+    p.add_argument(
+        "--start",
+        type=float,
+        default=None,
+        help="first level probed (default: C=8; with --rates R, R requests/s)",
+    )
     p.add_argument("--min", type=float, default=1, help="lowest level probed (default 1)")
     p.add_argument("--max", type=float, default=512, help="highest level probed (default 512)")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="stop when the bracket is within this fraction of its lower end (default: concurrency "
-                        "one apart; rates 0.05)")  # fmt: skip
-    p.add_argument("--max-probes", type=int, default=16, help="most levels the search runs (default 16: enough for 1..512)")
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="stop when the bracket is within this fraction of its lower end (default: concurrency "
+        "one apart; rates 0.05)",
+    )
+    p.add_argument(
+        "--max-probes",
+        type=int,
+        default=16,
+        help="most levels the search runs (default 16: enough for 1..512)",
+    )
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--format", default="github", help="table format of the final report")
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
@@ -160,9 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="start Locust's web UI with specload's options in its start form")
     p.add_argument("--web-host", default="127.0.0.1")
     p.add_argument("--web-port", type=int, default=8089)
-    p.add_argument("--no-web-auth", action="store_true",
-                   help="no login page (for a UI behind your own authenticating proxy); by default the UI "
-                        "asks for a password made for this run and printed at start")  # fmt: skip
+    p.add_argument(
+        "--no-web-auth",
+        action="store_true",
+        help="no login page (for a UI behind your own authenticating proxy); by default the UI "
+        "asks for a password made for this run and printed at start",
+    )
     p.add_argument("--workers", type=int, default=None, help="run as a master for workers on other machines")
     _add_run_flags(p)
 
@@ -171,10 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", type=int, default=5557)
     _add_locust_common(p)
 
-    sub.add_parser("report", help="print (and write report.md for) a run directory (see `specload report --help`)",
-                   add_help=False)  # fmt: skip
-    sub.add_parser("sim", help="run the built-in simulated server (see `specload sim --help`)", add_help=False)
-    sub.add_parser("compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False)
+    sub.add_parser(
+        "report",
+        help="print (and write report.md for) a run directory (see `specload report --help`)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "sim", help="run the built-in simulated server (see `specload sim --help`)", add_help=False
+    )
+    sub.add_parser(
+        "compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False
+    )
 
     p = sub.add_parser("demo", help="sweep the built-in simulated server and print the table")
     p.add_argument("--out", default="results")
@@ -204,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "locustfile":
         print(locustfile_path())
         return 0
-    handler = {"sweep": cmd_sweep, "capacity": cmd_capacity, "ui": cmd_ui, "worker": cmd_worker, "demo": cmd_demo}
+    handler = {
+        "sweep": cmd_sweep,
+        "capacity": cmd_capacity,
+        "ui": cmd_ui,
+        "worker": cmd_worker,
+        "demo": cmd_demo,
+    }
     return handler[args.command](args)
 
 

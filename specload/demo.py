@@ -29,14 +29,25 @@ DEMO_CAPACITY_TOLERANCE = 0.125
 
 
 def sim_args(preset: str) -> list[str]:
-    return ["--engine", "batch", "--preset", preset, "--time-scale", str(DEMO_TIME_SCALE), "--model", "demo-model"]
+    return [
+        "--engine",
+        "batch",
+        "--preset",
+        preset,
+        "--time-scale",
+        str(DEMO_TIME_SCALE),
+        "--model",
+        "demo-model",
+    ]
 
 
 def _sweep(preset: str, scenario: str, out: str, view: TableView) -> tuple[int, str | None]:
     print(f"\n=== specload demo: {preset.upper()} (SIMULATED server, preset '{preset}') ===", flush=True)
     sim = start_sim(sim_args(preset))
     try:
-        outcome = run_sweep(SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=out), view=view)
+        outcome = run_sweep(
+            SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=out), view=view
+        )
     except LaunchError as e:
         print(f"specload demo: {e}", file=sys.stderr)
         return e.code, None
@@ -60,11 +71,17 @@ def _capacity(preset: str, scenario: str, out: str, sweep_dir: str) -> str | Non
     lo = int(cap.lo) if cap.lo is not None else 1
     hi = int(cap.hi) if cap.hi is not None else max(levels)
     space = SearchSpace("concurrency", hi, max(1, lo // 2), 2 * hi, DEMO_CAPACITY_TOLERANCE)
-    found = f"met the SLO at C={lo} and missed it at C={hi}" if cap.hi is not None else f"met the SLO up to C={hi}"
+    found = (
+        f"met the SLO at C={lo} and missed it at C={hi}"
+        if cap.hi is not None
+        else f"met the SLO up to C={hi}"
+    )
     print(f"\n--- {preset}: its sweep {found}; searching from C={hi} ---", flush=True)
     sim = start_sim(sim_args(preset))
     try:
-        settings = SweepSettings(host=sim.url, scenario_file=scenario, label=preset, out=os.path.join(out, "capacity"))
+        settings = SweepSettings(
+            host=sim.url, scenario_file=scenario, label=preset, out=os.path.join(out, "capacity")
+        )
         outcome = run_capacity(settings, space, report_format=None)
     except LaunchError as e:
         print(f"specload demo: {e}", file=sys.stderr)

@@ -91,12 +91,17 @@ def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
     if s.processes is not None and s.workers is not None:
         raise LaunchError(EXIT_USAGE, "--processes and --workers are exclusive (one machine vs several)")
     if s.processes is not None and s.processes != -1 and s.processes < 1:
-        raise LaunchError(EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {s.processes}")
+        raise LaunchError(
+            EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {s.processes}"
+        )
     if s.workers is not None and s.workers < 1:
         raise LaunchError(EXIT_USAGE, f"--workers: expected a count >= 1, got {s.workers}")
     if s.label is not None and (not s.label or s.label.startswith("-") or len(s.label) > MAX_LABEL):
-        raise LaunchError(EXIT_USAGE, f"--label: expected 1..{MAX_LABEL} characters not starting with '-', "
-                                      f"got {s.label[:40]!r}{'...' if len(s.label) > 40 else ''}")  # fmt: skip
+        raise LaunchError(
+            EXIT_USAGE,
+            f"--label: expected 1..{MAX_LABEL} characters not starting with '-', "
+            f"got {s.label[:40]!r}{'...' if len(s.label) > 40 else ''}",
+        )
     _check_out(s.out)
     _ensure_open_files(max(sc.levels), s.processes)
     return sc, host
@@ -118,11 +123,16 @@ def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
     need = -(-max_concurrency // n) + FD_HEADROOM
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < need:
-        raise LaunchError(EXIT_USAGE, f"C={max_concurrency} needs about {need} open files per Locust process, and "
-                                      f"this shell allows {hard} (ulimit -n): raise the limit, or spread the users "
-                                      f"over processes (--processes N) or machines (--workers N)")  # fmt: skip
+        raise LaunchError(
+            EXIT_USAGE,
+            f"C={max_concurrency} needs about {need} open files per Locust process, and "
+            f"this shell allows {hard} (ulimit -n): raise the limit, or spread the users "
+            f"over processes (--processes N) or machines (--workers N)",
+        )
     if soft != resource.RLIM_INFINITY and soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard)
+        )
 
 
 def _check_out(out: str) -> None:
@@ -152,9 +162,14 @@ def preflight(host: str, sc: Scenario, insecure: bool) -> None:
             break
         except ServerUnreachable as e:
             if pause is None or "connection refused" not in str(e):
-                raise LaunchError(EXIT_UNREACHABLE, f"cannot reach the server before the sweep: {e}") from None
-            print(f"specload: {e}; retrying in {pause:g} s ({attempt}/{len(PREFLIGHT_BACKOFF_S)})",
-                  file=sys.stderr, flush=True)  # fmt: skip
+                raise LaunchError(
+                    EXIT_UNREACHABLE, f"cannot reach the server before the sweep: {e}"
+                ) from None
+            print(
+                f"specload: {e}; retrying in {pause:g} s ({attempt}/{len(PREFLIGHT_BACKOFF_S)})",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(pause)
     if status in (401, 403) and not sc.model:
         # Without a model name the sweep cannot even start; with one, the rejections are recorded.
@@ -179,12 +194,28 @@ def distribution_flags(s: SweepSettings, web: bool = False) -> list[str]:
         # A private port: a stray worker of another run on the default 5557 must never join this one.
         # Only this machine's processes may join: the master listens on loopback alone.
         port = str(free_port())
-        return ["--processes", str(s.processes), "--master-bind-host", "127.0.0.1", "--master-bind-port", port,
-                "--master-host", "127.0.0.1", "--master-port", port]  # fmt: skip
+        return [
+            "--processes",
+            str(s.processes),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            port,
+            "--master-host",
+            "127.0.0.1",
+            "--master-port",
+            port,
+        ]
     if s.workers is not None:
         expect = [] if web else ["--expect-workers", str(s.workers)]
-        return ["--master", *expect, "--master-bind-host", s.master_bind_host,
-                "--master-bind-port", str(s.master_bind_port)]  # fmt: skip
+        return [
+            "--master",
+            *expect,
+            "--master-bind-host",
+            s.master_bind_host,
+            "--master-bind-port",
+            str(s.master_bind_port),
+        ]
     return []
 
 
@@ -228,7 +259,9 @@ def run_locust(cmd: list[str], env: dict[str, str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
-def run_sweep(s: SweepSettings, report_format: str | None = "github", view: TableView = WHOLE) -> SweepOutcome:
+def run_sweep(
+    s: SweepSettings, report_format: str | None = "github", view: TableView = WHOLE
+) -> SweepOutcome:
     """Check, run one headless sweep to its end, print its report; raises LaunchError before any run.
 
     ``view``: the per-level table's columns as printed (``--columns``; report.md has them all)."""
@@ -239,27 +272,52 @@ def run_sweep(s: SweepSettings, report_format: str | None = "github", view: Tabl
     run_dir = new_run_dir(s.out, s.label or sc.name)
     prefix = os.path.join(run_dir, LOCUST_PREFIX)
     cmd = [
-        sys.executable, "-m", "locust", "-f", str(s.locustfile), "--headless", "--host", host,
-        "--run-dir", run_dir, "--csv", prefix, "--json-file", prefix, "--only-summary", "--quiet-report",
-        *scenario_locust_flags(s), *(["--label", s.label] if s.label else []),
-        *(["--insecure"] if s.insecure else []), *distribution_flags(s), *s.locust_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(s.locustfile),
+        "--headless",
+        "--host",
+        host,
+        "--run-dir",
+        run_dir,
+        "--csv",
+        prefix,
+        "--json-file",
+        prefix,
+        "--only-summary",
+        "--quiet-report",
+        *scenario_locust_flags(s),
+        *(["--label", s.label] if s.label else []),
+        *(["--insecure"] if s.insecure else []),
+        *distribution_flags(s),
+        *s.locust_args,
+    ]
     print(f"specload: run directory {run_dir}", flush=True)
     return _outcome(run_dir, run_locust(cmd), report_format, view)
 
 
-def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None = "github",
-                 view: TableView = WHOLE) -> SweepOutcome:  # fmt: skip
+def run_capacity(
+    s: SweepSettings, space: SearchSpace, report_format: str | None = "github", view: TableView = WHOLE
+) -> SweepOutcome:
     """``specload capacity``: one run whose levels the search picks (specload.analysis.capacity), then its
     report, which ends with the answer. Raises LaunchError before any run (no SLO, bad space)."""
     sc, _ = check_settings(s)
     if not sc.slo:
-        raise LaunchError(EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)")
+        raise LaunchError(
+            EXIT_USAGE, "a capacity search needs an SLO: --slo ttft_p99=2s,... (or slo in the scenario)"
+        )
     if "levels" in s.overrides:
-        raise LaunchError(EXIT_USAGE, "--levels: a capacity search picks its own levels (--start, --min, --max; "
-                                      "--rates R to search a request rate from R)")  # fmt: skip
+        raise LaunchError(
+            EXIT_USAGE,
+            "--levels: a capacity search picks its own levels (--start, --min, --max; "
+            "--rates R to search a request rate from R)",
+        )
     if sc.repeat != 1:
-        raise LaunchError(EXIT_USAGE, "--repeat: a capacity search probes each level once (run it again to repeat)")
+        raise LaunchError(
+            EXIT_USAGE, "--repeat: a capacity search probes each level once (run it again to repeat)"
+        )
     try:
         space.check()
     except ValueError as e:
@@ -275,7 +333,9 @@ def run_capacity(s: SweepSettings, space: SearchSpace, report_format: str | None
     return run_sweep(replace(s, overrides=overrides, locust_args=args), report_format, view)
 
 
-def _outcome(run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE) -> SweepOutcome:
+def _outcome(
+    run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE
+) -> SweepOutcome:
     from specload.analysis.run import load_run
     from specload.present.report import print_report
 
@@ -292,7 +352,10 @@ def _outcome(run_dir: str, locust_code: int, report_format: str | None, view: Ta
     status = read_run_meta(run_dir).status
     if status == RUN_COMPLETED and locust_code == 0:
         return SweepOutcome(EXIT_OK, run_dir, status)
-    print(f"specload: sweep {status}; partial results in {run_dir} (`specload report {run_dir}`)", file=sys.stderr)
+    print(
+        f"specload: sweep {status}; partial results in {run_dir} (`specload report {run_dir}`)",
+        file=sys.stderr,
+    )
     return SweepOutcome(EXIT_INCOMPLETE, run_dir, status)
 
 
@@ -308,34 +371,67 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
 
     sc, host = check_settings(s)
     cmd = [
-        sys.executable, "-m", "locust", "-f", str(s.locustfile), "--host", host,
-        "--web-host", web_host, "--web-port", str(web_port), "--results-dir", s.out,
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(s.locustfile),
+        "--host",
+        host,
+        "--web-host",
+        web_host,
+        "--web-port",
+        str(web_port),
+        "--results-dir",
+        s.out,
         *(["--web-login"] if web_auth else []),
-        *(["--scenario", s.scenario_file] if s.scenario_file else []), *option_flags(scenario_flags(sc)),
-        *(["--label", s.label] if s.label else []), *distribution_flags(s, web=True), *s.locust_args,
-    ]  # fmt: skip
+        *(["--scenario", s.scenario_file] if s.scenario_file else []),
+        *option_flags(scenario_flags(sc)),
+        *(["--label", s.label] if s.label else []),
+        *distribution_flags(s, web=True),
+        *s.locust_args,
+    ]
     url = f"http://{web_host}:{web_port}"
     env = None
     if web_auth:
         token = new_token()
         env = {**os.environ, WEB_TOKEN_ENV: token}
-        print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
-              f"the password {token}")  # fmt: skip
+        print(
+            f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
+            f"the password {token}"
+        )
         print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
     else:
-        print(f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
-              "any page your browser opens, can start sweeps with your API key; keep it behind your own "
-              "authenticating proxy", file=sys.stderr)  # fmt: skip
+        print(
+            f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "
+            "any page your browser opens, can start sweeps with your API key; keep it behind your own "
+            "authenticating proxy",
+            file=sys.stderr,
+        )
         print(f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/)")
     print(f"specload: each run goes to {s.out}/<label>-<time>/", flush=True)
     return run_locust(cmd, env)
 
 
-def run_worker(master_host: str, master_port: int, processes: int | None, locust_args: Sequence[str] = (),
-               locustfile: Path = DEFAULT_LOCUSTFILE) -> int:  # fmt: skip
+def run_worker(
+    master_host: str,
+    master_port: int,
+    processes: int | None,
+    locust_args: Sequence[str] = (),
+    locustfile: Path = DEFAULT_LOCUSTFILE,
+) -> int:
     cmd = [
-        sys.executable, "-m", "locust", "-f", str(locustfile), "--worker",
-        "--master-host", master_host, "--master-port", str(master_port),
-        *(["--processes", str(processes)] if processes is not None else []), *locust_args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(locustfile),
+        "--worker",
+        "--master-host",
+        master_host,
+        "--master-port",
+        str(master_port),
+        *(["--processes", str(processes)] if processes is not None else []),
+        *locust_args,
+    ]
     return run_locust(cmd)

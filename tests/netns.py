@@ -79,8 +79,19 @@ class Network:
     def run_in(self, name: str, cmd: list[str]) -> list[str]:
         """``cmd`` as run on host ``name``, with ``name`` as its host name (Locust names workers
         after it). Each step execs the next, so the PID is the command's own."""
-        return ["ip", "netns", "exec", self.ns(name), "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"',
-                name, *cmd]  # fmt: skip
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.ns(name),
+            "unshare",
+            "--uts",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            name,
+            *cmd,
+        ]
 
     def pids(self, name: str) -> list[int]:
         return [int(p) for p in _ip("netns", "pids", self.ns(name)).split()]

@@ -361,7 +361,9 @@ LLAMACPP_SPEC_LAST = (
 @pytest.mark.parametrize("backend", ["openai", "chat"])
 def test_llamacpp_timings_give_the_verify_steps(backend: str) -> None:
     p = get_backend(backend).parser()
-    ev = LLAMACPP_SPEC_LAST if backend == "openai" else LLAMACPP_SPEC_LAST.replace(b'"text":""', b'"delta":{}')
+    ev = (
+        LLAMACPP_SPEC_LAST if backend == "openai" else LLAMACPP_SPEC_LAST.replace(b'"text":""', b'"delta":{}')
+    )
     assert p.feed(ev) == 0
     # 20 tokens, 12 of them accepted drafts: 8 decode steps, 2.5 tokens per step.
     assert (p.output_tokens, p.spec_verify_ct) == (20, 8)

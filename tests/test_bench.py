@@ -46,14 +46,22 @@ def test_synthetic_records_match_the_schema() -> None:
 def test_bench_quick(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--keep", str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     table = out.stdout
     for row in ROWS:
         assert any(ln.startswith(f"| {row}") for ln in table.splitlines()), (row, table)
-    for row in ("client CPU per streamed token", "client CPU per request", "specload report: wall time",
-                "specload report: peak RSS", "specload compare (2 runs): wall time"):  # fmt: skip
+    for row in (
+        "client CPU per streamed token",
+        "client CPU per request",
+        "specload report: wall time",
+        "specload report: peak RSS",
+        "specload compare (2 runs): wall time",
+    ):
         assert _number(_cell(table, row, 2)) > 0, (row, table)
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

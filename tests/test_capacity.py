@@ -159,8 +159,13 @@ def test_probe_plan_uses_the_scenarios_budget_and_warmup() -> None:
     rsc = Scenario(warmup_requests=1, rates=[4.0], arrival="constant", max_in_flight=32, rate_window_s=10.0)
     plan = probe_plan(rsc, SearchSpace(KIND_RATE, 4.0, 0.5, 64.0, 0.05), 6.5, 2)
     assert (plan.index, plan.rate, plan.arrival, plan.concurrency, plan.budget, plan.warmup) == (
-        2, 6.5, "constant", 32, 65, 1,
-    )  # fmt: skip
+        2,
+        6.5,
+        "constant",
+        32,
+        65,
+        1,
+    )
     assert plan.x == 6.5
 
 
@@ -231,8 +236,10 @@ def test_limit_reason_names_the_running_request_cap() -> None:
     c = capacity_of([(48, PASS), (49, FAIL)])
     assert c is not None
     why = limit_reason(c, ServerLimits(max_running=48, speculative_algorithm="NEXTN", queued_max=1))
-    assert why == ("fails at C=49 on TTFT p90 2 s > 1 s: C=49 is above the server's max_running_requests (48, with "
-                   "NEXTN speculation), so the excess requests wait in its queue (up to 1 waiting)")  # fmt: skip
+    assert why == (
+        "fails at C=49 on TTFT p90 2 s > 1 s: C=49 is above the server's max_running_requests (48, with "
+        "NEXTN speculation), so the excess requests wait in its queue (up to 1 waiting)"
+    )
     # Queued below the cap: the memory held fewer.
     why = limit_reason(c, ServerLimits(max_running=64, kv_tokens=300000, queued_max=3, running_max=40))
     assert why is not None and "queued requests below its max_running_requests (64)" in why
@@ -265,8 +272,10 @@ def test_compare_sentence() -> None:
     treat = capacity_of([(16, PASS), (31, PASS), (32, FAIL)])
     assert base is not None and treat is not None
     text = compare_sentence("baseline", base, "mtp", treat, {"mtp": "fails at C=32 on TTFT p90 2 s > 1 s"})
-    assert text.startswith("With mtp the deployment meets the SLO up to C=31 instead of C=24 (+29%): mtp met it "
-                           "at C=31 and failed at C=32, baseline met it at C=24 and failed at C=25.")  # fmt: skip
+    assert text.startswith(
+        "With mtp the deployment meets the SLO up to C=31 instead of C=24 (+29%): mtp met it "
+        "at C=31 and failed at C=32, baseline met it at C=24 and failed at C=25."
+    )
     assert "mtp fails at C=32 on TTFT p90 2 s > 1 s." in text and "noise" not in text
     same = compare_sentence("a", base, "b", base)
     assert same.startswith("With b the deployment meets the SLO up to the same C=24")
@@ -301,12 +310,29 @@ def _finish_level(ctrl: SweepController, ttft_s: float) -> tuple[list[Change], l
         grants.append(g)
     for g in grants:
         rec = make_record(
-            t_send=ctrl.clock(), t_first=ctrl.clock() + ttft_s, t_last=ctrl.clock() + ttft_s + 0.1,
-            t_end=ctrl.clock() + ttft_s + 0.1, output_tokens=10, level=g.level, concurrency=g.concurrency,
-            phase=g.phase, seq=g.seq, backend="openai", status=OK, reason=None, http_status=200,
-            output_tokens_source="usage", prompt_tokens=None, requested_output_tokens=10, requested_prompt_tokens=1,
-            chunks=10, itl_max_s=None, spec_verify_ct=None, worker="local", repeat=g.repeat,
-        )  # fmt: skip
+            t_send=ctrl.clock(),
+            t_first=ctrl.clock() + ttft_s,
+            t_last=ctrl.clock() + ttft_s + 0.1,
+            t_end=ctrl.clock() + ttft_s + 0.1,
+            output_tokens=10,
+            level=g.level,
+            concurrency=g.concurrency,
+            phase=g.phase,
+            seq=g.seq,
+            backend="openai",
+            status=OK,
+            reason=None,
+            http_status=200,
+            output_tokens_source="usage",
+            prompt_tokens=None,
+            requested_output_tokens=10,
+            requested_prompt_tokens=1,
+            chunks=10,
+            itl_max_s=None,
+            spec_verify_ct=None,
+            worker="local",
+            repeat=g.repeat,
+        )
         changes += ctrl.receive(rec)
         records.append(rec)
     return changes, records

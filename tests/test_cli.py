@@ -16,8 +16,11 @@ def sweep_args(*flags: str):  # type: ignore[no-untyped-def]
 
 
 def test_cli_and_locust_know_the_same_scenario_flags() -> None:
-    cli = {a.option_strings[0] for a in build_parser()._subparsers._group_actions[0].choices["sweep"]._actions  # type: ignore[union-attr]
-           if a.dest.startswith("sc_")}  # fmt: skip
+    cli = {
+        a.option_strings[0]
+        for a in build_parser()._subparsers._group_actions[0].choices["sweep"]._actions  # type: ignore[union-attr]
+        if a.dest.startswith("sc_")
+    }
     assert cli == {s.flag for s in FLAG_FIELDS}
     assert {"--warmup-output-tokens", "--temperature", "--connect-timeout"} <= cli
 
@@ -32,9 +35,17 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
     # A value different from the default, typed on `specload sweep`, arrives in the same field of
     # the Scenario that the Locust child resolves from the flags it is given.
     samples = {int: "7", float: "2.5", str: "m1"}
-    special = {"backend": "chat", "levels": "3,5", "token_id_range": "5:500", "dataset_lengths": "fixed",
-               "rates": "0.5,2", "arrival": "gamma", "slo": "ttft_p99=2s",
-               "input_dist": "uniform:200:300", "output_dist": "lognormal:mean=300,sigma=0.5,min=16"}  # fmt: skip
+    special = {
+        "backend": "chat",
+        "levels": "3,5",
+        "token_id_range": "5:500",
+        "dataset_lengths": "fixed",
+        "rates": "0.5,2",
+        "arrival": "gamma",
+        "slo": "ttft_p99=2s",
+        "input_dist": "uniform:200:300",
+        "output_dist": "lognormal:mean=300,sigma=0.5,min=16",
+    }
     needs = {"prefix_groups": ("--shared-prefix", "10")}  # a field that only makes sense with another one
     value = special.get(spec.name, samples[spec.option_type])
     s = settings(sweep_args(spec.flag, value, *needs.get(spec.name, ())))
@@ -63,7 +74,9 @@ def test_cli_values_are_literal_and_named_in_errors() -> None:
 def test_bad_values_exit_2_naming_the_flag(tmp_path, flags: tuple[str, ...], named: str) -> None:  # type: ignore[no-untyped-def]
     from specload.cli import main
 
-    code, err = _main_err(main, ["sweep", "--host", "http://127.0.0.1:1", "--out", str(tmp_path / "o"), *flags])
+    code, err = _main_err(
+        main, ["sweep", "--host", "http://127.0.0.1:1", "--out", str(tmp_path / "o"), *flags]
+    )
     assert code == 2 and named in err, err
     assert not (tmp_path / "o").exists()
 
@@ -89,7 +102,9 @@ def _main_err(main, argv: list[str]) -> tuple[int, str]:  # type: ignore[no-unty
     return code, err.getvalue()
 
 
-@pytest.mark.parametrize("command", ["sweep", "capacity", "ui", "worker", "report", "sim", "compare", "demo", "locustfile"])
+@pytest.mark.parametrize(
+    "command", ["sweep", "capacity", "ui", "worker", "report", "sim", "compare", "demo", "locustfile"]
+)
 def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     """argparse formats help texts with %: one stray % (a column named "Good %") broke --help of five
     commands. Each command's --help must print and exit 0."""

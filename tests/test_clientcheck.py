@@ -41,7 +41,9 @@ from specload.present.report import load_run
 from tests.conftest import specload_cmd
 
 
-def load(cpu: float = 0.05, lag: float = 1.0, wait: float | None = 0.0, median: float | None = None) -> ProcessLoad:
+def load(
+    cpu: float = 0.05, lag: float = 1.0, wait: float | None = 0.0, median: float | None = None
+) -> ProcessLoad:
     """A process's figures; the median wake-up a third of the p99 unless given."""
     return ProcessLoad(cpu, lag, lag * 1.5, 100, 5.0, wait, lag / 3 if median is None else median)
 
@@ -107,12 +109,16 @@ def test_verdict_names_each_cause_and_the_fix() -> None:
     assert cell(busy).startswith("BOTTLENECK: a Locust process at 98% CPU")
     # Starved: little CPU, but the process waited for one the rest of the time.
     starved = ClientFigures(64, {"local": load(0.4, 5.0, 0.55)}, 63.0)
-    assert starved.reasons() == ["a Locust process at 40% CPU and 55% waiting for one (other work on its machine)"]
+    assert starved.reasons() == [
+        "a Locust process at 40% CPU and 55% waiting for one (other work on its machine)"
+    ]
     assert (starved.flag() or "").endswith("; keep other work off the client's cores")
     # Each cause alone, just over its threshold; just under it, nothing.
     assert ClientFigures(8, {"l": load(CPU_SATURATED)}).reasons() == ["a Locust process at 90% CPU"]
     assert ClientFigures(8, {"l": load(CPU_SATURATED - 0.01)}).reasons() == []
-    assert ClientFigures(8, {"l": load(lag=LAG_P99_MS + 1, median=6)}).reasons() == ["loop lag p99 21 ms (median 6 ms)"]
+    assert ClientFigures(8, {"l": load(lag=LAG_P99_MS + 1, median=6)}).reasons() == [
+        "loop lag p99 21 ms (median 6 ms)"
+    ]
     assert ClientFigures(8, {"l": load(lag=LAG_P99_MS, median=6)}).reasons() == []
     # A one-off late wake-up in an idle loop (the machine's doing, measured: up to 158 ms) is no verdict.
     assert ClientFigures(8, {"l": load(lag=158.0, median=LAG_P50_MS)}).reasons() == []
@@ -174,8 +180,9 @@ def test_probe_counts_only_active_levels_and_reports_each_once_more_at_its_end()
 
 
 def _sweep(tmp_path: Path, url: str, *flags: str, pin: str | None = None) -> tuple[str, dict, Path]:
-    cmd = specload_cmd("sweep", "--host", url, "--input-tokens", "16", "--read-timeout", "30",
-                       "--out", str(tmp_path), *flags)  # fmt: skip
+    cmd = specload_cmd(
+        "sweep", "--host", url, "--input-tokens", "16", "--read-timeout", "30", "--out", str(tmp_path), *flags
+    )
     if pin is not None:
         cmd = ["taskset", "-c", pin, *cmd]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -191,16 +198,28 @@ def _pin(pid: int, cpu: int) -> None:
 
 
 @pytest.mark.skipif(
-    shutil.which("taskset") is None or not {0, 1} <= os.sched_getaffinity(0), reason="needs taskset and cores 0, 1"
+    shutil.which("taskset") is None or not {0, 1} <= os.sched_getaffinity(0),
+    reason="needs taskset and cores 0, 1",
 )
 def test_a_client_that_cannot_keep_up_is_flagged(sim, tmp_path: Path) -> None:
-    server = sim("--ttft-ms", "1", "--itl-ms", "1", "--tokens-per-chunk", "1", "--max-running", "1024", "--model", "m")
+    server = sim(
+        "--ttft-ms", "1", "--itl-ms", "1", "--tokens-per-chunk", "1", "--max-running", "1024", "--model", "m"
+    )
     _pin(server.proc.pid, 0)
     # Requests of 4 tokens: most of the client's work is then per request (~0.3 ms of CPU each), and
     # its users cannot keep 256 in flight at this server's pace (measured: 40-45). With 50-token
     # requests the client and the simulator were both near saturation, and the flag hung on a few %.
-    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "256", "--output-tokens", "4",
-                                "--requests-per-level", "4096", pin="1")  # fmt: skip
+    log, meta, run_dir = _sweep(
+        tmp_path,
+        server.url,
+        "--levels",
+        "256",
+        "--output-tokens",
+        "4",
+        "--requests-per-level",
+        "4096",
+        pin="1",
+    )
     client = meta["levels"][0]["client"]
     flag = client["flag"]
     assert flag and flag.startswith("the client was the bottleneck at C=256 ("), (client, log[-3000:])
@@ -216,8 +235,9 @@ def test_a_client_that_cannot_keep_up_is_flagged(sim, tmp_path: Path) -> None:
 
 def test_a_light_sweep_is_not_flagged(sim, tmp_path: Path) -> None:
     server = sim("--ttft-ms", "50", "--itl-ms", "10", "--model", "m")
-    log, meta, run_dir = _sweep(tmp_path, server.url, "--levels", "2", "--output-tokens", "50",
-                                "--requests-per-level", "8")  # fmt: skip
+    log, meta, run_dir = _sweep(
+        tmp_path, server.url, "--levels", "2", "--output-tokens", "50", "--requests-per-level", "8"
+    )
     client = meta["levels"][0]["client"]
     assert client["flag"] is None, client
     assert client["processes"] == 1 and client["per_process"]["local"]["samples"] >= 10

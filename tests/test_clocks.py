@@ -35,5 +35,11 @@ def test_is_off_counts_the_round_trips_uncertainty(offset_ms: float, rtt_ms: flo
 
 
 def test_describe_says_which_way() -> None:
-    assert describe(ClientClock("w1", 250.04, 0.6)) == "worker w1's clock is 250.0 ms ahead of the master's (±0.3 ms)"
-    assert describe(ClientClock("w2", -12.0, 2.0)) == "worker w2's clock is 12.0 ms behind the master's (±1.0 ms)"
+    assert (
+        describe(ClientClock("w1", 250.04, 0.6))
+        == "worker w1's clock is 250.0 ms ahead of the master's (±0.3 ms)"
+    )
+    assert (
+        describe(ClientClock("w2", -12.0, 2.0))
+        == "worker w2's clock is 12.0 ms behind the master's (±1.0 ms)"
+    )

@@ -77,13 +77,32 @@ def _records(rng: random.Random) -> list[dict]:
                 itl = [[b0 - 1, (n - 1) // 4], [b0, (n - 1) - (n - 1) // 4]]
                 itl = [p for p in itl if p[1] > 0]
             rec = make_record(
-                t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=n,
-                level=li, concurrency=c, phase=phase, seq=i, backend="sglang", status=status, reason=reason,
-                http_status=http, output_tokens_source=SRC_META, prompt_tokens=None if x < 0.03 else 100 + (x < 0.05),
-                requested_output_tokens=200, requested_prompt_tokens=100, chunks=n, itl_max_s=None,
-                spec_verify_ct=n // 2 or None, worker=f"w{u % 3}", repeat=1 if li == 3 else 0, itl=itl,
-                itl_unit="token" if itl else None, first_event_tokens=rng.choice((1, 1, 1, 3)) if n else None,
-            )  # fmt: skip
+                t_send=t_send,
+                t_first=t_first,
+                t_last=t_last,
+                t_end=t_end,
+                output_tokens=n,
+                level=li,
+                concurrency=c,
+                phase=phase,
+                seq=i,
+                backend="sglang",
+                status=status,
+                reason=reason,
+                http_status=http,
+                output_tokens_source=SRC_META,
+                prompt_tokens=None if x < 0.03 else 100 + (x < 0.05),
+                requested_output_tokens=200,
+                requested_prompt_tokens=100,
+                chunks=n,
+                itl_max_s=None,
+                spec_verify_ct=n // 2 or None,
+                worker=f"w{u % 3}",
+                repeat=1 if li == 3 else 0,
+                itl=itl,
+                itl_unit="token" if itl else None,
+                first_event_tokens=rng.choice((1, 1, 1, 3)) if n else None,
+            )
             names = names or [f.name for f in fields(rec)]
             out.append({k: getattr(rec, k) for k in names})
             users[u] = t_end + rng.uniform(0, 0.003)
@@ -100,8 +119,10 @@ def big_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recs[200]["itl_max_s"] = "x"  # an optional one: the field is dropped
     lines = [orjson.dumps(r) for r in recs]
     (d / RECORDS).write_bytes(b"\n".join(lines) + b"\n" + lines[-1][:40])  # and a torn last line
-    levels = [LevelMeta(index=i, concurrency=c, repeat=1 if i == 3 else 0, status="completed")
-              for i, c in enumerate(LEVELS[:3])]  # level 3 is not in run.json: an unplanned row  # fmt: skip
+    levels = [
+        LevelMeta(index=i, concurrency=c, repeat=1 if i == 3 else 0, status="completed")
+        for i, c in enumerate(LEVELS[:3])
+    ]  # level 3 is not in run.json: an unplanned row
     write_run_meta(d, RunMeta(label="big", levels=levels, server=ServerInfo({"max_running_requests": 128})))
     return d
 
@@ -160,8 +181,20 @@ def test_exact_counts_and_percentiles(loaded: tuple[list[RequestRecord], list[st
     records, _, run = loaded
     s: LevelStats = run.levels[level]
     want = _by_hand(records, level, LEVELS[level], 1 if level == 3 else 0)
-    got = {k: getattr(s, k) for k in ("warmup", "sent", "ok", "short", "failed", "rate_limited", "output_tokens",
-                                      "reasons", "prompt_mismatch")}  # fmt: skip
+    got = {
+        k: getattr(s, k)
+        for k in (
+            "warmup",
+            "sent",
+            "ok",
+            "short",
+            "failed",
+            "rate_limited",
+            "output_tokens",
+            "reasons",
+            "prompt_mismatch",
+        )
+    }
     assert got == {k: want[k] for k in got}
     assert s.failed > 0 and s.short > 0 and s.rate_limited > 0 and s.warmup == 5
     assert s.ttft_p50_ms == want["ttft_p50_ms"]
@@ -170,7 +203,8 @@ def test_exact_counts_and_percentiles(loaded: tuple[list[RequestRecord], list[st
     assert s.dists["e2e"].mean == want["e2e_mean"] and s.e2e_p99_s == want["e2e_p99"]
     assert s.wall_s == want["wall"] and s.mean_concurrency == want["mean_concurrency"] / want["wall"]
     assert s.dists["itl"].n == histogram.count(want["itl"]) and s.dists["itl"].p[99.0] == histogram.quantile(
-        want["itl"], 99)
+        want["itl"], 99
+    )
 
 
 def test_steady_window_from_sorted_arrays_is_the_event_walk(big_run: Path) -> None:
@@ -205,11 +239,21 @@ def test_tok_s_series_is_the_bucket_sum(big_run: Path) -> None:
                 continue
             tokens += k * inside + (n - k) * max(0.0, min(b, t1) - max(a, t0)) / (t1 - t0)
         assert series[i] == pytest.approx(tokens / (b - a), rel=1e-9)
-    assert sum(series[:-1]) + series[-1] * (t_hi - t_lo - (len(series) - 1)) == pytest.approx(cols.output_tokens)
+    assert sum(series[:-1]) + series[-1] * (t_hi - t_lo - (len(series) - 1)) == pytest.approx(
+        cols.output_tokens
+    )
 
 
-@pytest.mark.parametrize("xs", [[1.0, 2.0, 4.0], [0.1] * 7 + [0.3], [1e-9, 3e5, 7.25, 0.0], [2.0, 2.0],
-                                [random.Random(1).lognormvariate(0, 2) for _ in range(5000)]])  # fmt: skip
+@pytest.mark.parametrize(
+    "xs",
+    [
+        [1.0, 2.0, 4.0],
+        [0.1] * 7 + [0.3],
+        [1e-9, 3e5, 7.25, 0.0],
+        [2.0, 2.0],
+        [random.Random(1).lognormvariate(0, 2) for _ in range(5000)],
+    ],
+)
 def test_stdev_is_the_library_value(xs: list[float]) -> None:
     assert stdev(xs) == statistics.stdev(xs)
 

@@ -90,9 +90,38 @@ def test_fmt_pct() -> None:
 
 
 # the table this module used for df = 1..30 (3 decimals); the exact quantile must agree with it
-T_TABLE = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-           2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-           2.045, 2.042)  # fmt: skip
+T_TABLE = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def test_t_quantile_table() -> None:
@@ -119,7 +148,11 @@ def test_ci_change_welch_hand_computed() -> None:
     assert ci.test_half_width == pytest.approx(4.302653 * math.sqrt(100 / 3), rel=1e-6)
     assert ci.half_width == pytest.approx(ci.test_half_width)
     same = ci_change([100.0, 100.0], [110.0, 110.0])
-    assert same is not None and (same.pct, same.half_width, same.test_half_width) == (pytest.approx(10.0), 0.0, 0.0)
+    assert same is not None and (same.pct, same.half_width, same.test_half_width) == (
+        pytest.approx(10.0),
+        0.0,
+        0.0,
+    )
     assert ci_change([100.0], [110.0, 120.0]) is None
     assert ci_change([0.0, 0.0], [1.0, 2.0]) is None
 
@@ -161,7 +194,9 @@ def test_crossover_several_and_up() -> None:
 
 def test_sentence_reference() -> None:
     tpot = [-37.0] * len(LEVELS)
-    s = crossover_sentence("mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48, tpot_changes=tpot)
+    s = crossover_sentence(
+        "mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48, tpot_changes=tpot
+    )
     assert s == REF_SENTENCE
 
 
@@ -209,14 +244,24 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
     cols = table_columns(comp)
     assert cols == [
         "C",
-        "Agg tok/s baseline", "Agg tok/s mtp", "Δ agg mtp",
-        "Per-req tok/s baseline", "Per-req tok/s mtp", "Δ per-req mtp",
-        "TTFT p50 (ms) baseline", "TTFT p50 (ms) mtp",
-        "TTFT p99 (ms) baseline", "TTFT p99 (ms) mtp",
-        "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp", "Δ TPOT mtp",
-        "Accept len baseline", "Accept len mtp",
-        "Srv run/queue baseline", "Srv run/queue mtp",
-    ]  # fmt: skip
+        "Agg tok/s baseline",
+        "Agg tok/s mtp",
+        "Δ agg mtp",
+        "Per-req tok/s baseline",
+        "Per-req tok/s mtp",
+        "Δ per-req mtp",
+        "TTFT p50 (ms) baseline",
+        "TTFT p50 (ms) mtp",
+        "TTFT p99 (ms) baseline",
+        "TTFT p99 (ms) mtp",
+        "TPOT p50 (ms) baseline",
+        "TPOT p50 (ms) mtp",
+        "Δ TPOT mtp",
+        "Accept len baseline",
+        "Accept len mtp",
+        "Srv run/queue baseline",
+        "Srv run/queue mtp",
+    ]
     rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
     expected_agg = {"1": "+12%", "4": "+40%", "16": "+39%", "32": "+11%", "64": "-32%", "128": "-42%"}
     for c, change in expected_agg.items():
@@ -247,7 +292,9 @@ def test_queue_from_samples_alone(tmp_path: Path) -> None:
     # and no queue part at all without samples or a cap
     plain = write_run(tmp_path / "p", "mtp", MTP_AGG, MTP_PER)
     comp = build_comparison([load_run(base), load_run(plain)])
-    assert comp.sentences[0].endswith("(+57% at C=128). Running requests decode faster at every level (TPOT -37% at C=128).")
+    assert comp.sentences[0].endswith(
+        "(+57% at C=128). Running requests decode faster at every level (TPOT -37% at C=128)."
+    )
     assert not any(c.startswith("Srv") for c in table_columns(comp))
     assert not any(c.startswith("Accept") for c in table_columns(comp))
 
@@ -271,10 +318,18 @@ def test_missing_level_shown_not_dropped(tmp_path: Path) -> None:
 
 def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     # C=1: agg 100/110 vs 120/130 -> +19% ± 29% (contains 0: ~); C=4: 3 tight repeats -> +20% (±2%)
-    base = write_run(tmp_path / "b", "baseline", {1: [100.0, 110.0], 4: [300.0, 303.0, 297.0], 16: 800.0},
-                     {1: [110.0, 110.0], 4: [80.0, 80.0, 80.0], 16: 60.0})  # fmt: skip
-    mtp = write_run(tmp_path / "m", "mtp", {1: [120.0, 130.0], 4: [360.0, 363.0, 357.0], 16: 900.0},
-                    {1: [120.0, 121.0], 4: [88.0, 88.0, 88.0], 16: 70.0})  # fmt: skip
+    base = write_run(
+        tmp_path / "b",
+        "baseline",
+        {1: [100.0, 110.0], 4: [300.0, 303.0, 297.0], 16: 800.0},
+        {1: [110.0, 110.0], 4: [80.0, 80.0, 80.0], 16: 60.0},
+    )
+    mtp = write_run(
+        tmp_path / "m",
+        "mtp",
+        {1: [120.0, 130.0], 4: [360.0, 363.0, 357.0], 16: 900.0},
+        {1: [120.0, 121.0], 4: [88.0, 88.0, 88.0], 16: 70.0},
+    )
     comp = build_comparison([load_run(base), load_run(mtp)])
     cols = table_columns(comp)
     rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
@@ -294,7 +349,10 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     assert agg[1].test_hw == pytest.approx(2.776445 * math.sqrt(6) / 300 * 100, rel=1e-6)
     assert agg[0].noise and not agg[1].noise
     assert comp.sentences[0].endswith("The changes marked ~ (C=1) are inside the noise of the repeats.")
-    assert any("~ means Welch's t test of the means finds no difference at 5%: the change is inside the noise" in n for n in comp.notes)
+    assert any(
+        "~ means Welch's t test of the means finds no difference at 5%: the change is inside the noise" in n
+        for n in comp.notes
+    )
     assert any("repeats per run (baseline/mtp): C=1 2/2, C=4 3/3" in n for n in comp.notes)
 
 
@@ -316,9 +374,18 @@ def test_three_runs(tmp_path: Path) -> None:
     eagle = write_run(tmp_path / "e", "eagle", {1: 110.0, 4: 330.0}, {1: 110.0, 4: 85.0})
     comp = build_comparison([load_run(p) for p in (base, mtp, eagle)])
     cols = table_columns(comp)
-    assert cols[:6] == ["C", "Agg tok/s baseline", "Agg tok/s mtp", "Agg tok/s eagle", "Δ agg mtp", "Δ agg eagle"]
+    assert cols[:6] == [
+        "C",
+        "Agg tok/s baseline",
+        "Agg tok/s mtp",
+        "Agg tok/s eagle",
+        "Δ agg mtp",
+        "Δ agg eagle",
+    ]
     assert len(comp.sentences) == 2
-    assert comp.sentences[0].startswith("mtp raises aggregate tok/s up to C=1 (+20%) and lowers it from C=4 (-10%)")
+    assert comp.sentences[0].startswith(
+        "mtp raises aggregate tok/s up to C=1 (+20%) and lowers it from C=4 (-10%)"
+    )
     assert comp.sentences[1].startswith("eagle raises aggregate tok/s at every level measured (+10%)")
 
 
@@ -329,7 +396,9 @@ def test_config_differences_noted(tmp_path: Path) -> None:
     meta["model"] = "other-model"
     (mtp / "run.json").write_text(json.dumps(meta))
     comp = build_comparison([load_run(base), load_run(mtp)])
-    assert any(n.startswith("the runs differ in model (baseline qwen-122b, mtp other-model)") for n in comp.notes)
+    assert any(
+        n.startswith("the runs differ in model (baseline qwen-122b, mtp other-model)") for n in comp.notes
+    )
     assert "mtp: run status is interrupted: the last levels may be partial" in comp.notes
 
 
@@ -337,7 +406,9 @@ def test_config_differences_noted(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["github", "plain", "grid", "simple", "csv", "json"])
-def test_every_format(pair: tuple[Path, Path], fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_format(
+    pair: tuple[Path, Path], fmt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     assert main([str(pair[0]), str(pair[1]), "--format", fmt, "--out", str(out), "--no-plot"]) == 0
     captured = capsys.readouterr()
@@ -367,7 +438,9 @@ def test_every_format(pair: tuple[Path, Path], fmt: str, tmp_path: Path, capsys:
     assert f"wrote {out / 'comparison.md'}" in captured.err
 
 
-def test_render_table_rejects_unknown_format(pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_table_rejects_unknown_format(
+    pair: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     comp = build_comparison([load_run(p) for p in pair])
     with pytest.raises(ValueError):
         render_table(comp, "nope")
@@ -375,7 +448,9 @@ def test_render_table_rejects_unknown_format(pair: tuple[Path, Path], capsys: py
     assert "unknown format" in capsys.readouterr().err
 
 
-def test_bad_paths_exit_2(pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_paths_exit_2(
+    pair: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([str(pair[0]), str(tmp_path / "nowhere")]) == 2
     assert "nowhere: not a directory" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
@@ -398,11 +473,13 @@ def test_rate_runs_and_concurrency_runs_exit_2_with_one_line(
     shutil.copytree(pair[1], rate)
     meta = json.loads((rate / "run.json").read_text())
     for i, lv in enumerate(meta["levels"]):
-        lv["rate"] = 2.0 ** i
+        lv["rate"] = 2.0**i
     (rate / "run.json").write_text(json.dumps(meta))
     assert main([str(pair[0]), str(rate), "--no-plot", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("specload compare: cannot compare runs of request-rate levels with runs of concurrency")
+    assert err.startswith(
+        "specload compare: cannot compare runs of request-rate levels with runs of concurrency"
+    )
     assert "Traceback" not in err and err.count("\n") == 1
 
 
@@ -442,8 +519,12 @@ def test_plot_comparison_writes_png_with_simulated_title(
     titles: list[str] = []
     vlines: list[float] = []
     orig_suptitle, orig_axvline = Figure.suptitle, Axes.axvline
-    monkeypatch.setattr(Figure, "suptitle", lambda self, t, **kw: titles.append(t) or orig_suptitle(self, t, **kw))
-    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_axvline(self, x, *a, **kw))
+    monkeypatch.setattr(
+        Figure, "suptitle", lambda self, t, **kw: titles.append(t) or orig_suptitle(self, t, **kw)
+    )
+    monkeypatch.setattr(
+        Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_axvline(self, x, *a, **kw)
+    )
     path = plot_comparison(build_comparison([load_run(p) for p in pair]), tmp_path / "sub" / "p.png")
     assert path == tmp_path / "sub" / "p.png"
     assert path.read_bytes()[:8] == PNG_MAGIC
@@ -452,7 +533,10 @@ def test_plot_comparison_writes_png_with_simulated_title(
 
 
 def test_plot_without_matplotlib(
-    pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    pair: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     assert plot_comparison(build_comparison([load_run(p) for p in pair]), tmp_path / "p.png") is None
@@ -482,7 +566,10 @@ def test_changes_inside_the_noise_or_negligible_make_no_crossover() -> None:
 
 
 def test_tpot_clause() -> None:
-    assert _tpot_part([1, 2], [-20.0, -10.0]) == "Running requests decode faster at every level (TPOT -10% at C=2)"
+    assert (
+        _tpot_part([1, 2], [-20.0, -10.0])
+        == "Running requests decode faster at every level (TPOT -10% at C=2)"
+    )
     assert _tpot_part([1, 2], [5.0, 3.0]) == "Running requests decode slower at every level (TPOT +3% at C=2)"
     mixed = _tpot_part([1, 2, 4], [-20.0, 0.2, 6.0])
     assert mixed == "Running requests decode faster at C=1 and slower at C=4 (TPOT +6% at C=4)"
@@ -529,15 +616,18 @@ def test_plot_draws_the_verdicts_crossovers_only(tmp_path: Path, monkeypatch: py
 
     vlines: list[float] = []
     orig = Axes.axvline
-    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig(self, x, *a, **kw))
-    base = write_run(tmp_path / "b", "baseline", {1: 100.0, 2: 200.0, 4: 300.0}, {1: 100.0, 2: 100.0, 4: 75.0})
+    monkeypatch.setattr(
+        Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig(self, x, *a, **kw)
+    )
+    base = write_run(
+        tmp_path / "b", "baseline", {1: 100.0, 2: 200.0, 4: 300.0}, {1: 100.0, 2: 100.0, 4: 75.0}
+    )
     mtp = write_run(tmp_path / "m", "mtp", {1: 100.5, 2: 199.5, 4: 330.0}, {1: 100.4, 2: 99.8, 4: 80.0})
     comp = build_comparison([load_run(base), load_run(mtp)])
     assert comp.crossovers["mtp"].agg == [] and comp.crossovers["mtp"].per_req == []
     assert "crossover" not in comp.sentences[0]
     assert plot_comparison(comp, tmp_path / "p.png") is not None
     assert vlines == []
-
 
 
 def test_plot_draws_a_finished_comparison() -> None:
@@ -551,8 +641,12 @@ def test_plot_draws_a_finished_comparison() -> None:
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
         return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
 
-    assert "specload.analysis.comparison" in imported(specload.present.plot) and "specload.present.compare" not in imported(specload.present.plot)
-    assert "specload.present.report" not in imported(specload.present.compare)  # both read runs through specload.analysis.run
+    assert "specload.analysis.comparison" in imported(
+        specload.present.plot
+    ) and "specload.present.compare" not in imported(specload.present.plot)
+    assert "specload.present.report" not in imported(
+        specload.present.compare
+    )  # both read runs through specload.analysis.run
 
 
 def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path]) -> None:
@@ -564,15 +658,28 @@ def test_json_carries_every_figure_with_the_distributions(pair: tuple[Path, Path
     assert '"dists"' in text and '"p99.9"' in text and '"tok_s_series"' in text
 
 
-def test_a_level_the_client_distorted_is_named_in_the_comparison(pair: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_level_the_client_distorted_is_named_in_the_comparison(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
     """A run.json level whose client figures cross a threshold (specload.analysis.clientcheck) gets a note."""
     import shutil
 
     base, mtp = (Path(shutil.copytree(p, tmp_path / p.name)) for p in pair)  # the fixture is shared
     meta = json.loads((mtp / "run.json").read_text())
     lv = next(x for x in meta["levels"] if x["concurrency"] == 64)
-    lv["client"] = {"per_process": {"local": {"cpu": 0.99, "wall_s": 10.0, "lag_p99_ms": 40.0, "lag_p50_ms": 12.0,
-                                              "lag_max_ms": 90.0, "samples": 100}}, "mean_in_flight": 61.0}  # fmt: skip
+    lv["client"] = {
+        "per_process": {
+            "local": {
+                "cpu": 0.99,
+                "wall_s": 10.0,
+                "lag_p99_ms": 40.0,
+                "lag_p50_ms": 12.0,
+                "lag_max_ms": 90.0,
+                "samples": 100,
+            }
+        },
+        "mean_in_flight": 61.0,
+    }
     (mtp / "run.json").write_text(json.dumps(meta))
     comp = build_comparison([load_run(base), load_run(mtp)])
     flagged = [n for n in comp.notes if "the client was the bottleneck at C=64" in n]

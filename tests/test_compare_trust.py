@@ -27,8 +27,18 @@ from tests.fixtures.make_compare_runs import write_run
 
 # ---------------------------------------------------------------- F8: the exact t quantile
 
-T_KNOWN = {1: 12.7062, 2: 4.3027, 5: 2.5706, 10: 2.2281, 30: 2.0423, 31: 2.0395, 40: 2.0211, 60: 2.0003,
-           120: 1.9799, 1e6: 1.95997}  # fmt: skip
+T_KNOWN = {
+    1: 12.7062,
+    2: 4.3027,
+    5: 2.5706,
+    10: 2.2281,
+    30: 2.0423,
+    31: 2.0395,
+    40: 2.0211,
+    60: 2.0003,
+    120: 1.9799,
+    1e6: 1.95997,
+}
 
 
 @pytest.mark.parametrize(("df", "t"), sorted(T_KNOWN.items()))
@@ -82,7 +92,9 @@ def test_delta_method_is_wider_than_treating_the_baseline_mean_as_exact() -> Non
     qb, qn = 32 / 3 / 4, 72 / 3 / 4  # sample variances 32/3 and 72/3, n = 4
     r = 1.2
     df = (qn + r * r * qb) ** 2 / (qn**2 / 3 + (r * r * qb) ** 2 / 3)
-    assert ci.half_width == pytest.approx(t_quantile_975(df) * math.sqrt(qn + r * r * qb) / 100 * 100, rel=1e-9)
+    assert ci.half_width == pytest.approx(
+        t_quantile_975(df) * math.sqrt(qn + r * r * qb) / 100 * 100, rel=1e-9
+    )
     old = t_quantile_975(6) * math.sqrt(qn + qb) / 100 * 100
     assert ci.half_width > old
 
@@ -123,8 +135,12 @@ def _rows(comp: Any) -> dict[str, dict[str, str]]:
 
 
 def test_text_json_and_plot_share_one_crossover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    base = write_run(tmp_path / "b", "baseline", {16: 1000.0, 32: 1000.0, 64: 1000.0}, {16: 50.0, 32: 50.0, 64: 50.0})
-    mtp = write_run(tmp_path / "m", "mtp", {16: 1100.0, 32: 1005.0, 64: 700.0}, {16: 60.0, 32: 55.0, 64: 40.0})
+    base = write_run(
+        tmp_path / "b", "baseline", {16: 1000.0, 32: 1000.0, 64: 1000.0}, {16: 50.0, 32: 50.0, 64: 50.0}
+    )
+    mtp = write_run(
+        tmp_path / "m", "mtp", {16: 1100.0, 32: 1005.0, 64: 700.0}, {16: 60.0, 32: 55.0, 64: 40.0}
+    )
     comp = build_comparison([load_run(base), load_run(mtp)])
     (x,) = comp.crossovers["mtp"].agg
     assert (x.at, x.inside_noise) == (32.0, True)
@@ -137,8 +153,12 @@ def test_text_json_and_plot_share_one_crossover(tmp_path: Path, monkeypatch: pyt
     vlines: list[float] = []
     notes: list[str] = []
     orig_v, orig_a = Axes.axvline, Axes.annotate
-    monkeypatch.setattr(Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_v(self, x, *a, **kw))
-    monkeypatch.setattr(Axes, "annotate", lambda self, t, *a, **kw: notes.append(t) or orig_a(self, t, *a, **kw))
+    monkeypatch.setattr(
+        Axes, "axvline", lambda self, x=0, *a, **kw: vlines.append(x) or orig_v(self, x, *a, **kw)
+    )
+    monkeypatch.setattr(
+        Axes, "annotate", lambda self, t, *a, **kw: notes.append(t) or orig_a(self, t, *a, **kw)
+    )
     assert plot_comparison(comp, tmp_path / "p.png") is not None
     assert 32.0 in vlines and any("inside the noise" in n for n in notes)
 
@@ -155,17 +175,28 @@ def test_steady_sentences_say_outside_the_noise_and_quote_raw_changes() -> None:
     )
     assert "(0% " not in s and "0% at" not in s
     s = crossover_sentence("x", [1, 4], [Change(-3.0, 5.0), Change(-0.2)], [None, None])
-    assert s == "x leaves aggregate tok/s unchanged at every level measured (all inside the noise: -3.0% to -0.2%)."
+    assert (
+        s
+        == "x leaves aggregate tok/s unchanged at every level measured (all inside the noise: -3.0% to -0.2%)."
+    )
 
 
 # ---------------------------------------------------------------- F3: comparability
 
 
 def _pair(tmp_path: Path) -> tuple[Path, Path]:
-    base = write_run(tmp_path / "b", "baseline", {16: 1000.0, 32: 1500.0, 64: 2000.0, 128: 2200.0},
-                     {16: 50.0, 32: 45.0, 64: 40.0, 128: 30.0})  # fmt: skip
-    mtp = write_run(tmp_path / "m", "mtp", {16: 1300.0, 32: 1650.0, 64: 1900.0, 128: 1600.0},
-                    {16: 65.0, 32: 55.0, 64: 42.0, 128: 28.0})  # fmt: skip
+    base = write_run(
+        tmp_path / "b",
+        "baseline",
+        {16: 1000.0, 32: 1500.0, 64: 2000.0, 128: 2200.0},
+        {16: 50.0, 32: 45.0, 64: 40.0, 128: 30.0},
+    )
+    mtp = write_run(
+        tmp_path / "m",
+        "mtp",
+        {16: 1300.0, 32: 1650.0, 64: 1900.0, 128: 1600.0},
+        {16: 65.0, 32: 55.0, 64: 42.0, 128: 28.0},
+    )
     return base, mtp
 
 
@@ -177,15 +208,20 @@ def test_chunk_counted_tokens_make_a_level_not_comparable(tmp_path: Path) -> Non
     assert rows["64"]["Δ agg mtp"] == "n/c" and rows["64"]["Δ per-req mtp"] == "n/c"
     assert rows["64"]["Δ TPOT mtp"] == "n/c"
     assert rows["32"]["Δ agg mtp"] == "+10%"
-    assert any(n.startswith("C=64: not comparable (n/c)") and "mtp counted output tokens from stream chunks for "
-               "128 of 128 requests" in n for n in comp.notes), comp.notes  # fmt: skip
+    assert any(
+        n.startswith("C=64: not comparable (n/c)")
+        and "mtp counted output tokens from stream chunks for 128 of 128 requests" in n
+        for n in comp.notes
+    ), comp.notes
     # the crossover skips C=64 and says so
     (x,) = comp.crossovers["mtp"].agg
     assert (x.low, x.high, x.skipped) == (32, 128, (64,))
     assert "between C=32 and C=128; C=64 left out, not comparable" in comp.sentences[0]
     assert "Not comparable, so left out of this verdict: C=64 (see the notes)." in comp.sentences[0]
     ch = to_dict(comp)["levels"][2]["changes"]["mtp"]
-    assert ch["comparable"] is False and ch["agg"]["pct"] is None and ch["agg"]["raw_pct"] == pytest.approx(-5.0)
+    assert (
+        ch["comparable"] is False and ch["agg"]["pct"] is None and ch["agg"]["raw_pct"] == pytest.approx(-5.0)
+    )
     assert any("stream chunks" in r for r in ch["not_comparable"])
     q = to_dict(comp)["levels"][2]["runs"]["mtp"]["quality"]
     assert q["chunk_counted"] == 128 and q["sent"] == 128
@@ -205,9 +241,13 @@ def test_failed_or_short_above_the_threshold_make_a_level_not_comparable(tmp_pat
     rows = _rows(comp)
     assert rows["32"]["Δ agg mtp"] == "n/c"
     assert rows["16"]["Δ agg mtp"] == "+30%"
-    assert any(n.startswith("C=32: not comparable (n/c)") and "mtp: 5 of 64 requests failed or short (7.8%)" in n
-               for n in comp.notes), comp.notes  # fmt: skip
-    assert any(n.startswith("C=16: mtp: 1 of 32 requests failed or short (3.1%)") for n in comp.notes), comp.notes
+    assert any(
+        n.startswith("C=32: not comparable (n/c)") and "mtp: 5 of 64 requests failed or short (7.8%)" in n
+        for n in comp.notes
+    ), comp.notes
+    assert any(n.startswith("C=16: mtp: 1 of 32 requests failed or short (3.1%)") for n in comp.notes), (
+        comp.notes
+    )
 
 
 def test_different_requested_lengths_and_prompt_material(tmp_path: Path) -> None:
@@ -217,14 +257,19 @@ def test_different_requested_lengths_and_prompt_material(tmp_path: Path) -> None
     assert _rows(comp)["128"]["Δ agg mtp"] == "n/c"
     assert any("requested output tokens differ (baseline 1000, mtp 500)" in n for n in comp.notes), comp.notes
     # prompts from a dataset vs synthetic ids: acceptance depends on the text, nothing is comparable
-    for d, origin in ((base, "server /tokenize"), (mtp, "dataset sharegpt (808 prompts by vLLM's sampling rules)")):
+    for d, origin in (
+        (base, "server /tokenize"),
+        (mtp, "dataset sharegpt (808 prompts by vLLM's sampling rules)"),
+    ):
         meta = json.loads((d / "run.json").read_text())
         meta["prompts"] = {"kind": "ids", "origin": origin, "overhead_tokens": 0, "exact": True}
         (d / "run.json").write_text(json.dumps(meta))
     comp = build_comparison([load_run(base), load_run(mtp)])
     assert all(row["Δ agg mtp"] == "n/c" for row in _rows(comp).values())
-    assert any(n.startswith("the runs' prompts differ (baseline ids from server /tokenize; mtp ids from dataset")
-               for n in comp.notes), comp.notes  # fmt: skip
+    assert any(
+        n.startswith("the runs' prompts differ (baseline ids from server /tokenize; mtp ids from dataset")
+        for n in comp.notes
+    ), comp.notes
     # a different synthetic origin is said, not suppressed
     meta = json.loads((mtp / "run.json").read_text())
     meta["prompts"]["origin"] = "tokenizer Qwen/Qwen3"

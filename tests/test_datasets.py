@@ -42,11 +42,17 @@ def test_torn_json_array_yields_every_whole_element() -> None:
 
 def test_sharegpt_pairs_take_the_first_two_turns(tmp_path: Path) -> None:
     convs = [
-        {"id": "1", "conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"},
-                                      {"from": "human", "value": "q2"}]},
+        {
+            "id": "1",
+            "conversations": [
+                {"from": "human", "value": "q1"},
+                {"from": "gpt", "value": "a1"},
+                {"from": "human", "value": "q2"},
+            ],
+        },
         {"id": "2", "conversations": [{"from": "human", "value": "lonely"}]},
         {"id": "3", "conversations": [{"from": "human", "value": "q3"}, {"from": "gpt", "value": "a3"}]},
-    ]  # fmt: skip
+    ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(convs))
     assert list(sharegpt_pairs(path)) == [Pair("q1", "a1"), Pair("q3", "a3")]
@@ -87,16 +93,35 @@ def test_jsonl_errors_name_the_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize("backend", ["openai", "chat"])
 def test_sweep_with_a_jsonl_dataset(sim, tmp_path: Path, backend: str) -> None:
     lines = [{"prompt": words(8 + i), "output_tokens": 5 + i} for i in range(6)]
-    lines.append({"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": words(9)}],
-                  "output_tokens": 6})  # fmt: skip
+    lines.append(
+        {
+            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": words(9)}],
+            "output_tokens": 6,
+        }
+    )
     data = tmp_path / "prompts.jsonl"
     data.write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
     s = sim("--ttft-ms", "5", "--itl-ms", "1", "--chat-template-tokens", "11")
     out = subprocess.run(
-        specload_cmd("sweep", "--host", s.url, "--backend", backend, "--dataset", str(data), "--levels", "1,2",
-                     "--out", str(tmp_path / "out"), "--metrics-interval", "0"),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            s.url,
+            "--backend",
+            backend,
+            "--dataset",
+            str(data),
+            "--levels",
+            "1,2",
+            "--out",
+            str(tmp_path / "out"),
+            "--metrics-interval",
+            "0",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run_dir,) = (tmp_path / "out").iterdir()
     recs = read_records(str(run_dir / "records.jsonl"))

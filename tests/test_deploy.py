@@ -232,8 +232,12 @@ def test_the_extractor_finds_every_form() -> None:
 
 
 def guide_invocations() -> list[list[str]]:
-    return [inv for block in code_blocks(GUIDE.read_text()) for line in logical_lines(block)
-            for inv in specload_invocations(line)]  # fmt: skip
+    return [
+        inv
+        for block in code_blocks(GUIDE.read_text())
+        for line in logical_lines(block)
+        for inv in specload_invocations(line)
+    ]
 
 
 def test_every_specload_command_in_the_guide_parses() -> None:
@@ -246,8 +250,12 @@ def test_every_specload_command_in_the_guide_parses() -> None:
 
 def test_every_specload_command_in_the_readme_parses() -> None:
     readme = REPO / "README.md"
-    invocations = [inv for block in code_blocks(readme.read_text(), "sh") for line in logical_lines(block)
-                   for inv in specload_invocations(line)]  # fmt: skip
+    invocations = [
+        inv
+        for block in code_blocks(readme.read_text(), "sh")
+        for line in logical_lines(block)
+        for inv in specload_invocations(line)
+    ]
     for argv in invocations:
         parse(argv, "README.md")
     assert {"sweep", "worker"} <= {argv[0] for argv in invocations if argv}

@@ -121,8 +121,11 @@ def _sweep(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         specload_cmd("sweep", "--host", host, "--out", str(out), *flags),
-        capture_output=True, text=True, timeout=SWEEP_TIMEOUT, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=SWEEP_TIMEOUT,
+        env=env,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the batch
@@ -139,32 +142,50 @@ READ_TIMEOUT = ("--read-timeout", "30")
 STALL = ("--fault-stall-after", "3", "--fault-stall-s", "3", "--fault-stall-every", "2")
 
 CASES: dict[str, Case] = {
-    "http500": Case(("--fault-http-status", "500", "--fault-http-every", "3"),
-                    ("--levels", "1,2", "--requests-per-level", "6", *READ_TIMEOUT)),
-    "http503": Case(("--fault-http-status", "503", "--fault-http-every", "3"),
-                    ("--levels", "1,2", "--requests-per-level", "6", *READ_TIMEOUT)),
-    "http429": Case(("--fault-http-status", "429", "--fault-http-every", "2"),
-                    ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)),
+    "http500": Case(
+        ("--fault-http-status", "500", "--fault-http-every", "3"),
+        ("--levels", "1,2", "--requests-per-level", "6", *READ_TIMEOUT),
+    ),
+    "http503": Case(
+        ("--fault-http-status", "503", "--fault-http-every", "3"),
+        ("--levels", "1,2", "--requests-per-level", "6", *READ_TIMEOUT),
+    ),
+    "http429": Case(
+        ("--fault-http-status", "429", "--fault-http-every", "2"),
+        ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT),
+    ),
     # From the 2nd request on: the 1st is specload's probe, which would stop the run before any load.
-    "http400": Case(("--fault-http-status", "400", "--fault-from", "2"),
-                    ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT)),
-    "http400_probe": Case(("--fault-http-status", "400"),
-                          ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT)),
-    "cut": Case(("--fault-cut-after", "5", "--fault-cut-every", "2"),
-                ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)),
+    "http400": Case(
+        ("--fault-http-status", "400", "--fault-from", "2"),
+        ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT),
+    ),
+    "http400_probe": Case(
+        ("--fault-http-status", "400"), ("--levels", "2,4", "--requests-per-level", "200", *READ_TIMEOUT)
+    ),
+    "cut": Case(
+        ("--fault-cut-after", "5", "--fault-cut-every", "2"),
+        ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT),
+    ),
     # The read timeout from the flag, and from the scenario file's field (no flag given).
     "stall_flag": Case(STALL, ("--levels", "2", "--requests-per-level", "4", "--read-timeout", "1")),
     "stall_scenario": Case(STALL, ("--levels", "2", "--requests-per-level", "4"), "read_timeout_s = 1.0\n"),
-    "malformed": Case(("--fault-malformed-every", "2"),
-                      ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)),
-    "omit_done": Case(("--fault-omit-done", "--fault-omit-done-every", "2"),
-                      ("--levels", "1,2", "--requests-per-level", "4", *READ_TIMEOUT)),
-    "short_by": Case(("--fault-short-by", "4", "--fault-short-every", "2"),
-                     ("--levels", "1,2", "--requests-per-level", "4", *READ_TIMEOUT)),
+    "malformed": Case(
+        ("--fault-malformed-every", "2"), ("--levels", "2", "--requests-per-level", "6", *READ_TIMEOUT)
+    ),
+    "omit_done": Case(
+        ("--fault-omit-done", "--fault-omit-done-every", "2"),
+        ("--levels", "1,2", "--requests-per-level", "4", *READ_TIMEOUT),
+    ),
+    "short_by": Case(
+        ("--fault-short-by", "4", "--fault-short-every", "2"),
+        ("--levels", "1,2", "--requests-per-level", "4", *READ_TIMEOUT),
+    ),
     # C=2: 20 requests; C=4: 4 ok, then the 28th admission kills the server mid-level.
-    "server_dies": Case(("--fault-die-after", "28"),
-                        ("--levels", "2,4", "--requests-per-level", "20", "--outage-timeout", "1", *READ_TIMEOUT)),
-}  # fmt: skip
+    "server_dies": Case(
+        ("--fault-die-after", "28"),
+        ("--levels", "2,4", "--requests-per-level", "20", "--outage-timeout", "1", *READ_TIMEOUT),
+    ),
+}
 
 
 @dataclass
@@ -315,8 +336,10 @@ def test_http_400_on_every_request_stops_early_with_one_clear_message(batch: Bat
     stops = [ln for ln in s.log.splitlines() if "stopping the sweep:" in ln]
     assert len(stops) == 1, stops
     # ... quoting the server's own error message.
-    assert re.search(r"requests in a row failed with HTTP 400; last: HTTP 400: simulated fault: HTTP 400 on request \d+",
-                     stops[0]), stops[0]  # fmt: skip
+    assert re.search(
+        r"requests in a row failed with HTTP 400; last: HTTP 400: simulated fault: HTTP 400 on request \d+",
+        stops[0],
+    ), stops[0]
     meta = _meta(run_dir)
     assert meta["status"] == "failed" and "HTTP 400: simulated fault" in meta["reason"]
     assert [lv["status"] for lv in meta["levels"]] == ["incomplete", "pending"]  # level 2 never started
@@ -450,8 +473,15 @@ def test_server_dies_mid_level(batch: Batch) -> None:
     died = [r for r in recs[1] if r.status != "ok" and r.reason != "connection refused"]
     shown = [(r.seq, r.status, r.reason) for r in recs[1]]
     assert 3 <= len(ok1) <= 4 and len(ok1) + len(died) in (7, 8), shown
-    assert all(r.status == "failed" and ("stream cut after" in (r.reason or "") or "reset" in (r.reason or "")
-                                         or "closed" in (r.reason or "")) for r in died), shown  # fmt: skip
+    assert all(
+        r.status == "failed"
+        and (
+            "stream cut after" in (r.reason or "")
+            or "reset" in (r.reason or "")
+            or "closed" in (r.reason or "")
+        )
+        for r in died
+    ), shown
     assert 1 <= len(refused) <= 4 and lv1["refused"] == len(refused)
     assert any((r.reason or "").startswith("stream cut after") for r in recs[1])
     assert len(recs[1]) == lv1["granted"] == lv1["received"]
@@ -513,9 +543,21 @@ def test_ctrl_c_mid_sweep(sim, procs: Procs, groups: list[int], tmp_path: Path) 
     server = sim(*FAST)
     out = tmp_path / "out"
     proc = procs.popen(
-        specload_cmd("sweep", "--host", server.url, "--out", str(out), "--levels", "2", "--requests-per-level", "8", *LONG),
-        start_new_session=True, preexec_fn=_sigint_default,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--out",
+            str(out),
+            "--levels",
+            "2",
+            "--requests-per-level",
+            "8",
+            *LONG,
+        ),
+        start_new_session=True,
+        preexec_fn=_sigint_default,
+    )
     groups.append(proc.pid)
     _first_wave(lambda: list(out.glob("*/records.jsonl")), proc, lambda: procs.log(proc))
     t_stop = time.time()
@@ -536,9 +578,25 @@ def test_sigterm_mid_sweep_with_a_short_grace_period(sim, procs: Procs, tmp_path
     run_dir = tmp_path / "run"
     prefix = str(run_dir / "locust")
     proc = procs.popen(
-        locust_cmd("--headless", "--host", server.url, "--run-dir", str(run_dir), "--csv", prefix,
-                   "--json-file", prefix, "--levels", "2", "--requests-per-level", "8", "--stop-timeout", "1", *LONG)
-    )  # fmt: skip
+        locust_cmd(
+            "--headless",
+            "--host",
+            server.url,
+            "--run-dir",
+            str(run_dir),
+            "--csv",
+            prefix,
+            "--json-file",
+            prefix,
+            "--levels",
+            "2",
+            "--requests-per-level",
+            "8",
+            "--stop-timeout",
+            "1",
+            *LONG,
+        )
+    )
     _first_wave(lambda: [run_dir / "records.jsonl"], proc, lambda: procs.log(proc))
     t_stop = time.time()
     proc.send_signal(signal.SIGTERM)
@@ -574,13 +632,35 @@ def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker
         prefix = str(run_dir / "locust")
         master = procs.popen(
             locust_cmd(
-                "--master", "--headless", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
-                "--master-bind-port", str(port), "--host", server.url, "--run-dir", str(run_dir),
-                "--csv", prefix, "--json-file", prefix, "--levels", "2", "--requests-per-level", "6",
-                "--input-tokens", "16", "--output-tokens", "200", "--read-timeout", "30",
+                "--master",
+                "--headless",
+                "--expect-workers",
+                "2",
+                "--master-bind-host",
+                "127.0.0.1",
+                "--master-bind-port",
+                str(port),
+                "--host",
+                server.url,
+                "--run-dir",
+                str(run_dir),
+                "--csv",
+                prefix,
+                "--json-file",
+                prefix,
+                "--levels",
+                "2",
+                "--requests-per-level",
+                "6",
+                "--input-tokens",
+                "16",
+                "--output-tokens",
+                "200",
+                "--read-timeout",
+                "30",
             ),
             env=_clean_env(),
-        )  # fmt: skip
+        )
         workers = [
             procs.popen(
                 locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)),
@@ -612,12 +692,32 @@ def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: 
 
     server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"])
     try:
-        sweep = procs.popen(specload_cmd(
-            "sweep", "--host", server.url, "--processes", "2", "--levels", "2", "--requests-per-level", "24",
-            "--input-tokens", "16", "--output-tokens", "40", "--metrics-interval", "0", "--out", str(tmp_path),
-        ))  # fmt: skip
-        wait_until(lambda: any(len(read_records(str(p))) >= 2 for p in tmp_path.glob("*/records.jsonl")),
-                  60, "the first records")  # fmt: skip
+        sweep = procs.popen(
+            specload_cmd(
+                "sweep",
+                "--host",
+                server.url,
+                "--processes",
+                "2",
+                "--levels",
+                "2",
+                "--requests-per-level",
+                "24",
+                "--input-tokens",
+                "16",
+                "--output-tokens",
+                "40",
+                "--metrics-interval",
+                "0",
+                "--out",
+                str(tmp_path),
+            )
+        )
+        wait_until(
+            lambda: any(len(read_records(str(p))) >= 2 for p in tmp_path.glob("*/records.jsonl")),
+            60,
+            "the first records",
+        )
         tree = [sweep.pid, *(c.pid for c in psutil.Process(sweep.pid).children(recursive=True))]
         listening = [c.laddr for c in psutil.net_connections("tcp") if c.status == "LISTEN" and c.pid in tree]
         assert listening, "the Locust master listens on no port?"
@@ -659,14 +759,26 @@ def idle_sim() -> Iterator[SimProcess]:
 
 
 BAD_SCENARIOS = {
-    "unknown field": ('levles = [1, 2]\n', "unknown field 'levles'", "known fields:"),
-    "wrong type": ('output_tokens = "many"\n', "field 'output_tokens'", "expected an integer >= 1, got 'many'"),
-    "bad level list": ("levels = [1, 0, 4]\n", "field 'levels'", "expected a non-empty list of positive integers"),
-    "bad level string": ('levels = "1,x"\n', "field 'levels'", "expected a comma-separated list of positive integers"),
+    "unknown field": ("levles = [1, 2]\n", "unknown field 'levles'", "known fields:"),
+    "wrong type": (
+        'output_tokens = "many"\n',
+        "field 'output_tokens'",
+        "expected an integer >= 1, got 'many'",
+    ),
+    "bad level list": (
+        "levels = [1, 0, 4]\n",
+        "field 'levels'",
+        "expected a non-empty list of positive integers",
+    ),
+    "bad level string": (
+        'levels = "1,x"\n',
+        "field 'levels'",
+        "expected a comma-separated list of positive integers",
+    ),
     "empty level list": ("levels = []\n", "field 'levels'", "expected a non-empty list of positive integers"),
     "not TOML": ("levels = [1,\n", "not valid TOML", ""),
     "missing file": (None, "scenario file not found", ""),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_SCENARIOS))
@@ -707,7 +819,7 @@ BAD_FLAGS = {
     "unknown backend": (("--backend", "tgi"), "field 'backend'", "one of openai, sglang, chat"),
     "negative read timeout": (("--read-timeout", "-1"), "field 'read_timeout_s'", "a number > 0"),
     "not a number": (("--output-tokens", "lots"), "--output-tokens", "invalid int value: 'lots'"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(BAD_FLAGS))
@@ -763,16 +875,34 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
     texts: dict[str, str] = {}
 
     # 1) The right key in SPECLOAD_API_KEY wins over a wrong OPENAI_API_KEY.
-    good = _sweep(server.url, tmp_path / "good", "--levels", "2", "--requests-per-level", "4", *TINY,
-                  env=_clean_env(SPECLOAD_API_KEY=key, OPENAI_API_KEY=wrong))  # fmt: skip
+    good = _sweep(
+        server.url,
+        tmp_path / "good",
+        "--levels",
+        "2",
+        "--requests-per-level",
+        "4",
+        *TINY,
+        env=_clean_env(SPECLOAD_API_KEY=key, OPENAI_API_KEY=wrong),
+    )
     texts["good sweep"] = good.stdout + good.stderr
     assert good.returncode == 0, texts["good sweep"][-3000:]
     assert [r.status for r in _records(_only_run_dir(tmp_path / "good"))] == ["ok"] * 4
 
     # 2) OPENAI_API_KEY alone is used (the server says "incorrect", not "missing"): the probe request
     #    before the sweep is refused, so the run stops there, quoting the server, with no load sent.
-    bad = _sweep(server.url, tmp_path / "bad", "--levels", "2", "--requests-per-level", "20", "--model", MODEL,
-                 *TINY, env=_clean_env(OPENAI_API_KEY=wrong))  # fmt: skip
+    bad = _sweep(
+        server.url,
+        tmp_path / "bad",
+        "--levels",
+        "2",
+        "--requests-per-level",
+        "20",
+        "--model",
+        MODEL,
+        *TINY,
+        env=_clean_env(OPENAI_API_KEY=wrong),
+    )
     texts["bad sweep"] = bad.stdout + bad.stderr
     assert bad.returncode == 2, texts["bad sweep"][-3000:]
     assert "HTTP 401: Incorrect API key provided" in texts["bad sweep"]
@@ -781,10 +911,21 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
     # 3) The web UI, with a run started from it.
     web_port = free_port()
     ui = procs.popen(
-        locust_cmd("--web-host", "127.0.0.1", "--web-port", str(web_port), "--host", server.url,
-                   "--results-dir", str(tmp_path / "ui"), "--read-timeout", "30"),
-        env=_clean_env(SPECLOAD_API_KEY=key), preexec_fn=_sigint_default,
-    )  # fmt: skip
+        locust_cmd(
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web_port),
+            "--host",
+            server.url,
+            "--results-dir",
+            str(tmp_path / "ui"),
+            "--read-timeout",
+            "30",
+        ),
+        env=_clean_env(SPECLOAD_API_KEY=key),
+        preexec_fn=_sigint_default,
+    )
     base = f"http://127.0.0.1:{web_port}"
 
     def up() -> bool:
@@ -794,12 +935,29 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
             return False
 
     wait_until(up, 30, "the web UI", interval=0.2)
-    form = {"host": server.url, "levels": "1", "output_tokens": "16", "input_tokens": "16",
-            "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
+    form = {
+        "host": server.url,
+        "levels": "1",
+        "output_tokens": "16",
+        "input_tokens": "16",
+        "requests_per_level": "4",
+        "user_count": "1",
+        "spawn_rate": "1",
+    }
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    wait_until(lambda: orjson.loads(_get(base + "/specload/analysis/run"))["status"] == "completed", 60, "the UI sweep",
-              interval=0.2)  # fmt: skip
-    for page in ("/", "/specload/analysis/run", "/stats/requests", "/stats/requests/csv", "/stats/failures/csv"):
+    wait_until(
+        lambda: orjson.loads(_get(base + "/specload/analysis/run"))["status"] == "completed",
+        60,
+        "the UI sweep",
+        interval=0.2,
+    )
+    for page in (
+        "/",
+        "/specload/analysis/run",
+        "/stats/requests",
+        "/stats/requests/csv",
+        "/stats/failures/csv",
+    ):
         texts[f"web UI {page}"] = _get(base + page).decode("utf-8", "replace")
     ui.send_signal(signal.SIGINT)
     ui.wait(timeout=30)
@@ -841,11 +999,30 @@ def tls_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("tls")
     cert, key = d / "cert.pem", d / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -858,8 +1035,16 @@ def _tls_sim(sim, tls_cert: tuple[Path, Path]) -> SimProcess:  # type: ignore[no
 def test_https_host_works(sim, tls_cert: tuple[Path, Path], tmp_path: Path) -> None:
     server = _tls_sim(sim, tls_cert)
     # A private CA is trusted the usual way (SSL_CERT_FILE); here the self-signed certificate is its own CA.
-    out = _sweep(server.url, tmp_path / "out", "--levels", "2", "--requests-per-level", "4", *TINY,
-                 env=_clean_env(SSL_CERT_FILE=str(tls_cert[0])))  # fmt: skip
+    out = _sweep(
+        server.url,
+        tmp_path / "out",
+        "--levels",
+        "2",
+        "--requests-per-level",
+        "4",
+        *TINY,
+        env=_clean_env(SSL_CERT_FILE=str(tls_cert[0])),
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = _only_run_dir(tmp_path / "out")
     assert _meta(run_dir)["host"] == server.url
@@ -920,6 +1105,8 @@ def test_simulator_tls_and_api_key_switches(sim, tls_cert: tuple[Path, Path]) ->
         _get(server.url + "/health")  # the default trust store does not know the self-signed certificate
     bad = subprocess.run(
         [*specload_cmd("sim"), "--port", "0", "--tls-cert", str(tls_cert[0])],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert bad.returncode == 2 and "--tls-cert and --tls-key go together" in bad.stderr

@@ -40,7 +40,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-def test_kept_figures_are_the_figures_and_spare_the_reading(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_kept_figures_are_the_figures_and_spare_the_reading(
+    big: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = run.load_run(big, keep=True)
     assert (big / figcache.CACHE_FILE).exists()
     seen = reads(monkeypatch)
@@ -51,8 +53,10 @@ def test_kept_figures_are_the_figures_and_spare_the_reading(big: Path, monkeypat
     assert run.load_run(moved).run_dir == moved and seen == []
 
 
-@pytest.mark.parametrize("change", ["append a record", "touch records", "edit run.json", "add server samples",
-                                    "other slo", "other code"])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    ["append a record", "touch records", "edit run.json", "add server samples", "other slo", "other code"],
+)
 def test_any_change_reads_the_records_again(big: Path, change: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run.load_run(big, keep=True)
     slo = None
@@ -81,8 +85,9 @@ def test_any_change_reads_the_records_again(big: Path, change: str, monkeypatch:
 
 
 @pytest.mark.parametrize("how", ["flipped byte", "another machine's key", "truncated", "not ours"])
-def test_a_cache_that_cannot_be_trusted_is_ignored(big: Path, how: str, monkeypatch: pytest.MonkeyPatch,
-                                                   tmp_path: Path) -> None:  # fmt: skip
+def test_a_cache_that_cannot_be_trusted_is_ignored(
+    big: Path, how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """Unpickling runs code: a cache whose MAC this machine's key does not give is never unpickled."""
     want = figures(run.load_run(big, keep=True))
     path = big / figcache.CACHE_FILE
@@ -103,8 +108,9 @@ def test_a_cache_that_cannot_be_trusted_is_ignored(big: Path, how: str, monkeypa
     assert figures(run.load_run(big)) == want and len(seen) == 1 and unpickled == []
 
 
-def test_small_runs_and_no_write_keep_nothing(big: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_small_runs_and_no_write_keep_nothing(
+    big: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert report_main([str(big), "--no-write", "--format", "json"]) == 0
     assert not (big / figcache.CACHE_FILE).exists() and not (big / "report.md").exists()
     assert report_main([str(big), "--format", "json"]) == 0

@@ -27,9 +27,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("install")
     wheels = root / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(REPO)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheels),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = wheels.glob("specload-*.whl")
     env_dir = root / "venv"
     venv.create(env_dir, with_pip=False)
@@ -38,8 +51,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     py = env_dir / "bin" / "python"
     subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return env_dir / "bin"
 
 
@@ -52,9 +67,16 @@ def run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 120) -> subproces
 
 def test_the_installed_package_is_not_the_checkout(installed: Path, tmp_path: Path) -> None:
     out = subprocess.run(
-        [str(installed / "python"), "-c", "import specload, specload.core.resources as r; print(specload.__file__); print(r.locustfile_path())"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            str(installed / "python"),
+            "-c",
+            "import specload, specload.core.resources as r; print(specload.__file__); print(r.locustfile_path())",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     pkg, locustfile = out.stdout.split()
     assert str(REPO) not in pkg and "site-packages" in pkg
@@ -67,9 +89,20 @@ def test_installed_sweep_with_a_builtin_scenario_from_another_folder(installed: 
     sim = start_sim(["--ttft-ms", "20", "--itl-ms", "2"])
     try:
         out = run(
-            installed, tmp_path, "sweep", "--host", sim.url, "--scenario", "smoke", "--levels", "1,2",
-            "--out", "results", "--metrics-interval", "0",
-        )  # fmt: skip
+            installed,
+            tmp_path,
+            "sweep",
+            "--host",
+            sim.url,
+            "--scenario",
+            "smoke",
+            "--levels",
+            "1,2",
+            "--out",
+            "results",
+            "--metrics-interval",
+            "0",
+        )
     finally:
         sim.stop()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
@@ -83,8 +116,19 @@ def test_sweep_that_never_started_leaves_no_run_directory(installed: Path, tmp_p
     bad.write_text("raise SystemExit('this locustfile is broken')\n")
     sim = start_sim(["--ttft-ms", "5"])
     try:
-        out = run(installed, tmp_path, "sweep", "--host", sim.url, "--scenario", "smoke", "--out", "results",
-                  "--locustfile", str(bad))  # fmt: skip
+        out = run(
+            installed,
+            tmp_path,
+            "sweep",
+            "--host",
+            sim.url,
+            "--scenario",
+            "smoke",
+            "--out",
+            "results",
+            "--locustfile",
+            str(bad),
+        )
     finally:
         sim.stop()
     assert out.returncode != 0

@@ -45,10 +45,26 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     # A capacity search against a server capped at 8 running requests.
     server8 = sim(*_sim_args(8))
     out = subprocess.run(
-        specload_cmd("capacity", "--host", server8.url, "--slo", SLO, "--start", "4", "--max", "16", "--label", "cap8",
-                     *FLAGS, "--out", str(tmp_path / "a")),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "capacity",
+            "--host",
+            server8.url,
+            "--slo",
+            SLO,
+            "--start",
+            "4",
+            "--max",
+            "16",
+            "--label",
+            "cap8",
+            *FLAGS,
+            "--out",
+            str(tmp_path / "a"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     # The search as it went: doubling from 4, then bisection; one line per probe.
@@ -81,10 +97,26 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     # A plain sweep with --slo against a server capped at 12: the same SLO judged per level.
     server12 = sim(*_sim_args(12))
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server12.url, "--slo", SLO, "--levels", "8,12,13", "--label", "cap12",
-                     *FLAGS, "--out", str(tmp_path / "b"), "--format", "csv"),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            server12.url,
+            "--slo",
+            SLO,
+            "--levels",
+            "8,12,13",
+            "--label",
+            "cap12",
+            *FLAGS,
+            "--out",
+            str(tmp_path / "b"),
+            "--format",
+            "csv",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     table = out.stdout[out.stdout.index("C,Agg tok/s") :]  # after the "run directory" line
     header, *rows = [line.split(",") for line in table.strip().splitlines()]
@@ -134,11 +166,34 @@ def test_capacity_search_over_request_rates(sim, tmp_path: Path) -> None:  # typ
     bracket within 10 % (--tolerance 0.1), so it ends with lo in 25..29 and hi in 27..32."""
     server = sim(*_sim_args(8))
     out = subprocess.run(
-        specload_cmd("capacity", "--host", server.url, "--slo", SLO, "--rates", "16", "--max", "32", "--tolerance",
-                     "0.1", "--arrival", "constant", "--max-in-flight", "32", "--requests-per-level", "60",
-                     "--label", "rates", *FLAGS, "--out", str(tmp_path)),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "capacity",
+            "--host",
+            server.url,
+            "--slo",
+            SLO,
+            "--rates",
+            "16",
+            "--max",
+            "32",
+            "--tolerance",
+            "0.1",
+            "--arrival",
+            "constant",
+            "--max-in-flight",
+            "32",
+            "--requests-per-level",
+            "60",
+            "--label",
+            "rates",
+            *FLAGS,
+            "--out",
+            str(tmp_path),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     assert "capacity: 16 req/s met the SLO" in log and "capacity: 32 req/s missed the SLO" in log

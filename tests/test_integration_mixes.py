@@ -30,8 +30,10 @@ LATE_S = 0.008
 def sweep(server_url: str, out: Path, *flags: str) -> Run:
     done = subprocess.run(
         specload_cmd("sweep", "--host", server_url, "--read-timeout", "30", "--out", str(out), *flags),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
     return load_run(run_dir)
@@ -44,8 +46,22 @@ def measured(run: Run) -> list[RequestRecord]:
 def test_length_distributions_are_sent_as_drawn_by_every_process(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     server = sim(*FAST)
     inp, outp = "uniform:64:192", "lognormal:mean=24,sigma=0.5,min=4,max=64"
-    run = sweep(server.url, tmp_path, "--levels", "1,8", "--requests-per-level", "48", "--warmup-requests", "2",
-                "--input-dist", inp, "--output-dist", outp, "--processes", "2")  # fmt: skip
+    run = sweep(
+        server.url,
+        tmp_path,
+        "--levels",
+        "1,8",
+        "--requests-per-level",
+        "48",
+        "--warmup-requests",
+        "2",
+        "--input-dist",
+        inp,
+        "--output-dist",
+        outp,
+        "--processes",
+        "2",
+    )
     assert len({r.worker for r in run.records}) == 2  # two Locust processes drew
     classes = request_classes(_scenario(run))
     for r in run.records:  # warmups included: every ticket's lengths are the pure draw for it
@@ -85,8 +101,17 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
         *FAST, "--prefill-us-per-token", "400", "--prefix-cache-tokens", "200000", "--metrics-style", "vllm"
     )
     common = ("--levels", "1", "--input-tokens", "512", "--output-tokens", "8", "--metrics-interval", "0.2")
-    shared = sweep(server.url, tmp_path / "shared", *common, "--requests-per-level", "16", "--shared-prefix", "384",
-                   "--prefix-groups", "2")  # fmt: skip
+    shared = sweep(
+        server.url,
+        tmp_path / "shared",
+        *common,
+        "--requests-per-level",
+        "16",
+        "--shared-prefix",
+        "384",
+        "--prefix-groups",
+        "2",
+    )
     alone = sweep(server.url, tmp_path / "alone", *common, "--requests-per-level", "6", "--seed", "1")
     cold, warm = ttft + prefill * 512, ttft + prefill * (512 - 384)  # 209.8 ms, 56.2 ms
     recs = sorted(measured(shared), key=lambda r: r.t_send)
@@ -116,10 +141,32 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
 @pytest.mark.parametrize("backend", ["chat", "sglang"])
 def test_multi_turn_conversations_resend_their_history(sim, tmp_path: Path, backend: str) -> None:  # type: ignore[no-untyped-def]
     template = 3 if backend == "chat" else 0
-    server = sim(*FAST, "--prefill-us-per-token", "200", "--prefix-cache-tokens", "100000", "--cache-report",
-                 "--chat-template-tokens", str(template))  # fmt: skip
-    run = sweep(server.url, tmp_path, "--backend", backend, "--levels", "2", "--requests-per-level", "12",
-                "--input-tokens", "40", "--output-tokens", "16", "--turns", "3")  # fmt: skip
+    server = sim(
+        *FAST,
+        "--prefill-us-per-token",
+        "200",
+        "--prefix-cache-tokens",
+        "100000",
+        "--cache-report",
+        "--chat-template-tokens",
+        str(template),
+    )
+    run = sweep(
+        server.url,
+        tmp_path,
+        "--backend",
+        backend,
+        "--levels",
+        "2",
+        "--requests-per-level",
+        "12",
+        "--input-tokens",
+        "40",
+        "--output-tokens",
+        "16",
+        "--turns",
+        "3",
+    )
     convs: dict[str | None, list[RequestRecord]] = defaultdict(list)
     for r in sorted(measured(run), key=lambda r: r.t_send):
         convs[r.conversation].append(r)
@@ -166,8 +213,10 @@ def test_a_class_mix_is_sent_and_reported_per_class(sim, tmp_path: Path) -> None
     for r in recs:
         d = draw_request(classes, 0, r.level, r.phase, r.seq)
         assert (r.request_class, r.requested_prompt_tokens, r.output_tokens) == (
-            d.cls.name, d.input_tokens, d.output_tokens,
-        )  # fmt: skip
+            d.cls.name,
+            d.input_tokens,
+            d.output_tokens,
+        )
     (s,) = run.levels
     by_name = {g.key: g for g in s.mix.classes}
     for name in ("chat", "summary"):

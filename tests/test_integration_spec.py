@@ -22,8 +22,10 @@ def test_server_without_metrics_or_server_info_still_reports(sim, tmp_path: Path
     server = sim("--ttft-ms", "20", "--itl-ms", "5", "--metrics-style", "none")
     out = subprocess.run(
         specload_cmd("sweep", "--host", server.url, *SMALL, "--backend", "sglang", "--out", str(tmp_path)),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     run_dir = _only_run(tmp_path)
     meta = orjson.loads((run_dir / "run.json").read_bytes())
@@ -41,9 +43,13 @@ def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
     # 60 tokens at 5 ms: each request holds the single slot ~0.3 s, three 0.1-s samples see the queue.
     flags = (*SMALL[:4], "--output-tokens", "60", *SMALL[6:])
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, *flags, "--out", str(tmp_path), "--metrics-interval", "0.1"),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep", "--host", server.url, *flags, "--out", str(tmp_path), "--metrics-interval", "0.1"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     meta = orjson.loads((_only_run(tmp_path) / "run.json").read_bytes())
     assert meta["server"]["max_running_requests"] == 1 and meta["simulated"] is True
@@ -51,9 +57,9 @@ def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
     run = load_run(_only_run(tmp_path))
     c2 = run.levels[1]
     assert c2.server_running_max == 1 and c2.server_queued_max == 1  # the second request waited
-    assert any("exceeds the server's max_running_requests (1)" in n for n in run.crosscheck + run.notices) or (
-        "exceeds the server's max_running_requests (1)" in out.stdout
-    )
+    assert any(
+        "exceeds the server's max_running_requests (1)" in n for n in run.crosscheck + run.notices
+    ) or ("exceeds the server's max_running_requests (1)" in out.stdout)
 
 
 def test_presets_tell_the_story(tmp_path: Path) -> None:
@@ -67,11 +73,27 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
         server = start_sim(sim_args(preset))
         try:
             out = subprocess.run(
-                specload_cmd("sweep", "--host", server.url, "--scenario", "scenarios/demo.toml", "--levels", "32,64",
-                             "--output-tokens", "150", "--warmup-requests", "0", "--label", preset,
-                             "--out", str(tmp_path / preset)),
-                capture_output=True, text=True, timeout=240,
-            )  # fmt: skip
+                specload_cmd(
+                    "sweep",
+                    "--host",
+                    server.url,
+                    "--scenario",
+                    "scenarios/demo.toml",
+                    "--levels",
+                    "32,64",
+                    "--output-tokens",
+                    "150",
+                    "--warmup-requests",
+                    "0",
+                    "--label",
+                    preset,
+                    "--out",
+                    str(tmp_path / preset),
+                ),
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
         finally:
             server.stop()
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
@@ -84,14 +106,22 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
     # saturated rate, so never below the level's average (Agg) nor above its busiest second.
     for lv in [*base.levels, *mtp.levels]:
         assert lv.steady_tok_s is not None and lv.agg_tok_s is not None, lv.label
-        assert lv.agg_tok_s <= lv.steady_tok_s <= max(lv.tok_s_series) * 1.02, (lv.label, lv.agg_tok_s,
-                                                                                lv.steady_tok_s, lv.tok_s_series)
+        assert lv.agg_tok_s <= lv.steady_tok_s <= max(lv.tok_s_series) * 1.02, (
+            lv.label,
+            lv.agg_tok_s,
+            lv.steady_tok_s,
+            lv.tok_s_series,
+        )
     cmp = subprocess.run(
         specload_cmd("compare", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "cmp"), "--no-plot"),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cmp.returncode == 0, cmp.stderr
-    assert "raises aggregate tok/s up to C=32" in cmp.stdout, cmp.stdout and "lowers it from C=64" in cmp.stdout
+    assert "raises aggregate tok/s up to C=32" in cmp.stdout, (
+        cmp.stdout and "lowers it from C=64" in cmp.stdout
+    )
     assert "between C=32 and C=64" in cmp.stdout
     assert "max_running_requests is 48" in cmp.stdout
     assert (tmp_path / "cmp" / "comparison.md").exists()

@@ -39,12 +39,19 @@ BURST_LOCAL_S = 0.0005
 BURST_PROCESSES_S = 0.0015
 
 
-
 def _sweep_flags(out_dir: Path) -> list[str]:
     return [
-        "--levels", ",".join(map(str, LEVELS)), "--input-tokens", str(INP), "--output-tokens", str(OUT),
-        "--read-timeout", "30", "--out", str(out_dir),
-    ]  # fmt: skip
+        "--levels",
+        ",".join(map(str, LEVELS)),
+        "--input-tokens",
+        str(INP),
+        "--output-tokens",
+        str(OUT),
+        "--read-timeout",
+        "30",
+        "--out",
+        str(out_dir),
+    ]
 
 
 def _run_dir(out_dir: Path) -> Path:
@@ -97,13 +104,17 @@ def _check_run_files(run_dir: Path) -> None:
     assert sum(e["num_requests"] for e in entries) == len(recs)
 
 
-def _sweep_and_check(sim, tmp_path: Path, *extra: str, burst_s: float = BURST_LOCAL_S) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
+def _sweep_and_check(
+    sim, tmp_path: Path, *extra: str, burst_s: float = BURST_LOCAL_S
+) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
     """`specload sweep` against the exact simulator, then every figure and file checked."""
     server = sim(*SIM_ARGS)
     out = subprocess.run(
         specload_cmd("sweep", "--host", server.url, *extra, *_sweep_flags(tmp_path)),
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = _run_dir(tmp_path)
     run = load_run(run_dir)
@@ -134,13 +145,32 @@ def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
     prefix = str(run_dir / "locust")
     master = procs.popen(
         locust_cmd(
-            "--master", "--headless", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
-            "--master-bind-port", str(port), "--host", server.url, "--run-dir", str(run_dir),
-            "--csv", prefix, "--json-file", prefix,
-            "--levels", ",".join(map(str, LEVELS)), "--input-tokens", str(INP), "--output-tokens", str(OUT),
-            "--read-timeout", "30",
+            "--master",
+            "--headless",
+            "--expect-workers",
+            "2",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--host",
+            server.url,
+            "--run-dir",
+            str(run_dir),
+            "--csv",
+            prefix,
+            "--json-file",
+            prefix,
+            "--levels",
+            ",".join(map(str, LEVELS)),
+            "--input-tokens",
+            str(INP),
+            "--output-tokens",
+            str(OUT),
+            "--read-timeout",
+            "30",
         )
-    )  # fmt: skip
+    )
     for _ in range(2):
         procs.popen(locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)))
     code = master.wait(timeout=180)
@@ -196,7 +226,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
             "ui",
             "--read-timeout",
             "30",
-        )  # fmt: skip
+        )
     )
     base = f"http://127.0.0.1:{web_port}"
 
@@ -211,8 +241,15 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert "output_tokens" in home and "levels" in home and "run_dir" not in home  # paths hidden
 
     # 0) A bad value is refused before anything starts, naming the form's field.
-    form = {"host": server.url, "levels": "1,x", "output_tokens": str(OUT), "input_tokens": str(INP),
-            "requests_per_level": "4", "user_count": "1", "spawn_rate": "1"}  # fmt: skip
+    form = {
+        "host": server.url,
+        "levels": "1,x",
+        "output_tokens": str(OUT),
+        "input_tokens": str(INP),
+        "requests_per_level": "4",
+        "user_count": "1",
+        "spawn_rate": "1",
+    }
     reply = orjson.loads(_post(base + "/swarm", form))
     assert reply["success"] is False and reply["message"].startswith("start form: field 'Levels': expected")
     assert orjson.loads(_get(base + "/stats/requests"))["state"] == "ready" and os.listdir(tmp_path) == []
@@ -220,8 +257,11 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     # 1) A whole sweep started from the form, with options edited there.
     form["levels"] = "1,2"
     assert orjson.loads(_post(base + "/swarm", form))["success"]
-    run = wait_until(lambda: (r := orjson.loads(_get(base + "/specload/analysis/run")))["status"] == "completed" and r,
-                    60, "the UI sweep to complete")  # fmt: skip
+    run = wait_until(
+        lambda: (r := orjson.loads(_get(base + "/specload/analysis/run")))["status"] == "completed" and r,
+        60,
+        "the UI sweep to complete",
+    )
     first_dir = Path(run["run_dir"])
     stats = orjson.loads(_get(base + "/stats/requests"))
     levels_tab = next(t for t in stats["extended_stats"] if t["key"] == "specload-levels")["data"]
@@ -251,8 +291,11 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert reply["success"] is False and "a sweep is running" in reply["message"]
     _post(base + "/stop", {})
     second_dir = Path(run2["run_dir"])
-    meta = wait_until(lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
-                     30, "run.json to be closed")  # fmt: skip
+    meta = wait_until(
+        lambda: (m := orjson.loads((second_dir / "run.json").read_bytes()))["status"] != "running" and m,
+        30,
+        "run.json to be closed",
+    )
     assert meta["status"] == "interrupted"
     assert meta["levels"][0]["status"] == "incomplete"
     wait_until(
@@ -272,8 +315,24 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
     """`specload ui --processes 2`: the master's page has every worker's records and streamed tokens."""
     server = sim(*SIM_ARGS)
     web_port = free_port()
-    procs.popen(specload_cmd("ui", "--host", server.url, "--no-web-auth", "--web-host", "127.0.0.1", "--web-port",
-                             str(web_port), "--out", str(tmp_path), "--processes", "2", "--read-timeout", "30"))  # fmt: skip
+    procs.popen(
+        specload_cmd(
+            "ui",
+            "--host",
+            server.url,
+            "--no-web-auth",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(web_port),
+            "--out",
+            str(tmp_path),
+            "--processes",
+            "2",
+            "--read-timeout",
+            "30",
+        )
+    )
     base = f"http://127.0.0.1:{web_port}"
 
     def _workers() -> bool:
@@ -283,8 +342,13 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
             return False
 
     wait_until(_workers, 60, "two workers ready")
-    form = {"host": server.url, "levels": "4,8", "output_tokens": str(OUT), "input_tokens": str(INP),
-            "requests_per_level": "32"}  # fmt: skip
+    form = {
+        "host": server.url,
+        "levels": "4,8",
+        "output_tokens": str(OUT),
+        "input_tokens": str(INP),
+        "requests_per_level": "32",
+    }
     assert orjson.loads(_post(base + "/swarm", form))["success"]
     streamed: list[float] = []
 
@@ -299,8 +363,13 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
     run_dir = Path(live["run"]["run_dir"])
     run = load_run(run_dir)
     assert len({r.worker for r in run.records}) == 2 and run.meta["mode"] == "master"
-    report = orjson.loads(subprocess.run(specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
-                                         capture_output=True, timeout=60).stdout)  # fmt: skip
+    report = orjson.loads(
+        subprocess.run(
+            specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
+            capture_output=True,
+            timeout=60,
+        ).stdout
+    )
     for lv, mine in zip(report, live["levels"], strict=True):
         assert (mine["concurrency"], mine["done"], mine["ok"]) == (lv["concurrency"], 32, lv["ok"])
         for key in ("agg_tok_s", "per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):

@@ -12,7 +12,10 @@ from specload.client.introspect import ServedModel, max_running, parse_models
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
-        ({"object": "list", "data": [{"id": "Qwen/Qwen3", "object": "model"}]}, ServedModel("Qwen/Qwen3", None)),
+        (
+            {"object": "list", "data": [{"id": "Qwen/Qwen3", "object": "model"}]},
+            ServedModel("Qwen/Qwen3", None),
+        ),
         ({"data": [{"id": "m", "max_model_len": 32768}, {"id": "other"}]}, ServedModel("m", 32768)),
         ({"data": [{"id": "", "max_model_len": True}]}, ServedModel(None, None)),
         ({"data": [{"id": 7}]}, ServedModel("7", None)),

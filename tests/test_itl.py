@@ -54,7 +54,9 @@ def test_tpot_leaves_out_what_the_first_event_carried() -> None:
     assert tpot == pytest.approx(0.1) and decode == pytest.approx(10.0)
     _, _, tpot1, _, _ = derived(0.0, 1.0, 1.9, 2.0, 10)
     assert tpot1 == pytest.approx(0.1)  # unknown: one token assumed
-    assert derived(0.0, 1.0, 1.0, 1.1, 3, first_event_tokens=3)[2] is None  # nothing came after the first event
+    assert (
+        derived(0.0, 1.0, 1.0, 1.1, 3, first_event_tokens=3)[2] is None
+    )  # nothing came after the first event
 
 
 def test_chunk_counted_requests_get_no_per_token_figures() -> None:

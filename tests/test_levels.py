@@ -29,15 +29,37 @@ class Clock:
 
 
 def rec(
-    g: Grant, status: str = OK, tokens: int = 10, t_send: float = 0.0, t_end: float = 1.0, level: int | None = None
+    g: Grant,
+    status: str = OK,
+    tokens: int = 10,
+    t_send: float = 0.0,
+    t_end: float = 1.0,
+    level: int | None = None,
 ) -> RequestRecord:
     return make_record(
-        t_send=t_send, t_first=None, t_last=None, t_end=t_end, output_tokens=tokens,
-        level=g.level if level is None else level, concurrency=g.concurrency, phase=g.phase, seq=g.seq,
-        backend="openai", status=status, reason=None, http_status=200, output_tokens_source="usage",
-        prompt_tokens=None, requested_output_tokens=g.max_tokens, requested_prompt_tokens=1, chunks=tokens,
-        itl_max_s=None, spec_verify_ct=None, worker="local", repeat=g.repeat,
-    )  # fmt: skip
+        t_send=t_send,
+        t_first=None,
+        t_last=None,
+        t_end=t_end,
+        output_tokens=tokens,
+        level=g.level if level is None else level,
+        concurrency=g.concurrency,
+        phase=g.phase,
+        seq=g.seq,
+        backend="openai",
+        status=status,
+        reason=None,
+        http_status=200,
+        output_tokens_source="usage",
+        prompt_tokens=None,
+        requested_output_tokens=g.max_tokens,
+        requested_prompt_tokens=1,
+        chunks=tokens,
+        itl_max_s=None,
+        spec_verify_ct=None,
+        worker="local",
+        repeat=g.repeat,
+    )
 
 
 def ctrl(sc: Scenario, clock: Clock | None = None) -> tuple[SweepController, Clock]:
@@ -68,8 +90,13 @@ def test_plan_levels_repeat_expands_each_level_in_place() -> None:
     sc = Scenario(levels=[1, 4], repeat=3, warmup_requests=2, output_tokens=50, warmup_output_tokens=5)
     plans = plan_levels(sc)
     assert [(p.index, p.concurrency, p.repeat) for p in plans] == [
-        (0, 1, 0), (1, 1, 1), (2, 1, 2), (3, 4, 0), (4, 4, 1), (5, 4, 2),
-    ]  # fmt: skip
+        (0, 1, 0),
+        (1, 1, 1),
+        (2, 1, 2),
+        (3, 4, 0),
+        (4, 4, 1),
+        (5, 4, 2),
+    ]
     assert all(p.warmup == 2 and p.warmup_tokens == 5 and p.output_tokens == 50 for p in plans)
 
 
@@ -356,7 +383,10 @@ def test_a_server_away_longer_than_the_outage_timeout_stops_the_sweep() -> None:
     clock.t += 0.1
     assert c.tick(1) == ["abort"]
     assert c.finished and c.outcome == "aborted"
-    assert c.abort_reason == "the server refused connections for 3.1 s (--outage-timeout 3); last: connection refused"
+    assert (
+        c.abort_reason
+        == "the server refused connections for 3.1 s (--outage-timeout 3); last: connection refused"
+    )
 
 
 def test_refusals_do_not_trip_the_breaker_nor_abort_a_level_refused_whole() -> None:
@@ -402,9 +432,18 @@ def test_levels_meta_has_run_json_keys() -> None:
     meta = [lv.to_json() for lv in c.levels_meta()]
     assert len(meta) == 2
     required = {
-        "index", "concurrency", "repeat", "budget", "warmup", "t_start", "t_measure_start", "t_end",
-        "status", "granted", "received",
-    }  # fmt: skip
+        "index",
+        "concurrency",
+        "repeat",
+        "budget",
+        "warmup",
+        "t_start",
+        "t_measure_start",
+        "t_end",
+        "status",
+        "granted",
+        "received",
+    }
     assert required <= set(meta[0])
     assert meta[0]["index"] == 0 and meta[0]["concurrency"] == 1 and meta[0]["budget"] == 1
     assert meta[0]["status"] == "completed"

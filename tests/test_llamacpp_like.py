@@ -15,8 +15,19 @@ from specload.client.introspect import parse_metrics
 from specload.core.records import read_records
 from tests.conftest import specload_cmd
 
-LLAMA_LIKE = ("--vocab-size", "4096", "--chat-template-tokens", "11", "--close-after-stream",
-              "--metrics-style", "llamacpp", "--ttft-ms", "20", "--itl-ms", "2")  # fmt: skip
+LLAMA_LIKE = (
+    "--vocab-size",
+    "4096",
+    "--chat-template-tokens",
+    "11",
+    "--close-after-stream",
+    "--metrics-style",
+    "llamacpp",
+    "--ttft-ms",
+    "20",
+    "--itl-ms",
+    "2",
+)
 
 
 def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
@@ -63,10 +74,27 @@ def test_streamed_response_closes_a_connection_that_said_keep_alive(sim) -> None
 def test_sweep_against_a_llamacpp_like_server_is_exact(sim, tmp_path: Path, backend: str) -> None:
     s = sim(*LLAMA_LIKE)
     out = subprocess.run(
-        specload_cmd("sweep", "--host", s.url, "--backend", backend, "--levels", "1,4", "--input-tokens", "100",
-                     "--output-tokens", "20", "--out", str(tmp_path), "--metrics-interval", "0.2"),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            s.url,
+            "--backend",
+            backend,
+            "--levels",
+            "1,4",
+            "--input-tokens",
+            "100",
+            "--output-tokens",
+            "20",
+            "--out",
+            str(tmp_path),
+            "--metrics-interval",
+            "0.2",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run_dir,) = tmp_path.iterdir()
     recs = read_records(str(run_dir / "records.jsonl"))
@@ -98,9 +126,14 @@ def test_secrets_a_server_reports_are_scrubbed() -> None:
     from specload.client.introspect import REDACTED, scrub_secrets
 
     info = {
-        "api_key": "sk-live-123", "admin_api_key": None, "ssl_keyfile_password": "pw", "max_total_num_tokens": 9,
-        "tokenizer_path": "/m", "nested": [{"hf_token": "hf_abc"}, "Bearer sk-live-123"], "max_running_requests": 48,
-    }  # fmt: skip
+        "api_key": "sk-live-123",
+        "admin_api_key": None,
+        "ssl_keyfile_password": "pw",
+        "max_total_num_tokens": 9,
+        "tokenizer_path": "/m",
+        "nested": [{"hf_token": "hf_abc"}, "Bearer sk-live-123"],
+        "max_running_requests": 48,
+    }
     out = scrub_secrets(info, "sk-live-123")
     assert out["api_key"] == out["ssl_keyfile_password"] == out["nested"][0]["hf_token"] == REDACTED
     assert out["admin_api_key"] is None  # nothing to hide

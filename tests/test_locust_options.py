@@ -141,10 +141,24 @@ def test_level_duration_and_warmup_options() -> None:
 def test_remaining_options_reach_their_fields() -> None:
     sc = resolve(
         [
-            "--model", "m1", "--output-tokens", "50", "--level-pause", "2", "--stagger", "0.5", "--repeat", "3",
-            "--shared-prefix", "100", "--read-timeout", "9", "--level-timeout", "99",
+            "--model",
+            "m1",
+            "--output-tokens",
+            "50",
+            "--level-pause",
+            "2",
+            "--stagger",
+            "0.5",
+            "--repeat",
+            "3",
+            "--shared-prefix",
+            "100",
+            "--read-timeout",
+            "9",
+            "--level-timeout",
+            "99",
         ]
-    )  # fmt: skip
+    )
     assert sc.model == "m1"
     assert sc.output_tokens == 50
     assert (sc.pause_s, sc.stagger_s, sc.repeat) == (2.0, 0.5, 3)
@@ -169,8 +183,13 @@ def test_missing_scenario_file_is_a_scenario_error(tmp_path: Path) -> None:
 
 def test_option_flags() -> None:
     assert option_flags({"levels": [1, 4], "input_tokens": 64, "model": "m"}) == [
-        "--levels", "1,4", "--input-tokens", "64", "--model", "m",
-    ]  # fmt: skip
+        "--levels",
+        "1,4",
+        "--input-tokens",
+        "64",
+        "--model",
+        "m",
+    ]
     with pytest.raises(KeyError):
         option_flags({"no_such_option": 1})
 
@@ -190,14 +209,26 @@ def test_scenario_flags_values() -> None:
     [
         Scenario(),
         Scenario(
-            backend="sglang", model="m", input_tokens=64, output_tokens=32, levels=[2, 3, 5], requests=9,
-            warmup_requests=2, warmup_output_tokens=4, pause_s=1.5, stagger_s=0.25, repeat=2, seed=7,
-            shared_prefix_tokens=16, read_timeout_s=12.0, level_timeout_s=120.0,
+            backend="sglang",
+            model="m",
+            input_tokens=64,
+            output_tokens=32,
+            levels=[2, 3, 5],
+            requests=9,
+            warmup_requests=2,
+            warmup_output_tokens=4,
+            pause_s=1.5,
+            stagger_s=0.25,
+            repeat=2,
+            seed=7,
+            shared_prefix_tokens=16,
+            read_timeout_s=12.0,
+            level_timeout_s=120.0,
         ),
         Scenario(backend="chat", levels=[8], duration_s=45.0, output_tokens=10),
     ],
     ids=["defaults", "everything", "duration"],
-)  # fmt: skip
+)
 def test_scenario_flags_round_trip(sc: Scenario) -> None:
     argv = option_flags(scenario_flags(sc))
     assert resolve(argv) == sc
@@ -221,28 +252,60 @@ def _form_check(form: dict[str, str], *argv: str) -> str | None:
     return message
 
 
-GOOD_FORM = {"host": "http://gpu-box:30000", "levels": "1,2,4", "input_tokens": "32", "output_tokens": "16",
-             "requests_per_level": "0", "label": "", "user_count": "0", "spawn_rate": "0"}  # fmt: skip
+GOOD_FORM = {
+    "host": "http://gpu-box:30000",
+    "levels": "1,2,4",
+    "input_tokens": "32",
+    "output_tokens": "16",
+    "requests_per_level": "0",
+    "label": "",
+    "user_count": "0",
+    "spawn_rate": "0",
+}
 
 
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("levels", "1,x", "start form: field 'Levels': expected a comma-separated list of positive integers, got '1,x'"),
-        ("levels", "0", "start form: field 'Levels': expected a non-empty list of positive integers, got '0'"),
+        (
+            "levels",
+            "1,x",
+            "start form: field 'Levels': expected a comma-separated list of positive integers, got '1,x'",
+        ),
+        (
+            "levels",
+            "0",
+            "start form: field 'Levels': expected a non-empty list of positive integers, got '0'",
+        ),
         ("input_tokens", "-5", "start form: field 'Input Tokens': expected an integer >= 1, got -5"),
         ("output_tokens", "many", "start form: field 'Output Tokens': expected an integer, got 'many'"),
-        ("requests_per_level", "-1", "start form: field 'Requests Per Level': expected an integer >= 1, got -1"),
+        (
+            "requests_per_level",
+            "-1",
+            "start form: field 'Requests Per Level': expected an integer >= 1, got -1",
+        ),
         ("read_timeout", "nan", "start form: field 'Read Timeout': expected a finite number, got nan"),
         ("level_pause", "-1", "start form: field 'Level Pause': expected a number >= 0.0, got -1.0"),
         ("backend", "grpc", "start form: field 'Backend': expected one of openai, sglang, chat, got 'grpc'"),
-        ("token_id_range", "9:1", "start form: field 'Token Id Range': expected MIN:MAX with integers 0 <= MIN < MAX, got '9:1'"),
-        ("shared_prefix", "40", "start form: field 'Shared Prefix': expected fewer than input_tokens (32), got 40"),
-        ("host", "gpu-box:30000", "start form: field 'Host': host 'gpu-box:30000' is not an http:// or https:// URL"),
+        (
+            "token_id_range",
+            "9:1",
+            "start form: field 'Token Id Range': expected MIN:MAX with integers 0 <= MIN < MAX, got '9:1'",
+        ),
+        (
+            "shared_prefix",
+            "40",
+            "start form: field 'Shared Prefix': expected fewer than input_tokens (32), got 40",
+        ),
+        (
+            "host",
+            "gpu-box:30000",
+            "start form: field 'Host': host 'gpu-box:30000' is not an http:// or https:// URL",
+        ),
         ("host", "", "start form: field 'Host': enter the server's URL, e.g. http://gpu-box:30000"),
         ("label", "x" * 101, "start form: field 'Label': expected at most 100 characters, got 101"),
     ],
-)  # fmt: skip
+)
 def test_start_form_refuses_a_bad_value_naming_the_field(field: str, value: str, message: str) -> None:
     assert _form_check({**GOOD_FORM, field: value}) == message
 
@@ -250,7 +313,10 @@ def test_start_form_refuses_a_bad_value_naming_the_field(field: str, value: str,
 def test_start_form_accepts_good_values_and_what_it_does_not_send() -> None:
     assert _form_check(GOOD_FORM) is None
     assert _form_check({}) is None  # nothing sent: the launch values stand
-    assert _form_check({"levels": " 1, 8 ", "model": "m", "token_id_range": "", "send_key_to_new_host": "true"}) is None
+    assert (
+        _form_check({"levels": " 1, 8 ", "model": "m", "token_id_range": "", "send_key_to_new_host": "true"})
+        is None
+    )
 
 
 def test_start_form_checks_the_scenario_the_run_would_use() -> None:

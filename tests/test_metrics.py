@@ -60,12 +60,29 @@ def rec(
     """A record with the client's own arithmetic (records.derived) for the per-request fields."""
     tf = None if t_first is None else T0 + t_first
     return make_record(
-        t_send=T0 + t_send, t_first=tf, t_last=None if tf is None else T0 + t_end, t_end=T0 + t_end,
-        output_tokens=tokens, level=level, concurrency=concurrency, phase=phase, seq=seq, backend="openai",
-        status=status, reason=reason, http_status=200, output_tokens_source=source, prompt_tokens=prompt,
-        requested_output_tokens=requested, requested_prompt_tokens=requested_prompt, chunks=tokens,
-        itl_max_s=None, spec_verify_ct=verify, worker="local", repeat=repeat,
-    )  # fmt: skip
+        t_send=T0 + t_send,
+        t_first=tf,
+        t_last=None if tf is None else T0 + t_end,
+        t_end=T0 + t_end,
+        output_tokens=tokens,
+        level=level,
+        concurrency=concurrency,
+        phase=phase,
+        seq=seq,
+        backend="openai",
+        status=status,
+        reason=reason,
+        http_status=200,
+        output_tokens_source=source,
+        prompt_tokens=prompt,
+        requested_output_tokens=requested,
+        requested_prompt_tokens=requested_prompt,
+        chunks=tokens,
+        itl_max_s=None,
+        spec_verify_ct=verify,
+        worker="local",
+        repeat=repeat,
+    )
 
 
 def four_requests() -> list[RequestRecord]:
@@ -205,10 +222,13 @@ def test_steady_state_above_the_servers_cap_lasts_while_the_server_is_full() -> 
     """C=4 against a server that runs 2 at once: the client has 4 in flight, the server runs 2 and
     queues 2. Requests take 2 s once admitted (first token 0.5 s after admission)."""
     recs = [
-        rec(0.0, 0.5, 2.0, seq=0), rec(0.0, 0.5, 2.0, seq=1),  # admitted at once
-        rec(0.0, 2.5, 4.0, seq=2), rec(0.0, 2.5, 4.0, seq=3),  # queued until 2.0
-        rec(2.0, 4.5, 6.0, seq=4), rec(2.0, 4.5, 6.0, seq=5),  # sent at 2.0, queued until 4.0
-    ]  # fmt: skip
+        rec(0.0, 0.5, 2.0, seq=0),
+        rec(0.0, 0.5, 2.0, seq=1),  # admitted at once
+        rec(0.0, 2.5, 4.0, seq=2),
+        rec(0.0, 2.5, 4.0, seq=3),  # queued until 2.0
+        rec(2.0, 4.5, 6.0, seq=4),
+        rec(2.0, 4.5, 6.0, seq=5),  # sent at 2.0, queued until 4.0
+    ]
     for r in recs:
         r.concurrency = 4
     # Without the cap the window would wait for 4 decoding requests, which never happens.
@@ -331,10 +351,26 @@ def test_combine_repeats_single_and_errors() -> None:
 
 
 def test_repeats_at_means_and_server_maxima() -> None:
-    a = LevelStats(concurrency=4, repeat=0, label="c004", sent=8, agg_tok_s=10.0, ttft_p50_ms=100.0,
-                   server_running_max=4.0, server_queued_max=0.0)  # fmt: skip
-    b = LevelStats(concurrency=4, repeat=1, label="c004.r1", sent=8, agg_tok_s=14.0, ttft_p50_ms=None,
-                   server_running_max=3.0, server_queued_max=2.0)  # fmt: skip
+    a = LevelStats(
+        concurrency=4,
+        repeat=0,
+        label="c004",
+        sent=8,
+        agg_tok_s=10.0,
+        ttft_p50_ms=100.0,
+        server_running_max=4.0,
+        server_queued_max=0.0,
+    )
+    b = LevelStats(
+        concurrency=4,
+        repeat=1,
+        label="c004.r1",
+        sent=8,
+        agg_tok_s=14.0,
+        ttft_p50_ms=None,
+        server_running_max=3.0,
+        server_queued_max=2.0,
+    )
     other = LevelStats(concurrency=8, repeat=0, label="c008", sent=16, agg_tok_s=99.0)
     r = repeats_at([a, other, b], 4)
     assert r.repeats == [0, 1] and r.agg_tok_s_values == [10.0, 14.0] and r.agg_tok_s_mean == 12.0
@@ -381,9 +417,15 @@ def counter_samples() -> list[ServerSample]:
     """Around four_requests' window [T0, T0 + 10]: one sample before, two inside, one after."""
     return [
         ServerSample(T0 - 1.0, running=0.0, queued=0.0, spec_num_drafts=100.0, spec_num_accepted_tokens=50.0),
-        ServerSample(T0 + 3.0, running=2.0, queued=None, spec_num_drafts=150.0, spec_num_accepted_tokens=100.0),
-        ServerSample(T0 + 9.0, running=4.0, queued=1.0, spec_num_drafts=200.0, spec_num_accepted_tokens=170.0),
-        ServerSample(T0 + 11.0, running=9.0, queued=9.0, spec_num_drafts=300.0, spec_num_accepted_tokens=400.0),
+        ServerSample(
+            T0 + 3.0, running=2.0, queued=None, spec_num_drafts=150.0, spec_num_accepted_tokens=100.0
+        ),
+        ServerSample(
+            T0 + 9.0, running=4.0, queued=1.0, spec_num_drafts=200.0, spec_num_accepted_tokens=170.0
+        ),
+        ServerSample(
+            T0 + 11.0, running=9.0, queued=9.0, spec_num_drafts=300.0, spec_num_accepted_tokens=400.0
+        ),
     ]
 
 
@@ -426,8 +468,11 @@ def test_no_samples_no_server_figures() -> None:
     s = summarize_level(four_requests(), 2, samples=[])
     assert s.server_samples == 0
     assert (s.server_running_max, s.server_running_mean, s.server_queued_max, s.server_queued_mean) == (
-        None, None, None, None,
-    )  # fmt: skip
+        None,
+        None,
+        None,
+        None,
+    )
     outside = [ServerSample(T0 + 20.0, running=5.0, queued=5.0)]
     assert summarize_level(four_requests(), 2, samples=outside).server_running_max is None
     assert summarize_level([], 2, samples=counter_samples()).server_samples == 0  # no records, no window
@@ -479,7 +524,8 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
         want = sum(_window_tokens(Timeline.of(recs), a, b)) / (b - a)
         assert value == pytest.approx(want, rel=1e-6, abs=1e-6), i
     assert sum(v * min(1.0, t1 - (t0 + i)) for i, v in enumerate(series)) == pytest.approx(
-        sum(r.output_tokens for r in recs), rel=1e-9)
+        sum(r.output_tokens for r in recs), rel=1e-9
+    )
     sparse = [rec(i * 10.0, i * 10.0 + 0.5, i * 10.0 + 9.0, seq=i) for i in range(2000)]  # 20 000 s
     series = tok_s_series(sparse)  # (make bench measures the speed; this is the shape)
     assert len(series) == 19_999 and series[0] == pytest.approx(1 + 0.5 * 9 / 8.5) and series[9] == 0.0

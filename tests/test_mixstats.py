@@ -33,13 +33,29 @@ def rec(
 ) -> dict:
     t = 100.0 + seq * 0.01
     r = make_record(
-        t_send=t, t_first=t + 0.05, t_last=t + 0.05 + 0.01 * max(0, out - 1), t_end=t + 0.06 + 0.01 * out,
-        output_tokens=out if status != FAILED else 0, level=level, concurrency=c, phase=extra.pop("phase", PHASE_MEASURE),
-        seq=seq, backend="openai", status=status, reason=None if status == OK else "x", http_status=200,
-        output_tokens_source="usage", prompt_tokens=None if status == FAILED else prompt + extra.pop("extra_prompt", 0),
-        requested_output_tokens=out, requested_prompt_tokens=prompt, chunks=out, itl_max_s=None, spec_verify_ct=None,
-        worker="local", **extra,
-    )  # fmt: skip
+        t_send=t,
+        t_first=t + 0.05,
+        t_last=t + 0.05 + 0.01 * max(0, out - 1),
+        t_end=t + 0.06 + 0.01 * out,
+        output_tokens=out if status != FAILED else 0,
+        level=level,
+        concurrency=c,
+        phase=extra.pop("phase", PHASE_MEASURE),
+        seq=seq,
+        backend="openai",
+        status=status,
+        reason=None if status == OK else "x",
+        http_status=200,
+        output_tokens_source="usage",
+        prompt_tokens=None if status == FAILED else prompt + extra.pop("extra_prompt", 0),
+        requested_output_tokens=out,
+        requested_prompt_tokens=prompt,
+        chunks=out,
+        itl_max_s=None,
+        spec_verify_ct=None,
+        worker="local",
+        **extra,
+    )
     return asdict(r)
 
 
@@ -134,6 +150,28 @@ def test_where_the_prefix_cache_rate_comes_from() -> None:
     gauge_only = [ServerSample(t=s.t, cache_hit_rate=s.cache_hit_rate) for s in samples]
     assert prefix_cache_rate(c, gauge_only, 10.0, 12.0) == (pytest.approx(0.6), CACHE_FROM_GAUGE)
     assert prefix_cache_rate(c, [], 10.0, 12.0) == (None, None)
-    c.add(PHASE_MEASURE, OK, None, 200, 10.0, 10.1, 10.2, 10.3, 0.1, 0.3, 0.01, 100.0, 10, "usage", 200, 10, 200,
-          None, None, None, 1, cached=50)  # fmt: skip
+    c.add(
+        PHASE_MEASURE,
+        OK,
+        None,
+        200,
+        10.0,
+        10.1,
+        10.2,
+        10.3,
+        0.1,
+        0.3,
+        0.01,
+        100.0,
+        10,
+        "usage",
+        200,
+        10,
+        200,
+        None,
+        None,
+        None,
+        1,
+        cached=50,
+    )
     assert prefix_cache_rate(c, samples, 10.0, 12.0) == (0.25, CACHE_FROM_RECORDS)  # the records win

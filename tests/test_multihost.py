@@ -61,19 +61,58 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         server, master_addr = net.host("server"), net.host("master")
         net.host("worker1"), net.host("worker2"), net.host("intruder")
-        sim = procs.popen(net.run_in("server", [
-            sys.executable, "-m", "specload.sim", "--host", server, "--port", str(SERVER_PORT),
-            "--ttft-ms", "20", "--itl-ms", "10", "--model", "m", "--access-log",
-        ]))  # fmt: skip
+        sim = procs.popen(
+            net.run_in(
+                "server",
+                [
+                    sys.executable,
+                    "-m",
+                    "specload.sim",
+                    "--host",
+                    server,
+                    "--port",
+                    str(SERVER_PORT),
+                    "--ttft-ms",
+                    "20",
+                    "--itl-ms",
+                    "10",
+                    "--model",
+                    "m",
+                    "--access-log",
+                ],
+            )
+        )
         wait_until(lambda: "listening on" in procs.log(sim), 20, "the server")
         out = tmp_path_factory.mktemp("multihost") / "results"
         # The README's commands, each on its own host.
-        master = procs.popen(net.run_in("master", specload_cmd(
-            "sweep", "--host", f"http://{server}:{SERVER_PORT}", "--workers", "2",
-            "--master-bind-host", master_addr, "--master-bind-port", str(MASTER_PORT),
-            "--levels", "2,4", "--requests-per-level", str(BUDGET), "--input-tokens", "16", "--output-tokens", "40",
-            "--metrics-interval", "0.5", "--out", str(out),
-        )))  # fmt: skip
+        master = procs.popen(
+            net.run_in(
+                "master",
+                specload_cmd(
+                    "sweep",
+                    "--host",
+                    f"http://{server}:{SERVER_PORT}",
+                    "--workers",
+                    "2",
+                    "--master-bind-host",
+                    master_addr,
+                    "--master-bind-port",
+                    str(MASTER_PORT),
+                    "--levels",
+                    "2,4",
+                    "--requests-per-level",
+                    str(BUDGET),
+                    "--input-tokens",
+                    "16",
+                    "--output-tokens",
+                    "40",
+                    "--metrics-interval",
+                    "0.5",
+                    "--out",
+                    str(out),
+                ),
+            )
+        )
         worker = specload_cmd("worker", "--master-host", master_addr, "--master-port", str(MASTER_PORT))
         skew = faketime_env(SKEW_S)
         procs.popen(net.run_in("worker1", worker), env={**os.environ, **(skew or {})})
@@ -91,15 +130,27 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             return next((r.worker for r in recs if r.worker.startswith("worker1_")), None)
 
         wait_until(lambda: worker1_id() is not None, 60, "worker1's first record")
-        intruder = procs.popen(net.run_in("intruder", [
-            sys.executable, str(FORGER), master_addr, str(MASTER_PORT), str(worker1_id()),
-        ]))  # fmt: skip
+        intruder = procs.popen(
+            net.run_in(
+                "intruder",
+                [
+                    sys.executable,
+                    str(FORGER),
+                    master_addr,
+                    str(MASTER_PORT),
+                    str(worker1_id()),
+                ],
+            )
+        )
         assert intruder.wait(timeout=30) == 0, procs.log(intruder)
+
         def worker2_clock_known() -> bool:
             """The master has had a quiet round trip with worker2 (it re-measures every few seconds:
             on a loaded machine a worker busy spawning users answers its first pings late)."""
             metas = [orjson.loads(p.read_bytes()) for p in out.glob("*/run.json")]
-            return any(x["worker"].startswith("worker2_") and x["rtt_ms"] < 20 for m in metas for x in m["clients"])
+            return any(
+                x["worker"].startswith("worker2_") and x["rtt_ms"] < 20 for m in metas for x in m["clients"]
+            )
 
         wait_until(worker2_clock_known, 60, "a measurement of worker2's clock")
         wait_until(worker2_mid_request, 60, "worker2 in the middle of a request")
@@ -107,7 +158,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert net.kill_host("worker2"), "worker2 had no process to kill"
         code = master.wait(timeout=120)  # Locust notices the silence after ~3 missed 1 s heartbeats
         (run_dir,) = list(out.iterdir())
-        yield Cluster(code, procs.log(master), run_dir, dict(net.hosts), killed_at, skew is not None, procs.log(sim))
+        yield Cluster(
+            code, procs.log(master), run_dir, dict(net.hosts), killed_at, skew is not None, procs.log(sim)
+        )
     finally:
         procs.stop_all()
         net.close()
@@ -153,7 +206,10 @@ def test_a_forger_on_the_master_port_cannot_add_or_return_requests(cluster: Clus
     c = cluster
     assert not [r for r in _records(c) if r.worker == "forged"]
     assert "ignored a record for a request it was not granted (level 0, measure #0) from forger_0" in c.log
-    assert "ignored a ticket return for a request it was not granted (level 0, measure #0) from forger_0" in c.log
+    assert (
+        "ignored a ticket return for a request it was not granted (level 0, measure #0) from forger_0"
+        in c.log
+    )
     assert "from forger_0; more from it are counted, not logged" in c.log  # three lines, not 240
     assert sum("ignored a " in line and "from forger_0" in line for line in c.log.splitlines()) == 3
     # The spoofed id: the right process name and a guessed seq, without the ticket's secret.

@@ -37,7 +37,10 @@ def test_json_is_the_given_data_else_the_cells() -> None:
     assert json.loads(render_table(HEADERS, ROWS, "json", json_data=lambda: {"unrounded": 5.0123})) == {
         "unrounded": 5.0123
     }
-    assert json.loads(render_table(HEADERS, ROWS, "json")) == [{"C": "1", "Agg tok/s": "5.0"}, {"C": "16", "Agg tok/s": "-"}]
+    assert json.loads(render_table(HEADERS, ROWS, "json")) == [
+        {"C": "1", "Agg tok/s": "5.0"},
+        {"C": "16", "Agg tok/s": "-"},
+    ]
 
 
 def test_json_data_is_built_only_for_json() -> None:

@@ -38,11 +38,29 @@ def msg(data: Any, node: str) -> Any:
 
 def record(seq: int) -> dict[str, Any]:
     rec = make_record(
-        t_send=1.0, t_first=1.1, t_last=1.5, t_end=1.6, output_tokens=4, level=0, concurrency=1, phase="measure",
-        seq=seq, backend="openai", status=OK, reason=None, http_status=200, output_tokens_source="usage",
-        prompt_tokens=8, requested_output_tokens=4, requested_prompt_tokens=8, chunks=4, itl_max_s=None,
-        spec_verify_ct=None, worker="w", repeat=0,
-    )  # fmt: skip
+        t_send=1.0,
+        t_first=1.1,
+        t_last=1.5,
+        t_end=1.6,
+        output_tokens=4,
+        level=0,
+        concurrency=1,
+        phase="measure",
+        seq=seq,
+        backend="openai",
+        status=OK,
+        reason=None,
+        http_status=200,
+        output_tokens_source="usage",
+        prompt_tokens=8,
+        requested_output_tokens=4,
+        requested_prompt_tokens=8,
+        chunks=4,
+        itl_max_s=None,
+        spec_verify_ct=None,
+        worker="w",
+        repeat=0,
+    )
     return asdict(rec)
 
 
@@ -60,8 +78,9 @@ def running_owner(tmp_path: Path) -> tuple[Any, Any]:
 
 
 def test_records_only_for_granted_tickets_and_once(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, __file__, str(tmp_path)], cwd=REPO, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, __file__, str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
 
 
@@ -99,8 +118,13 @@ def check(tmp_path: Path) -> None:
 
 
 def test_a_local_run_hands_tickets_and_records_over_as_objects(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, __file__, str(tmp_path), "local"], cwd=REPO, capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, __file__, str(tmp_path), "local"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr
 
 

@@ -52,7 +52,10 @@ def test_a_budget_level_as_requests_come_back() -> None:
     s = snap(c, clk)
     assert (s.label, s.phase, s.done, s.budget, s.in_flight) == ("c004", "draining", 0, 8, 8)
     assert live_tok_s(s) is None and time_left_s(s) is None  # nothing back yet: nothing to go by
-    assert render(s, 100) == "level 1/2 c004 [..............................] 0/8 req, 8 in flight, - tok/s [00:02<?]"
+    assert (
+        render(s, 100)
+        == "level 1/2 c004 [..............................] 0/8 req, 8 in flight, - tok/s [00:02<?]"
+    )
     # The first wave: 4 requests sent at T+0.5, back at T+2.5 (2 s each, 50 tokens).
     clk.t = T + 2.5
     for g in gs[:4]:
@@ -65,7 +68,10 @@ def test_a_budget_level_as_requests_come_back() -> None:
     assert time_left_s(snap(c, clk)) == pytest.approx(1.25)  # counts down between arrivals
     assert live_tok_s(snap(c, clk)) == pytest.approx(100.0)  # and the rate does not sag meanwhile
     line = render(snap(c, clk), 100)
-    assert line == "level 1/2 c004 [###############...............] 4/8 req, 4 in flight, 100.0 tok/s [00:03<00:01]"
+    assert (
+        line
+        == "level 1/2 c004 [###############...............] 4/8 req, 4 in flight, 100.0 tok/s [00:03<00:01]"
+    )
     clk.t += 10
     assert time_left_s(snap(c, clk)) == 0.0  # late, never negative
 
@@ -108,9 +114,15 @@ def test_a_time_boxed_level_counts_its_time() -> None:
 @pytest.mark.parametrize(
     ("width", "expected"),
     [
-        (250, "level 1/1 c128 [..............................] 0/256 req, 256 in flight, - tok/s [1:02:06<?]"),
+        (
+            250,
+            "level 1/1 c128 [..............................] 0/256 req, 256 in flight, - tok/s [1:02:06<?]",
+        ),
         (80, "level 1/1 c128 [................] 0/256 req, 256 in flight, - tok/s [1:02:06<?]"),
-        (60, "level 1/1 c128 [...........] 0/256 req, - tok/s [1:02:06<?]"),  # the in-flight count goes first,
+        (
+            60,
+            "level 1/1 c128 [...........] 0/256 req, - tok/s [1:02:06<?]",
+        ),  # the in-flight count goes first,
         (50, "level 1/1 c128 0/256 req, - tok/s [1:02:06<?]"),  # then the bar,
         (40, "level 1/1 c128 0/256 req [1:02:06<?]"),  # then the rate,
         (30, "level 1/1 c128 0/256 req [1:0"),  # then it is cut
@@ -133,8 +145,13 @@ def test_a_rate_level_is_named_as_its_log_lines_name_it() -> None:
 
 def test_clock() -> None:
     assert [clock(None), clock(0), clock(4.4), clock(59.6), clock(754), clock(3723)] == [
-        "?", "00:00", "00:04", "01:00", "12:34", "1:02:03",
-    ]  # fmt: skip
+        "?",
+        "00:00",
+        "00:04",
+        "01:00",
+        "12:34",
+        "1:02:03",
+    ]
 
 
 def test_terminal_line_redraws_in_place_and_keeps_log_lines_above() -> None:
@@ -199,10 +216,14 @@ def test_the_owners_bar_redraws_under_the_log_lines_and_gives_the_handlers_back(
         line = render(snap(c, clk), 80)  # a StringIO has no size: 80 columns (the clock stands still)
         assert line.startswith("level 1/1 c004 [......")
         blank = "\r" + " " * len(line) + "\r"
-        assert re.fullmatch(f"(\\r{re.escape(line)})+{re.escape(blank)}a log line\n\\r{re.escape(line)}", drawn), drawn
+        assert re.fullmatch(
+            f"(\\r{re.escape(line)})+{re.escape(blank)}a log line\n\\r{re.escape(line)}", drawn
+        ), drawn
         assert term.getvalue() == drawn + blank  # stopped: the line is blanked, nothing drawn after
         lg.warning("after")
-        assert term.getvalue() == drawn + blank + "after\n"  # the handler writes straight to the terminal again
+        assert (
+            term.getvalue() == drawn + blank + "after\n"
+        )  # the handler writes straight to the terminal again
     finally:
         lg.removeHandler(handler)
         lg.propagate = True

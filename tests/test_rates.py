@@ -35,7 +35,9 @@ def test_constant_gaps_are_exact() -> None:
     assert all(g == pytest.approx(0.25, abs=1e-12) for g in _gaps(xs))
 
 
-@pytest.mark.parametrize("arrival, burstiness, cv", [(POISSON, 1.0, 1.0), (GAMMA, 0.25, 2.0), (GAMMA, 4.0, 0.5)])
+@pytest.mark.parametrize(
+    "arrival, burstiness, cv", [(POISSON, 1.0, 1.0), (GAMMA, 0.25, 2.0), (GAMMA, 4.0, 0.5)]
+)
 def test_random_gaps_have_the_rate_and_the_spread(arrival: str, burstiness: float, cv: float) -> None:
     """Mean gap 1/rate; coefficient of variation 1/sqrt(burstiness) (Poisson: 1), as vLLM's gamma."""
     gaps = _gaps(offsets(8.0, 40_001, arrival, burstiness, seed=3))
@@ -83,7 +85,9 @@ class Clock:
 
 
 def _rate_controller(clock: Clock, **fields: object) -> SweepController:
-    sc = apply_overrides(Scenario(), {"rates": "4", "arrival": "constant", "requests": 6, "max_in_flight": 3, **fields})
+    sc = apply_overrides(
+        Scenario(), {"rates": "4", "arrival": "constant", "requests": 6, "max_in_flight": 3, **fields}
+    )
     ctrl = SweepController(plan_levels(sc), clock=clock)
     ctrl.tick(0)
     ctrl.tick(3)  # all 3 users exist: the level opens
@@ -97,7 +101,9 @@ def test_rate_tickets_are_granted_just_before_they_are_due() -> None:
     assert ctrl.current is not None and ctrl.current.phase == MEASURE
     due = [opened + SCHEDULE_LEAD_S + i * 0.25 for i in range(6)]
     # The first request is due SCHEDULE_LEAD_S after the level opened: not grantable before.
-    assert ctrl.wait_s() == pytest.approx(SCHEDULE_LEAD_S - GRANT_AHEAD_S if SCHEDULE_LEAD_S > GRANT_AHEAD_S else 0)
+    assert ctrl.wait_s() == pytest.approx(
+        SCHEDULE_LEAD_S - GRANT_AHEAD_S if SCHEDULE_LEAD_S > GRANT_AHEAD_S else 0
+    )
     g0 = ctrl.grant()
     assert g0 is not None and g0.rate == 4.0 and g0.delay_s == pytest.approx(due[0] - clock.t)
     assert ctrl.wait_s() == pytest.approx(due[1] - GRANT_AHEAD_S - clock.t)
@@ -117,7 +123,9 @@ def test_rate_tickets_are_granted_just_before_they_are_due() -> None:
 
 def test_concurrency_levels_never_wait() -> None:
     clock = Clock()
-    ctrl = SweepController(plan_levels(apply_overrides(Scenario(), {"levels": "2", "requests": 4})), clock=clock)
+    ctrl = SweepController(
+        plan_levels(apply_overrides(Scenario(), {"levels": "2", "requests": 4})), clock=clock
+    )
     ctrl.tick(0)
     ctrl.tick(2)
     assert ctrl.wait_s() == 0.0
@@ -134,10 +142,24 @@ E2E_S = (TTFT_MS + (OUT - 1) * ITL_MS) / 1000  # 0.29 s
 def _sweep(sim, out: Path, *flags: str, sim_args: tuple[str, ...] = ()) -> Path:  # type: ignore[no-untyped-def]
     server = sim("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--model", "m", *sim_args)
     res = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, "--input-tokens", "32", "--output-tokens", str(OUT),
-                     "--read-timeout", "30", "--out", str(out), *flags),
-        capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--input-tokens",
+            "32",
+            "--output-tokens",
+            str(OUT),
+            "--read-timeout",
+            "30",
+            "--out",
+            str(out),
+            *flags,
+        ),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir() and not d.name.startswith("compare-")]
     return run_dir
@@ -146,8 +168,19 @@ def _sweep(sim, out: Path, *flags: str, sim_args: tuple[str, ...] = ()) -> Path:
 def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
     """Constant arrivals at 8 and 16 req/s: exact budgets, sends on schedule (each record's due time
     is the seeded schedule's), the server never queues, so TTFT is the simulator's."""
-    run_dir = _sweep(sim, tmp_path, "--rates", "8,16", "--arrival", "constant", "--requests-per-level", "24",
-                     "--max-in-flight", "32", sim_args=("--max-running", "64"))  # fmt: skip
+    run_dir = _sweep(
+        sim,
+        tmp_path,
+        "--rates",
+        "8,16",
+        "--arrival",
+        "constant",
+        "--requests-per-level",
+        "24",
+        "--max-in-flight",
+        "32",
+        sim_args=("--max-running", "64"),
+    )
     recs = [r for r in read_records(str(run_dir / "records.jsonl")) if r.phase == PHASE_MEASURE]
     run = load_run(run_dir)
     assert [(s.rate, s.sent, s.ok) for s in run.levels] == [(8.0, 24, 24), (16.0, 24, 24)]
@@ -170,8 +203,19 @@ def test_coordinated_omission_is_not_hidden(sim, tmp_path: Path) -> None:
     """20 req/s into a cap of 2 users that each take 0.29 s (about 7 req/s): most sends wait for a
     free user. Latency from the send stays 0.29 s; from the schedule it grows with the backlog,
     and the level is flagged with the reason."""
-    run_dir = _sweep(sim, tmp_path, "--rates", "20", "--arrival", "constant", "--requests-per-level", "20",
-                     "--max-in-flight", "2", sim_args=("--max-running", "64"))  # fmt: skip
+    run_dir = _sweep(
+        sim,
+        tmp_path,
+        "--rates",
+        "20",
+        "--arrival",
+        "constant",
+        "--requests-per-level",
+        "20",
+        "--max-in-flight",
+        "2",
+        sim_args=("--max-running", "64"),
+    )
     (s,) = load_run(run_dir).levels
     assert s.sent == s.ok == 20
     assert s.e2e_p50_s == pytest.approx(E2E_S, rel=0.05)
@@ -186,15 +230,39 @@ def test_coordinated_omission_is_not_hidden(sim, tmp_path: Path) -> None:
 def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> None:
     """--processes 2 (a real master and two workers): exact budgets, both workers send; then two
     rate runs compared on the request-rate axis (the faster server's per-request tok/s is higher)."""
-    slow = _sweep(sim, tmp_path / "a", "--rates", "6,12", "--requests-per-level", "18", "--max-in-flight", "16",
-                  "--label", "slow", "--processes", "2", sim_args=("--max-running", "64"))  # fmt: skip
+    slow = _sweep(
+        sim,
+        tmp_path / "a",
+        "--rates",
+        "6,12",
+        "--requests-per-level",
+        "18",
+        "--max-in-flight",
+        "16",
+        "--label",
+        "slow",
+        "--processes",
+        "2",
+        sim_args=("--max-running", "64"),
+    )
     run = load_run(slow)
     assert [(s.rate, s.sent, s.ok) for s in run.levels] == [(6.0, 18, 18), (12.0, 18, 18)]
     workers = {r.worker for r in run.records}
     assert len(workers) == 2 and "local" not in workers
     assert {r.seq for r in run.records if r.rate == 12.0} == set(range(18))
-    fast = _sweep(sim, tmp_path / "b", "--rates", "6,12", "--requests-per-level", "18", "--max-in-flight", "16",
-                  "--label", "fast", sim_args=("--itl-ms", "5", "--max-running", "64"))  # fmt: skip
+    fast = _sweep(
+        sim,
+        tmp_path / "b",
+        "--rates",
+        "6,12",
+        "--requests-per-level",
+        "18",
+        "--max-in-flight",
+        "16",
+        "--label",
+        "fast",
+        sim_args=("--itl-ms", "5", "--max-running", "64"),
+    )
     result = run_compare([slow, fast], out=tmp_path / "cmp", plot=False)
     assert result.comparison.axis.rate
     assert result.comparison.levels == [6.0, 12.0]
@@ -211,8 +279,19 @@ def test_arrivals_above_capacity_queue_at_the_server(sim, tmp_path: Path) -> Non
     client keeps to its schedule (no late sends), the server queues, and each TTFT is the FIFO
     queue's answer: request k starts at s_k = max(a_k, s_{k-2} + E2E), TTFT = s_k - a_k + TTFT."""
     n, rate = 16, 20.0
-    run_dir = _sweep(sim, tmp_path, "--rates", str(rate), "--arrival", "constant", "--requests-per-level", str(n),
-                     "--max-in-flight", "32", sim_args=("--max-running", "2"))  # fmt: skip
+    run_dir = _sweep(
+        sim,
+        tmp_path,
+        "--rates",
+        str(rate),
+        "--arrival",
+        "constant",
+        "--requests-per-level",
+        str(n),
+        "--max-in-flight",
+        "32",
+        sim_args=("--max-running", "2"),
+    )
     (s,) = load_run(run_dir).levels
     assert s.sent == s.ok == n and s.late == 0
     starts: list[float] = []

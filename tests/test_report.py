@@ -58,11 +58,28 @@ def rec(
     verify: int | None = None,
 ) -> RequestRecord:
     return make_record(
-        t_send=T0 + t_send, t_first=T0 + t_send + 0.5, t_last=T0 + t_end, t_end=T0 + t_end, output_tokens=tokens,
-        level=level, concurrency=c, phase=phase, seq=seq, backend="openai", status=status, reason=reason,
-        http_status=200, output_tokens_source=SRC_USAGE, prompt_tokens=100, requested_output_tokens=10,
-        requested_prompt_tokens=100, chunks=tokens, itl_max_s=None, spec_verify_ct=verify, worker="local",
-    )  # fmt: skip
+        t_send=T0 + t_send,
+        t_first=T0 + t_send + 0.5,
+        t_last=T0 + t_end,
+        t_end=T0 + t_end,
+        output_tokens=tokens,
+        level=level,
+        concurrency=c,
+        phase=phase,
+        seq=seq,
+        backend="openai",
+        status=status,
+        reason=reason,
+        http_status=200,
+        output_tokens_source=SRC_USAGE,
+        prompt_tokens=100,
+        requested_output_tokens=10,
+        requested_prompt_tokens=100,
+        chunks=tokens,
+        itl_max_s=None,
+        spec_verify_ct=verify,
+        worker="local",
+    )
 
 
 def sample_records() -> list[RequestRecord]:
@@ -174,8 +191,11 @@ def test_crosscheck_note_when_counts_differ(tmp_path: Path) -> None:
 
 def test_crosscheck_reads_an_older_run_with_metric_rows(tmp_path: Path) -> None:
     """Until 0.1.0 TTFT, TPOT and tok/s were Locust METRIC rows: such run directories still check out."""
-    old = [*locust_entries(), {"name": "c001 ttft", "method": "METRIC", "num_requests": 2, "num_failures": 0},
-           {"name": "c002 tok/s", "method": "METRIC", "num_requests": 2, "num_failures": 0}]  # fmt: skip
+    old = [
+        *locust_entries(),
+        {"name": "c001 ttft", "method": "METRIC", "num_requests": 2, "num_failures": 0},
+        {"name": "c002 tok/s", "method": "METRIC", "num_requests": 2, "num_failures": 0},
+    ]
     d = write_run(tmp_path / "r", sample_records(), sample_meta(), locust_json=old)
     assert load_run(d).crosscheck == []
 
@@ -415,7 +435,9 @@ def test_accept_len_column_from_records(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_max_running_note_and_server_header(tmp_path: Path) -> None:
-    m = sample_meta() | {"server": {"engine": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 1}}
+    m = sample_meta() | {
+        "server": {"engine": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 1}
+    }
     d = write_run(tmp_path / "r", sample_records(), m, locust_json=locust_entries())
     md = write_report_md(load_run(d)).read_text()
     assert "- server: engine sglang, speculative_algorithm NEXTN, max_running_requests 1" in md
@@ -436,7 +458,10 @@ def test_max_running_requests_effective_wins() -> None:
     assert cap({"max_running_requests": 64, "max_running_requests_effective": 0}) == 64
     assert cap({}) is None and cap(None) is None
     both = {"speculative_algorithm": None, "max_running_requests": 64, "max_running_requests_effective": 48}
-    assert ServerInfo.from_json(both).summary() == "speculative_algorithm none, max_running_requests 48 (configured 64)"
+    assert (
+        ServerInfo.from_json(both).summary()
+        == "speculative_algorithm none, max_running_requests 48 (configured 64)"
+    )
     assert ServerInfo().summary() is None
 
 
@@ -505,7 +530,11 @@ def test_distributions_section_has_counts_and_marks_tiny_samples(run_dir: Path) 
     text = render_report(load_run(run_dir), "github", (50.0, 99.0))
     assert "## Latency distributions" in text
     section = text.split("## Latency distributions", 1)[1].split("##", 1)[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|")
+    ]
     assert rows[0] == ["C", "Latency", "n", "Mean", "Sd", "p50", "p99"]
     ttft1 = next(r for r in rows if r[:2] == ["1", "TTFT"])
     assert ttft1[2] == "2" and ttft1[3] == "500.0" and ttft1[5] == "500.0"
@@ -518,8 +547,20 @@ def test_throughput_section(run_dir: Path) -> None:
 
     text = render_report(load_run(run_dir))
     section = text.split("## Throughput", 1)[1].split("##", 1)[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("|")]
-    assert rows[0] == ["C", "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight", "Mean conc"]
+    rows = [
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("|")
+    ]
+    assert rows[0] == [
+        "C",
+        "Req/s",
+        "Output tok/s",
+        "Input tok/s",
+        "Total tok/s",
+        "Peak in flight",
+        "Mean conc",
+    ]
     c2 = next(r for r in rows if r[0] == "2")
     # C=2: sends 10..13, last end 14 -> 4 s; 2 OK; 24 output tokens; 4 x 100 prompt tokens; at most 2
     # in flight (the hand-offs at 12 and 13 are same-instant); e2e 2 + 3 + 2 + 0.5 over 4 s
@@ -527,7 +568,9 @@ def test_throughput_section(run_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("bad", ["42", "50,abc", ""])
-def test_percentiles_flag_rejects_what_is_not_kept(run_dir: Path, bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_percentiles_flag_rejects_what_is_not_kept(
+    run_dir: Path, bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from specload.present.report import main
 
     assert main([str(run_dir), "--no-write", "--percentiles", bad]) == 2
@@ -540,7 +583,9 @@ def test_percentiles_flag_chooses_the_columns(run_dir: Path, capsys: pytest.Capt
     assert main([str(run_dir), "--no-write", "--percentiles", "90,99.9"]) == 0
     out = capsys.readouterr().out
     section = out.split("## Latency distributions", 1)[1].split("##", 1)[0]
-    header = [c.strip() for c in next(x for x in section.splitlines() if x.startswith("|")).strip("|").split("|")]
+    header = [
+        c.strip() for c in next(x for x in section.splitlines() if x.startswith("|")).strip("|").split("|")
+    ]
     assert header[-2:] == ["p90", "p99.9"] and "p50" not in header
 
 

@@ -135,12 +135,33 @@ def test_record_writer_output_reads_back_as_records(tmp_path: Path) -> None:
     from specload.core.records import OK, SRC_USAGE, RequestRecord
 
     r = RequestRecord(
-        level=0, concurrency=1, phase="measure", seq=0, backend="openai", status=OK, reason=None,
-        http_status=200, t_send=1.0, t_first=1.1, t_last=2.0, t_end=2.1, ttft_s=0.1, e2e_s=1.1,
-        output_tokens=10, output_tokens_source=SRC_USAGE, prompt_tokens=8, requested_output_tokens=10,
-        requested_prompt_tokens=8, chunks=10, tpot_s=0.1, itl_max_s=0.12, per_request_tok_s=9.09,
-        decode_tok_s=10.0, spec_verify_ct=None, worker="local",
-    )  # fmt: skip
+        level=0,
+        concurrency=1,
+        phase="measure",
+        seq=0,
+        backend="openai",
+        status=OK,
+        reason=None,
+        http_status=200,
+        t_send=1.0,
+        t_first=1.1,
+        t_last=2.0,
+        t_end=2.1,
+        ttft_s=0.1,
+        e2e_s=1.1,
+        output_tokens=10,
+        output_tokens_source=SRC_USAGE,
+        prompt_tokens=8,
+        requested_output_tokens=10,
+        requested_prompt_tokens=8,
+        chunks=10,
+        tpot_s=0.1,
+        itl_max_s=0.12,
+        per_request_tok_s=9.09,
+        decode_tok_s=10.0,
+        spec_verify_ct=None,
+        worker="local",
+    )
     w = RecordWriter(str(tmp_path))
     w.write(orjson.loads(r.to_json()))
     w.close()
@@ -168,7 +189,11 @@ def test_write_json_atomic_keeps_old_file_on_failure(tmp_path: Path) -> None:
 
 
 def test_safe_name() -> None:
-    assert safe_name("my run/1") == "my-run-1" and safe_name("///") == "run" and safe_name("a.b_c-d") == "a.b_c-d"
+    assert (
+        safe_name("my run/1") == "my-run-1"
+        and safe_name("///") == "run"
+        and safe_name("a.b_c-d") == "a.b_c-d"
+    )
 
 
 def test_read_jsonl_skips_blank_torn_and_malformed_lines(tmp_path: Path) -> None:
@@ -185,31 +210,66 @@ def test_read_jsonl_skips_blank_torn_and_malformed_lines(tmp_path: Path) -> None
 def level_as_written(index: int = 0, **over: object) -> dict[str, object]:
     """A level entry with every key the sweep's owner writes (levels.LevelState.meta)."""
     return {
-        "index": index, "concurrency": 16, "repeat": 0, "budget": 32, "warmup": 1, "duration_s": None,
-        "t_start": 1764475200.5, "t_measure_start": 1764475201.0, "t_end": 1764475230.0, "status": "completed",
-        "granted": 32, "received": 32, "granted_warmup": 1, "received_warmup": 1, "lost": 0, "note": None,
-    } | over  # fmt: skip
+        "index": index,
+        "concurrency": 16,
+        "repeat": 0,
+        "budget": 32,
+        "warmup": 1,
+        "duration_s": None,
+        "t_start": 1764475200.5,
+        "t_measure_start": 1764475201.0,
+        "t_end": 1764475230.0,
+        "status": "completed",
+        "granted": 32,
+        "received": 32,
+        "granted_warmup": 1,
+        "received_warmup": 1,
+        "lost": 0,
+        "note": None,
+    } | over
 
 
 def run_json_as_written() -> dict[str, object]:
     """Every key the sweep's owner wrote into run.json before the schema had a version."""
     return {
-        "specload_version": "0.1.0", "locust_version": "2.47.0", "label": "mtp", "host": "http://h:30000",
-        "backend": "sglang", "model": "m", "model_source": "/v1/models", "scenario_file": "scenarios/x.toml",
-        "scenario": {"name": "x", "input_tokens": 1000, "levels": [1, 16]}, "started_at": 1764475200.0,
-        "ended_at": None, "status": "running", "reason": None, "mode": "local",
+        "specload_version": "0.1.0",
+        "locust_version": "2.47.0",
+        "label": "mtp",
+        "host": "http://h:30000",
+        "backend": "sglang",
+        "model": "m",
+        "model_source": "/v1/models",
+        "scenario_file": "scenarios/x.toml",
+        "scenario": {"name": "x", "input_tokens": 1000, "levels": [1, 16]},
+        "started_at": 1764475200.0,
+        "ended_at": None,
+        "status": "running",
+        "reason": None,
+        "mode": "local",
         "levels": [level_as_written(0), level_as_written(1, concurrency=32, status="running", t_end=None)],
-        "server": {"engine": "sglang", "speculative_algorithm": None, "max_running_requests": 64,
-                   "max_running_requests_effective": 48, "raw": {"x": 1}},
-        "simulated": True, "server_metrics": "sampled",
-    }  # fmt: skip
+        "server": {
+            "engine": "sglang",
+            "speculative_algorithm": None,
+            "max_running_requests": 64,
+            "max_running_requests_effective": 48,
+            "raw": {"x": 1},
+        },
+        "simulated": True,
+        "server_metrics": "sampled",
+    }
 
 
 def test_run_meta_reads_unversioned_files_as_version_1_and_writes_them_back_unchanged() -> None:
     d = run_json_as_written()
     meta = RunMeta.from_json(d)
     assert meta.schema_version == 1 == SCHEMA_VERSION
-    assert (meta.label, meta.backend, meta.status, meta.mode, meta.simulated) == ("mtp", "sglang", "running", "local", True)
+    assert (meta.label, meta.backend, meta.status, meta.mode, meta.simulated) == (
+        "mtp",
+        "sglang",
+        "running",
+        "local",
+        True,
+    )
     assert meta.started_at == 1764475200.0 and meta.ended_at is None
     assert [(lv.index, lv.concurrency, lv.status, lv.budget) for lv in meta.levels] == [
         (0, 16, "completed", 32),
@@ -236,7 +296,10 @@ def test_run_meta_keeps_unknown_keys_and_survives_bad_values() -> None:
     meta = RunMeta.from_json(d)
     assert meta.schema_version == 7 and meta.extra == {"future": {"a": 1}}
     assert meta.started_at is None and meta.scenario == {} and meta.server == ServerInfo()
-    assert [(lv.index, lv.concurrency, lv.repeat, lv.budget) for lv in meta.levels] == [(0, 16, 0, None), (2, 8, 0, 32)]
+    assert [(lv.index, lv.concurrency, lv.repeat, lv.budget) for lv in meta.levels] == [
+        (0, 16, 0, None),
+        (2, 8, 0, 32),
+    ]
     assert meta.levels[0].extra == {"extra_field": 5}
     out = meta.to_json()
     assert out["future"] == {"a": 1} and out["levels"][0]["extra_field"] == 5
@@ -254,13 +317,20 @@ def test_sample_fixture_run_json_reads() -> None:
 
 def test_write_run_meta_round_trip(tmp_path: Path) -> None:
     meta = RunMeta(
-        label="baseline", host="http://h", backend="openai", status="running",
-        levels=[LevelMeta(index=0, concurrency=1, budget=4)], server=ServerInfo({"engine": "vllm", "max_model_len": 8192}),
-    )  # fmt: skip
+        label="baseline",
+        host="http://h",
+        backend="openai",
+        status="running",
+        levels=[LevelMeta(index=0, concurrency=1, budget=4)],
+        server=ServerInfo({"engine": "vllm", "max_model_len": 8192}),
+    )
     path = write_run_meta(tmp_path, meta)
     assert path == tmp_path / RUN_JSON and sorted(os.listdir(tmp_path)) == [RUN_JSON]
     raw = read_json(str(path))
-    assert raw["schema_version"] == SCHEMA_VERSION and raw["server"] == {"engine": "vllm", "max_model_len": 8192}
+    assert raw["schema_version"] == SCHEMA_VERSION and raw["server"] == {
+        "engine": "vllm",
+        "max_model_len": 8192,
+    }
     assert "extra" not in raw and "extra" not in raw["levels"][0]
     assert read_run_meta(tmp_path) == meta
     meta.status = "completed"
@@ -269,11 +339,23 @@ def test_write_run_meta_round_trip(tmp_path: Path) -> None:
 
 
 def test_server_info() -> None:
-    s = ServerInfo({"engine": "sglang", "speculative_algorithm": "NEXTN", "max_running_requests": 64,
-                    "max_running_requests_effective": 48, "tp_size": 4, "simulated": True})  # fmt: skip
+    s = ServerInfo(
+        {
+            "engine": "sglang",
+            "speculative_algorithm": "NEXTN",
+            "max_running_requests": 64,
+            "max_running_requests_effective": 48,
+            "tp_size": 4,
+            "simulated": True,
+        }
+    )
     assert s.max_running == 48 and s.simulated and s.get("tp_size") == 4 and s.get("nope") is None
-    assert s.summary() == "engine sglang, speculative_algorithm NEXTN, max_running_requests 48 (configured 64)"
-    assert ServerInfo({"engine": "vllm"}).summary() == "engine vllm"  # no speculative_algorithm: not mentioned
+    assert (
+        s.summary() == "engine sglang, speculative_algorithm NEXTN, max_running_requests 48 (configured 64)"
+    )
+    assert (
+        ServerInfo({"engine": "vllm"}).summary() == "engine vllm"
+    )  # no speculative_algorithm: not mentioned
     assert ServerInfo({"speculative_algorithm": None}).summary() == "speculative_algorithm none"
 
 
@@ -291,9 +373,15 @@ def test_report_survives_any_value_in_a_record_and_names_what_it_skipped(tmp_pat
     second = orjson.loads(lines[1])
     second["t_end"] = "later"  # a required one: the record is skipped
     lines[0], lines[1] = orjson.dumps(first).decode(), orjson.dumps(second).decode()
-    (run_dir / "records.jsonl").write_text("\n".join(lines) + '\n{"level": 0, "phase": "meas')  # a torn last line
-    out = subprocess.run([sys.executable, "-m", "specload", "report", str(run_dir), "--no-write"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    (run_dir / "records.jsonl").write_text(
+        "\n".join(lines) + '\n{"level": 0, "phase": "meas'
+    )  # a torn last line
+    out = subprocess.run(
+        [sys.executable, "-m", "specload", "report", str(run_dir), "--no-write"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     assert "1 unreadable line(s) skipped" in text
@@ -304,11 +392,13 @@ def test_report_survives_any_value_in_a_record_and_names_what_it_skipped(tmp_pat
 def test_client_clocks_round_trip_and_bad_entries_are_dropped() -> None:
     from specload.core.rundir import ClientClock
 
-    d = run_json_as_written() | {"clients": [
-        {"worker": "w1", "offset_ms": 250.2, "rtt_ms": 0.4, "samples": 5, "measured_at": 1764475200.5},
-        {"worker": "w2", "offset_ms": "soon", "rtt_ms": 0.4},
-        "junk",
-    ]}  # fmt: skip
+    d = run_json_as_written() | {
+        "clients": [
+            {"worker": "w1", "offset_ms": 250.2, "rtt_ms": 0.4, "samples": 5, "measured_at": 1764475200.5},
+            {"worker": "w2", "offset_ms": "soon", "rtt_ms": 0.4},
+            "junk",
+        ]
+    }
     meta = RunMeta.from_json(d)
     assert meta.clients == [ClientClock("w1", 250.2, 0.4, 5, 1764475200.5)]
     assert meta.to_json()["clients"] == [d["clients"][0]]

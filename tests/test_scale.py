@@ -133,8 +133,16 @@ def read_slo_tallies(path: str | Path, slo: Slo) -> dict[GroupKey, SloTally]:
         if tally is None:
             tally = tallies[key] = SloTally(slo)
         ok = d["status"] == OK
-        tally.add(d["status"], d["t_send"], d["t_end"], d["output_tokens"], d["ttft_s"], d["tpot_s"], d["e2e_s"],
-                  d["itl"] if ok else None)  # fmt: skip
+        tally.add(
+            d["status"],
+            d["t_send"],
+            d["t_end"],
+            d["output_tokens"],
+            d["ttft_s"],
+            d["tpot_s"],
+            d["e2e_s"],
+            d["itl"] if ok else None,
+        )
     return tallies
 
 
@@ -262,7 +270,9 @@ def odd_records(rng: random.Random, n_per_level: int = 700) -> list[dict[str, An
     names = [f.name for f in fields(RequestRecord)]
     recs: list[dict[str, Any]] = []
     t = T0
-    more = random.Random(7)  # the rate/mix fields' own draws: ``rng``'s sequence (which records are spoiled) stays
+    more = random.Random(
+        7
+    )  # the rate/mix fields' own draws: ``rng``'s sequence (which records are spoiled) stays
     for li, c, rep in ((0, 4, 0), (1, 16, 0), (2, 16, 1), (3, 32, 0), (4, 8, 0), (5, 32, 0)):
         users = [t + rng.uniform(0, 0.05) for _ in range(c)]
         for i in range(n_per_level):
@@ -292,12 +302,29 @@ def odd_records(rng: random.Random, n_per_level: int = 700) -> list[dict[str, An
                     [b0 + rng.randrange(-3, 4), rng.randrange(1, 30)] for _ in range(rng.randrange(1, 6))
                 )
             rec = make_record(
-                t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=n,
-                level=li, concurrency=c, phase=phase, seq=i, backend="sglang", status=status, reason=reason,
-                http_status=http, output_tokens_source=SRC_CHUNKS if rng.random() < 0.03 else SRC_META,
-                prompt_tokens=None if x < 0.07 else 100 + (x < 0.1), requested_output_tokens=100,
-                requested_prompt_tokens=100 if x < 0.9 else 120, chunks=n, itl_max_s=None,
-                spec_verify_ct=rng.choice((None, 0, n // 2 or None)), worker=f"w{u % 3}", repeat=rep, itl=itl,
+                t_send=t_send,
+                t_first=t_first,
+                t_last=t_last,
+                t_end=t_end,
+                output_tokens=n,
+                level=li,
+                concurrency=c,
+                phase=phase,
+                seq=i,
+                backend="sglang",
+                status=status,
+                reason=reason,
+                http_status=http,
+                output_tokens_source=SRC_CHUNKS if rng.random() < 0.03 else SRC_META,
+                prompt_tokens=None if x < 0.07 else 100 + (x < 0.1),
+                requested_output_tokens=100,
+                requested_prompt_tokens=100 if x < 0.9 else 120,
+                chunks=n,
+                itl_max_s=None,
+                spec_verify_ct=rng.choice((None, 0, n // 2 or None)),
+                worker=f"w{u % 3}",
+                repeat=rep,
+                itl=itl,
                 itl_unit=("token" if li != 3 or x < 0.5 else "event") if itl else None,
                 first_event_tokens=rng.choice((1, 1, 1, 3, 0, None)) if n else None,
                 # levels 4 and 5 are rate levels (due times, a few missing) with classes, turns and a prefix cache
@@ -305,7 +332,7 @@ def odd_records(rng: random.Random, n_per_level: int = 700) -> list[dict[str, An
                 request_class=more.choice(("chat", "code", None)) if li >= 4 else None,
                 turn=more.choice((0, 1, 2, None)) if li == 5 else None,
                 cached_tokens=more.choice((None, 0, 64, 96)) if li >= 4 else None,
-            )  # fmt: skip
+            )
             recs.append({k: getattr(rec, k) for k in names})
             users[u] = t_end + rng.uniform(0, 0.003)
         t = max(users) - 0.5  # the next level starts before this one's last records: interleaved
@@ -359,15 +386,30 @@ def write_odd_run(d: Path, seed: int, floats: bool = True) -> Path:
     recs = odd_records(rng)
     spoil(recs, rng, floats)
     lines = [orjson.dumps(r) for r in recs]
-    for at, line in ((50, b""), (80, b"   "), (120, lines[120] + b"\r"), (130, lines[130] + b"\x0c"),
-                     (140, b"[1, 2]"), (141, b"5"), (142, b'"x"'), (143, b"null"), (2000, lines[2000][:100]),
-                     (2500, b"{not json"), (3000, b'{"a":1},{"b":2}'), (3500, b'{"level": true}')):  # fmt: skip
+    for at, line in (
+        (50, b""),
+        (80, b"   "),
+        (120, lines[120] + b"\r"),
+        (130, lines[130] + b"\x0c"),
+        (140, b"[1, 2]"),
+        (141, b"5"),
+        (142, b'"x"'),
+        (143, b"null"),
+        (2000, lines[2000][:100]),
+        (2500, b"{not json"),
+        (3000, b'{"a":1},{"b":2}'),
+        (3500, b'{"level": true}'),
+    ):
         lines.insert(at, line)
     d.mkdir(parents=True, exist_ok=True)
     (d / RECORDS).write_bytes(b"\n".join(lines) + b"\n" + lines[-1][:40])  # and a torn last line
-    levels = [LevelMeta(index=0, concurrency=4, status="completed"), LevelMeta(index=None, concurrency=16, status="completed"),
-              LevelMeta(index=2, concurrency=16, repeat=1, status="completed"),
-              LevelMeta(index=None, concurrency=32, status="completed"), LevelMeta(index=7, concurrency=64, status="pending")]  # fmt: skip
+    levels = [
+        LevelMeta(index=0, concurrency=4, status="completed"),
+        LevelMeta(index=None, concurrency=16, status="completed"),
+        LevelMeta(index=2, concurrency=16, repeat=1, status="completed"),
+        LevelMeta(index=None, concurrency=32, status="completed"),
+        LevelMeta(index=7, concurrency=64, status="pending"),
+    ]
     write_run_meta(d, RunMeta(label="odd", levels=levels, server=ServerInfo({"max_running_requests": 24})))
     return d
 
@@ -387,8 +429,9 @@ def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("block", [1, 7, 128])
-def test_block_reading_is_the_record_by_record_reading(odd_run: Path, block: int,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_block_reading_is_the_record_by_record_reading(
+    odd_run: Path, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(columns, "BLOCK_LINES", block)  # blocks that end anywhere, mid-level included
     got = assert_same_reading(odd_run / RECORDS)
     assert len(got) == 6
@@ -433,8 +476,9 @@ def split_and_watch(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 @pytest.mark.parametrize("which", ["odd", "plain", "float in the first half", "float in the second half"])
-def test_two_processes_read_what_one_reads(which: str, request: pytest.FixtureRequest, tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_two_processes_read_what_one_reads(
+    which: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A forked child reads the second half: its columns follow the first half's exactly. A level
     with a float count on either side cannot be added that way (a float sum depends on where its
     additions start): then this process reads the second half itself."""
@@ -500,9 +544,11 @@ def test_load_run_with_two_processes_gives_the_same_figures(
     assert any(s.prefix_cache_hit_rate is not None for s in two.levels)
 
 
-def test_compare_reads_each_big_run_in_a_child(odd_run: Path, plain_run: Path, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_compare_reads_each_big_run_in_a_child(
+    odd_run: Path, plain_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from specload.present import compare
+
     one = compare.run_compare([odd_run, plain_run], out=tmp_path / "one", plot=False, fmt="json", processes=1)
     monkeypatch.setattr(compare, "SPLIT_BYTES", 1000)  # both runs are "big": each is read in a child
     monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
@@ -534,8 +580,26 @@ def random_pairs(rng: random.Random) -> list[Any]:
     gives them: a pair that is an object has string keys, and merge_into fails on it either way)."""
     pairs: list[Any] = [[rng.randrange(300, 340), rng.randrange(1, 50)] for _ in range(rng.randrange(1, 8))]
     if rng.random() < 0.1:
-        pairs.append(rng.choice([[1, 2, 3], [4], ["a", 3], [5, "b"], [6, 0], [7, -1], [8, 2.5], [9.0, 1],
-                                 [True, 3], [2, True], [-4, 2], [5000, 1], [70000, 2], "ab"]))  # fmt: skip
+        pairs.append(
+            rng.choice(
+                [
+                    [1, 2, 3],
+                    [4],
+                    ["a", 3],
+                    [5, "b"],
+                    [6, 0],
+                    [7, -1],
+                    [8, 2.5],
+                    [9.0, 1],
+                    [True, 3],
+                    [2, True],
+                    [-4, 2],
+                    [5000, 1],
+                    [70000, 2],
+                    "ab",
+                ]
+            )
+        )
     return pairs
 
 
@@ -632,8 +696,12 @@ def test_flight_counts_are_the_bisections_and_the_peak_the_event_walk(seed: int)
 
 def plain_dist(xs: Sequence[float], ordered: list[float]) -> metrics.Dist:
     """A Dist from the full sort: the mean summed in the values' own order, percentiles of the sorted list."""
-    return metrics.Dist(len(xs), sum(xs) / len(xs), metrics.stdev(xs) if len(xs) > 1 else None,
-                        {q: metrics.percentile_sorted(ordered, q) or 0.0 for q in metrics.PERCENTILES})  # fmt: skip
+    return metrics.Dist(
+        len(xs),
+        sum(xs) / len(xs),
+        metrics.stdev(xs) if len(xs) > 1 else None,
+        {q: metrics.percentile_sorted(ordered, q) or 0.0 for q in metrics.PERCENTILES},
+    )
 
 
 def _shapes(rng: random.Random, n: int) -> dict[str, list[float]]:
@@ -664,7 +732,11 @@ def test_ranked_places_are_the_sorted_ones(seed: int) -> None:
             if got is not None:
                 found += n >= 60_000  # (fewer values than the sample are all sorted)
                 for q in qs:
-                    assert metrics.percentile_sorted(got, q) == metrics.percentile_sorted(ordered, q), (n, shape, q)
+                    assert metrics.percentile_sorted(got, q) == metrics.percentile_sorted(ordered, q), (
+                        n,
+                        shape,
+                        q,
+                    )
             col = array("d", xs)
             dist, _ = metrics._sorted_dist(col)
             want = plain_dist(col, ordered) if n else metrics.Dist()
@@ -672,9 +744,17 @@ def test_ranked_places_are_the_sorted_ones(seed: int) -> None:
     assert found >= 6  # most shapes of many values are placed without a full sort (of 8)
 
 
-@pytest.mark.parametrize("xs", [[1.0, 2.0, 4.0], [0.0, 0.0, 3.0], [-2.0, -0.0, 0.0, 5e-7, 3.0], [2.0, 2.0],
-                                [random.Random(1).lognormvariate(0, 2) for _ in range(5000)],
-                                [-x for x in (random.Random(2).random() for _ in range(300))]])  # fmt: skip
+@pytest.mark.parametrize(
+    "xs",
+    [
+        [1.0, 2.0, 4.0],
+        [0.0, 0.0, 3.0],
+        [-2.0, -0.0, 0.0, 5e-7, 3.0],
+        [2.0, 2.0],
+        [random.Random(1).lognormvariate(0, 2) for _ in range(5000)],
+        [-x for x in (random.Random(2).random() for _ in range(300))],
+    ],
+)
 def test_stdev_from_sorted_values_is_the_stdev(xs: list[float]) -> None:
     assert metrics.stdev(xs, sorted(xs)) == metrics.stdev(xs)
 
@@ -746,17 +826,40 @@ def test_layouts_of_keys() -> None:
 
 # ---------------------------------------------------------------- the SLO in the reading pass
 
-SLOS = ["ttft_p99=0.2s,tpot_p50=20ms", "e2e_mean=2s", "tpot_p90=15ms,e2e_p50=3s,ttft_mean=0.1s", "itl_p90=20ms,ttft_p50=0.1s",
-        "itl_mean=25ms"]  # fmt: skip
+SLOS = [
+    "ttft_p99=0.2s,tpot_p50=20ms",
+    "e2e_mean=2s",
+    "tpot_p90=15ms,e2e_p50=3s,ttft_mean=0.1s",
+    "itl_p90=20ms,ttft_p50=0.1s",
+    "itl_mean=25ms",
+]
 
 
 def tally_snapshot(tallies: dict[Any, Any]) -> list[Any]:
     return [
-        (exact(key), exact({name: getattr(t, name) for name in ("sent", "good", "good_tokens", "bad", "first_send",
-                                                                "last_end", "values", "missing", "itl", "itl_requests")}),
-         exact(asdict(t.result())))
+        (
+            exact(key),
+            exact(
+                {
+                    name: getattr(t, name)
+                    for name in (
+                        "sent",
+                        "good",
+                        "good_tokens",
+                        "bad",
+                        "first_send",
+                        "last_end",
+                        "values",
+                        "missing",
+                        "itl",
+                        "itl_requests",
+                    )
+                }
+            ),
+            exact(asdict(t.result())),
+        )
         for key, t in tallies.items()
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.parametrize("slo_text", SLOS)
@@ -781,8 +884,9 @@ def test_slo_tallies_of_the_reading_pass_are_the_second_pass(
 
 @pytest.mark.parametrize("slo_text", SLOS[:1] + SLOS[3:4])
 @pytest.mark.parametrize("which", ["odd", "plain", "float in the first half", "float in the second half"])
-def test_slo_tallies_from_two_processes(slo_text: str, which: str, request: pytest.FixtureRequest,
-                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_slo_tallies_from_two_processes(
+    slo_text: str, which: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The child's tallies come back with its columns (their values as raw bytes) and are merged
     after this process's: the one-pass tallies. A float count on both sides: read here again."""
     if which in ("odd", "plain"):
@@ -813,7 +917,9 @@ def test_slo_tallies_when_the_child_dies(plain_run: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("slo_text", SLOS)
-def test_load_run_judges_as_the_second_pass_did(odd_run: Path, slo_text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_run_judges_as_the_second_pass_did(
+    odd_run: Path, slo_text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """load_run's verdicts (one pass) are those of judge_levels over the second pass's tallies."""
     slo = parse_slo(slo_text)
     one = run.load_run(odd_run, slo, processes=1)
@@ -836,10 +942,18 @@ def test_a_block_of_slo_requests_is_the_requests_one_by_one() -> None:
         rows = []
         for _ in range(300):
             status = rng.choice((OK, OK, OK, "short", "failed"))
-            rows.append((status, T0 + rng.random(), T0 + 5 + rng.random(),
-                         rng.choice((100, 3, -1, 50.0, 0)), rng.choice((None, 0.5, 0.2, 1, 0.7)),
-                         rng.choice((None, 0.02, 0.01, 0.03)), rng.choice((2, 1.5, 2.5)),
-                         rng.choice((None, [[300, 5], [320, 2]], [[400, 1]]))))  # fmt: skip
+            rows.append(
+                (
+                    status,
+                    T0 + rng.random(),
+                    T0 + 5 + rng.random(),
+                    rng.choice((100, 3, -1, 50.0, 0)),
+                    rng.choice((None, 0.5, 0.2, 1, 0.7)),
+                    rng.choice((None, 0.02, 0.01, 0.03)),
+                    rng.choice((2, 1.5, 2.5)),
+                    rng.choice((None, [[300, 5], [320, 2]], [[400, 1]])),
+                )
+            )
         one, block = SloTally(slo), SloTally(slo)
         for row in rows:
             one.add(*row[:7], row[7] if row[0] == OK else None)
@@ -960,7 +1074,9 @@ def fallback_blocks() -> list[list[Any]]:
     return blocks
 
 
-def test_a_block_with_an_oddity_is_read_as_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_block_with_an_oddity_is_read_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Each block alone, and all of them in one file: the block reading is the plain reading."""
     monkeypatch.setattr(columns, "BLOCK_LINES", 8)
     blocks = fallback_blocks()
@@ -987,7 +1103,12 @@ def test_the_block_path_takes_keys_in_any_order(tmp_path: Path, monkeypatch: pyt
 
 def test_counts_with_bool_and_float_counts_are_the_dict_merge() -> None:
     """A bin's first count is kept as it came (Counts.add): a lone True, a True then an int, a float."""
-    for requests in ([[[2, True]], [[2, 3]], [[5, True]]], [[[2, True]]], [[[3, 2.5]], [[3, 1]]], [[[4, 1]], [[4, 0.5]]]):
+    for requests in (
+        [[[2, True]], [[2, 3]], [[5, True]]],
+        [[[2, True]]],
+        [[[3, 2.5]], [[3, 1]]],
+        [[[4, 1]], [[4, 0.5]]],
+    ):
         counts = histogram.Counts()
         counts.add(requests)
         want = histogram.merge(requests)

@@ -407,8 +407,19 @@ def test_vllm_style_spec_counters_parse() -> None:
 
 
 def test_simulator_process_with_the_mtp_preset(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "specload.sim", "--port", "0", "--engine", "batch", "--preset", "mtp",
-           "--time-scale", "0.05"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "specload.sim",
+        "--port",
+        "0",
+        "--engine",
+        "batch",
+        "--preset",
+        "mtp",
+        "--time-scale",
+        "0.05",
+    ]
     with open(tmp_path / "stderr.log", "wb") as log:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
     try:

@@ -196,8 +196,19 @@ def _completion(port: int, prompt: list[int]) -> dict:
 
 
 def test_vllm_style_counters_and_per_request_cached_tokens(start_sim: Callable[..., Sim]) -> None:  # noqa: F811
-    s = start_sim("--model", "m", "--ttft-ms", "1", "--itl-ms", "1", "--prefix-cache-tokens", "4096",
-                  "--metrics-style", "vllm", "--cache-report")  # fmt: skip
+    s = start_sim(
+        "--model",
+        "m",
+        "--ttft-ms",
+        "1",
+        "--itl-ms",
+        "1",
+        "--prefix-cache-tokens",
+        "4096",
+        "--metrics-style",
+        "vllm",
+        "--cache-report",
+    )
     prompt = list(range(1000, 1064))
     assert _completion(s.port, prompt)["prompt_tokens_details"] == {"cached_tokens": 0}
     assert _completion(s.port, prompt)["prompt_tokens_details"] == {"cached_tokens": 63}

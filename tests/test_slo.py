@@ -33,8 +33,11 @@ from tests.conftest import specload_cmd
 def test_parse_every_metric_stat_and_unit() -> None:
     slo = parse_slo("ttft_p99=2s, TPOT_P50=50ms,itl_p99.9=0.2s,e2e_mean=60s")
     assert [(t.metric, t.q, t.threshold_s) for t in slo.targets] == [
-        ("ttft", 99.0, 2.0), ("tpot", 50.0, 0.05), ("itl", 99.9, 0.2), ("e2e", None, 60.0),
-    ]  # fmt: skip
+        ("ttft", 99.0, 2.0),
+        ("tpot", 50.0, 0.05),
+        ("itl", 99.9, 0.2),
+        ("e2e", None, 60.0),
+    ]
     # canonical: what run.json keeps
     assert slo.text == "ttft_p99=2s,tpot_p50=50ms,itl_p99.9=0.2s,e2e_mean=60s"
     assert [t.key for t in slo.targets] == ["ttft_p99", "tpot_p50", "itl_p99.9", "e2e_mean"]
@@ -84,21 +87,30 @@ def test_bad_slo_flag_exits_2_before_any_traffic() -> None:
     # Port 1 is never a server: the flag must be refused before anyone is asked.
     out = subprocess.run(
         specload_cmd("sweep", "--host", "http://127.0.0.1:1", "--slo", "ttft_p99=2"),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2, out.stderr
     assert "field 'slo'" in out.stderr and "ms or s" in out.stderr
     out = subprocess.run(
         specload_cmd("capacity", "--host", "http://127.0.0.1:1"),
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "needs an SLO" in out.stderr, out.stderr
-    for flags, says in ((("--levels", "1,2"), "picks its own levels"), (("--repeat", "2"), "probes each level once"),
-                        (("--start", "0"), "0 < minimum <= start")):  # fmt: skip
+    for flags, says in (
+        (("--levels", "1,2"), "picks its own levels"),
+        (("--repeat", "2"), "probes each level once"),
+        (("--start", "0"), "0 < minimum <= start"),
+    ):
         out = subprocess.run(
             specload_cmd("capacity", "--host", "http://127.0.0.1:1", "--slo", "ttft_p99=1s", *flags),
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 2 and says in out.stderr, (flags, out.stderr)
 
 

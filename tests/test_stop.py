@@ -16,8 +16,20 @@ from specload.core.records import read_records
 from tests.conftest import Procs, specload_cmd, wait_until
 
 SIM = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
-LONG = ("--levels", "2,4", "--requests-per-level", "200", "--input-tokens", "16", "--output-tokens", "200",
-        "--read-timeout", "30", "--metrics-interval", "0")  # fmt: skip
+LONG = (
+    "--levels",
+    "2,4",
+    "--requests-per-level",
+    "200",
+    "--input-tokens",
+    "16",
+    "--output-tokens",
+    "200",
+    "--read-timeout",
+    "30",
+    "--metrics-interval",
+    "0",
+)
 
 
 def children(pid: int) -> list[int]:
@@ -40,16 +52,22 @@ def sent_so_far(url: str) -> float:
     import urllib.request
 
     page = urllib.request.urlopen(url + "/metrics", timeout=5).read().decode()
-    return sum(float(line.split()[-1]) for line in page.splitlines() if line.startswith("sglang:prompt_tokens_total"))
+    return sum(
+        float(line.split()[-1]) for line in page.splitlines() if line.startswith("sglang:prompt_tokens_total")
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["term", "int", "kill"])
 def test_stopping_specload_stops_its_load(sim, procs: Procs, tmp_path: Path, sig: signal.Signals) -> None:
     server = sim(*SIM)
     out = tmp_path / "out"
-    parent = procs.popen(specload_cmd("sweep", "--host", server.url, "--out", str(out), *LONG),
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
-    wait_until(lambda: any(len(read_records(str(p))) >= 4 for p in out.glob("*/records.jsonl")), 60, "records")
+    parent = procs.popen(
+        specload_cmd("sweep", "--host", server.url, "--out", str(out), *LONG),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_until(
+        lambda: any(len(read_records(str(p))) >= 4 for p in out.glob("*/records.jsonl")), 60, "records"
+    )
     (child,) = children(parent.pid)
     os.kill(parent.pid, sig)  # the parent alone, as `kill PID`, systemd or docker do
     wait_until(lambda: not alive(child), 30, "the Locust child to stop")
@@ -69,13 +87,29 @@ def test_stopping_specload_stops_its_load(sim, procs: Procs, tmp_path: Path, sig
         assert "sweep interrupted; partial results in" in procs.log(parent)
 
 
-def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(sim, procs: Procs, tmp_path: Path) -> None:
+def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(
+    sim, procs: Procs, tmp_path: Path
+) -> None:
     server = sim(*SIM)
     out = tmp_path / "out"
-    slow = ("--levels", "2", "--requests-per-level", "50", "--input-tokens", "16", "--output-tokens", "4000",
-            "--read-timeout", "30", "--metrics-interval", "0")  # 20 s requests, far beyond the 10 s grace  # fmt: skip
-    parent = procs.popen(specload_cmd("sweep", "--host", server.url, "--out", str(out), *slow),
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    slow = (
+        "--levels",
+        "2",
+        "--requests-per-level",
+        "50",
+        "--input-tokens",
+        "16",
+        "--output-tokens",
+        "4000",
+        "--read-timeout",
+        "30",
+        "--metrics-interval",
+        "0",
+    )  # 20 s requests, far beyond the 10 s grace
+    parent = procs.popen(
+        specload_cmd("sweep", "--host", server.url, "--out", str(out), *slow),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     wait_until(lambda: any(p.exists() for p in out.glob("*/run.json")), 60, "the run to start")
     time.sleep(1.0)  # the two requests are in flight
     (child,) = children(parent.pid)
@@ -90,7 +124,9 @@ def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(sim, proc
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "interrupted"
     recs = read_records(str(run_dir / "records.jsonl"))
-    assert len(recs) == 2 and all(r.status == "failed" and r.reason.startswith("interrupted") for r in recs), recs
+    assert len(recs) == 2 and all(
+        r.status == "failed" and r.reason.startswith("interrupted") for r in recs
+    ), recs
     lv = meta["levels"][0]
     assert lv["granted"] == lv["received"] == 2
 
@@ -107,10 +143,24 @@ def _limit(soft: int, hard: int):  # type: ignore[no-untyped-def]
 def test_a_level_beyond_the_open_file_limit_is_refused_naming_ulimit(sim, tmp_path: Path) -> None:
     server = sim(*SIM)
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, "--out", str(tmp_path / "out"), "--levels", "200",
-                     "--input-tokens", "16", "--output-tokens", "4"),
-        capture_output=True, text=True, timeout=60, preexec_fn=_limit(100, 100),
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--out",
+            str(tmp_path / "out"),
+            "--levels",
+            "200",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_limit(100, 100),
+    )
     assert out.returncode == 2 and "ulimit -n" in out.stderr and "C=200" in out.stderr, out.stderr
     assert not (tmp_path / "out").exists()
 
@@ -118,11 +168,28 @@ def test_a_level_beyond_the_open_file_limit_is_refused_naming_ulimit(sim, tmp_pa
 def test_the_soft_open_file_limit_is_raised_for_a_level_that_fits_the_hard_one(sim, tmp_path: Path) -> None:
     server = sim(*SIM, "--max-running", "256")
     out = subprocess.run(
-        specload_cmd("sweep", "--host", server.url, "--out", str(tmp_path / "out"), "--levels", "150",
-                     "--requests-per-level", "150", "--input-tokens", "16", "--output-tokens", "4",
-                     "--metrics-interval", "0"),
-        capture_output=True, text=True, timeout=120, preexec_fn=_limit(100, 4096),
-    )  # fmt: skip
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--out",
+            str(tmp_path / "out"),
+            "--levels",
+            "150",
+            "--requests-per-level",
+            "150",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+            "--metrics-interval",
+            "0",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit(100, 4096),
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     (run_dir,) = (tmp_path / "out").iterdir()
     recs = read_records(str(run_dir / "records.jsonl"))
@@ -133,8 +200,21 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
     from tests.conftest import free_port
 
     port = free_port()
-    sweep = procs.popen(specload_cmd("sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path / "out"),
-                                     "--levels", "1", "--input-tokens", "16", "--output-tokens", "4"))  # fmt: skip
+    sweep = procs.popen(
+        specload_cmd(
+            "sweep",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--out",
+            str(tmp_path / "out"),
+            "--levels",
+            "1",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "4",
+        )
+    )
     time.sleep(1.0)  # the server is restarting: connections are refused
     from specload.sim.process import start_sim
 
@@ -147,7 +227,9 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
     assert "connection refused; retrying in 0.25 s (1/5)" in log, log[-3000:]
 
 
-def test_a_server_restarted_mid_level_is_waited_for_and_the_outage_reported(procs: Procs, tmp_path: Path) -> None:
+def test_a_server_restarted_mid_level_is_waited_for_and_the_outage_reported(
+    procs: Procs, tmp_path: Path
+) -> None:
     """kill -9 of the server mid-level, back on the same port 0.3 s later: the sweep holds new
     requests instead of burning its budget on refusals, resumes, completes, and says what happened."""
     from specload.sim.process import start_sim
@@ -156,13 +238,34 @@ def test_a_server_restarted_mid_level_is_waited_for_and_the_outage_reported(proc
     port = free_port()
     server = start_sim([*SIM, "--port", str(port)])
     out = tmp_path / "out"
-    sweep = procs.popen(specload_cmd(
-        "sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(out), "--levels", "2,4",
-        "--requests-per-level", "30", "--input-tokens", "16", "--output-tokens", "40", "--metrics-interval", "0",
-    ))  # fmt: skip
+    sweep = procs.popen(
+        specload_cmd(
+            "sweep",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--out",
+            str(out),
+            "--levels",
+            "2,4",
+            "--requests-per-level",
+            "30",
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "40",
+            "--metrics-interval",
+            "0",
+        )
+    )
     try:
-        wait_until(lambda: any(out.glob("*/records.jsonl")) and len(read_records(str(next(out.glob("*/records.jsonl"))))) >= 3,
-                   60, "the first records")  # fmt: skip
+        wait_until(
+            lambda: (
+                any(out.glob("*/records.jsonl"))
+                and len(read_records(str(next(out.glob("*/records.jsonl"))))) >= 3
+            ),
+            60,
+            "the first records",
+        )
         os.kill(server.proc.pid, signal.SIGKILL)
         server.proc.wait(timeout=10)
         time.sleep(0.3)
@@ -195,17 +298,35 @@ def test_a_full_disk_ends_the_sweep_cleanly_keeping_what_was_written(sim, tmp_pa
     """The run directory on a 96 KiB tmpfs: records fill it mid-sweep."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)], capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(disk)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {mounted.stderr.decode().strip()}")
     try:
         server = sim(*SIM)
         out = subprocess.run(
-            specload_cmd("sweep", "--host", server.url, "--out", str(disk), "--levels", "4",
-                         "--requests-per-level", "2000", "--input-tokens", "16", "--output-tokens", "2",
-                         "--metrics-interval", "0"),
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            specload_cmd(
+                "sweep",
+                "--host",
+                server.url,
+                "--out",
+                str(disk),
+                "--levels",
+                "4",
+                "--requests-per-level",
+                "2000",
+                "--input-tokens",
+                "16",
+                "--output-tokens",
+                "2",
+                "--metrics-interval",
+                "0",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         log = out.stdout + out.stderr
         assert out.returncode == 1, log[-3000:]
         assert "cannot write records.jsonl" in log and "stopping the sweep" in log, log[-3000:]

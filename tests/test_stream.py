@@ -183,9 +183,14 @@ def clients() -> Iterator[list[Any]]:
 
 def spec(requested: int = 5, prompt: int = 8) -> RequestSpec:
     return RequestSpec(
-        level=2, concurrency=16, phase=PHASE_MEASURE, seq=7, repeat=1,
-        requested_output_tokens=requested, requested_prompt_tokens=prompt,
-    )  # fmt: skip
+        level=2,
+        concurrency=16,
+        phase=PHASE_MEASURE,
+        seq=7,
+        repeat=1,
+        requested_output_tokens=requested,
+        requested_prompt_tokens=prompt,
+    )
 
 
 def run(
@@ -620,7 +625,9 @@ def test_http_200_that_is_no_event_stream_fails_with_the_message(
     assert rec.reason.startswith("HTTP 200 without an event stream") and quoted in rec.reason, rec.reason
 
 
-def test_an_exception_nobody_foresaw_still_makes_one_record(serve: Any, clients: list[Any], monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_exception_nobody_foresaw_still_makes_one_record(
+    serve: Any, clients: list[Any], monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     import specload.client.stream as stream
 
     def boom(*_a: Any, **_k: Any) -> None:
@@ -634,10 +641,14 @@ def test_an_exception_nobody_foresaw_still_makes_one_record(serve: Any, clients:
 
 
 def test_a_server_claiming_more_tokens_than_asked_is_not_believed(serve: Any, clients: list[Any]) -> None:
-    srv = serve([HEAD_SSE, chunk(sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(34_000_000_000)) + DONE) + END])
+    srv = serve(
+        [HEAD_SSE, chunk(sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(34_000_000_000)) + DONE) + END]
+    )
     rec = run(srv, clients, requested=5)
     assert rec.status == FAILED
-    assert rec.reason == "server claimed 34000000000 tokens, more than the 5 asked for; counted the 2 streamed"
+    assert (
+        rec.reason == "server claimed 34000000000 tokens, more than the 5 asked for; counted the 2 streamed"
+    )
     assert (rec.output_tokens, rec.output_tokens_source) == (2, SRC_CHUNKS)  # what enters Agg tok/s
 
 
@@ -653,13 +664,19 @@ def test_a_chunk_counted_record_has_no_tpot(serve: Any, clients: list[Any]) -> N
 
 
 def test_sglang_records_every_gap_per_token(serve: Any, clients: list[Any]) -> None:
-    srv = serve([
-        HEAD_SSE, 0.02,
-        chunk(sse(sgl(2))),  # the first event carries 2 tokens
-        0.12, chunk(sse(sgl(5))),  # 3 tokens after 120 ms: three gaps of 40 ms
-        0.01, chunk(sse(sgl(6, "length"))),  # 1 token after 10 ms
-        chunk(DONE), END,
-    ])  # fmt: skip
+    srv = serve(
+        [
+            HEAD_SSE,
+            0.02,
+            chunk(sse(sgl(2))),  # the first event carries 2 tokens
+            0.12,
+            chunk(sse(sgl(5))),  # 3 tokens after 120 ms: three gaps of 40 ms
+            0.01,
+            chunk(sse(sgl(6, "length"))),  # 1 token after 10 ms
+            chunk(DONE),
+            END,
+        ]
+    )
     rec = run(srv, clients, backend="sglang", requested=6)
     assert rec.status == OK, rec.reason
     assert rec.itl_unit == "token" and rec.first_event_tokens == 2
@@ -671,8 +688,17 @@ def test_sglang_records_every_gap_per_token(serve: Any, clients: list[Any]) -> N
 
 
 def test_openai_gaps_are_per_event(serve: Any, clients: list[Any]) -> None:
-    srv = serve([HEAD_SSE, 0.01, chunk(sse(cmpl("a"))), 0.03, chunk(sse(cmpl("b"))), 0.03,
-                 chunk(sse(cmpl("c", "length")) + sse(usage(3)) + DONE) + END])  # fmt: skip
+    srv = serve(
+        [
+            HEAD_SSE,
+            0.01,
+            chunk(sse(cmpl("a"))),
+            0.03,
+            chunk(sse(cmpl("b"))),
+            0.03,
+            chunk(sse(cmpl("c", "length")) + sse(usage(3)) + DONE) + END,
+        ]
+    )
     rec = run(srv, clients, requested=3)
     assert rec.status == OK and rec.itl_unit == "event" and rec.first_event_tokens == 1
     assert histogram.count(histogram.merge([rec.itl])) == 2

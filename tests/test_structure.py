@@ -58,7 +58,10 @@ def imports(path: Path, modules: frozenset[str] = frozenset()) -> set[str]:
 def graph() -> dict[str, set[str]]:
     modules = {module_name(p): p for p in PKG.rglob("*.py")}
     names = frozenset(modules)
-    return {name: {i for i in imports(path, names) if i in modules and i != name} for name, path in modules.items()}
+    return {
+        name: {i for i in imports(path, names) if i in modules and i != name}
+        for name, path in modules.items()
+    }
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
@@ -70,7 +73,7 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
         path.append(n)
         for m in sorted(g[n]):
             if state.get(m) == 1:
-                return path[path.index(m):] + [m]
+                return path[path.index(m) :] + [m]
             if m not in state and (c := visit(m)):
                 return c
         path.pop()

@@ -73,8 +73,24 @@ def note(text: str) -> str | None:
 def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
     assert len(RANK) == len(PRIORITY)  # each key once
     assert {c.key for c in LEVEL_COLUMNS} <= set(FIGURES)
-    assert [f.key for f in PRIORITY[:7]] == ["rate", "c", "agg", "per_req", "tokens", "wall", "ok"]  # the seed first
-    assert [f.key for f in PRIORITY[7:14]] == ["fail", "short", "429", "late", "ttft_p50", "tpot_p50", "srv_queue_max"]
+    assert [f.key for f in PRIORITY[:7]] == [
+        "rate",
+        "c",
+        "agg",
+        "per_req",
+        "tokens",
+        "wall",
+        "ok",
+    ]  # the seed first
+    assert [f.key for f in PRIORITY[7:14]] == [
+        "fail",
+        "short",
+        "429",
+        "late",
+        "ttft_p50",
+        "tpot_p50",
+        "srv_queue_max",
+    ]
     assert all(any(s in f.sets for f in PRIORITY) for s in SETS)
 
 
@@ -82,7 +98,16 @@ def test_compare_columns_have_keys(pair: tuple[Path, Path]) -> None:
     comp = build_comparison([load_run(p) for p in pair])
     keys = {key for _name, key in _columns(comp)}
     assert keys <= set(FIGURES)
-    assert keys == {"c", "agg", "per_req", "ttft_p50", "ttft_p99", "tpot_p50", "accept", "srv_run_queue"}  # no ITL here
+    assert keys == {
+        "c",
+        "agg",
+        "per_req",
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_p50",
+        "accept",
+        "srv_run_queue",
+    }  # no ITL here
 
 
 @pytest.mark.parametrize(
@@ -90,7 +115,18 @@ def test_compare_columns_have_keys(pair: tuple[Path, Path]) -> None:
     [
         ("seed", {"agg", "per_req", "tokens", "wall", "ok"}),
         ("latency", {*LATENCY}),
-        ("server", {"accept", "srv_run_max", "srv_run_mean", "srv_queue_max", "srv_queue_mean", "srv_run_queue", "prefix_hit"}),
+        (
+            "server",
+            {
+                "accept",
+                "srv_run_max",
+                "srv_run_mean",
+                "srv_queue_max",
+                "srv_queue_mean",
+                "srv_run_queue",
+                "prefix_hit",
+            },
+        ),
         ("failures", {"ok", "fail", "short", "429", "late"}),
         ("throughput", {"steady", "req_s", "mean_conc"}),
         ("all", set(FIGURES)),
@@ -108,9 +144,16 @@ def test_parse_columns(text: str, keys: set[str] | None) -> None:
 
 @pytest.mark.parametrize(
     ("text", "named"),
-    [("nope", "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server, slo)"),
-     ("seed,nope", "'nope'"), ("auto,seed", "'auto' goes alone"), (",", "expected auto, all")],
-)  # fmt: skip
+    [
+        (
+            "nope",
+            "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server, slo)",
+        ),
+        ("seed,nope", "'nope'"),
+        ("auto,seed", "'auto' goes alone"),
+        (",", "expected auto, all"),
+    ],
+)
 def test_parse_columns_errors_name_what_is_accepted(text: str, named: str) -> None:
     with pytest.raises(ValueError, match="^--columns: ") as e:
         parse_columns(text)
@@ -170,10 +213,28 @@ def test_hidden_note_is_one_line_within_the_width() -> None:
         (80, [*SEED, "Fail", "Short"]),
         (120, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)"]),
         (123, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)", "Srv queue max"]),
-        (250, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)", "E2E p50 (s)",
-               "Steady tok/s", "Mean conc", "Req/s", "Accept len", "Srv run max", "Srv queue max", "Srv queue mean"]),
+        (
+            250,
+            [
+                *SEED,
+                "Fail",
+                "Short",
+                "TTFT p50 (ms)",
+                "TTFT p99 (ms)",
+                "TPOT p50 (ms)",
+                "TPOT p99 (ms)",
+                "E2E p50 (s)",
+                "Steady tok/s",
+                "Mean conc",
+                "Req/s",
+                "Accept len",
+                "Srv run max",
+                "Srv queue max",
+                "Srv queue mean",
+            ],
+        ),
     ],
-)  # fmt: skip
+)
 def test_level_table_fits_the_width(mtp: Run, width: int, shown: list[str]) -> None:
     text = render_levels(mtp.levels, "github", TableView(width=width))
     assert header(text) == shown
@@ -272,14 +333,34 @@ def test_compare_table_fits_the_width(pair: tuple[Path, Path], width: int, group
 def test_compare_columns_sets(pair: tuple[Path, Path]) -> None:
     comp = build_comparison([load_run(p) for p in pair])
     text = render_comparison(comp, "github", view_for("seed", 80))
-    assert header(text) == ["C", "Agg tok/s baseline", "Agg tok/s mtp", "Δ agg mtp", "Per-req tok/s baseline",
-                            "Per-req tok/s mtp", "Δ per-req mtp"]  # fmt: skip
+    assert header(text) == [
+        "C",
+        "Agg tok/s baseline",
+        "Agg tok/s mtp",
+        "Δ agg mtp",
+        "Per-req tok/s baseline",
+        "Per-req tok/s mtp",
+        "Δ per-req mtp",
+    ]
     text = render_comparison(comp, "github", view_for("latency", 80))
-    assert header(text) == ["C", "TTFT p50 (ms) baseline", "TTFT p50 (ms) mtp", "TTFT p99 (ms) baseline",
-                            "TTFT p99 (ms) mtp", "TPOT p50 (ms) baseline", "TPOT p50 (ms) mtp", "Δ TPOT mtp"]  # fmt: skip
+    assert header(text) == [
+        "C",
+        "TTFT p50 (ms) baseline",
+        "TTFT p50 (ms) mtp",
+        "TTFT p99 (ms) baseline",
+        "TTFT p99 (ms) mtp",
+        "TPOT p50 (ms) baseline",
+        "TPOT p50 (ms) mtp",
+        "Δ TPOT mtp",
+    ]
     text = render_comparison(comp, "github", view_for("server", 80))
-    assert header(text) == ["C", "Accept len baseline", "Accept len mtp", "Srv run/queue baseline",
-                            "Srv run/queue mtp"]  # fmt: skip
+    assert header(text) == [
+        "C",
+        "Accept len baseline",
+        "Accept len mtp",
+        "Srv run/queue baseline",
+        "Srv run/queue mtp",
+    ]
     assert render_comparison(comp, "csv", TableView(width=80)) == render_comparison(comp, "csv")
 
 
@@ -315,8 +396,13 @@ def test_columns_is_a_display_flag_of_sweep_and_demo_not_a_scenario_field() -> N
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
 def test_make_sweep_passes_columns_through_args() -> None:
-    out = subprocess.run(["make", "-n", "-s", "sweep", "HOST=http://h:1", "ARGS=--columns=all", "VENV=/nonexistent"],
-                         cwd=REPO, capture_output=True, text=True, timeout=30)  # fmt: skip
+    out = subprocess.run(
+        ["make", "-n", "-s", "sweep", "HOST=http://h:1", "ARGS=--columns=all", "VENV=/nonexistent"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("/nonexistent/bin/specload sweep"))
     args = build_parser().parse_args(shlex.split(line)[1:])

@@ -33,13 +33,32 @@ LOG_LINE = re.compile(r"^\[[^\]]+\] [^ ]+/(INFO|WARNING)/specload: level (\d)/2 
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "SPECLOAD_API_KEY", "OPENAI_API_KEY")}
-    return {**env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("COLUMNS", "LINES", "SPECLOAD_API_KEY", "OPENAI_API_KEY")
+    }
+    return {
+        **env,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
+    }
 
 
 def _sweep_cmd(url: str, out: Path) -> list[str]:
-    return specload_cmd("sweep", "--host", url, "--levels", ",".join(map(str, LEVELS)), "--input-tokens", "32",
-                        "--output-tokens", "40", "--out", str(out))  # fmt: skip
+    return specload_cmd(
+        "sweep",
+        "--host",
+        url,
+        "--levels",
+        ",".join(map(str, LEVELS)),
+        "--input-tokens",
+        "32",
+        "--output-tokens",
+        "40",
+        "--out",
+        str(out),
+    )
 
 
 def _run_in_pty(cmd: list[str], cols: int, timeout: float = 120.0) -> tuple[int, str]:
@@ -47,8 +66,9 @@ def _run_in_pty(cmd: list[str], cols: int, timeout: float = 120.0) -> tuple[int,
     code and everything it wrote. The process group is interrupted, then killed, if it outlives ``timeout``."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
-    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=_env(), cwd=str(REPO),
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdin=slave, stdout=slave, stderr=slave, env=_env(), cwd=str(REPO), start_new_session=True
+    )
     os.close(slave)
     out = bytearray()
     deadline = time.monotonic() + timeout
@@ -105,7 +125,9 @@ def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> Non
         assert {int(b[4]) for b in mine} == {LEVELS[n - 1] * 2}  # done/budget against the level's budget
         done = [int(b[3]) for b in mine]
         assert done == sorted(done) and done[-1] >= LEVELS[n - 1], done  # counts up: one wave at least
-        assert any(re.search(r"\d+\.\d tok/s \[\d\d:\d\d<\d\d:\d\d\]", b[0]) for b in mine), mine  # rate, time left
+        assert any(re.search(r"\d+\.\d tok/s \[\d\d:\d\d<\d\d:\d\d\]", b[0]) for b in mine), (
+            mine
+        )  # rate, time left
     assert all(len(b[0]) <= COLS - 1 for b in bars)
     # The log lines stay whole, each on its own line: the bar is blanked before one is written.
     logged = []
@@ -113,7 +135,9 @@ def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> Non
         m = LOG_LINE.match(line.rsplit("\r", 1)[-1])
         if m:
             logged.append((m.group(3), m.group(4)))
-            drawn = line.split("\r")[:-1]  # what was drawn on this line before the log text: bars, then a blank
+            drawn = line.split("\r")[
+                :-1
+            ]  # what was drawn on this line before the log text: bars, then a blank
             if drawn:
                 blank = drawn[-1]
                 assert blank.strip() == "" and len(blank) >= max(map(len, drawn[:-1]), default=0), repr(line)
@@ -127,13 +151,23 @@ def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> Non
 
 def test_plain_lines_and_default_width_without_a_terminal(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     server = sim(*SIM_ARGS)
-    out = subprocess.run(_sweep_cmd(server.url, tmp_path / "out"), capture_output=True, text=True, timeout=180,
-                         env=_env(), cwd=str(REPO), stdin=subprocess.DEVNULL)  # fmt: skip
+    out = subprocess.run(
+        _sweep_cmd(server.url, tmp_path / "out"),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_env(),
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "\r" not in out.stdout + out.stderr  # no bar, no redraw: lines only, as in CI logs
     logged = [(m.group(3), m.group(4)) for ln in out.stderr.splitlines() if (m := LOG_LINE.match(ln))]
     assert logged == [("c002", "started"), ("c002", "done"), ("c004", "started"), ("c004", "done")]
     assert re.search(r"/INFO/specload: level 1/2 c002 started: C=2, 4 requests\n", out.stderr)
-    assert re.search(r"/specload: level 2/2 c004 done: 8/8 requests, ok 8, failed 0, short 0, 320 tokens, "
-                     r"agg \d+\.\d tok/s over \d+\.\d s; client [^\r\n]+\n", out.stderr)  # fmt: skip
+    assert re.search(
+        r"/specload: level 2/2 c004 done: 8/8 requests, ok 8, failed 0, short 0, 320 tokens, "
+        r"agg \d+\.\d tok/s over \d+\.\d s; client [^\r\n]+\n",
+        out.stderr,
+    )
     _check_table(out.stdout, DEFAULT_WIDTH)

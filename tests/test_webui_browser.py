@@ -46,8 +46,12 @@ PROBLEMS: list[str] = []  # errors in specload's page (script errors, failed req
 
 def _chromium(pw: Any) -> str | None:
     """A Chromium to drive: the system's first (no download), else Playwright's own if installed."""
-    for path in (os.environ.get("SPECLOAD_CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser"),
-                 "/usr/bin/chromium"):  # fmt: skip
+    for path in (
+        os.environ.get("SPECLOAD_CHROMIUM"),
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+        "/usr/bin/chromium",
+    ):
         if path and os.path.exists(path):
             return path
     own = pw.chromium.executable_path
@@ -88,10 +92,21 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         print(f"\nweb UI screenshots: {shots}")
         port = free_port()
         proc = procs.popen(
-            specload_cmd("ui", "--host", sims[0].url, "--scenario", "smoke", "--web-host", "127.0.0.1",
-                         "--web-port", str(port), "--out", str(root / "results")),
+            specload_cmd(
+                "ui",
+                "--host",
+                sims[0].url,
+                "--scenario",
+                "smoke",
+                "--web-host",
+                "127.0.0.1",
+                "--web-port",
+                str(port),
+                "--out",
+                str(root / "results"),
+            ),
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
         m = wait_until(
             lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
         )
@@ -141,8 +156,9 @@ def state(p: Any) -> str:
 
 
 def wait_state(p: Any, *names: str, timeout: float = T) -> None:
-    p.wait_for_function(f"{json.dumps(list(names))}.includes(document.querySelector('#state').textContent)",
-                        timeout=timeout)  # fmt: skip
+    p.wait_for_function(
+        f"{json.dumps(list(names))}.includes(document.querySelector('#state').textContent)", timeout=timeout
+    )
 
 
 def table(p: Any, selector: str) -> list[list[str]]:
@@ -158,8 +174,12 @@ def fill_and_start(p: Any, **values: str) -> None:
 
 
 def report_json(run_dir: Path, fmt: str = "json") -> str:
-    out = subprocess.run(specload_cmd("report", str(run_dir), "--format", fmt, "--no-write"),
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        specload_cmd("report", str(run_dir), "--format", fmt, "--no-write"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -210,15 +230,21 @@ def test_a_sweep_started_from_the_form_is_watched_live(ui: UI, page: Any) -> Non
     assert page.text_content("#run-scenario").startswith("smoke")
     page.wait_for_function("+document.querySelector('#in-flight').textContent >= 1", timeout=T)
     # The first level ends: its row has the report's figures, the charts against C their first points.
-    page.wait_for_function("document.querySelector('#levels-table tr[data-level=c001] td:nth-child(2)')"
-                           ".textContent === 'completed'", timeout=T)  # fmt: skip
+    page.wait_for_function(
+        "document.querySelector('#levels-table tr[data-level=c001] td:nth-child(2)')"
+        ".textContent === 'completed'",
+        timeout=T,
+    )
     assert page.query_selector_all("#chart-agg circle")
     # Level 4 (C=8): the live tok/s from streamed tokens, the tok/s-over-time chart with its points.
-    page.wait_for_function("document.querySelector('#current-level')?.textContent.startsWith('Level 4/4')",
-                           timeout=T)  # fmt: skip
-    page.wait_for_function("document.querySelectorAll('#chart-series circle').length >= 2 && "
-                           "document.querySelector('#levels-table tr.current td:nth-child(8)').textContent !== '-'",
-                           timeout=T)  # fmt: skip
+    page.wait_for_function(
+        "document.querySelector('#current-level')?.textContent.startsWith('Level 4/4')", timeout=T
+    )
+    page.wait_for_function(
+        "document.querySelectorAll('#chart-series circle').length >= 2 && "
+        "document.querySelector('#levels-table tr.current td:nth-child(8)').textContent !== '-'",
+        timeout=T,
+    )
     assert re.fullmatch(r"\d+/32 requests", page.text_content("#progress-requests"))
     live = shot(ui, page, "03-live-sweep")
     if os.environ.get("SPECLOAD_DOCS_SCREENSHOT"):
@@ -237,17 +263,24 @@ def test_a_sweep_started_from_the_form_is_watched_live(ui: UI, page: Any) -> Non
     for lv, row in zip(levels, rows[1:], strict=True):
         assert row[col["C"]] == str(lv["concurrency"]) and row[col["Status"]] == "completed"
         assert row[col["Requests"]] == f"{lv['sent']}/{lv['sent']}" and row[col["Ok"]] == str(lv["ok"])
-        for name, key in (("Agg tok/s", "agg_tok_s"), ("Per-req tok/s", "per_req_tok_s"),
-                          ("TTFT p50 (ms)", "ttft_p50_ms"), ("TTFT p99 (ms)", "ttft_p99_ms"),
-                          ("TPOT p50 (ms)", "tpot_p50_ms"), ("TPOT p99 (ms)", "tpot_p99_ms")):  # fmt: skip
+        for name, key in (
+            ("Agg tok/s", "agg_tok_s"),
+            ("Per-req tok/s", "per_req_tok_s"),
+            ("TTFT p50 (ms)", "ttft_p50_ms"),
+            ("TTFT p99 (ms)", "ttft_p99_ms"),
+            ("TPOT p50 (ms)", "tpot_p50_ms"),
+            ("TPOT p99 (ms)", "tpot_p99_ms"),
+        ):
             assert row[col[name]] == fmt1(lv[key]), (name, row, lv[key])
     assert (run_dir / "report.md").exists() and (run_dir / "locust.json").exists()
 
 
 def locust_status(p: Any, status: str, timeout: float = 30_000) -> None:
     """Wait until Locust's own page shows ``status`` in its header (it polls while a run goes on)."""
-    p.wait_for_function(f"document.querySelector('header').innerText.toUpperCase().includes({json.dumps(status)})",
-                        timeout=timeout)  # fmt: skip
+    p.wait_for_function(
+        f"document.querySelector('header').innerText.toUpperCase().includes({json.dumps(status)})",
+        timeout=timeout,
+    )
 
 
 def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page: Any, browser: Any) -> None:
@@ -256,8 +289,9 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     page.wait_for_selector("#start-form:not([hidden])")
     assert page.input_value("#f-levels") == LEVELS  # the last run's values
     fill_and_start(page, levels="2", requests_per_level="200")
-    page.wait_for_function("+document.querySelector('#levels-table tr.current td:nth-child(4)')?.textContent >= 2",
-                           timeout=T)  # fmt: skip
+    page.wait_for_function(
+        "+document.querySelector('#levels-table tr.current td:nth-child(4)')?.textContent >= 2", timeout=T
+    )
     locust.goto(ui.base + "/")  # (Locust's page learns of a run started elsewhere when it loads)
     locust_status(locust, "RUNNING")
     page.click("#stop")
@@ -276,8 +310,9 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     # A new run, against another server (named in the form) that fails every third request.
     page.click("#new-run")
     page.wait_for_selector("#start-form:not([hidden])")
-    fill_and_start(page, host=ui.faulty.url, levels="1,2", requests_per_level="10", output_tokens="16",
-                   label="faulty")  # fmt: skip
+    fill_and_start(
+        page, host=ui.faulty.url, levels="1,2", requests_per_level="10", output_tokens="16", label="faulty"
+    )
     wait_state(page, "RUNNING")
     locust.reload()
     locust_status(locust, "RUNNING")
@@ -332,8 +367,11 @@ def test_a_finished_runs_report_in_the_browser(ui: UI, page: Any) -> None:
         )
         assert cells["E2E p50 (s)"] == fmt1(lv["e2e_p50_s"], 2)
     # The downloads are `specload report`'s own outputs.
-    for fmt, expected in (("json", report_json(first)), ("csv", report_json(first, "csv")),
-                          ("md", (first / "report.md").read_text())):  # fmt: skip
+    for fmt, expected in (
+        ("json", report_json(first)),
+        ("csv", report_json(first, "csv")),
+        ("md", (first / "report.md").read_text()),
+    ):
         href = page.get_attribute(f"#report-{fmt}", "href")
         reply = page.request.get(f"{ui.base}/specload/{href}")
         assert reply.ok and reply.text() == expected, fmt
@@ -347,8 +385,11 @@ def test_two_runs_compared_in_the_browser(ui: UI, page: Any) -> None:
         page.check(f"#runs-table input.pick[data-run='{run.name}']")
     page.click("#compare-selected")
     page.wait_for_selector("#compare-table", timeout=T)
-    page.wait_for_function("document.querySelector('#compare-plot')?.complete && "
-                           "document.querySelector('#compare-plot').naturalWidth > 0", timeout=T)  # fmt: skip
+    page.wait_for_function(
+        "document.querySelector('#compare-plot')?.complete && "
+        "document.querySelector('#compare-plot').naturalWidth > 0",
+        timeout=T,
+    )
     shot(ui, page, "09-compare")
     comp = build_comparison([load_run(first), load_run(third)])
     rows = table(page, "#compare-table")

@@ -224,10 +224,22 @@ class UI:
 def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) -> tuple[Any, str]:
     port = free_port()
     proc = procs.popen(
-        specload_cmd("ui", "--host", home.url, "--web-host", "127.0.0.1", "--web-port", str(port), "--out", str(out),
-                     *SWEEP, *extra),
-        env={**os.environ, "SPECLOAD_API_KEY": key, "PYTHONUNBUFFERED": "1"}, preexec_fn=_sigint_default,
-    )  # fmt: skip
+        specload_cmd(
+            "ui",
+            "--host",
+            home.url,
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(port),
+            "--out",
+            str(out),
+            *SWEEP,
+            *extra,
+        ),
+        env={**os.environ, "SPECLOAD_API_KEY": key, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_sigint_default,
+    )
     base = f"http://127.0.0.1:{port}"
     wait_for_web_ui(procs, proc, base)
     return proc, base
@@ -253,9 +265,21 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
 def test_without_the_token_nothing_is_served_and_nothing_starts(ui: UI) -> None:
     before = _prompt_tokens(ui.home)
     b = Browser(ui.base)
-    pages = ("/", "/specload/analysis/run", "/stats/requests", "/specload/", "/specload/static/app.js", "/specload/form",
-             "/specload/analysis/live", "/specload/runs", "/specload/runs/x/report", "/specload/runs/x/report.json",
-             "/specload/present/compare?run=a&run=b", "/specload/present/compare.png?run=a&run=b", "/specload/sweep/levels.csv")  # fmt: skip
+    pages = (
+        "/",
+        "/specload/analysis/run",
+        "/stats/requests",
+        "/specload/",
+        "/specload/static/app.js",
+        "/specload/form",
+        "/specload/analysis/live",
+        "/specload/runs",
+        "/specload/runs/x/report",
+        "/specload/runs/x/report.json",
+        "/specload/present/compare?run=a&run=b",
+        "/specload/present/compare.png?run=a&run=b",
+        "/specload/sweep/levels.csv",
+    )
     for path in pages:
         reply = b.call(path)
         assert reply.status == 302 and "/login" in reply.headers["Location"], (path, reply)
@@ -320,8 +344,16 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
 
     # 2) Confirmed in the form: the key goes there, and the sweep runs.
     assert b.post("/swarm", ui.form(ui.other.url, send_key_to_new_host="true")).json()["success"]
-    run = wait_until(lambda: (r := b.call("/specload/analysis/run").json())["status"] == "completed"
-                    and r["run_dir"] and os.path.basename(r["run_dir"]) not in dirs and r, 60, "the sweep")  # fmt: skip
+    run = wait_until(
+        lambda: (
+            (r := b.call("/specload/analysis/run").json())["status"] == "completed"
+            and r["run_dir"]
+            and os.path.basename(r["run_dir"]) not in dirs
+            and r
+        ),
+        60,
+        "the sweep",
+    )
     assert run["levels"][0]["ok"] == 2 and _prompt_tokens(ui.other) > 0
     assert f"the API key goes to {ui.other.url}, as confirmed" in ui.log()
     ui.wait_stopped(b)

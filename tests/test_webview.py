@@ -30,8 +30,9 @@ def test_live_figures_are_the_reports_own(tmp_path: Path) -> None:
         ServerSample(T0 + t, running=r, queued=q) for t, r, q in ((1.0, 1, 0), (11.0, 2, 1), (13.0, 2, 0))
     ]
     run_dir = write_run(tmp_path / "r", records, sample_meta())
-    (run_dir / "server_samples.jsonl").write_text("".join(json.dumps({"t": s.t, "running": s.running,
-                                                                        "queued": s.queued}) + "\n" for s in samples))  # fmt: skip
+    (run_dir / "server_samples.jsonl").write_text(
+        "".join(json.dumps({"t": s.t, "running": s.running, "queued": s.queued}) + "\n" for s in samples)
+    )
     live = LiveRun(3)
     for s in samples:
         live.add_sample(s)
@@ -102,8 +103,21 @@ def test_list_runs_newest_first_from_run_json(results: Path) -> None:
     assert list_runs(results / "nowhere") == []
 
 
-@pytest.mark.parametrize("name", ["", "..", "../results/baseline-1", "baseline-1/..", ".hidden", "compare-x",
-                                  "nope", "/etc", "baseline-1\\..", "a/b"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "",
+        "..",
+        "../results/baseline-1",
+        "baseline-1/..",
+        ".hidden",
+        "compare-x",
+        "nope",
+        "/etc",
+        "baseline-1\\..",
+        "a/b",
+    ],
+)
 def test_run_path_takes_only_run_names_from_the_folder(results: Path, name: str) -> None:
     with pytest.raises(NoSuchRun):
         run_path(results, name)
@@ -122,8 +136,12 @@ def test_the_report_bundle_is_specload_report(results: Path) -> None:
     b = report_bundle(run_dir)
     run = load_run(run_dir)
     assert b["markdown"] == render_report(run, "github") and b["csv"] == render_report(run, "csv")
-    printed = subprocess.run(specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    printed = subprocess.run(
+        specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert printed.returncode == 0 and b["json"] == printed.stdout
     assert b["levels"] == json.loads(printed.stdout)
     assert not (run_dir / "report.md").exists()  # nothing written into the run

@@ -32,11 +32,28 @@ def sc_of(**fields: object) -> Scenario:
 
 def record(output_tokens: int, status: str = OK) -> object:
     return make_record(
-        t_send=0.0, t_first=0.1, t_last=0.2, t_end=0.3, output_tokens=output_tokens, level=0, concurrency=1,
-        phase=PHASE_MEASURE, seq=0, backend="openai", status=status, reason=None, http_status=200,
-        output_tokens_source="usage", prompt_tokens=None, requested_output_tokens=output_tokens,
-        requested_prompt_tokens=0, chunks=1, itl_max_s=None, spec_verify_ct=None, worker="local",
-    )  # fmt: skip
+        t_send=0.0,
+        t_first=0.1,
+        t_last=0.2,
+        t_end=0.3,
+        output_tokens=output_tokens,
+        level=0,
+        concurrency=1,
+        phase=PHASE_MEASURE,
+        seq=0,
+        backend="openai",
+        status=status,
+        reason=None,
+        http_status=200,
+        output_tokens_source="usage",
+        prompt_tokens=None,
+        requested_output_tokens=output_tokens,
+        requested_prompt_tokens=0,
+        chunks=1,
+        itl_max_s=None,
+        spec_verify_ct=None,
+        worker="local",
+    )
 
 
 # the plain scenario is what it was -------------------------------------------------------------------
@@ -68,9 +85,12 @@ def test_draws_are_a_pure_function_of_the_ticket_in_any_process() -> None:
         "print(json.dumps([uniforms(7, lv, ph, s) for lv, ph, s in json.loads(sys.argv[1])]))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(tickets)], capture_output=True, text=True, check=True,
+        [sys.executable, "-c", code, json.dumps(tickets)],
+        capture_output=True,
+        text=True,
+        check=True,
         env={"PYTHONHASHSEED": "12345", "PATH": "", **({"PYTHONPATH": p} if (p := _pythonpath()) else {})},
-    )  # fmt: skip
+    )
     assert json.loads(out.stdout) == here
     assert uniforms(7, 0, PHASE_MEASURE, 1) != uniforms(8, 0, PHASE_MEASURE, 1)  # the seed matters
     assert uniforms(7, 0, PHASE_MEASURE, 1) != uniforms(7, 1, PHASE_MEASURE, 1)  # and the level
@@ -92,10 +112,15 @@ def test_each_drawn_quantity_is_independent_of_the_others() -> None:
 
 
 def test_class_weights_hold_over_many_tickets() -> None:
-    sc = scenario_from_dict({"classes": [
-        {"name": "chat", "weight": 7, "input_tokens": 200, "output_tokens": 100},
-        {"name": "summary", "weight": 3, "input_tokens": 4000, "output_tokens": 300},
-    ], "input_tokens": 5000})  # fmt: skip
+    sc = scenario_from_dict(
+        {
+            "classes": [
+                {"name": "chat", "weight": 7, "input_tokens": 200, "output_tokens": 100},
+                {"name": "summary", "weight": 3, "input_tokens": 4000, "output_tokens": 300},
+            ],
+            "input_tokens": 5000,
+        }
+    )
     classes = request_classes(sc)
     n = 20_000
     picked = [draw_request(classes, 0, 1, PHASE_MEASURE, s) for s in range(n)]
@@ -216,10 +241,14 @@ def test_without_a_tokenizer_pool_ids_of_the_answers_length_stand_in(
 
 
 def test_classes_keep_their_own_turns_and_prefixes() -> None:
-    sc = scenario_from_dict({"classes": [
-        {"name": "chat", "weight": 1, "turns": 3, "input_tokens": 40, "shared_prefix_tokens": 16},
-        {"name": "one-shot", "weight": 1, "input_tokens": 60},
-    ]})  # fmt: skip
+    sc = scenario_from_dict(
+        {
+            "classes": [
+                {"name": "chat", "weight": 1, "turns": 3, "input_tokens": 40, "shared_prefix_tokens": 16},
+                {"name": "one-shot", "weight": 1, "input_tokens": 60},
+            ]
+        }
+    )
     maker = RequestMaker(sc, IDS_SRC, tokenize=lambda t: [7])
     reqs = [maker.plan(0, PHASE_MEASURE, s, 5) for s in range(40)]
     chat = [r for r in reqs if r.request_class == "chat"]
@@ -260,22 +289,37 @@ def test_class_table_in_a_scenario_file(tmp_path: Path) -> None:
         ({"prefix_groups": 3}, "field 'prefix_groups': groups of a shared prefix need"),
         ({"prefix_groups": 0}, "field 'prefix_groups': expected an integer >= 1"),
         ({"turns": 0}, "field 'turns': expected an integer >= 1"),
-        ({"shared_prefix_tokens": 100, "input_dist": "uniform:50:500"},
-         "field 'shared_prefix_tokens': expected fewer than the shortest prompt input_dist can give (50)"),
-        ({"shared_prefix_tokens": 100, "input_dist": "normal:mean=500,sd=10"},
-         "shortest prompt input_dist can give (1)"),
+        (
+            {"shared_prefix_tokens": 100, "input_dist": "uniform:50:500"},
+            "field 'shared_prefix_tokens': expected fewer than the shortest prompt input_dist can give (50)",
+        ),
+        (
+            {"shared_prefix_tokens": 100, "input_dist": "normal:mean=500,sd=10"},
+            "shortest prompt input_dist can give (1)",
+        ),
         ({"dataset": "x.jsonl", "input_dist": "uniform:5:9"}, "field 'input_dist': a dataset's prompts keep"),
         ({"dataset": "x.jsonl", "turns": 2}, "field 'turns': not with --dataset"),
         ({"classes": {"name": "x"}}, "field 'classes': expected a list of tables"),
-        ({"classes": [{"name": "a", "weight": 1, "colour": "red"}]}, "field 'classes[0]': unknown key(s) colour"),
+        (
+            {"classes": [{"name": "a", "weight": 1, "colour": "red"}]},
+            "field 'classes[0]': unknown key(s) colour",
+        ),
         ({"classes": [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}]}, "field 'classes[1].name'"),
         ({"classes": [{"name": "a", "weight": 0}]}, "field 'classes[0].weight': expected a number > 0"),
-        ({"classes": [{"name": "a", "weight": 1, "input_dist": "uniform:9:1"}]}, "field 'classes[0].input_dist'"),
-        ({"classes": [{"name": "a", "weight": 1, "shared_prefix_tokens": 50, "input_tokens": 50}]},
-         "field 'classes[0].shared_prefix_tokens': expected fewer than input_tokens (50)"),
-        ({"classes": [{"name": "a", "weight": 1}], "dataset": "x.jsonl"}, "field 'classes': not with --dataset"),
+        (
+            {"classes": [{"name": "a", "weight": 1, "input_dist": "uniform:9:1"}]},
+            "field 'classes[0].input_dist'",
+        ),
+        (
+            {"classes": [{"name": "a", "weight": 1, "shared_prefix_tokens": 50, "input_tokens": 50}]},
+            "field 'classes[0].shared_prefix_tokens': expected fewer than input_tokens (50)",
+        ),
+        (
+            {"classes": [{"name": "a", "weight": 1}], "dataset": "x.jsonl"},
+            "field 'classes': not with --dataset",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_mixes_are_refused_naming_the_field(data: dict[str, object], says: str) -> None:
     with pytest.raises(ScenarioError, match=r"^f\.toml: " + _escape(says)):
         scenario_from_dict(data, source="f.toml")

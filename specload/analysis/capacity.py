@@ -24,7 +24,6 @@ KINDS = (KIND_CONCURRENCY, KIND_RATE)
 CAPACITY_JSON = "capacity.json"
 
 
-
 def fmt_x(kind: str, x: float | None) -> str:
     """C=24 or 2.5 req/s."""
     if x is None:
@@ -63,8 +62,10 @@ class SearchSpace:
         if self.integer and any(v != int(v) for v in (self.start, self.minimum, self.maximum)):
             raise ValueError("a concurrency search takes whole numbers for start, minimum and maximum")
         if not 0 < self.minimum <= self.start <= self.maximum:
-            raise ValueError(f"expected 0 < minimum <= start <= maximum, got {self.minimum:g}, {self.start:g}, "
-                             f"{self.maximum:g}")  # fmt: skip
+            raise ValueError(
+                f"expected 0 < minimum <= start <= maximum, got {self.minimum:g}, {self.start:g}, "
+                f"{self.maximum:g}"
+            )
         if self.tolerance < 0 or (not self.integer and self.tolerance <= 0):
             raise ValueError("tolerance: expected a fraction >= 0 (> 0 for rates), e.g. 0.05")
         if self.max_probes < 2:
@@ -89,8 +90,14 @@ class SearchSpace:
         return cls(kind, start, lo, hi, tol, probes).check()
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "start": self.start, "minimum": self.minimum, "maximum": self.maximum,
-                "tolerance": self.tolerance, "max_probes": self.max_probes}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "start": self.start,
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "tolerance": self.tolerance,
+            "max_probes": self.max_probes,
+        }
 
 
 # ---------------------------------------------------------------- the answer, from any run's levels
@@ -120,8 +127,15 @@ class Capacity:
         return bool(self.above) or any(s is not None and s.inside_noise for s in (self.lo_slo, self.hi_slo))
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "lo": self.lo, "hi": self.hi, "inside_noise": self.inside_noise,
-                "above": list(self.above), "measured": self.measured, "sentence": describe(self)}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "lo": self.lo,
+            "hi": self.hi,
+            "inside_noise": self.inside_noise,
+            "above": list(self.above),
+            "measured": self.measured,
+            "sentence": describe(self),
+        }
 
 
 def capacity_of(
@@ -240,17 +254,23 @@ def limit_reason(c: Capacity, limits: ServerLimits) -> str | None:
             )
         elif limits.speculative_algorithm:
             reset = f", with {limits.speculative_algorithm} speculation"
-        why.append(f"{fmt_x(c.kind, c.hi)} is above the server's max_running_requests ({cap}{reset}), so the "
-                   f"excess requests wait in its queue" + (f" (up to {queued:.0f} waiting)" if queued else ""))  # fmt: skip
+        why.append(
+            f"{fmt_x(c.kind, c.hi)} is above the server's max_running_requests ({cap}{reset}), so the "
+            f"excess requests wait in its queue" + (f" (up to {queued:.0f} waiting)" if queued else "")
+        )
     elif queue_hit and queued > 0:
         full = cap is not None and limits.running_max is not None and limits.running_max >= cap
         if full:
-            why.append(f"the server ran its max_running_requests ({cap}) at once and queued the rest (up to "
-                       f"{queued:.0f} waiting)")  # fmt: skip
+            why.append(
+                f"the server ran its max_running_requests ({cap}) at once and queued the rest (up to "
+                f"{queued:.0f} waiting)"
+            )
         elif cap is not None and limits.running_max is not None:
             kv = f" (KV cache of {limits.kv_tokens} tokens)" if limits.kv_tokens else ""
-            why.append(f"the server queued requests below its max_running_requests ({cap}) (up to {queued:.0f} "
-                       f"waiting, at most {limits.running_max:.0f} running): its memory{kv} held fewer")  # fmt: skip
+            why.append(
+                f"the server queued requests below its max_running_requests ({cap}) (up to {queued:.0f} "
+                f"waiting, at most {limits.running_max:.0f} running): its memory{kv} held fewer"
+            )
         else:
             why.append(f"the server queued requests (up to {queued:.0f} waiting)")
     for r in failed:
@@ -341,8 +361,10 @@ def verdict_text(r: LevelSlo) -> str:
     parts = []
     for t in r.targets:
         v = _value(t)
-        parts.append(f"{t.target.label} {v} {'<=' if t.met else '>'} {t.target.threshold_text}"
-                     + (" ~" if t.inside_noise else ""))  # fmt: skip
+        parts.append(
+            f"{t.target.label} {v} {'<=' if t.met else '>'} {t.target.threshold_text}"
+            + (" ~" if t.inside_noise else "")
+        )
     share = f"good {r.good_share * 100:.0f}%" if r.good_share is not None else "good -"
     head = "met the SLO" if r.met else "missed the SLO"
     noise = " (inside the noise)" if r.inside_noise else ""
@@ -369,8 +391,14 @@ class CapacityRecord:
         space = None
         if isinstance(sp, Mapping):
             try:
-                space = SearchSpace(str(sp.get("kind")), float(sp["start"]), float(sp["minimum"]), float(sp["maximum"]),
-                                    float(sp.get("tolerance", 0.0)), int(sp.get("max_probes", 16)))  # fmt: skip
+                space = SearchSpace(
+                    str(sp.get("kind")),
+                    float(sp["start"]),
+                    float(sp["minimum"]),
+                    float(sp["maximum"]),
+                    float(sp.get("tolerance", 0.0)),
+                    int(sp.get("max_probes", 16)),
+                )
             except (KeyError, TypeError, ValueError):
                 space = None
         probes = (
@@ -380,5 +408,9 @@ class CapacityRecord:
         )
         slo = d.get("slo")
         status = d.get("status")
-        return cls(slo if isinstance(slo, str) else None, space, status if isinstance(status, str) else None,
-                   [dict(p) for p in probes])  # fmt: skip
+        return cls(
+            slo if isinstance(slo, str) else None,
+            space,
+            status if isinstance(status, str) else None,
+            [dict(p) for p in probes],
+        )

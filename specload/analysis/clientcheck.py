@@ -59,8 +59,10 @@ MIN_WINDOW_S = 0.2
 MAX_FAILED_SHARE = 0.05
 
 FIX = "add processes (`--processes N`) or worker machines"
-MASTER_FIX = ("give the master a core of its own (it hands out every ticket and writes every record): "
-              "fewer --processes on its machine, or workers on other machines")  # fmt: skip
+MASTER_FIX = (
+    "give the master a core of its own (it hands out every ticket and writes every record): "
+    "fewer --processes on its machine, or workers on other machines"
+)
 MASTER = "master"  # the process name under which the master reports its own load
 # The phases a level's load is measured in: handing out tickets, or draining (not ramp or pause).
 ACTIVE_PHASES = (Phase.WARMUP, Phase.MEASURE, Phase.DRAINING)
@@ -133,8 +135,15 @@ class ProcessLoad:
         return self.cpu + (self.cpu_wait or 0.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cpu": round(self.cpu, 3), "cpu_wait": _r(self.cpu_wait, 3), "lag_p99_ms": _r(self.lag_p99_ms),
-                "lag_max_ms": _r(self.lag_max_ms), "lag_p50_ms": _r(self.lag_p50_ms), "samples": self.samples, "wall_s": round(self.wall_s, 3)}  # fmt: skip
+        return {
+            "cpu": round(self.cpu, 3),
+            "cpu_wait": _r(self.cpu_wait, 3),
+            "lag_p99_ms": _r(self.lag_p99_ms),
+            "lag_max_ms": _r(self.lag_max_ms),
+            "lag_p50_ms": _r(self.lag_p50_ms),
+            "samples": self.samples,
+            "wall_s": round(self.wall_s, 3),
+        }
 
     @classmethod
     def from_json(cls, d: Any) -> ProcessLoad | None:
@@ -146,7 +155,12 @@ class ProcessLoad:
         samples = d.get("samples")
         n = samples if isinstance(samples, int) and not isinstance(samples, bool) else 0
         return cls(
-            cpu, _num(d.get("lag_p99_ms")), _num(d.get("lag_max_ms")), n, wall, _num(d.get("cpu_wait")),
+            cpu,
+            _num(d.get("lag_p99_ms")),
+            _num(d.get("lag_max_ms")),
+            n,
+            wall,
+            _num(d.get("cpu_wait")),
             _num(d.get("lag_p50_ms")),
         )
 
@@ -155,8 +169,15 @@ class ProcessLoad:
         cls, cpu_s: float, wall_s: float, lags: LagHistogram, wait_s: float | None = None
     ) -> ProcessLoad:
         per = (lambda x: x / wall_s) if wall_s > 0 else (lambda x: 0.0)
-        return cls(per(cpu_s), lags.percentile(0.99), lags.max_ms if lags.n else None, lags.n, wall_s,
-                   None if wait_s is None else per(wait_s), lags.percentile(0.5))  # fmt: skip
+        return cls(
+            per(cpu_s),
+            lags.percentile(0.99),
+            lags.max_ms if lags.n else None,
+            lags.n,
+            wall_s,
+            None if wait_s is None else per(wait_s),
+            lags.percentile(0.5),
+        )
 
 
 def _num(v: Any) -> float | None:
@@ -288,22 +309,28 @@ class ClientFigures:
     def to_json(self) -> dict[str, Any]:
         return {
             "cpu_max": _r(max((p.cpu for p in self.processes.values()), default=None), 3),
-            "cpu_wait_max": _r(max((p.cpu_wait for p in self.processes.values() if p.cpu_wait is not None),
-                                   default=None), 3),
-            "loop_lag_p99_ms": _r(self.lag_p99_ms), "loop_lag_max_ms": _r(self.lag_max_ms),
+            "cpu_wait_max": _r(
+                max((p.cpu_wait for p in self.processes.values() if p.cpu_wait is not None), default=None), 3
+            ),
+            "loop_lag_p99_ms": _r(self.lag_p99_ms),
+            "loop_lag_max_ms": _r(self.lag_max_ms),
             "processes": len(self.processes),
-            "mean_in_flight": _r(self.mean_in_flight, 1), "in_flight_note": self.in_flight_note,
+            "mean_in_flight": _r(self.mean_in_flight, 1),
+            "in_flight_note": self.in_flight_note,
             "flag": self.flag(),
             "per_process": {name: p.to_json() for name, p in sorted(self.processes.items())},
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, concurrency: int, d: Any) -> ClientFigures | None:
         if not isinstance(d, Mapping):
             return None
         per = d.get("per_process")
-        procs = {str(k): p for k, v in (per.items() if isinstance(per, Mapping) else [])
-                 if (p := ProcessLoad.from_json(v)) is not None}  # fmt: skip
+        procs = {
+            str(k): p
+            for k, v in (per.items() if isinstance(per, Mapping) else [])
+            if (p := ProcessLoad.from_json(v)) is not None
+        }
         note = d.get("in_flight_note")
         return cls(concurrency, procs, _num(d.get("mean_in_flight")), None if note is None else str(note))
 
@@ -315,7 +342,11 @@ def _lagging(p: ProcessLoad) -> bool:
 
 
 def judge_in_flight(
-    traffic: LevelTraffic | None, concurrency: int, budget: int | None, server_away: bool, skip_s: float = 0.0,
+    traffic: LevelTraffic | None,
+    concurrency: int,
+    budget: int | None,
+    server_away: bool,
+    skip_s: float = 0.0,
     rate: float | None = None,
 ) -> tuple[float | None, str | None]:
     """(mean in flight, None) when the gap to C says something about the client; else (None, why not).
@@ -366,8 +397,11 @@ def client_flags(run: Run) -> dict[int, str]:
 def client_notes(levels: Sequence[LevelMeta]) -> list[str]:
     """The report's note lines: one per level the client distorted, labelled like the table."""
     flags = level_flags(levels)
-    return [f"{level_label(lv.concurrency, lv.repeat, lv.rate)}: {flags[lv.index]}" for lv in levels
-            if lv.index is not None and lv.index in flags]  # fmt: skip
+    return [
+        f"{level_label(lv.concurrency, lv.repeat, lv.rate)}: {flags[lv.index]}"
+        for lv in levels
+        if lv.index is not None and lv.index in flags
+    ]
 
 
 def cell(fig: ClientFigures | None) -> str:

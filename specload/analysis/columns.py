@@ -51,11 +51,32 @@ Col = Sequence[Any]  # one field of many records, in file order (a list or a tup
 # The fields a level's figures use, in the order LevelColumns.add takes them (after the key).
 _KEY = ("level", "concurrency", "repeat")
 _USED = _KEY + (
-    "phase", "status", "reason", "http_status", "t_send", "t_first", "t_last", "t_end", "ttft_s", "e2e_s",
-    "tpot_s", "decode_tok_s", "output_tokens", "output_tokens_source", "prompt_tokens", "requested_output_tokens",
-    "requested_prompt_tokens", "spec_verify_ct", "itl", "itl_unit", "first_event_tokens", "t_sched",
-    "request_class", "turn", "cached_tokens",
-)  # fmt: skip
+    "phase",
+    "status",
+    "reason",
+    "http_status",
+    "t_send",
+    "t_first",
+    "t_last",
+    "t_end",
+    "ttft_s",
+    "e2e_s",
+    "tpot_s",
+    "decode_tok_s",
+    "output_tokens",
+    "output_tokens_source",
+    "prompt_tokens",
+    "requested_output_tokens",
+    "requested_prompt_tokens",
+    "spec_verify_ct",
+    "itl",
+    "itl_unit",
+    "first_event_tokens",
+    "t_sched",
+    "request_class",
+    "turn",
+    "cached_tokens",
+)
 # Numbers the figures do arithmetic with: a record where one is null has no place on the time line
 # (the object path crashed on it), so it is skipped like a record without a required field.
 _NOT_NULL = _KEY + ("t_send", "t_end", "e2e_s", "output_tokens")
@@ -119,8 +140,16 @@ class Timeline:
     def __len__(self) -> int:
         return len(self.t_send)
 
-    def add(self, t_send: float, t_first: float | None, t_last: float | None, t_end: float, e2e: float, n: float,
-            first_event_tokens: float | None) -> None:  # fmt: skip
+    def add(
+        self,
+        t_send: float,
+        t_first: float | None,
+        t_last: float | None,
+        t_end: float,
+        e2e: float,
+        n: float,
+        first_event_tokens: float | None,
+    ) -> None:
         t0 = t_first if t_first is not None else t_end
         self.t_send.append(t_send)
         self.t_end.append(t_end)
@@ -131,8 +160,17 @@ class Timeline:
         self.k.append(min(n, max(1, first_event_tokens or 1)))
         self.has_first.append(t_first is not None)
 
-    def add_block(self, t_send: Col, t_first: Col, t_last: Col, t_end: Col, e2e: Col, n: Col,
-                  first_event_tokens: Col, n_min: Any) -> None:  # fmt: skip
+    def add_block(
+        self,
+        t_send: Col,
+        t_first: Col,
+        t_last: Col,
+        t_end: Col,
+        e2e: Col,
+        n: Col,
+        first_event_tokens: Col,
+        n_min: Any,
+    ) -> None:
         """``add`` for many requests at once (columns of equal length, in file order; ``n_min``: min(n))."""
         m = len(t_send)
         _doubles(self.t_send, t_send)
@@ -170,7 +208,9 @@ class Timeline:
         return tl
 
     def nbytes(self) -> int:
-        return sum(getattr(self, name).buffer_info()[1] * getattr(self, name).itemsize for name in self.__slots__)
+        return sum(
+            getattr(self, name).buffer_info()[1] * getattr(self, name).itemsize for name in self.__slots__
+        )
 
 
 class LevelColumns:
@@ -184,12 +224,43 @@ class LevelColumns:
     """
 
     __slots__ = (
-        "warmup", "timeline", "ok", "short", "failed", "rate_limited", "output_tokens", "token_sources",
-        "output_mismatch", "prompt_mismatch", "requested_output", "requested_prompt", "reasons", "input_tokens",
-        "ttft", "tpot", "e2e_ok", "decode", "per_req", "prompt_sum", "prompt_n", "chunk_fallback_ok",
-        "itl_counts", "itl_units", "verify_n", "verify_sum", "verify_tokens", "lag", "ttft_sched", "e2e_sched",
-        "prompt_counted", "output_got", "cached_n", "cached_sum", "cached_prompt", "groups",
-    )  # fmt: skip
+        "warmup",
+        "timeline",
+        "ok",
+        "short",
+        "failed",
+        "rate_limited",
+        "output_tokens",
+        "token_sources",
+        "output_mismatch",
+        "prompt_mismatch",
+        "requested_output",
+        "requested_prompt",
+        "reasons",
+        "input_tokens",
+        "ttft",
+        "tpot",
+        "e2e_ok",
+        "decode",
+        "per_req",
+        "prompt_sum",
+        "prompt_n",
+        "chunk_fallback_ok",
+        "itl_counts",
+        "itl_units",
+        "verify_n",
+        "verify_sum",
+        "verify_tokens",
+        "lag",
+        "ttft_sched",
+        "e2e_sched",
+        "prompt_counted",
+        "output_got",
+        "cached_n",
+        "cached_sum",
+        "cached_prompt",
+        "groups",
+    )
 
     def __init__(self) -> None:
         self.warmup = 0
@@ -239,20 +310,67 @@ class LevelColumns:
         """The merged ITL histogram (``histogram.merge`` of the OK requests' ``itl``)."""
         return self.itl_counts.hist()
 
-    def add(self, phase: Any, status: Any, reason: Any, http_status: Any, t_send: float, t_first: float | None,
-            t_last: float | None, t_end: float, ttft: float | None, e2e: float, tpot: float | None,
-            decode: float | None, n: Any, source: Any, prompt: Any, req_out: Any, req_prompt: Any, verify: Any,
-            itl: Any, itl_unit: Any, first_event_tokens: Any, t_sched: float | None = None, request_class: Any = None,
-            turn: Any = None, cached: Any = None) -> None:  # fmt: skip
+    def add(
+        self,
+        phase: Any,
+        status: Any,
+        reason: Any,
+        http_status: Any,
+        t_send: float,
+        t_first: float | None,
+        t_last: float | None,
+        t_end: float,
+        ttft: float | None,
+        e2e: float,
+        tpot: float | None,
+        decode: float | None,
+        n: Any,
+        source: Any,
+        prompt: Any,
+        req_out: Any,
+        req_prompt: Any,
+        verify: Any,
+        itl: Any,
+        itl_unit: Any,
+        first_event_tokens: Any,
+        t_sched: float | None = None,
+        request_class: Any = None,
+        turn: Any = None,
+        cached: Any = None,
+    ) -> None:
         """One record (its fields in ``_USED`` order, after the level key)."""
         if phase != PHASE_MEASURE:
             if phase == PHASE_WARMUP:
                 self.warmup += 1
             return
         if request_class is not None or turn is not None:
-            args = (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
-                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched, None, None,
-                    cached)
+            args = (
+                phase,
+                status,
+                reason,
+                http_status,
+                t_send,
+                t_first,
+                t_last,
+                t_end,
+                ttft,
+                e2e,
+                tpot,
+                decode,
+                n,
+                source,
+                prompt,
+                req_out,
+                req_prompt,
+                verify,
+                itl,
+                itl_unit,
+                first_event_tokens,
+                t_sched,
+                None,
+                None,
+                cached,
+            )
             for key in (("class", request_class), ("turn", turn)):
                 if key[1] is not None:
                     group = self.groups.get(key)
@@ -311,12 +429,36 @@ class LevelColumns:
             self.verify_tokens += n
 
     def add_record(self, r: RequestRecord) -> None:
-        self.add(*_attrs_used(r)[len(_KEY):])
+        self.add(*_attrs_used(r)[len(_KEY) :])
 
-    def add_block(self, phase: Col, status: Col, reason: Col, http_status: Col, t_send: Col, t_first: Col,
-                  t_last: Col, t_end: Col, ttft: Col, e2e: Col, tpot: Col, decode: Col, n: Col, source: Col,
-                  prompt: Col, req_out: Col, req_prompt: Col, verify: Col, itl: Col, itl_unit: Col,
-                  first_event_tokens: Col, t_sched: Col, request_class: Col, turn: Col, cached: Col) -> None:  # fmt: skip
+    def add_block(
+        self,
+        phase: Col,
+        status: Col,
+        reason: Col,
+        http_status: Col,
+        t_send: Col,
+        t_first: Col,
+        t_last: Col,
+        t_end: Col,
+        ttft: Col,
+        e2e: Col,
+        tpot: Col,
+        decode: Col,
+        n: Col,
+        source: Col,
+        prompt: Col,
+        req_out: Col,
+        req_prompt: Col,
+        verify: Col,
+        itl: Col,
+        itl_unit: Col,
+        first_event_tokens: Col,
+        t_sched: Col,
+        request_class: Col,
+        turn: Col,
+        cached: Col,
+    ) -> None:
         """``add`` for many records at once: one column per argument (of equal length, in file order),
         numbers already checked (ints, floats or None; not None where ``_NOT_NULL`` says so).
 
@@ -332,17 +474,88 @@ class LevelColumns:
             if not measured:
                 return
             keep = list(map(eq, phase, repeat(PHASE_MEASURE)))
-            (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n, source,
-             prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched, request_class, turn,
-             cached) = [
-                list(compress(col, keep)) for col in (
-                    phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
-                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched,
-                    request_class, turn, cached)]  # fmt: skip
+            (
+                phase,
+                status,
+                reason,
+                http_status,
+                t_send,
+                t_first,
+                t_last,
+                t_end,
+                ttft,
+                e2e,
+                tpot,
+                decode,
+                n,
+                source,
+                prompt,
+                req_out,
+                req_prompt,
+                verify,
+                itl,
+                itl_unit,
+                first_event_tokens,
+                t_sched,
+                request_class,
+                turn,
+                cached,
+            ) = [
+                list(compress(col, keep))
+                for col in (
+                    phase,
+                    status,
+                    reason,
+                    http_status,
+                    t_send,
+                    t_first,
+                    t_last,
+                    t_end,
+                    ttft,
+                    e2e,
+                    tpot,
+                    decode,
+                    n,
+                    source,
+                    prompt,
+                    req_out,
+                    req_prompt,
+                    verify,
+                    itl,
+                    itl_unit,
+                    first_event_tokens,
+                    t_sched,
+                    request_class,
+                    turn,
+                    cached,
+                )
+            ]
             m = measured
         if request_class.count(None) != m or turn.count(None) != m:
-            cols = (phase, status, reason, http_status, t_send, t_first, t_last, t_end, ttft, e2e, tpot, decode, n,
-                    source, prompt, req_out, req_prompt, verify, itl, itl_unit, first_event_tokens, t_sched)  # fmt: skip
+            cols = (
+                phase,
+                status,
+                reason,
+                http_status,
+                t_send,
+                t_first,
+                t_last,
+                t_end,
+                ttft,
+                e2e,
+                tpot,
+                decode,
+                n,
+                source,
+                prompt,
+                req_out,
+                req_prompt,
+                verify,
+                itl,
+                itl_unit,
+                first_event_tokens,
+                t_sched,
+            )
             nones = [None] * m
             for kind, names in (("class", request_class), ("turn", turn)):
                 for name in dict.fromkeys(names):  # first-seen order, as add makes the groups
@@ -353,8 +566,12 @@ class LevelColumns:
                     group = self.groups.get((kind, name))
                     if group is None:
                         group = self.groups[(kind, name)] = LevelColumns()
-                    group.add_block(*(list(compress(col, mine)) for col in cols), nones[:k], nones[:k],
-                                    list(compress(cached, mine)))  # fmt: skip
+                    group.add_block(
+                        *(list(compress(col, mine)) for col in cols),
+                        nones[:k],
+                        nones[:k],
+                        list(compress(cached, mine)),
+                    )
         self._workload(status, n, prompt, cached)
         n_min = min(n)
         self.timeline.add_block(t_send, t_first, t_last, t_end, e2e, n, first_event_tokens, n_min)
@@ -378,13 +595,71 @@ class LevelColumns:
             take = itemgetter(*runs)
             lags = lag_of if scheduled else t_sched
             if len(runs) == 1:
-                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags = (
-                    take(col) for col in (
-                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags))  # fmt: skip
+                (
+                    ttft,
+                    e2e,
+                    tpot,
+                    decode,
+                    n,
+                    source,
+                    prompt,
+                    req_out,
+                    req_prompt,
+                    verify,
+                    itl,
+                    itl_unit,
+                    lags,
+                ) = (
+                    take(col)
+                    for col in (
+                        ttft,
+                        e2e,
+                        tpot,
+                        decode,
+                        n,
+                        source,
+                        prompt,
+                        req_out,
+                        req_prompt,
+                        verify,
+                        itl,
+                        itl_unit,
+                        lags,
+                    )
+                )
             else:
-                ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags = (
-                    list(chain.from_iterable(take(col))) for col in (
-                        ttft, e2e, tpot, decode, n, source, prompt, req_out, req_prompt, verify, itl, itl_unit, lags))  # fmt: skip
+                (
+                    ttft,
+                    e2e,
+                    tpot,
+                    decode,
+                    n,
+                    source,
+                    prompt,
+                    req_out,
+                    req_prompt,
+                    verify,
+                    itl,
+                    itl_unit,
+                    lags,
+                ) = (
+                    list(chain.from_iterable(take(col)))
+                    for col in (
+                        ttft,
+                        e2e,
+                        tpot,
+                        decode,
+                        n,
+                        source,
+                        prompt,
+                        req_out,
+                        req_prompt,
+                        verify,
+                        itl,
+                        itl_unit,
+                        lags,
+                    )
+                )
             if scheduled:
                 lag_of = lags
             m = len(e2e)
@@ -398,7 +673,10 @@ class LevelColumns:
         _doubles(self.tpot, _present(tpot))
         _doubles(self.e2e_ok, e2e)
         if scheduled:
-            _doubles(self.ttft_sched, [a + b for a, b in zip(ttft, lag_of, strict=True) if a is not None and b is not None])
+            _doubles(
+                self.ttft_sched,
+                [a + b for a, b in zip(ttft, lag_of, strict=True) if a is not None and b is not None],
+            )
             _doubles(self.e2e_sched, [a + b for a, b in zip(e2e, lag_of, strict=True) if b is not None])
         _doubles(self.decode, _present(decode))
         if min(e2e) > 0:
@@ -424,7 +702,11 @@ class LevelColumns:
         """``add``'s counts of the lengths the server counted and of the prefix cache, for a block."""
         if status.count(FAILED):
             got = list(map(ne, status, repeat(FAILED)))
-            n, prompt, cached = list(compress(n, got)), list(compress(prompt, got)), list(compress(cached, got))
+            n, prompt, cached = (
+                list(compress(n, got)),
+                list(compress(prompt, got)),
+                list(compress(cached, got)),
+            )
             if not n:
                 return
         _count_into(self.output_got, n)
@@ -440,8 +722,9 @@ class LevelColumns:
             self.cached_sum = _sum(cached, self.cached_sum)
             self.cached_prompt = _sum(prompt, self.cached_prompt)
 
-    def _not_ok(self, status: Any, reason: Any, http_status: Any, n: Any, prompt: Any, req_out: Any,
-                req_prompt: Any) -> None:  # fmt: skip
+    def _not_ok(
+        self, status: Any, reason: Any, http_status: Any, n: Any, prompt: Any, req_out: Any, req_prompt: Any
+    ) -> None:
         """What ``add`` counts of a record that is not OK (its mismatches, reason and outcome)."""
         if status != FAILED and n != req_out:
             self.output_mismatch += 1
@@ -475,7 +758,15 @@ class LevelColumns:
             out.take(p)
         return out
 
-    _SUMS = ("output_tokens", "input_tokens", "prompt_sum", "verify_sum", "verify_tokens", "cached_sum", "cached_prompt")
+    _SUMS = (
+        "output_tokens",
+        "input_tokens",
+        "prompt_sum",
+        "verify_sum",
+        "verify_tokens",
+        "cached_sum",
+        "cached_prompt",
+    )
 
     def sums_are_ints(self) -> bool:
         """Every sum an int: adding another part's sums to these is then what adding its values one
@@ -493,9 +784,25 @@ class LevelColumns:
     def take_counts(self, p: LevelColumns) -> None:
         """``take`` but for the arrays."""
         self.warmup += p.warmup
-        for name in ("ok", "short", "failed", "rate_limited", "output_tokens", "output_mismatch",
-                     "prompt_mismatch", "input_tokens", "prompt_sum", "prompt_n", "chunk_fallback_ok",
-                     "verify_n", "verify_sum", "verify_tokens", "cached_n", "cached_sum", "cached_prompt"):  # fmt: skip
+        for name in (
+            "ok",
+            "short",
+            "failed",
+            "rate_limited",
+            "output_tokens",
+            "output_mismatch",
+            "prompt_mismatch",
+            "input_tokens",
+            "prompt_sum",
+            "prompt_n",
+            "chunk_fallback_ok",
+            "verify_n",
+            "verify_sum",
+            "verify_tokens",
+            "cached_n",
+            "cached_sum",
+            "cached_prompt",
+        ):
             setattr(self, name, getattr(self, name) + getattr(p, name))
         self.prompt_counted.update(p.prompt_counted)
         self.output_got.update(p.output_got)
@@ -517,13 +824,22 @@ class LevelColumns:
     def arrays(self) -> list[tuple[Any, str]]:
         """Every array of these columns, as (owner, attribute name)."""
         return [(self.timeline, name) for name in Timeline.__slots__] + [
-            (self, name) for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req", "lag", "ttft_sched", "e2e_sched")
+            (self, name)
+            for name in ("ttft", "tpot", "e2e_ok", "decode", "per_req", "lag", "ttft_sched", "e2e_sched")
         ]
 
     def nbytes(self) -> int:
         """Bytes held in arrays (what grows with the number of requests)."""
-        arrays = (self.ttft, self.tpot, self.e2e_ok, self.decode, self.per_req, self.lag, self.ttft_sched,
-                  self.e2e_sched)  # fmt: skip
+        arrays = (
+            self.ttft,
+            self.tpot,
+            self.e2e_ok,
+            self.decode,
+            self.per_req,
+            self.lag,
+            self.ttft_sched,
+            self.e2e_sched,
+        )
         return self.timeline.nbytes() + sum(a.buffer_info()[1] * a.itemsize for a in arrays)
 
 
@@ -725,7 +1041,10 @@ class _Reading:
         if rows is not None:
             written = list(zip(*rows, strict=True))
             m = len(values)
-            cols = [written[i] if i >= 0 else (_DEFAULTS[name],) * m for i, name in zip(layout, _ORDER, strict=True)]  # type: ignore[arg-type]
+            cols = [
+                written[i] if i >= 0 else (_DEFAULTS[name],) * m
+                for i, name in zip(layout, _ORDER, strict=True)
+            ]  # type: ignore[arg-type]
             numbers = [cols[i] for i in _NUMBER_AT if layout[i] >= 0]  # type: ignore[index]  # a default is a number
         else:
             if set(map(type, values)) != {dict}:
@@ -752,7 +1071,9 @@ class _Reading:
             key = (level[0], concurrency[0], repeat_[0])
             self._group(key).add_block(*used)
             if self.slo is not None:
-                if key not in self.tallies and PHASE_MEASURE in used[0]:  # keyed as its first measured request
+                if (
+                    key not in self.tallies and PHASE_MEASURE in used[0]
+                ):  # keyed as its first measured request
                     i = used[0].index(PHASE_MEASURE)
                     key = (level[i], concurrency[i], repeat_[i])
                 self._tally(key, used)
@@ -821,7 +1142,9 @@ class _Reading:
                 return False
         for key, tally in later.tallies.items():
             theirs = self.tallies.get(key)
-            if theirs is not None and not (type(theirs.good_tokens) is int and type(tally.good_tokens) is int):
+            if theirs is not None and not (
+                type(theirs.good_tokens) is int and type(tally.good_tokens) is int
+            ):
                 return False
         size = iter(sizes)
         for key, cols in later.groups.items():

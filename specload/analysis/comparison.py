@@ -119,12 +119,19 @@ class Change:
         return self.pct if self.comparable else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pct": self.shown, "raw_pct": self.pct, "ci_half_width_pct": self.ci, "noise": self.noise,
-                "noise_test_half_width_pct": self.test_hw, "comparable": self.comparable}  # fmt: skip
+        return {
+            "pct": self.shown,
+            "raw_pct": self.pct,
+            "ci_half_width_pct": self.ci,
+            "noise": self.noise,
+            "noise_test_half_width_pct": self.test_hw,
+            "comparable": self.comparable,
+        }
 
 
-def change_of(base: Sequence[float], new: Sequence[float], base_mean: float | None,
-              new_mean: float | None) -> Change:  # fmt: skip
+def change_of(
+    base: Sequence[float], new: Sequence[float], base_mean: float | None, new_mean: float | None
+) -> Change:
     """Change of the means, with an interval when both sides have >= 2 repeat values."""
     ci = ci_change(base, new)
     if ci is not None:
@@ -163,7 +170,11 @@ def crossover(levels: Sequence[int], changes: Sequence[Change | float | None]) -
     """
     if len(levels) != len(changes):
         raise ValueError("levels and changes must have the same length")
-    pts = [(c, ch) for c, ch in zip(levels, map(_as_change, changes), strict=True) if c > 0 and ch.pct is not None]
+    pts = [
+        (c, ch)
+        for c, ch in zip(levels, map(_as_change, changes), strict=True)
+        if c > 0 and ch.pct is not None
+    ]
     usable = [(c, ch) for c, ch in pts if ch.comparable]
     decided = [i for i, (_, ch) in enumerate(usable) if not ch.negligible]
     out: list[Crossover] = []
@@ -278,15 +289,18 @@ def _higher(up: bool) -> str:
 
 _AGG = _Wording(
     unchanged="leaves aggregate tok/s unchanged at every level measured",
-    steady=lambda up, quiet: f"{_raises(up)} aggregate tok/s at every level "
-    + ("outside the noise" if quiet else "measured"),
+    steady=lambda up, quiet: (
+        f"{_raises(up)} aggregate tok/s at every level " + ("outside the noise" if quiet else "measured")
+    ),
     detail=lambda pts, axis: _range([y for _, y in pts]),
     first=lambda up: f"{_raises(up)} aggregate tok/s",
     later=lambda up: f"{_raises(up)} it",
 )
 _PER_REQ = _Wording(
     unchanged="per-request speed is unchanged at every level",
-    steady=lambda up, quiet: f"per-request speed stays {_higher(up)} at every level" + (" outside the noise" if quiet else ""),
+    steady=lambda up, quiet: (
+        f"per-request speed stays {_higher(up)} at every level" + (" outside the noise" if quiet else "")
+    ),
     detail=lambda pts, axis: f"{fmt_pct(pts[-1][1])} at {axis.at(pts[-1][0])}",
     first=lambda up: f"per-request speed is {_higher(up)}",
     later=_higher,
@@ -311,19 +325,27 @@ def _direction_part(
         return f"{wording.unchanged} (all inside the noise: {_range([y for _, y in quiet], fmt_raw_pct)})"
     segs = _segments(decided)
     if len(segs) == 1:
-        noted = "; " + ", ".join(f"{axis.at(c)}: {fmt_raw_pct(y)}" for c, y in quiet) + ", inside the noise" if quiet else ""
+        noted = (
+            "; " + ", ".join(f"{axis.at(c)}: {fmt_raw_pct(y)}" for c, y in quiet) + ", inside the noise"
+            if quiet
+            else ""
+        )
         return f"{wording.steady(decided[0][1] > 0, bool(quiet))} ({wording.detail(decided, axis)}{noted})"
     head = segs[0]
     parts = [f"{wording.first(head[0][1] > 0)} up to {axis.at(head[-1][0])} ({fmt_pct(head[-1][1])})"]
     for i, seg in enumerate(segs[1:]):
         again = " again" if i > 0 else ""
-        parts.append(f"{wording.later(seg[0][1] > 0)}{again} from {axis.at(seg[0][0])} ({fmt_pct(seg[0][1])})")
+        parts.append(
+            f"{wording.later(seg[0][1] > 0)}{again} from {axis.at(seg[0][0])} ({fmt_pct(seg[0][1])})"
+        )
     text = parts[0] + "".join(f", {p}" for p in parts[1:-1]) + f" and {parts[-1]}"
     raw = {c: ch.pct or 0.0 for c, ch in pts}
     return f"{text}, {_where(crossover(levels, changes), raw, axis)}"
 
 
-def _tpot_part(levels: Sequence[float], changes: Sequence[float | None], axis: Axis = CONCURRENCY) -> str | None:
+def _tpot_part(
+    levels: Sequence[float], changes: Sequence[float | None], axis: Axis = CONCURRENCY
+) -> str | None:
     """How the time between tokens of running requests changed: speculation's per-step gain,
     which queueing (in E2E, hence in Per-req tok/s) can hide at high concurrency."""
     pts = [(c, y) for c, y in zip(levels, changes, strict=False) if y is not None]
@@ -337,8 +359,10 @@ def _tpot_part(levels: Sequence[float], changes: Sequence[float | None], axis: A
     if len(slower) == len(pts):
         return f"Running requests decode slower at every level (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})"
     if faster and slower:
-        return (f"Running requests decode faster at {axis.many(faster)} and slower at "
-                f"{axis.many(slower)} (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})")  # fmt: skip
+        return (
+            f"Running requests decode faster at {axis.many(faster)} and slower at "
+            f"{axis.many(slower)} (TPOT {fmt_pct(top_y)} at {axis.at(top_c)})"
+        )
     return None
 
 
@@ -383,8 +407,11 @@ def crossover_sentence(
             text += f" (its max_running_requests is {max_running})."
         else:
             text += "."
-    left_out = [c for c, a, p in zip(levels, agg_chs, per_chs, strict=True)
-                if any(ch.pct is not None and not ch.comparable for ch in (a, p))]  # fmt: skip
+    left_out = [
+        c
+        for c, a, p in zip(levels, agg_chs, per_chs, strict=True)
+        if any(ch.pct is not None and not ch.comparable for ch in (a, p))
+    ]
     if left_out:
         text += f" Not comparable, so left out of this verdict: {', '.join(axis.at(c) for c in left_out)} (see the notes)."
     return text
@@ -416,11 +443,16 @@ def level_quality(f: RepeatedLevelStats) -> LevelQuality:
         return LevelQuality()
     top = max(ls, key=lambda s: s.sent)
     return LevelQuality(
-        sent=sum(s.sent for s in ls), ok=sum(s.ok for s in ls), failed=sum(s.failed for s in ls),
-        short=sum(s.short for s in ls), chunk_counted=sum(s.token_sources.get(SRC_CHUNKS, 0) for s in ls),
-        output_mismatch=sum(s.output_mismatch for s in ls), prompt_mismatch=sum(s.prompt_mismatch for s in ls),
-        requested_output_tokens=top.requested_output_tokens, requested_prompt_tokens=top.requested_prompt_tokens,
-    )  # fmt: skip
+        sent=sum(s.sent for s in ls),
+        ok=sum(s.ok for s in ls),
+        failed=sum(s.failed for s in ls),
+        short=sum(s.short for s in ls),
+        chunk_counted=sum(s.token_sources.get(SRC_CHUNKS, 0) for s in ls),
+        output_mismatch=sum(s.output_mismatch for s in ls),
+        prompt_mismatch=sum(s.prompt_mismatch for s in ls),
+        requested_output_tokens=top.requested_output_tokens,
+        requested_prompt_tokens=top.requested_prompt_tokens,
+    )
 
 
 @dataclass(frozen=True)
@@ -446,8 +478,10 @@ def _run_issues(label: str, q: LevelQuality) -> tuple[list[str], list[str]]:
     if q.sent <= 0:
         return reasons, remarks
     if q.chunk_counted:
-        text = (f"{label} counted output tokens from stream chunks for {_share(q.chunk_counted, q.sent)} (the "
-                "server sent no count; a chunk can carry several tokens, so Tokens, Agg and TPOT are off)")  # fmt: skip
+        text = (
+            f"{label} counted output tokens from stream chunks for {_share(q.chunk_counted, q.sent)} (the "
+            "server sent no count; a chunk can carry several tokens, so Tokens, Agg and TPOT are off)"
+        )
         (reasons if q.chunk_counted / q.sent > NOT_COMPARABLE_SHARE else remarks).append(text)
     bad = q.failed + q.short
     if bad:
@@ -457,10 +491,14 @@ def _run_issues(label: str, q: LevelQuality) -> tuple[list[str], list[str]]:
         else:
             remarks.append(text + "; Per-req, TTFT and TPOT are over the OK ones")
     if q.output_mismatch:
-        remarks.append(f"{label}: output length differs from the one asked for in {_share(q.output_mismatch, q.sent)}")
+        remarks.append(
+            f"{label}: output length differs from the one asked for in {_share(q.output_mismatch, q.sent)}"
+        )
     if q.prompt_mismatch:
-        remarks.append(f"{label}: the server counted another prompt length than asked for in "
-                       f"{_share(q.prompt_mismatch, q.sent)}")  # fmt: skip
+        remarks.append(
+            f"{label}: the server counted another prompt length than asked for in "
+            f"{_share(q.prompt_mismatch, q.sent)}"
+        )
     return reasons, remarks
 
 
@@ -490,7 +528,9 @@ def _own_lengths(m: RunMeta) -> tuple[bool, bool]:
     return m.scenario.get("dataset_lengths") == "fixed", False
 
 
-def check_level(base: tuple[str, RunMeta, LevelQuality], treat: tuple[str, RunMeta, LevelQuality]) -> LevelCheck:
+def check_level(
+    base: tuple[str, RunMeta, LevelQuality], treat: tuple[str, RunMeta, LevelQuality]
+) -> LevelCheck:
     """The comparability rule (docs/metrics.md) for one treatment at one level.
 
     Not comparable when, in either run, more than NOT_COMPARABLE_SHARE of the measured requests
@@ -508,8 +548,10 @@ def check_level(base: tuple[str, RunMeta, LevelQuality], treat: tuple[str, RunMe
         reasons += r
         remarks += k
     (bo, bp), (to, tp) = _own_lengths(bm), _own_lengths(tm)
-    for name, fixed, b, t in (("output", bo and to, bq.requested_output_tokens, tq.requested_output_tokens),
-                              ("prompt", bp and tp, bq.requested_prompt_tokens, tq.requested_prompt_tokens)):  # fmt: skip
+    for name, fixed, b, t in (
+        ("output", bo and to, bq.requested_output_tokens, tq.requested_output_tokens),
+        ("prompt", bp and tp, bq.requested_prompt_tokens, tq.requested_prompt_tokens),
+    ):
         if fixed and b is not None and t is not None and b != t:
             reasons.append(f"requested {name} tokens differ ({bl} {b}, {tl} {t})")
     mb, mt = prompt_material(bm), prompt_material(tm)
@@ -609,7 +651,11 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
         tpot_changes=[y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)],
         axis=comp.axis,
     )
-    noisy = [c for c, a, p in zip(comp.levels, agg, per, strict=True) if (a.noise and a.usable) or (p.noise and p.usable)]
+    noisy = [
+        c
+        for c, a, p in zip(comp.levels, agg, per, strict=True)
+        if (a.noise and a.usable) or (p.noise and p.usable)
+    ]
     if noisy:
         where = ", ".join(comp.axis.at(c) for c in noisy)
         text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
@@ -627,24 +673,44 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     labels = unique_labels([r.label for r in runs])
     kinds = [any(s.rate is not None for s in r.levels) for r in runs]
     if len(set(kinds)) > 1:
-        which = ", ".join(f"{label} ({'request rates' if k else 'concurrency'})" for label, k in zip(labels, kinds, strict=True))
-        raise ValueError(f"cannot compare runs of request-rate levels with runs of concurrency levels: {which}")
+        which = ", ".join(
+            f"{label} ({'request rates' if k else 'concurrency'})"
+            for label, k in zip(labels, kinds, strict=True)
+        )
+        raise ValueError(
+            f"cannot compare runs of request-rate levels with runs of concurrency levels: {which}"
+        )
     axis = RATE if kinds[0] else CONCURRENCY
     levels = sorted({s.x for r in runs for s in r.levels})
     cruns = []
     for label, r in zip(labels, runs, strict=True):
         figs = {c: repeats_at(r.levels, c, axis.rate) for c in levels}
-        cruns.append(ComparedRun(label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}))
+        cruns.append(
+            ComparedRun(
+                label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}
+            )
+        )
     base = cruns[0]
     comp = Comparison(cruns, levels, {}, {}, {}, {}, [], [], axis=axis)
     for t in cruns[1:]:
-        checks = [check_level((base.label, base.run.info, base.quality[c]), (t.label, t.run.info, t.quality[c]))
-                  for c in levels]  # fmt: skip
+        checks = [
+            check_level((base.label, base.run.info, base.quality[c]), (t.label, t.run.info, t.quality[c]))
+            for c in levels
+        ]
         pairs = [(base.figures[c], t.figures[c]) for c in levels]
-        agg = [_with(change_of(b.agg_tok_s_values, n.agg_tok_s_values, b.agg_tok_s_mean, n.agg_tok_s_mean), k)
-               for (b, n), k in zip(pairs, checks, strict=True)]  # fmt: skip
-        per = [_with(change_of(b.per_req_tok_s_values, n.per_req_tok_s_values, b.per_req_tok_s_mean,
-                               n.per_req_tok_s_mean), k) for (b, n), k in zip(pairs, checks, strict=True)]  # fmt: skip
+        agg = [
+            _with(change_of(b.agg_tok_s_values, n.agg_tok_s_values, b.agg_tok_s_mean, n.agg_tok_s_mean), k)
+            for (b, n), k in zip(pairs, checks, strict=True)
+        ]
+        per = [
+            _with(
+                change_of(
+                    b.per_req_tok_s_values, n.per_req_tok_s_values, b.per_req_tok_s_mean, n.per_req_tok_s_mean
+                ),
+                k,
+            )
+            for (b, n), k in zip(pairs, checks, strict=True)
+        ]
         comp.agg[t.label], comp.per_req[t.label], comp.checks[t.label] = agg, per, checks
         comp.tpot[t.label] = [change_pct(b.tpot_p50_ms_mean, n.tpot_p50_ms_mean) for b, n in pairs]
         comp.crossovers[t.label] = Crossovers(crossover(levels, agg), crossover(levels, per))
@@ -674,8 +740,11 @@ def _prompt_notes(comp: Comparison) -> list[str]:
         return []
     shown = "; ".join(f"{r.label} {d or 'not recorded'}" for r, d in zip(comp.runs, descs, strict=True))
     materials = {m for m in (prompt_material(r.run.info) for r in comp.runs) if m is not None}
-    why = ("different material: the acceptance length depends on the text, so the changes are n/c"
-           if len(materials) > 1 else "the acceptance length can depend on the prompts")  # fmt: skip
+    why = (
+        "different material: the acceptance length depends on the text, so the changes are n/c"
+        if len(materials) > 1
+        else "the acceptance length can depend on the prompts"
+    )
     return [f"the runs' prompts differ ({shown}): {why}"]
 
 
@@ -686,8 +755,10 @@ def _level_notes(comp: Comparison) -> list[str]:
         for t in comp.treatments:
             k = comp.checks[t.label][i]
             if k.reasons:
-                notes.append(f"{comp.axis.at(c)}: not comparable (n/c), changes of {t.label} not shown: "
-                             f"{'; '.join(k.reasons)}")  # fmt: skip
+                notes.append(
+                    f"{comp.axis.at(c)}: not comparable (n/c), changes of {t.label} not shown: "
+                    f"{'; '.join(k.reasons)}"
+                )
         for t in comp.treatments:
             notes += [f"{comp.axis.at(c)}: {remark}" for remark in comp.checks[t.label][i].remarks]
     return list(dict.fromkeys(notes))  # a baseline remark is said once, not once per treatment
@@ -703,7 +774,9 @@ def _notes(comp: Comparison) -> list[str]:
     for c in comp.levels:
         lacking = [r.label for r in comp.runs if not r.figures[c].measured]
         if lacking:
-            notes.append(f"{comp.axis.at(c)}: no measured requests in {', '.join(lacking)}; shown as {MISSING}")
+            notes.append(
+                f"{comp.axis.at(c)}: no measured requests in {', '.join(lacking)}; shown as {MISSING}"
+            )
     for name, value_of in _SAME:
         values = [value_of(r.run.info) for r in comp.runs]
         if len({json.dumps(v, sort_keys=True, default=str) for v in values if v is not None}) > 1:

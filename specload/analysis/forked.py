@@ -45,8 +45,12 @@ class Child(Generic[T]):
     writes the value into the pipe and ``receive(f)`` reads it back (default: pickle), for values
     too big to be pickled whole (a pickler keeps what it wrote until it is done)."""
 
-    def __init__(self, fn: Callable[[], Any], send: Callable[[Any, IO[bytes]], None] = _dump,
-                 receive: Callable[[IO[bytes]], T] = pickle.load) -> None:  # fmt: skip
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        send: Callable[[Any, IO[bytes]], None] = _dump,
+        receive: Callable[[IO[bytes]], T] = pickle.load,
+    ) -> None:
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -102,5 +106,7 @@ class Child(Generic[T]):
     def __enter__(self) -> Child[T]:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()

@@ -136,7 +136,7 @@ class LiveRun:
                 samples=self.samples,
                 cap=self.cap,
                 rate=rate,
-            )  # fmt: skip
+            )
             lv.cost_s = time.perf_counter() - t0
             lv.stats_records, lv.stats_at = lv.records, now
         return lv.stats

@@ -68,8 +68,13 @@ class Dist:
         def sc(v: float | None) -> float | None:
             return None if v is None else v * scale
 
-        return {"n": self.n, "mean": sc(self.mean), "std": sc(self.std), "exact": self.exact,
-                **{f"p{q:g}": sc(v) for q, v in self.p.items()}}  # fmt: skip
+        return {
+            "n": self.n,
+            "mean": sc(self.mean),
+            "std": sc(self.std),
+            "exact": self.exact,
+            **{f"p{q:g}": sc(v) for q, v in self.p.items()},
+        }
 
 
 def dist_of(values: Iterable[float | None]) -> Dist:
@@ -217,7 +222,9 @@ class LevelStats:
     req_s: float | None = None  # OK requests / wall_s
     input_tok_s: float | None = None  # prompt tokens of all measured requests / wall_s
     total_tok_s: float | None = None  # input_tok_s + agg_tok_s
-    tok_s_series: list[float] = field(default_factory=list)  # output tok/s per SERIES_BUCKET_S from the first send
+    tok_s_series: list[float] = field(
+        default_factory=list
+    )  # output tok/s per SERIES_BUCKET_S from the first send
     # Latency distributions over OK requests (seconds): ttft, tpot, itl, e2e.
     dists: dict[str, Dist] = field(default_factory=dict)
     itl_unit: str | None = None  # "token" | "event" | "mixed": what an ITL gap is between
@@ -489,7 +496,9 @@ class Flight:
         both = [*sends, *ends]
         order = sorted(range(len(both)), key=both.__getitem__)  # stable: sends first at equal times
         ordered = list(map(both.__getitem__, order))
-        self._tied = set(compress(ordered, map(eq, ordered, islice(ordered, 1, None))))  # times seen twice: rare
+        self._tied = set(
+            compress(ordered, map(eq, ordered, islice(ordered, 1, None)))
+        )  # times seen twice: rare
         del ordered, both
         self._is_send = bytes(map(gt, repeat(len(sends)), order))
 
@@ -702,7 +711,9 @@ def _fill_outcomes(s: LevelStats, c: LevelColumns) -> None:
     s.reasons = dict(c.reasons)
 
 
-def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, cap: int | None = None) -> None:
+def _fill_throughput(
+    s: LevelStats, c: LevelColumns, start: float, end: float, cap: int | None = None
+) -> None:
     tl = c.timeline
     wall = end - start
     s.wall_s = wall
@@ -811,8 +822,12 @@ def _sorted_dist(xs: Sequence[float]) -> tuple[Dist, Sequence[float]]:
     total = sum(xs)
     placed = _placed(values, total)
     n = len(xs)
-    dist = Dist(n, total / n, stdev(values, placed if isinstance(placed, list) else None) if n > 1 else None,
-                {q: percentile_sorted(placed, q) or 0.0 for q in PERCENTILES})  # fmt: skip
+    dist = Dist(
+        n,
+        total / n,
+        stdev(values, placed if isinstance(placed, list) else None) if n > 1 else None,
+        {q: percentile_sorted(placed, q) or 0.0 for q in PERCENTILES},
+    )
     return dist, placed
 
 
@@ -882,14 +897,41 @@ def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> 
 # ``processes=2``). The weights: each part's cost per measured request, relative, to balance them.
 PARTS = {"steady": 2.6, "series": 1.7, "latency": 2.5}
 _PART_FIELDS = {
-    "steady": ("wall_s", "agg_tok_s", "mean_concurrency", "req_s", "input_tok_s", "total_tok_s", "peak_in_flight",
-               "steady_tok_s", "steady_window_s", "send_rate"),
+    "steady": (
+        "wall_s",
+        "agg_tok_s",
+        "mean_concurrency",
+        "req_s",
+        "input_tok_s",
+        "total_tok_s",
+        "peak_in_flight",
+        "steady_tok_s",
+        "steady_window_s",
+        "send_rate",
+    ),
     "series": ("tok_s_series",),
-    "latency": ("per_req_tok_s", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2e_p50_s",
-                "e2e_p99_s", "decode_tok_s_mean", "dists", "itl_unit", "prompt_tokens_mean", "chunk_fallback_ok",
-                "token_note", "accept_length", "accept_length_requests", "accept_length_source", "late",
-                "lag_p99_ms", "lag_max_ms"),
-}  # fmt: skip
+    "latency": (
+        "per_req_tok_s",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "tpot_p50_ms",
+        "tpot_p99_ms",
+        "e2e_p50_s",
+        "e2e_p99_s",
+        "decode_tok_s_mean",
+        "dists",
+        "itl_unit",
+        "prompt_tokens_mean",
+        "chunk_fallback_ok",
+        "token_note",
+        "accept_length",
+        "accept_length_requests",
+        "accept_length_source",
+        "late",
+        "lag_p99_ms",
+        "lag_max_ms",
+    ),
+}
 Job = tuple[int, str]  # (row, part)
 
 
@@ -927,8 +969,12 @@ def level_part(row: Row, part: str) -> dict[str, Any]:
 
 def jobs(rows: Sequence[Row]) -> list[tuple[Job, float]]:
     """Every part of every row that has requests, with its estimated cost."""
-    return [((i, part), weight * row.columns.sent) for i, row in enumerate(rows) if row.columns.sent
-            for part, weight in PARTS.items()]  # fmt: skip
+    return [
+        ((i, part), weight * row.columns.sent)
+        for i, row in enumerate(rows)
+        if row.columns.sent
+        for part, weight in PARTS.items()
+    ]
 
 
 def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) -> LevelStats:
@@ -1012,7 +1058,9 @@ def summarize_level(
     server samples (any order; those outside the level's measured window are ignored).
     """
     cols = LevelColumns.of(r for r in records if _belongs(r, concurrency, repeat, index))
-    return level_stats(cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate)
+    return level_stats(
+        cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate
+    )
 
 
 def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
@@ -1045,8 +1093,16 @@ def summarize_run(
     samples = sorted(samples or [], key=lambda x: x.t)
     plan = _plan(levels_meta)
     out = [
-        summarize_level(records, lv.concurrency, lv.repeat, index=lv.index, status=lv.status, samples=samples,
-                        cap=cap, rate=lv.rate)  # fmt: skip
+        summarize_level(
+            records,
+            lv.concurrency,
+            lv.repeat,
+            index=lv.index,
+            status=lv.status,
+            samples=samples,
+            cap=cap,
+            rate=lv.rate,
+        )
         for lv in plan
     ]
     extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})

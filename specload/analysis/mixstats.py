@@ -138,9 +138,11 @@ def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) 
 
 def mix_stats(c: LevelColumns, wall: float | None) -> MixStats:
     sources: dict[str, Counter[Any]] = {
-        "input_sent": c.requested_prompt, "input_counted": c.prompt_counted,
-        "output_asked": c.requested_output, "output_received": c.output_got,
-    }  # fmt: skip
+        "input_sent": c.requested_prompt,
+        "input_counted": c.prompt_counted,
+        "output_asked": c.requested_output,
+        "output_received": c.output_got,
+    }
     m = MixStats(lengths={key: summarize_counts(sources[key]) for key, _ in LENGTHS})
     m.varied = len(c.requested_prompt) > 1 or len(c.requested_output) > 1
     for (kind, key), group in sorted(c.groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):

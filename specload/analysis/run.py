@@ -92,7 +92,10 @@ class Run:
         if cap is None:
             return []
         over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap})
-        return [f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue" for c in over]
+        return [
+            f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue"
+            for c in over
+        ]
 
     def capacity(self) -> Capacity | None:
         """The highest level that met the SLO, bracketed (specload.analysis.capacity.capacity_of); None without an SLO."""
@@ -111,10 +114,13 @@ class Run:
         running = [s.server_running_max for s in at if s.server_running_max is not None]
         kv = srv.get("max_total_num_tokens")
         return ServerLimits(
-            max_running=srv.max_running, configured_max_running=srv.max_running_requests,
-            speculative_algorithm=srv.speculative_algorithm, kv_tokens=kv if isinstance(kv, int) else None,
-            queued_max=max(queued) if queued else None, running_max=max(running) if running else None,
-        )  # fmt: skip
+            max_running=srv.max_running,
+            configured_max_running=srv.max_running_requests,
+            speculative_algorithm=srv.speculative_algorithm,
+            kv_tokens=kv if isinstance(kv, int) else None,
+            queued_max=max(queued) if queued else None,
+            running_max=max(running) if running else None,
+        )
 
 
 def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
@@ -246,7 +252,9 @@ def load_run(
     notices += slo_notes
     if chosen is not None:
         judge_levels(levels, tallies, chosen)
-    run = Run(d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices))
+    run = Run(
+        d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices)
+    )
     if keep and cache_key is not None:
         figcache.save(d, cache_key, run)
     return run
@@ -265,11 +273,16 @@ def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
 
 # ---------------------------------------------------------------- the SLO, per request
 
+
 def judge_levels(levels: list[LevelStats], tallies: dict[GroupKey, SloTally], slo: Slo) -> None:
     """Set each level's ``slo`` from the tallies of its records (a run.json level without an index
     takes every group with its concurrency and repeat, as the columns do)."""
     for s in levels:
-        keys = [k for k in tallies if k[1] == s.concurrency and k[2] == s.repeat and (s.index is None or k[0] == s.index)]
+        keys = [
+            k
+            for k in tallies
+            if k[1] == s.concurrency and k[2] == s.repeat and (s.index is None or k[0] == s.index)
+        ]
         tally = SloTally(slo)
         for k in keys:
             tally.merge(tallies[k])

@@ -92,8 +92,10 @@ def _common_slo(runs: Sequence[Run]) -> tuple[Slo | None, list[str]]:
     if len(set(texts)) <= 1:
         return runs[0].slo, []
     shown = ", ".join(f"{r.label} {t or 'none'}" for r, t in zip(runs, texts, strict=True))
-    return None, [f"the runs were judged against different SLOs ({shown}): no capacity comparison; "
-                  "`specload compare --slo ...` judges all against one"]  # fmt: skip
+    return None, [
+        f"the runs were judged against different SLOs ({shown}): no capacity comparison; "
+        "`specload compare --slo ...` judges all against one"
+    ]
 
 
 def compare_slo(runs: Sequence[tuple[str, Run, dict[int, RepeatedLevelStats]]]) -> SloComparison:

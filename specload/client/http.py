@@ -294,9 +294,25 @@ class StreamResponse:
     (chunked, Content-Length or until close) in one pass per ``recv`` and handed out as lines."""
 
     __slots__ = (
-        "_sock", "_pool", "_buf", "_view", "status", "keep_alive", "complete", "t", "pending",
-        "_mode", "_left", "_state", "_raw", "_extra", "_early", "_raw_sock", "_drained", "_disarm",
-    )  # fmt: skip
+        "_sock",
+        "_pool",
+        "_buf",
+        "_view",
+        "status",
+        "keep_alive",
+        "complete",
+        "t",
+        "pending",
+        "_mode",
+        "_left",
+        "_state",
+        "_raw",
+        "_extra",
+        "_early",
+        "_raw_sock",
+        "_drained",
+        "_disarm",
+    )
 
     def __init__(self, sock: Any, pool: Any, read_timeout: float | None = None) -> None:
         self._sock = sock

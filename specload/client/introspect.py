@@ -27,26 +27,44 @@ METRICS: dict[str, tuple[str, ...]] = {
     "running": ("sglang:num_running_reqs", "vllm:num_requests_running", "llamacpp:requests_processing"),
     "queued": ("sglang:num_queue_reqs", "vllm:num_requests_waiting", "llamacpp:requests_deferred"),
     "spec_num_drafts": ("vllm:spec_decode_num_drafts_total", "llamacpp:spec_decode_num_drafts_total"),
-    "spec_num_draft_tokens": ("vllm:spec_decode_num_draft_tokens_total", "llamacpp:spec_decode_num_draft_tokens_total"),
+    "spec_num_draft_tokens": (
+        "vllm:spec_decode_num_draft_tokens_total",
+        "llamacpp:spec_decode_num_draft_tokens_total",
+    ),
     "spec_num_accepted_tokens": (
-        "vllm:spec_decode_num_accepted_tokens_total", "llamacpp:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "llamacpp:spec_decode_num_accepted_tokens_total",
     ),
     # The prefix cache: vLLM's cumulative token counters, SGLang's hit-rate gauge (its last prefill batch).
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
     "cache_hit_rate": ("sglang:cache_hit_rate",),
-}  # fmt: skip
+}
 _WANTED = {name: key for key, names in METRICS.items() for name in names}
 _AVERAGED = ("cache_hit_rate",)
 _PREFIXES = tuple({n.rsplit("_total", 1)[0] for n in _WANTED})
 
 # /get_server_info fields worth a column or a sentence; everything else is kept under "raw".
 SGLANG_FIELDS = (
-    "model_path", "served_model_name", "max_running_requests", "max_total_num_tokens", "context_length",
-    "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_draft_model_path", "tp_size", "dp_size", "chunked_prefill_size", "mem_fraction_static",
-    "disable_overlap_schedule", "cuda_graph_max_bs", "version", "simulated",
-)  # fmt: skip
+    "model_path",
+    "served_model_name",
+    "max_running_requests",
+    "max_total_num_tokens",
+    "context_length",
+    "speculative_algorithm",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "speculative_draft_model_path",
+    "tp_size",
+    "dp_size",
+    "chunked_prefill_size",
+    "mem_fraction_static",
+    "disable_overlap_schedule",
+    "cuda_graph_max_bs",
+    "version",
+    "simulated",
+)
 
 
 def parse_metrics(text: str) -> dict[str, float | None]:
@@ -113,7 +131,10 @@ def discover_model(
     served = parse_models(body) if status == 200 else None
     if served is not None and served.id:
         return served.id, "/v1/models"
-    return None, f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model"
+    return (
+        None,
+        f"/v1/models answered HTTP {status}: {body}" if status != 200 else "/v1/models listed no model",
+    )
 
 
 def server_config(

@@ -110,20 +110,42 @@ def stream_request(
     the default, keeps no text."""
     t_send = now()
     try:
-        return _stream_request(client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout,
-                               text)  # fmt: skip
+        return _stream_request(
+            client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout, text
+        )
     except Interrupted:
         raise
     except Exception as e:  # noqa: BLE001
         return make_record(
-            t_send=t_send, t_first=None, t_last=None, t_end=now(), output_tokens=0, level=spec.level,
-            concurrency=spec.concurrency, phase=spec.phase, seq=spec.seq, backend=backend.name, status=FAILED,
-            reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}", http_status=None,
-            output_tokens_source=SRC_CHUNKS, prompt_tokens=None, requested_output_tokens=spec.requested_output_tokens,
-            requested_prompt_tokens=spec.requested_prompt_tokens, chunks=0, itl_max_s=None, spec_verify_ct=None,
-            worker=worker, repeat=spec.repeat, t_sched=spec.t_sched, rate=spec.rate, request_class=spec.request_class,
-            turn=spec.turn, conversation=spec.conversation, prefix_group=spec.prefix_group,
-        )  # fmt: skip
+            t_send=t_send,
+            t_first=None,
+            t_last=None,
+            t_end=now(),
+            output_tokens=0,
+            level=spec.level,
+            concurrency=spec.concurrency,
+            phase=spec.phase,
+            seq=spec.seq,
+            backend=backend.name,
+            status=FAILED,
+            reason=f"unexpected {type(e).__name__}: {shorten(str(e), 120)}",
+            http_status=None,
+            output_tokens_source=SRC_CHUNKS,
+            prompt_tokens=None,
+            requested_output_tokens=spec.requested_output_tokens,
+            requested_prompt_tokens=spec.requested_prompt_tokens,
+            chunks=0,
+            itl_max_s=None,
+            spec_verify_ct=None,
+            worker=worker,
+            repeat=spec.repeat,
+            t_sched=spec.t_sched,
+            rate=spec.rate,
+            request_class=spec.request_class,
+            turn=spec.turn,
+            conversation=spec.conversation,
+            prefix_group=spec.prefix_group,
+        )
 
 
 def _stream_request(
@@ -242,9 +264,24 @@ def _stream_request(
     if t_end_p is None:
         t_end_p = perf()
     rec = _record(
-        spec, backend, parser, worker, http_status, reason, done, chunks, tokens_seen,
-        t_send_wall, t0, t_first_p, last_p, t_end_p, itl_max, first_n, itl,
-    )  # fmt: skip
+        spec,
+        backend,
+        parser,
+        worker,
+        http_status,
+        reason,
+        done,
+        chunks,
+        tokens_seen,
+        t_send_wall,
+        t0,
+        t_first_p,
+        last_p,
+        t_end_p,
+        itl_max,
+        first_n,
+        itl,
+    )
     if interrupted:
         raise Interrupted(rec)
     return rec

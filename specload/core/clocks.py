@@ -40,8 +40,13 @@ def estimate(worker: str, samples: Iterable[ClockSample], measured_at: float) ->
     if not usable:
         return None
     best = min(usable, key=lambda s: s.rtt)
-    return ClientClock(worker=worker, offset_ms=round(best.offset * 1e3, 3), rtt_ms=round(best.rtt * 1e3, 3),
-                       samples=len(usable), measured_at=measured_at)  # fmt: skip
+    return ClientClock(
+        worker=worker,
+        offset_ms=round(best.offset * 1e3, 3),
+        rtt_ms=round(best.rtt * 1e3, 3),
+        samples=len(usable),
+        measured_at=measured_at,
+    )
 
 
 def is_off(clock: ClientClock, limit_s: float = SKEW_WARN_S) -> bool:
@@ -51,5 +56,7 @@ def is_off(clock: ClientClock, limit_s: float = SKEW_WARN_S) -> bool:
 
 def describe(clock: ClientClock) -> str:
     way = "ahead of" if clock.offset_ms > 0 else "behind"
-    return (f"worker {clock.worker}'s clock is {abs(clock.offset_ms):.1f} ms {way} the master's "
-            f"(±{clock.rtt_ms / 2:.1f} ms)")  # fmt: skip
+    return (
+        f"worker {clock.worker}'s clock is {abs(clock.offset_ms):.1f} ms {way} the master's "
+        f"(±{clock.rtt_ms / 2:.1f} ms)"
+    )

@@ -37,6 +37,7 @@ SRC_CHUNKS = "chunks"  # fallback: number of content chunks (labelled, never sil
 ITL_PER_TOKEN = "token"  # the backend knows each event's token count (SGLang /generate meta_info)
 ITL_PER_EVENT = "event"  # it does not (OpenAI-style streams): a gap between events, one token assumed each
 
+
 class Phase(str, Enum):
     """Where a level is in its life (a ``str`` so that it travels in messages and run.json as is)."""
 
@@ -171,13 +172,27 @@ def make_record(
 ) -> RequestRecord:
     """A record whose per-request figures come from ``derived``, the one place they are computed."""
     ttft, e2e, tpot, per_req, decode = derived(
-        t_send, t_first, t_last, t_end, output_tokens, fields.get("first_event_tokens"),
+        t_send,
+        t_first,
+        t_last,
+        t_end,
+        output_tokens,
+        fields.get("first_event_tokens"),
         fields.get("output_tokens_source") != SRC_CHUNKS,
-    )  # fmt: skip
+    )
     return RequestRecord(
-        t_send=t_send, t_first=t_first, t_last=t_last, t_end=t_end, output_tokens=output_tokens,
-        ttft_s=ttft, e2e_s=e2e, tpot_s=tpot, per_request_tok_s=per_req, decode_tok_s=decode, **fields,
-    )  # fmt: skip
+        t_send=t_send,
+        t_first=t_first,
+        t_last=t_last,
+        t_end=t_end,
+        output_tokens=output_tokens,
+        ttft_s=ttft,
+        e2e_s=e2e,
+        tpot_s=tpot,
+        per_request_tok_s=per_req,
+        decode_tok_s=decode,
+        **fields,
+    )
 
 
 def read_records(path: str, notes: list[str] | None = None) -> list[RequestRecord]:
@@ -217,8 +232,9 @@ def read_notes(
             f"{', ...' if n_torn > 5 else ''}; a torn last line means the writer was stopped mid-line)"
         )
     if n_bad:
-        notes.append(f"records.jsonl: {n_bad} record(s) without a usable required field skipped "
-                     f"(first: {first_bad})")  # fmt: skip
+        notes.append(
+            f"records.jsonl: {n_bad} record(s) without a usable required field skipped (first: {first_bad})"
+        )
     for name, n in sorted(bad_fields.items()):
         notes.append(f"records.jsonl: field '{name}' not a number in {n} record(s); left out of the figures")
 

@@ -72,7 +72,9 @@ def new_run_dir(results_dir: str, label: str) -> str:
 def claim_run_dir(path: str) -> str:
     """Use ``path`` as the run directory if it holds no run yet; otherwise refuse, never overwrite."""
     if os.path.exists(os.path.join(path, RUN_JSON)) or os.path.exists(os.path.join(path, RECORDS)):
-        raise FileExistsError(f"{path} already holds a run; choose a new directory (runs are never overwritten)")
+        raise FileExistsError(
+            f"{path} already holds a run; choose a new directory (runs are never overwritten)"
+        )
     os.makedirs(path, exist_ok=True)
     return path
 
@@ -306,7 +308,8 @@ class ServerInfo:
         if cap is not None:
             configured = self.max_running_requests
             parts.append(
-                f"max_running_requests {cap}" + (f" (configured {configured})" if configured not in (None, cap) else "")
+                f"max_running_requests {cap}"
+                + (f" (configured {configured})" if configured not in (None, cap) else "")
             )
         return ", ".join(parts) or None
 
@@ -362,7 +365,9 @@ class RunMeta:
     server: ServerInfo = field(default_factory=ServerInfo)
     simulated: bool = False
     server_metrics: str | None = None  # off | sampled | unavailable
-    prompts: dict[str, Any] = field(default_factory=dict)  # PromptSource.describe(): what prompts were made of
+    prompts: dict[str, Any] = field(
+        default_factory=dict
+    )  # PromptSource.describe(): what prompts were made of
     clients: list[ClientClock] = field(default_factory=list)  # workers' clock offsets (distributed runs)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
 
@@ -400,7 +405,10 @@ class RunMeta:
             prompts=dict(d["prompts"]) if isinstance(d.get("prompts"), Mapping) else {},
             clients=[
                 c
-                for c in (ClientClock.from_json(x) for x in (d["clients"] if isinstance(d.get("clients"), list) else []))
+                for c in (
+                    ClientClock.from_json(x)
+                    for x in (d["clients"] if isinstance(d.get("clients"), list) else [])
+                )
                 if c is not None
             ],
             extra=_extra(d, cls),

@@ -128,8 +128,10 @@ def parse_slo(text: str) -> Slo:
         metric, stat, pct = m.group(1), m.group(2), m.group(3)
         q = None if stat == "mean" else float(pct)
         if q is not None and q not in PERCENTILES:
-            raise SloError(f"{part!r}: p{pct} is not a percentile the report gives "
-                           f"({', '.join(f'p{x:g}' for x in PERCENTILES)}, or mean)")  # fmt: skip
+            raise SloError(
+                f"{part!r}: p{pct} is not a percentile the report gives "
+                f"({', '.join(f'p{x:g}' for x in PERCENTILES)}, or mean)"
+            )
         v = _VALUE.match(value.replace(" ", ""))
         if v is None:
             raise SloError(f"{part!r}: the threshold must be a number with its unit, ms or s (e.g. 2s, 50ms)")
@@ -223,8 +225,9 @@ def mean_inside_noise(values: Sequence[float], threshold: float) -> bool:
 # ---------------------------------------------------------------- per request
 
 
-def request_value(metric: str, q: float | None, ttft: float | None, tpot: float | None, e2e: float | None,
-                  itl: Any) -> float | None:  # fmt: skip
+def request_value(
+    metric: str, q: float | None, ttft: float | None, tpot: float | None, e2e: float | None, itl: Any
+) -> float | None:
     """A request's own value for a target: its TTFT, TPOT or E2E; for ITL, the q-th percentile
     (or the mean) of its own gaps (from its histogram, like the level's ITL). None: it has none."""
     if metric == "ttft":
@@ -269,10 +272,18 @@ class TargetResult:
 
     def to_json(self) -> dict[str, Any]:
         v = self.value_s
-        return {"target": self.target.text, "key": self.target.key, "threshold_s": self.target.threshold_s,
-                "value_s": None if v is None or math.isinf(v) else v, "unbounded": v is not None and math.isinf(v),
-                "met": self.met, "over": self.over, "n": self.n, "inside_noise": self.inside_noise,
-                "missing": self.missing}  # fmt: skip
+        return {
+            "target": self.target.text,
+            "key": self.target.key,
+            "threshold_s": self.target.threshold_s,
+            "value_s": None if v is None or math.isinf(v) else v,
+            "unbounded": v is not None and math.isinf(v),
+            "met": self.met,
+            "over": self.over,
+            "n": self.n,
+            "inside_noise": self.inside_noise,
+            "missing": self.missing,
+        }
 
 
 @dataclass(frozen=True)
@@ -320,10 +331,19 @@ class LevelSlo:
         return all(t.inside_noise for t in self.failed_targets)
 
     def to_json(self) -> dict[str, Any]:
-        return {"slo": self.slo.text, "met": self.met, "inside_noise": self.inside_noise, "sent": self.sent,
-                "good": self.good, "good_share": self.good_share, "good_tokens": self.good_tokens,
-                "goodput_req_s": self.goodput_req_s, "goodput_tok_s": self.goodput_tok_s, "wall_s": self.wall_s,
-                "targets": [t.to_json() for t in self.targets]}  # fmt: skip
+        return {
+            "slo": self.slo.text,
+            "met": self.met,
+            "inside_noise": self.inside_noise,
+            "sent": self.sent,
+            "good": self.good,
+            "good_share": self.good_share,
+            "good_tokens": self.good_tokens,
+            "goodput_req_s": self.goodput_req_s,
+            "goodput_tok_s": self.goodput_tok_s,
+            "wall_s": self.wall_s,
+            "targets": [t.to_json() for t in self.targets],
+        }
 
 
 _LISTS = frozenset({list})
@@ -375,8 +395,17 @@ class SloTally:
             self.missing = [0] * len(self.slo.targets)
         self._gaps = any(t.metric == "itl" for t in self.slo.targets)
 
-    def add(self, status: str, t_send: float, t_end: float, output_tokens: int, ttft: float | None,
-            tpot: float | None, e2e: float | None, itl: Any) -> None:  # fmt: skip
+    def add(
+        self,
+        status: str,
+        t_send: float,
+        t_end: float,
+        output_tokens: int,
+        ttft: float | None,
+        tpot: float | None,
+        e2e: float | None,
+        itl: Any,
+    ) -> None:
         """One measured request (warmup requests are never added)."""
         self.sent += 1
         self.first_send = t_send if self.first_send is None else min(self.first_send, t_send)
@@ -403,9 +432,17 @@ class SloTally:
             self.good += 1
             self.good_tokens += max(0, output_tokens)
 
-    def add_block(self, status: Sequence[Any], t_send: Sequence[float], t_end: Sequence[float],
-                  output_tokens: Sequence[Any], ttft: Sequence[float | None], tpot: Sequence[float | None],
-                  e2e: Sequence[float | None], itl: Sequence[Any]) -> None:  # fmt: skip
+    def add_block(
+        self,
+        status: Sequence[Any],
+        t_send: Sequence[float],
+        t_end: Sequence[float],
+        output_tokens: Sequence[Any],
+        ttft: Sequence[float | None],
+        tpot: Sequence[float | None],
+        e2e: Sequence[float | None],
+        itl: Sequence[Any],
+    ) -> None:
         """``add`` of many measured requests at once (columns of equal length, in file order), as the
         report reads records.jsonl a block at a time: the same counts, values and sums as adding them
         one by one, with a pass over each column instead of a step per request and target. An ITL

@@ -19,8 +19,10 @@ def _betacf(a: float, b: float, x: float) -> float:
     h = d
     for m in range(1, 100_000):
         m2 = 2 * m
-        for aa in (m * (b - m) * x / ((a - 1.0 + m2) * (a + m2)),
-                   -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2))):  # fmt: skip
+        for aa in (
+            m * (b - m) * x / ((a - 1.0 + m2) * (a + m2)),
+            -(a + m) * (a + b + m) * x / ((a + m2) * (a + 1.0 + m2)),
+        ):
             d = 1.0 + aa * d
             d = 1.0 / (d if abs(d) > tiny else tiny)
             c = 1.0 + aa / c

@@ -29,25 +29,56 @@ from specload.workload.config import (
 # The run's own options: (dest, flag, default, help, in web UI).
 RUN_OPTIONS: list[tuple[str, str, Any, str, bool]] = [
     ("scenario", "--scenario", "", "Scenario TOML file (see scenarios/); flags override its fields", False),
-    ("run_dir", "--run-dir", "", "Exact run directory to write (default: <results-dir>/<label>-<UTC time>)", False),
+    (
+        "run_dir",
+        "--run-dir",
+        "",
+        "Exact run directory to write (default: <results-dir>/<label>-<UTC time>)",
+        False,
+    ),
     ("results_dir", "--results-dir", "results", "Where new run directories are made", False),
-    ("label", "--label", "", "Run label, first part of the run directory name (default: scenario name)", True),
-    ("capacity_search", "--capacity-search", "", "Search the highest load meeting --slo instead of sweeping "
-     "--levels (KIND:START:MIN:MAX:TOLERANCE:PROBES, as `specload capacity` passes it)", False),
-]  # fmt: skip
+    (
+        "label",
+        "--label",
+        "",
+        "Run label, first part of the run directory name (default: scenario name)",
+        True,
+    ),
+    (
+        "capacity_search",
+        "--capacity-search",
+        "",
+        "Search the highest load meeting --slo instead of sweeping "
+        "--levels (KIND:START:MIN:MAX:TOLERANCE:PROBES, as `specload capacity` passes it)",
+        False,
+    ),
+]
 
 SEND_KEY_FLAG, SEND_KEY_DEST = "--send-key-to-new-host", "send_key_to_new_host"
 LAUNCH_HOST = "host"  # launch_values' key for the host given at launch (the API key's own host)
 
 _BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
-_FLAGS: dict[str, str] = {**{o[1]: o[0] for o in RUN_OPTIONS}, **{s.flag: s.dest for s in FLAG_FIELDS if s.flag}}
+_FLAGS: dict[str, str] = {
+    **{o[1]: o[0] for o in RUN_OPTIONS},
+    **{s.flag: s.dest for s in FLAG_FIELDS if s.flag},
+}
 
 
 # The start forms' order (Locust's lists its options in the order they were registered, once the page
 # keeps that order): what the sweep is first (levels, prompt and output length, request rates instead of
 # levels, how much per level), then the run's label, then the rest as the field table has them.
-FORM_FIRST = ("levels", "input_tokens", "output_tokens", "rates", "requests_per_level", "level_duration",
-              "warmup_requests", "repeat", "backend", "model")  # fmt: skip
+FORM_FIRST = (
+    "levels",
+    "input_tokens",
+    "output_tokens",
+    "rates",
+    "requests_per_level",
+    "level_duration",
+    "warmup_requests",
+    "repeat",
+    "backend",
+    "model",
+)
 LABEL_DEST = "label"
 
 
@@ -77,8 +108,12 @@ def add_arguments(parser: Any) -> None:
 
 
 def _add_field(parser: Any, spec: FieldSpec) -> None:
-    kwargs: dict[str, Any] = {"dest": spec.dest, "default": spec.option_default, "help": spec.help,
-                              "include_in_web_ui": spec.web}  # fmt: skip
+    kwargs: dict[str, Any] = {
+        "dest": spec.dest,
+        "default": spec.option_default,
+        "help": spec.help,
+        "include_in_web_ui": spec.web,
+    }
     if spec.choices:
         kwargs["choices"] = list(spec.choices)
     elif spec.option_type is not str:
@@ -88,21 +123,32 @@ def _add_field(parser: Any, spec: FieldSpec) -> None:
 
 def _add_run_flags(parser: Any) -> None:
     parser.add_argument(
-        "--insecure", dest="insecure", action="store_true", default=False,
-        help="Do not verify the server's TLS certificate (https:// hosts)", include_in_web_ui=False,
-    )  # fmt: skip
+        "--insecure",
+        dest="insecure",
+        action="store_true",
+        default=False,
+        help="Do not verify the server's TLS certificate (https:// hosts)",
+        include_in_web_ui=False,
+    )
     # A checkbox in the web UI's start form (Locust shows a boolean option so): the user's own
     # confirmation, per run, that the host typed in the form may receive the API key.
     parser.add_argument(
-        SEND_KEY_FLAG, dest=SEND_KEY_DEST, action="store_true", default=False, include_in_web_ui=True,
+        SEND_KEY_FLAG,
+        dest=SEND_KEY_DEST,
+        action="store_true",
+        default=False,
+        include_in_web_ui=True,
         help="Send the API key (SPECLOAD_API_KEY / OPENAI_API_KEY) even to a host other than the one given "
-             "at launch (--host). Off: a run against another host goes without the key",
-    )  # fmt: skip
+        "at launch (--host). Off: a run against another host goes without the key",
+    )
     parser.add_argument(
-        "--web-allowed-origins", dest="web_allowed_origins", default="", include_in_web_ui=False,
+        "--web-allowed-origins",
+        dest="web_allowed_origins",
+        default="",
+        include_in_web_ui=False,
         help="Comma-separated origins (https://name[:port]) besides the web UI's own address whose pages "
-             "may start or stop runs, e.g. a reverse proxy's public address",
-    )  # fmt: skip
+        "may start or stop runs, e.g. a reverse proxy's public address",
+    )
 
 
 def explicit_options(argv: list[str]) -> set[str]:

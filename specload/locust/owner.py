@@ -207,8 +207,13 @@ class SweepOwner:
         sc = run.scenario
         self.slo, self.slo_tallies, self.capacity = parse_slo(sc.slo) if sc.slo else None, {}, run.capacity
         plans = [run.capacity.first_plan()] if run.capacity is not None else plan_levels(sc)
-        self.ctrl = SweepController(plans, sc.pause_s, sc.level_timeout_s, outage_timeout_s=sc.outage_timeout_s,
-                                    open_ended=run.capacity is not None)  # fmt: skip
+        self.ctrl = SweepController(
+            plans,
+            sc.pause_s,
+            sc.level_timeout_s,
+            outage_timeout_s=sc.outage_timeout_s,
+            open_ended=run.capacity is not None,
+        )
         self.meta = self._run_meta(run)
         # Only a web UI shows the run live (a headless run keeps no second copy of its records).
         ui = getattr(self.env, "web_ui", None) is not None
@@ -220,14 +225,27 @@ class SweepOwner:
         self.progress = self.progress or start_progress(lambda: self.ctrl if self.active else None)
         logger.info(
             "sweep %r against %s (%s, model %s): %d level(s) %s; run directory %s",
-            run.label, redact_host(run.config.host), sc.backend, run.config.model, len(self.ctrl.levels),
-            f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s" if sc.rates else ",".join(map(str, sc.levels)),
+            run.label,
+            redact_host(run.config.host),
+            sc.backend,
+            run.config.model,
+            len(self.ctrl.levels),
+            f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s"
+            if sc.rates
+            else ",".join(map(str, sc.levels)),
             self.run_dir,
-        )  # fmt: skip
+        )
         if self.capacity is not None:
             sp = self.capacity.space
-            logger.info("capacity search under the SLO %s: from %g (min %g, max %g, at most %d probes); each probe "
-                        "is a level of its own", self.capacity.slo, sp.start, sp.minimum, sp.maximum, sp.max_probes)  # fmt: skip
+            logger.info(
+                "capacity search under the SLO %s: from %g (min %g, max %g, at most %d probes); each probe "
+                "is a level of its own",
+                self.capacity.slo,
+                sp.start,
+                sp.minimum,
+                sp.maximum,
+                sp.max_probes,
+            )
         return True
 
     def _resolve(self) -> ResolvedRun:
@@ -256,8 +274,10 @@ class SweepOwner:
         if cap is not None and max(sc.levels) > cap:
             logger.warning(
                 "the server runs at most %d requests at once (max_running_requests); "
-                "levels above C=%d will queue the excess", cap, cap,
-            )  # fmt: skip
+                "levels above C=%d will queue the excess",
+                cap,
+                cap,
+            )
         try:
             prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure, send_key)
             items = self._dataset(sc, host, model, insecure, prompts.overhead, send_key)
@@ -293,8 +313,13 @@ class SweepOwner:
             return send  # no key in this environment: nothing to send or withhold
         was = f"started for {redact_host(launched)}" if launched else "started without a host"
         if not send:
-            logger.warning("the API key is NOT sent to %s: specload was %s; tick \"Send key to new host\" in the "
-                           "start form (%s) to send it there", redact_host(host), was, SEND_KEY_FLAG)  # fmt: skip
+            logger.warning(
+                'the API key is NOT sent to %s: specload was %s; tick "Send key to new host" in the '
+                "start form (%s) to send it there",
+                redact_host(host),
+                was,
+                SEND_KEY_FLAG,
+            )
         elif not key_may_go_to(host, launched, False):
             logger.warning("the API key goes to %s, as confirmed (specload was %s)", redact_host(host), was)
         return send
@@ -309,15 +334,30 @@ class SweepOwner:
             return []
         plans = plan_levels(sc)
         n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
-        tok = (LocalTokenizer(sc.tokenizer) if sc.tokenizer
-               else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key))  # fmt: skip
+        tok = (
+            LocalTokenizer(sc.tokenizer)
+            if sc.tokenizer
+            else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
+        )
         fixed = sc.dataset_lengths == "fixed"
-        items = load_items(sc.dataset, n, sc.seed, tok, sc.output_tokens if fixed else None,
-                           sc.input_tokens - overhead if fixed else None)  # fmt: skip
-        logger.info("dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",
-                    sc.dataset, len(items), n, min(i.prompt_tokens for i in items),
-                    max(i.prompt_tokens for i in items), min(i.output_tokens for i in items),
-                    max(i.output_tokens for i in items))  # fmt: skip
+        items = load_items(
+            sc.dataset,
+            n,
+            sc.seed,
+            tok,
+            sc.output_tokens if fixed else None,
+            sc.input_tokens - overhead if fixed else None,
+        )
+        logger.info(
+            "dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",
+            sc.dataset,
+            len(items),
+            n,
+            min(i.prompt_tokens for i in items),
+            max(i.prompt_tokens for i in items),
+            min(i.output_tokens for i in items),
+            max(i.output_tokens for i in items),
+        )
         return items
 
     def _open_run_dir(self, label: str) -> str:
@@ -335,14 +375,24 @@ class SweepOwner:
         assert self.ctrl is not None
         sc, opts = run.scenario, self.env.parsed_options
         return RunMeta(
-            specload_version=__version__, locust_version=locust.__version__, label=run.label,
-            host=redact_host(run.config.host), backend=sc.backend, model=run.config.model,
-            model_source=run.model_source, scenario_file=getattr(opts, "scenario", "") or None,
-            scenario=sc.to_dict(), prompts=run.config.prompts.describe(), started_at=time.time(),
-            status=RUN_RUNNING, mode=type(self.env.runner).__name__.replace("Runner", "").lower(),
-            levels=self.ctrl.levels_meta(), server=ServerInfo(run.server),
-            simulated=bool(run.server.get("simulated", False)), server_metrics="off",
-        )  # fmt: skip
+            specload_version=__version__,
+            locust_version=locust.__version__,
+            label=run.label,
+            host=redact_host(run.config.host),
+            backend=sc.backend,
+            model=run.config.model,
+            model_source=run.model_source,
+            scenario_file=getattr(opts, "scenario", "") or None,
+            scenario=sc.to_dict(),
+            prompts=run.config.prompts.describe(),
+            started_at=time.time(),
+            status=RUN_RUNNING,
+            mode=type(self.env.runner).__name__.replace("Runner", "").lower(),
+            levels=self.ctrl.levels_meta(),
+            server=ServerInfo(run.server),
+            simulated=bool(run.server.get("simulated", False)),
+            server_metrics="off",
+        )
 
     def _start_sampler(self, run: ResolvedRun) -> str:
         """Sample the server's /metrics through the run; what run.json says about it."""
@@ -389,8 +439,11 @@ class SweepOwner:
         known = self.clocks.get(clock.worker)
         self.clocks[clock.worker] = clock
         if is_off(clock) and (known is None or not is_off(known)):  # said once per worker
-            logger.warning("%s: records carry wall-clock times, so its requests sit that far off in every level "
-                           "window; sync the clocks (chrony/NTP)", describe(clock))  # fmt: skip
+            logger.warning(
+                "%s: records carry wall-clock times, so its requests sit that far off in every level "
+                "window; sync the clocks (chrony/NTP)",
+                describe(clock),
+            )
         else:
             logger.debug("%s", describe(clock))
         if self.active:
@@ -466,9 +519,12 @@ class SweepOwner:
         if status == RUN_INTERRUPTED:
             self.ctrl.abort("interrupted")
         if self.rejected:
-            logger.warning("ignored %d message(s) in all from %s: records or returns for requests they were not "
-                           "granted (see docs/deploy.md, protecting the master port)", self.rejected,
-                           ", ".join(sorted(self._ignored_from)))  # fmt: skip
+            logger.warning(
+                "ignored %d message(s) in all from %s: records or returns for requests they were not "
+                "granted (see docs/deploy.md, protecting the master port)",
+                self.rejected,
+                ", ".join(sorted(self._ignored_from)),
+            )
         self.meta.status = status
         self.meta.reason = self.ctrl.abort_reason if status != RUN_COMPLETED else None
         self.meta.ended_at = time.time()
@@ -478,8 +534,12 @@ class SweepOwner:
         self.write_meta()
         self.release_reserve()
         self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
-        logger.info("sweep %s%s; results in %s", status,
-                    f" ({self.meta.reason})" if self.meta.reason else "", self.run_dir)  # fmt: skip
+        logger.info(
+            "sweep %s%s; results in %s",
+            status,
+            f" ({self.meta.reason})" if self.meta.reason else "",
+            self.run_dir,
+        )
 
     def close_run(self) -> Run | None:
         """Complete this run's directory once it has ended (idempotent): run.json with the final
@@ -610,8 +670,11 @@ class SweepOwner:
     def on_ticket_return(self, environment: Any, msg: Any, **_: Any) -> None:
         back = TicketReturn.from_wire(msg.data)
         if not self._redeem(msg.node_id, (back.level, back.phase, back.seq), back.ticket):
-            self._ignore(msg.node_id, f"a ticket return for a request it was not granted (level {back.level}, "
-                                      f"{back.phase} #{back.seq})")  # fmt: skip
+            self._ignore(
+                msg.node_id,
+                f"a ticket return for a request it was not granted (level {back.level}, "
+                f"{back.phase} #{back.seq})",
+            )
             return
         if self.ctrl is not None:
             self.ctrl.give_back(back.level, back.phase)
@@ -633,8 +696,9 @@ class SweepOwner:
         if not self._redeem(node, (rec.level, rec.phase, rec.seq), ticket):
             # Only a ticket this owner granted to that process, and only once: a forged or repeated
             # record (or one for a ticket already written off) never reaches the counts.
-            self._ignore(node, f"a record for a request it was not granted (level {rec.level}, "
-                               f"{rec.phase} #{rec.seq})")  # fmt: skip
+            self._ignore(
+                node, f"a record for a request it was not granted (level {rec.level}, {rec.phase} #{rec.seq})"
+            )
             return
         if rec.level not in self._in_flight or rec.level in self.traffic:  # not once its figure is final
             self.traffic.setdefault(rec.level, LevelTraffic()).add(
@@ -698,11 +762,17 @@ class SweepOwner:
         lv = self.ctrl.levels[index]
         if traffic is not None:
             final = lv.status == LevelStatus.COMPLETED
-            if in_flight_due(cached[0] if cached is not None else None, len(traffic.spans), final):  # O(records)
+            if in_flight_due(
+                cached[0] if cached is not None else None, len(traffic.spans), final
+            ):  # O(records)
                 stagger = self.config.scenario.stagger_s if self.config is not None else 0.0
                 away = lv.refused > 0 or lv.outage_s > 0
-                cached = self._in_flight[index] = (len(traffic.spans), judge_in_flight(
-                    traffic, lv.plan.concurrency, lv.plan.budget, away, stagger, lv.plan.rate))  # fmt: skip
+                cached = self._in_flight[index] = (
+                    len(traffic.spans),
+                    judge_in_flight(
+                        traffic, lv.plan.concurrency, lv.plan.budget, away, stagger, lv.plan.rate
+                    ),
+                )
             if final:
                 del self.traffic[index]  # every record is in: the figure is final, the spans can go
         mif, why = cached[1] if cached is not None else (None, "no measured request")
@@ -736,8 +806,9 @@ class SweepOwner:
         for node in lost:
             self._lost.add(node)
             tickets = self.outstanding[node]
-            logger.error("worker %s was lost with %d request(s) in flight; they are written off",
-                         node, len(tickets))  # fmt: skip
+            logger.error(
+                "worker %s was lost with %d request(s) in flight; they are written off", node, len(tickets)
+            )
             by_kind: dict[tuple[int, str], int] = {}
             for level, phase, _seq in tickets:
                 by_kind[(level, phase)] = by_kind.get((level, phase), 0) + 1
@@ -756,8 +827,11 @@ class SweepOwner:
         users = self.ctrl.desired_users()
         if self.ctrl.finished or users == 0 or not (runner.clients.ready or runner.clients.running):
             return
-        logger.warning("the remaining %d worker(s) take over its users: %d in all",
-                       len(runner.clients.ready) + len(runner.clients.running), users)  # fmt: skip
+        logger.warning(
+            "the remaining %d worker(s) take over its users: %d in all",
+            len(runner.clients.ready) + len(runner.clients.running),
+            users,
+        )
         runner.start(users, self.spawn_rate())
 
     # progress ---------------------------------------------------------------------------------
@@ -776,8 +850,10 @@ class SweepOwner:
                 self._watch_outage()
             elif change == Change.RESUMED:
                 lv = self.ctrl.current
-                logger.warning("the server answers again; new requests resume%s",
-                               f" ({level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate)})" if lv else "")  # fmt: skip
+                logger.warning(
+                    "the server answers again; new requests resume%s",
+                    f" ({level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate)})" if lv else "",
+                )
             elif change in (Change.ABORT, Change.TIMEOUT):
                 if hint := invalid_prompt_hint(self.ctrl.abort_reason):
                     self.ctrl.abort_reason = f"{self.ctrl.abort_reason}; {hint}"
@@ -792,8 +868,9 @@ class SweepOwner:
         lv = next(x for x in reversed(self.ctrl.levels) if x.status == LevelStatus.COMPLETED)
         fig = self.client_figures(lv.plan.index)
         try:
-            plan, line = self.capacity.level_done(lv.plan.index, self.slo_tallies.get(lv.plan.index),
-                                                  fig.flag() if fig is not None else None)  # fmt: skip
+            plan, line = self.capacity.level_done(
+                lv.plan.index, self.slo_tallies.get(lv.plan.index), fig.flag() if fig is not None else None
+            )
         except (ValueError, NotImplementedError) as e:
             plan, line = None, f"capacity: the search stopped: {e}"
         logger.info("%s", line)
@@ -815,9 +892,12 @@ class SweepOwner:
         """A refused connection: hold new requests and check the server with growing pauses; the
         controller stops the sweep if it stays away longer than --outage-timeout."""
         assert self.ctrl is not None and self.config is not None
-        logger.warning("the server refused a connection (%s); no new request starts until it answers again "
-                       "(at most %g s, --outage-timeout)", self.ctrl.outage_reason(),
-                       self.ctrl.outage_timeout_s)  # fmt: skip
+        logger.warning(
+            "the server refused a connection (%s); no new request starts until it answers again "
+            "(at most %g s, --outage-timeout)",
+            self.ctrl.outage_reason(),
+            self.ctrl.outage_timeout_s,
+        )
         if self._outage_watch is not None and not self._outage_watch.dead:
             return
         self._outage_watch = gevent.spawn(self._check_until_back, self.ctrl, self.config)
@@ -846,8 +926,15 @@ class SweepOwner:
             if p.rate is None
             else (f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
         )
-        logger.info("level %d/%d %s started: %s, %s%s", p.index + 1, len(self.ctrl.levels),
-                    level_label(p.concurrency, p.repeat, p.rate), load, what, warm)  # fmt: skip
+        logger.info(
+            "level %d/%d %s started: %s, %s%s",
+            p.index + 1,
+            len(self.ctrl.levels),
+            level_label(p.concurrency, p.repeat, p.rate),
+            load,
+            what,
+            warm,
+        )
 
     def _log_level_done(self) -> None:
         assert self.ctrl is not None
@@ -860,12 +947,23 @@ class SweepOwner:
         client = f"; {flag}" if flag else "; client ok" if fig is not None else ""
         if self.slo is not None and self.capacity is None:  # (a capacity search says it in its own line)
             client += f"; {verdict_text((self.slo_tallies.get(p.index) or SloTally(self.slo)).result())}"
-        logger.log(logging.WARNING if flag else logging.INFO,
-                   "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
-                   "%d tokens, agg %s tok/s over %.1f s%s",
-                   p.index + 1, len(self.ctrl.levels), level_label(p.concurrency, p.repeat, p.rate), lv.received,
-                   budget, lv.ok, lv.failed, lv.short, lv.tokens,
-                   f"{agg:.1f}" if agg is not None else "-", wall, client)  # fmt: skip
+        logger.log(
+            logging.WARNING if flag else logging.INFO,
+            "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "
+            "%d tokens, agg %s tok/s over %.1f s%s",
+            p.index + 1,
+            len(self.ctrl.levels),
+            level_label(p.concurrency, p.repeat, p.rate),
+            lv.received,
+            budget,
+            lv.ok,
+            lv.failed,
+            lv.short,
+            lv.tokens,
+            f"{agg:.1f}" if agg is not None else "-",
+            wall,
+            client,
+        )
 
 
 def _add_sample(live: LiveRun, line: dict[str, Any]) -> None:

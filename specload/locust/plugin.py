@@ -37,9 +37,13 @@ def _owns_sweep(environment: Any) -> bool:
 def on_parser(parser: Any, **_: Any) -> None:
     add_arguments(parser)
     parser.add_argument(
-        "--quiet-report", dest="quiet_report", action="store_true", default=False,
-        help="Do not print the per-level table when the sweep ends", include_in_web_ui=False,
-    )  # fmt: skip
+        "--quiet-report",
+        dest="quiet_report",
+        action="store_true",
+        default=False,
+        help="Do not print the per-level table when the sweep ends",
+        include_in_web_ui=False,
+    )
 
 
 def on_init(environment: Any, **_: Any) -> None:
@@ -104,8 +108,11 @@ def _install_stop_signals(environment: Any) -> None:
     def on_signal(sig: signal.Signals) -> None:
         signals_seen.append(sig)
         if len(signals_seen) == 1:
-            logger.warning("%s: stopping; in-flight requests get up to %g s (again to cut them now)",
-                           sig.name, environment.stop_timeout)  # fmt: skip
+            logger.warning(
+                "%s: stopping; in-flight requests get up to %g s (again to cut them now)",
+                sig.name,
+                environment.stop_timeout,
+            )
             # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
             gevent.get_hub().parent.throw(KeyboardInterrupt)
         elif environment.runner is not None:

@@ -93,7 +93,9 @@ class ProgressBar:
         self._handlers = []
 
 
-def start_progress(ctrl_of: Callable[[], SweepController | None], stream: TextIO | None = None) -> ProgressBar | None:
+def start_progress(
+    ctrl_of: Callable[[], SweepController | None], stream: TextIO | None = None
+) -> ProgressBar | None:
     """A progress line when ``stream`` (default: stderr) is a terminal, else None: plain log lines."""
     stream = stream if stream is not None else sys.stderr
     return ProgressBar(ctrl_of, stream).start() if wants_bar(stream) else None

@@ -42,8 +42,14 @@ class RunConfig:
     send_key: bool = True
 
     def to_wire(self) -> dict[str, Any]:
-        return {"scenario": self.scenario.to_dict(), "model": self.model, "host": self.host,
-                "prompts": self.prompts.to_wire(), "insecure": self.insecure, "send_key": self.send_key}  # fmt: skip
+        return {
+            "scenario": self.scenario.to_dict(),
+            "model": self.model,
+            "host": self.host,
+            "prompts": self.prompts.to_wire(),
+            "insecure": self.insecure,
+            "send_key": self.send_key,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RunConfig:
@@ -52,8 +58,14 @@ class RunConfig:
         if sc.token_id_range is not None:
             sc.token_id_range = (sc.token_id_range[0], sc.token_id_range[1])  # msgpack made it a list
         # No word from the owner about the key (an older owner) means no key: the safe reading.
-        return cls(sc, d.get("model"), d["host"], PromptSource.from_wire(d["prompts"]), bool(d.get("insecure", False)),
-                   bool(d.get("send_key", False)))  # fmt: skip
+        return cls(
+            sc,
+            d.get("model"),
+            d["host"],
+            PromptSource.from_wire(d["prompts"]),
+            bool(d.get("insecure", False)),
+            bool(d.get("send_key", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,14 +127,22 @@ class TicketReply:
     ticket: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return {"uid": self.uid, "grant": None if self.grant is None else _grant_dict(self.grant),
-                "item": None if self.item is None else self.item.to_wire(), "ticket": self.ticket}  # fmt: skip
+        return {
+            "uid": self.uid,
+            "grant": None if self.grant is None else _grant_dict(self.grant),
+            "item": None if self.item is None else self.item.to_wire(),
+            "ticket": self.ticket,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReply:
         g, item = d.get("grant"), d.get("item")
-        return cls(str(d["uid"]), None if g is None else Grant(**g), None if item is None else Item.from_wire(item),
-                   str(d.get("ticket") or ""))  # fmt: skip
+        return cls(
+            str(d["uid"]),
+            None if g is None else Grant(**g),
+            None if item is None else Item.from_wire(item),
+            str(d.get("ticket") or ""),
+        )
 
 
 @dataclass(frozen=True, slots=True)

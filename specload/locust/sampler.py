@@ -25,10 +25,15 @@ class MetricsSampler:
     """Samples ``/metrics`` every ``interval`` s into server_samples.jsonl until stopped."""
 
     def __init__(
-        self, host: str, run_dir: str, level_of: Callable[[], int | None], interval: float = 1.0,
-        insecure: bool = False, send_key: bool = True,
+        self,
+        host: str,
+        run_dir: str,
+        level_of: Callable[[], int | None],
+        interval: float = 1.0,
+        insecure: bool = False,
+        send_key: bool = True,
         on_sample: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.host, self.interval, self.level_of = host, interval, level_of
         self.on_sample = on_sample  # each sample as written (the web UI's live view)
         self.headers = base_headers(stream=False, send_key=send_key)

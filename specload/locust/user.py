@@ -234,11 +234,20 @@ class SpecloadUser(User):
         req = maker.plan(grant.level, grant.phase, grant.seq, grant.max_tokens, reply.item, self._conv)
         body = backend.body(req.prompt, req.max_tokens, cfg.model, sc.temperature, sc.extra_body)
         spec = RequestSpec(
-            level=grant.level, concurrency=grant.concurrency, phase=grant.phase, seq=grant.seq,
-            repeat=grant.repeat, requested_output_tokens=req.max_tokens, requested_prompt_tokens=req.prompt_tokens,
-            t_sched=t_sched, rate=grant.rate, request_class=req.request_class, turn=req.turn,
-            conversation=req.conversation, prefix_group=req.prefix_group,
-        )  # fmt: skip
+            level=grant.level,
+            concurrency=grant.concurrency,
+            phase=grant.phase,
+            seq=grant.seq,
+            repeat=grant.repeat,
+            requested_output_tokens=req.max_tokens,
+            requested_prompt_tokens=req.prompt_tokens,
+            t_sched=t_sched,
+            rate=grant.rate,
+            request_class=req.request_class,
+            turn=req.turn,
+            conversation=req.conversation,
+            prefix_group=req.prefix_group,
+        )
         http = self._http(cfg)  # a new user's connection is opened before its due time, not after
         if t_sched is not None:
             # A rate level: the request is due at t_sched whatever else is in flight. A late one
@@ -254,8 +263,17 @@ class SpecloadUser(User):
         text: list[str] | None = [] if req.wants_answer else None
         try:
             rec = stream_request(
-                http, path, body, headers, backend, spec, side.worker, sc.read_timeout_s, sc.connect_timeout_s, text,
-            )  # fmt: skip
+                http,
+                path,
+                body,
+                headers,
+                backend,
+                spec,
+                side.worker,
+                sc.read_timeout_s,
+                sc.connect_timeout_s,
+                text,
+            )
         except Interrupted as stop:
             side.ship(stop.record, reply.ticket)
             raise gevent.GreenletExit from None

@@ -99,8 +99,10 @@ def install_origin_check(app: Any, allowed: frozenset[str]) -> None:
         foreign = foreign_origin(source, request.host, allowed)
         if foreign is None:
             return None
-        message = (f"refused {request.method} {request.path} from {foreign}: the web UI takes orders only from "
-                   f"its own page ({request.host}); see --web-allowed-origins for a proxy")  # fmt: skip
+        message = (
+            f"refused {request.method} {request.path} from {foreign}: the web UI takes orders only from "
+            f"its own page ({request.host}); see --web-allowed-origins for a proxy"
+        )
         if foreign not in refused:
             refused.add(foreign)
             logger.warning("%s", message)
@@ -162,6 +164,9 @@ def protect_web_ui(environment: Any) -> None:
     token = os.environ.pop(WEB_TOKEN_ENV, "")
     if not token:
         token = new_token()
-        print(f"specload: web UI login: any user name, password {token} (made for this run)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"specload: web UI login: any user name, password {token} (made for this run)",
+            file=sys.stderr,
+            flush=True,
+        )
     install_login(web_ui, token)

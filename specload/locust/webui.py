@@ -60,14 +60,29 @@ logger = logging.getLogger("specload")
 _ASSETS = Path(__file__).resolve().parent / "webpage"
 _KEY = "specload-levels"
 _COLUMNS = [
-    ("level", "Level"), ("concurrency", "C"), ("phase", "Phase"), ("requests", "Requests"),
-    ("ok", "Ok"), ("failed", "Fail"), ("short", "Short"), ("tokens", "Tokens"), ("agg_tok_s", "Agg tok/s"),
+    ("level", "Level"),
+    ("concurrency", "C"),
+    ("phase", "Phase"),
+    ("requests", "Requests"),
+    ("ok", "Ok"),
+    ("failed", "Fail"),
+    ("short", "Short"),
+    ("tokens", "Tokens"),
+    ("agg_tok_s", "Agg tok/s"),
     ("client", "Client"),  # the load generator's own verdict (specload.analysis.clientcheck)
-]  # fmt: skip
+]
 # specload's page shows the runner's state in four words: the run can be started, is running, is
 # winding down (in-flight requests get their grace period), or has stopped.
-_PAGE_STATE = {"ready": "ready", "init": "running", "spawning": "running", "running": "running",
-               "cleanup": "stopping", "stopping": "stopping", "stopped": "stopped", "missing": "stopped"}  # fmt: skip
+_PAGE_STATE = {
+    "ready": "ready",
+    "init": "running",
+    "spawning": "running",
+    "running": "running",
+    "cleanup": "stopping",
+    "stopping": "stopping",
+    "stopped": "stopped",
+    "missing": "stopped",
+}
 _DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json"}
 
 
@@ -79,15 +94,22 @@ def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
     for lv in ctrl.levels:
         budget = lv.plan.budget if lv.plan.budget is not None else "-"
         agg = lv.agg_tok_s()
-        rows.append({
-            "level": level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate),
-            "concurrency": lv.plan.concurrency,
-            "phase": (lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status).value,
-            "requests": f"{lv.received}/{budget}",
-            "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
-            "agg_tok_s": "-" if agg is None else round(agg, 1),
-            "client": cell(owner.client_figures(lv.plan.index)),
-        })  # fmt: skip
+        rows.append(
+            {
+                "level": level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate),
+                "concurrency": lv.plan.concurrency,
+                "phase": (
+                    lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status
+                ).value,
+                "requests": f"{lv.received}/{budget}",
+                "ok": lv.ok,
+                "failed": lv.failed,
+                "short": lv.short,
+                "tokens": lv.tokens,
+                "agg_tok_s": "-" if agg is None else round(agg, 1),
+                "client": cell(owner.client_figures(lv.plan.index)),
+            }
+        )
     return rows
 
 
@@ -120,8 +142,10 @@ def start_refusal(environment: Any, owner: SweepOwner, form: Mapping[str, str]) 
 def _workers_busy(environment: Any) -> str | None:
     runner = environment.runner
     if isinstance(runner, MasterRunner) and runner.worker_count == 0:
-        return ("no Locust worker is ready: after a run, workers rest for the stop timeout "
-                f"({environment.stop_timeout:g} s) before they take another; try again in a moment")  # fmt: skip
+        return (
+            "no Locust worker is ready: after a run, workers rest for the stop timeout "
+            f"({environment.stop_timeout:g} s) before they take another; try again in a moment"
+        )
     return None
 
 
@@ -153,28 +177,55 @@ def form_fields(environment: Any) -> list[dict[str, Any]]:
     opts = environment.parsed_options
     run_help = {o[0]: o[3] for o in RUN_OPTIONS}
     specs = {s.dest: s for s in FIELDS.values() if s.flag}
-    fields: list[dict[str, Any]] = [{
-        "name": "host", "label": "Host", "kind": "text", "value": environment.host or "", "group": "main",
-        "help": "The server's URL, e.g. http://gpu-box:30000",
-    }]  # fmt: skip
+    fields: list[dict[str, Any]] = [
+        {
+            "name": "host",
+            "label": "Host",
+            "kind": "text",
+            "value": environment.host or "",
+            "group": "main",
+            "help": "The server's URL, e.g. http://gpu-box:30000",
+        }
+    ]
     for i, dest in enumerate(form_order()):
         value = getattr(opts, dest, None)
         group = "main" if i < form_order().index(LABEL_DEST) + 1 else "more"
         if dest == LABEL_DEST:
-            fields.append({"name": dest, "label": "Label", "kind": "text", "value": value or "",
-                           "help": run_help[LABEL_DEST], "group": group})  # fmt: skip
+            fields.append(
+                {
+                    "name": dest,
+                    "label": "Label",
+                    "kind": "text",
+                    "value": value or "",
+                    "help": run_help[LABEL_DEST],
+                    "group": group,
+                }
+            )
             continue
         spec = specs[dest]
         kind = "choice" if spec.choices else ("number" if spec.option_type in (int, float) else "text")
-        fields.append({
-            "name": dest, "label": spec.label, "kind": kind, "help": spec.help, "group": group,
-            "value": "" if value is None else value, "choices": list(spec.choices or []),
-        })  # fmt: skip
-    fields.append({
-        "name": SEND_KEY_DEST, "label": "Send key to new host", "kind": "checkbox", "value": False, "group": "more",
-        "help": f"Send the API key to a Host other than the one specload was started for ({SEND_KEY_FLAG}); "
-                "counts for this run only",
-    })  # fmt: skip
+        fields.append(
+            {
+                "name": dest,
+                "label": spec.label,
+                "kind": kind,
+                "help": spec.help,
+                "group": group,
+                "value": "" if value is None else value,
+                "choices": list(spec.choices or []),
+            }
+        )
+    fields.append(
+        {
+            "name": SEND_KEY_DEST,
+            "label": "Send key to new host",
+            "kind": "checkbox",
+            "value": False,
+            "group": "more",
+            "help": f"Send the API key to a Host other than the one specload was started for ({SEND_KEY_FLAG}); "
+            "counts for this run only",
+        }
+    )
     return fields
 
 
@@ -200,23 +251,38 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     fig = owner.client_figures(index)
     flag = fig.flag() if fig is not None else None
     return {
-        "index": index, "label": level_label(p.concurrency, p.repeat, p.rate), "concurrency": p.concurrency,
+        "index": index,
+        "label": level_label(p.concurrency, p.repeat, p.rate),
+        "concurrency": p.concurrency,
         "rate": p.rate,
-        "repeat": p.repeat, "status": lv.status.value, "phase": lv.phase.value if running else lv.status.value,
-        "done": lv.received, "budget": p.budget, "granted": lv.granted, "in_flight": lv.in_flight if running else 0,
-        "ok": lv.ok, "failed": lv.failed, "short": lv.short, "tokens": lv.tokens,
-        "agg_tok_s": _r(s.agg_tok_s if s else lv.agg_tok_s()), "live_tok_s": _r(streamed),
+        "repeat": p.repeat,
+        "status": lv.status.value,
+        "phase": lv.phase.value if running else lv.status.value,
+        "done": lv.received,
+        "budget": p.budget,
+        "granted": lv.granted,
+        "in_flight": lv.in_flight if running else 0,
+        "ok": lv.ok,
+        "failed": lv.failed,
+        "short": lv.short,
+        "tokens": lv.tokens,
+        "agg_tok_s": _r(s.agg_tok_s if s else lv.agg_tok_s()),
+        "live_tok_s": _r(streamed),
         "per_req_tok_s": _r(s.per_req_tok_s if s else None),
-        "ttft_p50_ms": _r(s.ttft_p50_ms if s else None), "ttft_p99_ms": _r(s.ttft_p99_ms if s else None),
-        "tpot_p50_ms": _r(s.tpot_p50_ms if s else None), "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
+        "ttft_p50_ms": _r(s.ttft_p50_ms if s else None),
+        "ttft_p99_ms": _r(s.ttft_p99_ms if s else None),
+        "tpot_p50_ms": _r(s.tpot_p50_ms if s else None),
+        "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
         "e2e_p50_s": _r(s.e2e_p50_s if s else None, 2),
         "server_running_max": s.server_running_max if s else None,
         "server_running_mean": _r(s.server_running_mean if s else None),
         "server_queued_max": s.server_queued_max if s else None,
         "server_queued_mean": _r(s.server_queued_mean if s else None),
         "accept_length": _r(s.accept_length if s else None, 2),
-        "client": cell(fig), "client_flag": flag, "final": final,
-    }  # fmt: skip
+        "client": cell(fig),
+        "client_flag": flag,
+        "final": final,
+    }
 
 
 def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
@@ -234,12 +300,21 @@ def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
     elif elapsed is not None and p.budget is not None and lv.received > 0 and elapsed > 0:
         left = (p.budget - lv.received) / (lv.received / elapsed)
     return {
-        "index": p.index, "levels": len(ctrl.levels), "label": level_label(p.concurrency, p.repeat, p.rate),
+        "index": p.index,
+        "levels": len(ctrl.levels),
+        "label": level_label(p.concurrency, p.repeat, p.rate),
         "rate": p.rate,
-        "concurrency": p.concurrency, "phase": lv.phase.value, "done": lv.received, "budget": p.budget,
-        "duration_s": p.duration_s, "elapsed_s": _r(elapsed), "left_s": _r(left), "in_flight": lv.in_flight,
-        "warmup": p.warmup, "warmup_done": lv.received_warmup,
-    }  # fmt: skip
+        "concurrency": p.concurrency,
+        "phase": lv.phase.value,
+        "done": lv.received,
+        "budget": p.budget,
+        "duration_s": p.duration_s,
+        "elapsed_s": _r(elapsed),
+        "left_s": _r(left),
+        "in_flight": lv.in_flight,
+        "warmup": p.warmup,
+        "warmup_done": lv.received_warmup,
+    }
 
 
 def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
@@ -251,9 +326,13 @@ def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict
     cur = ctrl.current if owner.active else None
     if cur is not None and cur.phase in ACTIVE_PHASES:
         points = live.streamed_series(cur.plan.index)
-        return {"label": level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
-                "concurrency": cur.plan.concurrency, "rate": cur.plan.rate,
-                "source": "streamed", "points": [[round(t, 2), round(v, 1)] for t, v in points]}  # fmt: skip
+        return {
+            "label": level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
+            "concurrency": cur.plan.concurrency,
+            "rate": cur.plan.rate,
+            "source": "streamed",
+            "points": [[round(t, 2), round(v, 1)] for t, v in points],
+        }
     for row in reversed(levels):
         lv = ctrl.levels[row["index"]]
         s = live.stats(
@@ -278,24 +357,46 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
     state = _PAGE_STATE.get(raw, raw)
     master = isinstance(runner, MasterRunner)
     out: dict[str, Any] = {
-        "state": state, "locust_state": raw, "active": owner.active, "failure": owner.failure,
-        "mode": "master" if master else "local", "workers": runner.worker_count if master else None,
-        "start_blocked": (f"a sweep is running ({owner.run_dir})" if owner.active else _workers_busy(environment)),
-        "run": None, "current": None, "levels": [], "server_now": None, "series": None,
-    }  # fmt: skip
+        "state": state,
+        "locust_state": raw,
+        "active": owner.active,
+        "failure": owner.failure,
+        "mode": "master" if master else "local",
+        "workers": runner.worker_count if master else None,
+        "start_blocked": (
+            f"a sweep is running ({owner.run_dir})" if owner.active else _workers_busy(environment)
+        ),
+        "run": None,
+        "current": None,
+        "levels": [],
+        "server_now": None,
+        "series": None,
+    }
     if owner.run_dir is None or owner.ctrl is None:
         return out
     m = owner.meta
     sc = m.scenario if isinstance(m.scenario, dict) else {}
     out["run"] = {
-        "run_dir": owner.run_dir, "name": os.path.basename(owner.run_dir), "label": m.label, "status": m.status,
-        "reason": m.reason, "host": m.host, "backend": m.backend, "model": m.model, "scenario": sc.get("name"),
-        "scenario_file": m.scenario_file, "input_tokens": sc.get("input_tokens"),
-        "output_tokens": sc.get("output_tokens"), "levels": sc.get("levels"),
-        "rates": sc.get("rates"), "started_at": m.started_at,
-        "ended_at": m.ended_at, "simulated": m.simulated, "server_metrics": m.server_metrics,
+        "run_dir": owner.run_dir,
+        "name": os.path.basename(owner.run_dir),
+        "label": m.label,
+        "status": m.status,
+        "reason": m.reason,
+        "host": m.host,
+        "backend": m.backend,
+        "model": m.model,
+        "scenario": sc.get("name"),
+        "scenario_file": m.scenario_file,
+        "input_tokens": sc.get("input_tokens"),
+        "output_tokens": sc.get("output_tokens"),
+        "levels": sc.get("levels"),
+        "rates": sc.get("rates"),
+        "started_at": m.started_at,
+        "ended_at": m.ended_at,
+        "simulated": m.simulated,
+        "server_metrics": m.server_metrics,
         "report": owner.closed,
-    }  # fmt: skip
+    }
     levels = [_level_live(owner, lv.plan.index, now) for lv in owner.ctrl.levels]
     out["levels"] = levels
     out["current"] = _progress(owner, now)
@@ -396,8 +497,11 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
 
     def download(text: str, fmt: str, filename: str) -> Any:
         filename = safe_name(filename)
-        return Response(text, mimetype=_DOWNLOADS[fmt],
-                        headers={"Content-Disposition": f'attachment; filename="{filename}"'})  # fmt: skip
+        return Response(
+            text,
+            mimetype=_DOWNLOADS[fmt],
+            headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        )
 
     @app.after_request
     def _add_levels(response: Any) -> Any:
@@ -424,8 +528,13 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @auth
     def _form() -> Any:
         opts = environment.parsed_options
-        return jsonify({"fields": form_fields(environment), "scenario_file": getattr(opts, "scenario", "") or None,
-                        "results_dir": results_dir()})  # fmt: skip
+        return jsonify(
+            {
+                "fields": form_fields(environment),
+                "scenario_file": getattr(opts, "scenario", "") or None,
+                "results_dir": results_dir(),
+            }
+        )
 
     @app.route("/specload/analysis/live")
     @auth
@@ -444,8 +553,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @app.route("/specload/analysis/run")
     @auth
     def _run() -> Any:
-        return {"run_dir": owner.run_dir, "active": owner.active, "status": owner.meta.status,
-                "levels": level_rows(owner)}  # fmt: skip
+        return {
+            "run_dir": owner.run_dir,
+            "active": owner.active,
+            "status": owner.meta.status,
+            "levels": level_rows(owner),
+        }
 
     @app.route("/specload/runs")
     @auth
@@ -485,8 +598,10 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @auth
     def _compare() -> Any:
         _names, bundle = compared()
-        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv", "png")} |
-                       {"plot": bundle.get("png") is not None}), (500 if "error" in bundle else 200)  # fmt: skip
+        return jsonify(
+            {k: v for k, v in bundle.items() if k not in ("json", "csv", "png")}
+            | {"plot": bundle.get("png") is not None}
+        ), (500 if "error" in bundle else 200)
 
     @app.route("/specload/present/compare.<fmt>")
     @auth

@@ -75,10 +75,14 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
     runs, ts = comp.runs, comp.treatments
     cols = [("Req/s" if comp.axis.rate else "C", "c")]  # the level axis
     cols += [(f"Agg tok/s {r.label}", "agg") for r in runs] + [(f"Δ agg {t.label}", "agg") for t in ts]
-    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [(f"Δ per-req {t.label}", "per_req") for t in ts]
+    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [
+        (f"Δ per-req {t.label}", "per_req") for t in ts
+    ]
     cols += [(f"TTFT p50 (ms) {r.label}", "ttft_p50") for r in runs]
     cols += [(f"TTFT p99 (ms) {r.label}", "ttft_p99") for r in runs]
-    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [(f"Δ TPOT {t.label}", "tpot_p50") for t in ts]
+    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [
+        (f"Δ TPOT {t.label}", "tpot_p50") for t in ts
+    ]
     if _has(comp, "itl_p99_ms_mean"):
         cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
     if _has(comp, "accept_length_mean"):
@@ -86,7 +90,9 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
     if _has_server(comp):
         cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
     if comp.slo.slo is not None:
-        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [(f"Good % {r.label}", "good_pct") for r in runs]
+        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [
+            (f"Good % {r.label}", "good_pct") for r in runs
+        ]
         cols += [(f"Goodput tok/s {r.label}", "goodput_tok_s") for r in runs]
     return cols
 
@@ -100,7 +106,9 @@ def _met_cell(f: RepeatedLevelStats) -> str:
     met = level_met(f)
     if met is None:
         return MISSING
-    return ("yes" if met else "no") + (" ~" if any(s.slo is not None and s.slo.inside_noise for s in f.levels) else "")
+    return ("yes" if met else "no") + (
+        " ~" if any(s.slo is not None and s.slo.inside_noise for s in f.levels) else ""
+    )
 
 
 def tpot_cell(pct: float | None, check: LevelCheck) -> str:
@@ -125,7 +133,9 @@ def table_rows(comp: Comparison) -> list[list[str]]:
         ts = comp.treatments
         row = [f"{c:g}"]
         row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
-        row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [change_cell(comp.per_req[t.label][i]) for t in ts]
+        row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [
+            change_cell(comp.per_req[t.label][i]) for t in ts
+        ]
         row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
         row += [fmt_num(f.ttft_p99_ms_mean, 1) for f in figs]
         row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [
@@ -214,9 +224,14 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         label: {"agg": [asdict(x) for x in xs.agg], "per_req": [asdict(x) for x in xs.per_req]}
         for label, xs in comp.crossovers.items()
     }
-    return {"runs": [_run_info(r, i == 0) for i, r in enumerate(comp.runs)], "levels": levels,
-            "crossovers": crossovers, "sentences": comp.sentences, "notes": comp.notes,
-            "slo": comp.slo.to_json()}  # fmt: skip
+    return {
+        "runs": [_run_info(r, i == 0) for i, r in enumerate(comp.runs)],
+        "levels": levels,
+        "crossovers": crossovers,
+        "sentences": comp.sentences,
+        "notes": comp.notes,
+        "slo": comp.slo.to_json(),
+    }
 
 
 def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
@@ -224,8 +239,15 @@ def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE)
 
     ``view``: the columns a terminal shows (default: all, as comparison.md has them)."""
     cols = _columns(comp)
-    return render_view([name for name, _ in cols], [key for _, key in cols], table_rows(comp), fmt, view,
-                       COMPARISON_MD, json_data=lambda: to_dict(comp))  # fmt: skip
+    return render_view(
+        [name for name, _ in cols],
+        [key for _, key in cols],
+        table_rows(comp),
+        fmt,
+        view,
+        COMPARISON_MD,
+        json_data=lambda: to_dict(comp),
+    )
 
 
 # ---------------------------------------------------------------- header, text
@@ -250,20 +272,29 @@ def header_lines(comp: Comparison) -> list[str]:
     title = " vs ".join(r.label for r in comp.runs)
     lines = [f"# specload comparison: {title}", ""]
     if comp.simulated:
-        lines.append("- **SIMULATED**: at least one run measured the built-in simulator, not an inference server")
+        lines.append(
+            "- **SIMULATED**: at least one run measured the built-in simulator, not an inference server"
+        )
     lines += [_run_line(r, i == 0) for i, r in enumerate(comp.runs)]
     return lines
 
 
-def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = None, view: TableView = WHOLE,
-                pareto_name: str | None = None) -> str:  # fmt: skip
+def render_text(
+    comp: Comparison,
+    fmt: str = "github",
+    plot_name: str | None = None,
+    view: TableView = WHOLE,
+    pareto_name: str | None = None,
+) -> str:
     """Header, table, verdict and notes as one text (markdown when fmt is github)."""
     lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
     if comp.slo.slo is not None:
         lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
         lines += [f"- {s}" for s in comp.slo.sentences] or [
-            f"- {label}: no level with an SLO verdict" for label, c in comp.slo.capacities.items() if c is None
+            f"- {label}: no level with an SLO verdict"
+            for label, c in comp.slo.capacities.items()
+            if c is None
         ]
     if comp.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in comp.notes]
@@ -276,7 +307,9 @@ def render_text(comp: Comparison, fmt: str = "github", plot_name: str | None = N
 
 def side_text(comp: Comparison) -> str:
     """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
-    return "\n".join(header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]])
+    return "\n".join(
+        header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
+    )
 
 
 # ---------------------------------------------------------------- output directory, files
@@ -413,10 +446,20 @@ def run_compare(
     png = pareto = None
     if plot:
         png = plot_comparison(comp, Path(plot_path) if plot_path else out_dir / COMPARISON_PNG)
-        pareto = plot_pareto(comp, (Path(plot_path).parent if plot_path else out_dir) / PARETO_PNG) if png else None
+        pareto = (
+            plot_pareto(comp, (Path(plot_path).parent if plot_path else out_dir) / PARETO_PNG)
+            if png
+            else None
+        )
     md = out_dir / COMPARISON_MD
-    md.write_text(render_text(comp, "github", None if png is None else _plot_ref(png, out_dir),
-                              pareto_name=None if pareto is None else _plot_ref(pareto, out_dir)))  # fmt: skip
+    md.write_text(
+        render_text(
+            comp,
+            "github",
+            None if png is None else _plot_ref(png, out_dir),
+            pareto_name=None if pareto is None else _plot_ref(pareto, out_dir),
+        )
+    )
     if fmt in EXTRA_FORMATS:
         return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
     return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
@@ -442,19 +485,32 @@ def _parser() -> argparse.ArgumentParser:
         description="Side-by-side table of two or more run directories; the first one is the baseline.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results/<label>-<timestamp>/ directories")
-    p.add_argument("--format", default="github", help="github (default), plain, any tabulate format, csv or json")
+    p.add_argument(
+        "--format", default="github", help="github (default), plain, any tabulate format, csv or json"
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--plot", metavar="PATH", help=f"write the plot here (default: OUT/{COMPARISON_PNG})")
     g.add_argument("--no-plot", action="store_true", help="do not draw the plot")
     p.add_argument(
-        "--out", metavar="DIR", help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
+        "--out",
+        metavar="DIR",
+        help=f"directory for {COMPARISON_MD} (default: compare-<A>-vs-<B>-<UTC time>/ "
         "next to the baseline run)",
-    )  # fmt: skip
+    )
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
-    p.add_argument("--slo", default=None, help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
-                   "and compare their capacities (default: the SLO the runs were made with, when they agree)")  # fmt: skip
-    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
-                   help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
+    p.add_argument(
+        "--slo",
+        default=None,
+        help="judge every run against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+        "and compare their capacities (default: the SLO the runs were made with, when they agree)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=default_processes(),
+        metavar="N",
+        help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)",
+    )
     return p
 
 
@@ -467,8 +523,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2
     try:
-        result = run_compare(args.runs, out=args.out, fmt=args.format, plot=not args.no_plot, plot_path=args.plot,
-                             view=view, slo=args.slo, processes=args.processes)  # fmt: skip
+        result = run_compare(
+            args.runs,
+            out=args.out,
+            fmt=args.format,
+            plot=not args.no_plot,
+            plot_path=args.plot,
+            view=view,
+            slo=args.slo,
+            processes=args.processes,
+        )
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

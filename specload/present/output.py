@@ -65,7 +65,9 @@ def render_table(
     if fmt == "csv":
         return _csv(headers, rows)
     if fmt == "json":
-        data = json_data() if json_data is not None else [dict(zip(headers, row, strict=True)) for row in rows]
+        data = (
+            json_data() if json_data is not None else [dict(zip(headers, row, strict=True)) for row in rows]
+        )
         return json.dumps(data, indent=2) + "\n"
     check_format(fmt)
     extra: dict[str, Any] = {"colalign": ["right"] * len(headers)} if align_right else {}

@@ -117,8 +117,14 @@ def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | No
     return _save(fig, out, title or "specload: " + " vs ".join(r.label for r in comparison.runs), comparison)
 
 
-def plot_series(levels: Sequence[LevelStats], path: str | Path, *, title: str = "", simulated: bool = False,
-                bucket_s: float = SERIES_BUCKET_S) -> Path | None:  # fmt: skip
+def plot_series(
+    levels: Sequence[LevelStats],
+    path: str | Path,
+    *,
+    title: str = "",
+    simulated: bool = False,
+    bucket_s: float = SERIES_BUCKET_S,
+) -> Path | None:
     """Output tok/s over time, one line per level (``LevelStats.tok_s_series``), each from its own
     first send: where a level ramped, held and drained, and whether it ever held. Returns None
     (after one line on stderr) without matplotlib."""
@@ -183,23 +189,47 @@ def plot_pareto(comparison: Comparison, path: str | Path, *, title: str | None =
         color = line.get_color()
         for p in pts:
             hollow = p.met is False
-            ax.plot([p.agg_tok_s], [p.user_tok_s], marker="o", linestyle="", color=color,
-                    markerfacecolor="white" if hollow else color)  # fmt: skip
-            near = sum(1 for x, y in placed if abs(x - p.agg_tok_s) < 0.03 * span_x and abs(y - p.user_tok_s) < 0.03 * span_y)
+            ax.plot(
+                [p.agg_tok_s],
+                [p.user_tok_s],
+                marker="o",
+                linestyle="",
+                color=color,
+                markerfacecolor="white" if hollow else color,
+            )
+            near = sum(
+                1
+                for x, y in placed
+                if abs(x - p.agg_tok_s) < 0.03 * span_x and abs(y - p.user_tok_s) < 0.03 * span_y
+            )
             placed.append((p.agg_tok_s, p.user_tok_s))
-            ax.annotate(_x_label(p.x, comparison.axis), xy=(p.agg_tok_s, p.user_tok_s), xytext=(4, 4 + 10 * near),
-                        textcoords="offset points", fontsize=8, color=color)  # fmt: skip
+            ax.annotate(
+                _x_label(p.x, comparison.axis),
+                xy=(p.agg_tok_s, p.user_tok_s),
+                xytext=(4, 4 + 10 * near),
+                textcoords="offset points",
+                fontsize=8,
+                color=color,
+            )
     if slo.floor_tok_s is not None and slo.slo is not None:
         target = slo.slo.target("tpot")
         ax.axhline(slo.floor_tok_s, linestyle="--", color="grey", linewidth=1)
-        ax.annotate(f"SLO floor: {slo.floor_tok_s:.3g} tok/s per user ({target.text if target else ''})",
-                    xy=(0.0, slo.floor_tok_s), xycoords=("axes fraction", "data"), xytext=(4, 4),
-                    textcoords="offset points", fontsize=8, color="dimgrey")  # fmt: skip
+        ax.annotate(
+            f"SLO floor: {slo.floor_tok_s:.3g} tok/s per user ({target.text if target else ''})",
+            xy=(0.0, slo.floor_tok_s),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=8,
+            color="dimgrey",
+        )
     ax.set_xlabel("aggregate output tok/s")
     ax.set_ylabel(f"per-user tok/s while decoding (1 / {slo.user_stat})")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(title="filled: met the SLO" if slo.slo is not None else None, fontsize="small")
-    heading = title or "specload: per-user vs aggregate tok/s, " + " vs ".join(r.label for r in comparison.runs)
+    heading = title or "specload: per-user vs aggregate tok/s, " + " vs ".join(
+        r.label for r in comparison.runs
+    )
     return _save(fig, out, heading, comparison)

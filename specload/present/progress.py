@@ -57,13 +57,24 @@ def snapshot(lv: LevelProgress, levels: int, now: float) -> LevelSnapshot:
         return None if t is None else max(0.0, now - t)
 
     return LevelSnapshot(
-        index=p.index, levels=levels, label=level_label(p.concurrency, p.repeat, p.rate), concurrency=p.concurrency,
-        phase=lv.phase.value, done=lv.received, budget=p.budget, duration_s=p.duration_s,
-        warmup_done=lv.received_warmup, warmup=p.warmup, in_flight=lv.in_flight, failed=lv.failed,
-        tokens=lv.tokens, elapsed_s=since(lv.t_start) or 0.0, measure_s=since(lv.t_measure_start),
+        index=p.index,
+        levels=levels,
+        label=level_label(p.concurrency, p.repeat, p.rate),
+        concurrency=p.concurrency,
+        phase=lv.phase.value,
+        done=lv.received,
+        budget=p.budget,
+        duration_s=p.duration_s,
+        warmup_done=lv.received_warmup,
+        warmup=p.warmup,
+        in_flight=lv.in_flight,
+        failed=lv.failed,
+        tokens=lv.tokens,
+        elapsed_s=since(lv.t_start) or 0.0,
+        measure_s=since(lv.t_measure_start),
         back_span_s=None if lv.first_send is None or lv.last_end is None else lv.last_end - lv.first_send,
         back_ago_s=since(lv.last_end),
-    )  # fmt: skip
+    )
 
 
 def live_tok_s(s: LevelSnapshot) -> float | None:

@@ -132,8 +132,14 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Late", "late", "late", 0, IF_COUNTED),
     Column("429", "429", "rate_limited", 0, IF_COUNTED),
     Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
-    Column("Prefix hit %", "prefix_hit", "prefix_cache_hit_rate", 1, IF_COUNTED,
-           cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate)),  # fmt: skip
+    Column(
+        "Prefix hit %",
+        "prefix_hit",
+        "prefix_cache_hit_rate",
+        1,
+        IF_COUNTED,
+        cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate),
+    ),
     Column("Srv run max", "srv_run_max", "server_running_max", 0, IF_VALUE),
     Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
     Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
@@ -166,15 +172,26 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: Table
     hides some, a line below the table names them."""
     cols = _shown(levels)
     rows = [[c.cell(s) for c in cols] for s in levels]
-    return render_view([c.name for c in cols], [c.key for c in cols], rows, fmt, view, REPORT_MD,
-                       json_data=lambda: [level_json(s) for s in levels])  # fmt: skip
+    return render_view(
+        [c.name for c in cols],
+        [c.key for c in cols],
+        rows,
+        fmt,
+        view,
+        REPORT_MD,
+        json_data=lambda: [level_json(s) for s in levels],
+    )
 
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
 _DIST_NAMES = (
-    ("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2e", "E2E"),
-    ("ttft_sched", "TTFT from schedule"), ("e2e_sched", "E2E from schedule"),  # rate levels
-)  # fmt: skip
+    ("ttft", "TTFT"),
+    ("tpot", "TPOT"),
+    ("itl", "ITL"),
+    ("e2e", "E2E"),
+    ("ttft_sched", "TTFT from schedule"),
+    ("e2e_sched", "E2E from schedule"),  # rate levels
+)
 
 
 def parse_percentiles(text: str) -> tuple[float, ...]:
@@ -186,8 +203,9 @@ def parse_percentiles(text: str) -> tuple[float, ...]:
         raise ValueError(f"--percentiles: expected numbers like 50,90,99, got {text!r}") from None
     unknown = [q for q in qs if q not in PERCENTILES]
     if not qs or unknown:
-        raise ValueError(f"--percentiles: each must be one of {', '.join(f'{q:g}' for q in PERCENTILES)}; "
-                         f"got {text!r}")  # fmt: skip
+        raise ValueError(
+            f"--percentiles: each must be one of {', '.join(f'{q:g}' for q in PERCENTILES)}; got {text!r}"
+        )
     return qs
 
 
@@ -223,13 +241,28 @@ def render_distributions(
 
 
 def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    headers = [_x_header(levels), "Req/s", "Output tok/s", "Input tok/s", "Total tok/s", "Peak in flight",
-               "Mean conc"]  # fmt: skip
+    headers = [
+        _x_header(levels),
+        "Req/s",
+        "Output tok/s",
+        "Input tok/s",
+        "Total tok/s",
+        "Peak in flight",
+        "Mean conc",
+    ]
     rows = [
-        [_x_cell(s), fmt_num(s.req_s, 2), fmt_num(s.agg_tok_s, 1), fmt_num(s.input_tok_s, 1),
-         fmt_num(s.total_tok_s, 1), fmt_num(s.peak_in_flight, 0), fmt_num(s.mean_concurrency, 1)]
-        for s in levels if s.sent
-    ]  # fmt: skip
+        [
+            _x_cell(s),
+            fmt_num(s.req_s, 2),
+            fmt_num(s.agg_tok_s, 1),
+            fmt_num(s.input_tok_s, 1),
+            fmt_num(s.total_tok_s, 1),
+            fmt_num(s.peak_in_flight, 0),
+            fmt_num(s.mean_concurrency, 1),
+        ]
+        for s in levels
+        if s.sent
+    ]
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
@@ -247,15 +280,31 @@ def render_slo(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     if not judged:
         return None
     slo = judged[0].slo.slo  # type: ignore[union-attr]
-    headers = [_x_header(judged), *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets), "Met", "Good",
-               "Good %", "Goodput req/s", "Goodput tok/s"]  # fmt: skip
+    headers = [
+        _x_header(judged),
+        *(f"{t.label} (<= {t.threshold_text})" for t in slo.targets),
+        "Met",
+        "Good",
+        "Good %",
+        "Goodput req/s",
+        "Goodput tok/s",
+    ]
     rows = []
     for s in judged:
         r = s.slo
         assert r is not None
         share = None if r.good_share is None else r.good_share * 100
-        rows.append([_x_cell(s), *(target_cell(t) for t in r.targets), slo_met_cell(r), f"{r.good}/{r.sent}",
-                     fmt_num(share, 1), fmt_num(r.goodput_req_s, 2), fmt_num(r.goodput_tok_s, 1)])  # fmt: skip
+        rows.append(
+            [
+                _x_cell(s),
+                *(target_cell(t) for t in r.targets),
+                slo_met_cell(r),
+                f"{r.good}/{r.sent}",
+                fmt_num(share, 1),
+                fmt_num(r.goodput_req_s, 2),
+                fmt_num(r.goodput_tok_s, 1),
+            ]
+        )
     return render_table(headers, rows, fmt, align_right=False)
 
 
@@ -264,8 +313,10 @@ def _slo_notes(levels: Sequence[LevelStats]) -> list[str]:
     for s in levels:
         for t in s.slo.targets if s.slo is not None else ():
             if t.missing:
-                notes.append(f"{s.label}: {t.missing} OK request(s) had no {t.target.label.split()[0]} value; "
-                             f"they count as over {t.target.text} (not good)")  # fmt: skip
+                notes.append(
+                    f"{s.label}: {t.missing} OK request(s) had no {t.target.label.split()[0]} value; "
+                    f"they count as over {t.target.text} (not good)"
+                )
     return notes
 
 
@@ -282,10 +333,13 @@ def capacity_lines(run: Run) -> list[str]:
     rec = run.capacity_record
     if rec is not None and rec.space is not None:
         sp = rec.space
-        order = ", ".join(f"{fmt_x(sp.kind, p.get('x'))} {'met' if p.get('met') else 'failed'}"
-                          for p in rec.probes)  # fmt: skip
-        lines.append(f"- search ({rec.status}): from {fmt_x(sp.kind, sp.start)} within {sp.minimum:g}..{sp.maximum:g}, "
-                     f"{len(rec.probes)} of at most {sp.max_probes} probes: {order}")  # fmt: skip
+        order = ", ".join(
+            f"{fmt_x(sp.kind, p.get('x'))} {'met' if p.get('met') else 'failed'}" for p in rec.probes
+        )
+        lines.append(
+            f"- search ({rec.status}): from {fmt_x(sp.kind, sp.start)} within {sp.minimum:g}..{sp.maximum:g}, "
+            f"{len(rec.probes)} of at most {sp.max_probes} probes: {order}"
+        )
     return lines
 
 
@@ -306,45 +360,99 @@ def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
             d = s.mix.lengths.get(key)
             if d is None or not d.n:
                 continue
-            rows.append([_x_cell(s), label, str(d.n), fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1),
-                         fmt_num(d.max, 0)])  # fmt: skip
+            rows.append(
+                [
+                    _x_cell(s),
+                    label,
+                    str(d.n),
+                    fmt_num(d.mean, 1),
+                    fmt_num(d.p50, 1),
+                    fmt_num(d.p90, 1),
+                    fmt_num(d.max, 0),
+                ]
+            )
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
 def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> list[list[str]]:
     rows = []
     for g in groups:
-        rows.append([
-            _x_cell(s), str(g.key), _pct_cell(g.share), str(g.ok), str(g.failed + g.short), fmt_num(g.input_mean, 1),
-            fmt_num(g.output_mean, 1), fmt_num(g.ttft_p50_ms, 1), fmt_num(g.ttft_p99_ms, 1), fmt_num(g.tpot_p50_ms, 1),
-            fmt_num(g.e2e_p50_s, 2), fmt_num(g.per_req_tok_s, 1), fmt_num(g.agg_tok_s, 1), _pct_cell(g.prefix_cache_hit_rate),
-        ])  # fmt: skip
+        rows.append(
+            [
+                _x_cell(s),
+                str(g.key),
+                _pct_cell(g.share),
+                str(g.ok),
+                str(g.failed + g.short),
+                fmt_num(g.input_mean, 1),
+                fmt_num(g.output_mean, 1),
+                fmt_num(g.ttft_p50_ms, 1),
+                fmt_num(g.ttft_p99_ms, 1),
+                fmt_num(g.tpot_p50_ms, 1),
+                fmt_num(g.e2e_p50_s, 2),
+                fmt_num(g.per_req_tok_s, 1),
+                fmt_num(g.agg_tok_s, 1),
+                _pct_cell(g.prefix_cache_hit_rate),
+            ]
+        )
     if total and groups:
         m = s.mix
         inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
-        rows.append([
-            _x_cell(s), "all", _pct_cell(1.0), str(s.ok), str(s.failed + s.short), fmt_num(inp.mean if inp else None, 1),
-            fmt_num(out.mean if out else None, 1), fmt_num(s.ttft_p50_ms, 1), fmt_num(s.ttft_p99_ms, 1),
-            fmt_num(s.tpot_p50_ms, 1), fmt_num(s.e2e_p50_s, 2), fmt_num(s.per_req_tok_s, 1), fmt_num(s.agg_tok_s, 1),
-            _pct_cell(s.prefix_cache_hit_rate),
-        ])  # fmt: skip
+        rows.append(
+            [
+                _x_cell(s),
+                "all",
+                _pct_cell(1.0),
+                str(s.ok),
+                str(s.failed + s.short),
+                fmt_num(inp.mean if inp else None, 1),
+                fmt_num(out.mean if out else None, 1),
+                fmt_num(s.ttft_p50_ms, 1),
+                fmt_num(s.ttft_p99_ms, 1),
+                fmt_num(s.tpot_p50_ms, 1),
+                fmt_num(s.e2e_p50_s, 2),
+                fmt_num(s.per_req_tok_s, 1),
+                fmt_num(s.agg_tok_s, 1),
+                _pct_cell(s.prefix_cache_hit_rate),
+            ]
+        )
     return rows
 
 
-_GROUP_HEADERS = ["Share", "Ok", "Fail+short", "Input mean", "Output mean", "TTFT p50 (ms)", "TTFT p99 (ms)",
-                  "TPOT p50 (ms)", "E2E p50 (s)", "Per-req tok/s", "Agg tok/s", "Prefix hit %"]  # fmt: skip
+_GROUP_HEADERS = [
+    "Share",
+    "Ok",
+    "Fail+short",
+    "Input mean",
+    "Output mean",
+    "TTFT p50 (ms)",
+    "TTFT p99 (ms)",
+    "TPOT p50 (ms)",
+    "E2E p50 (s)",
+    "Per-req tok/s",
+    "Agg tok/s",
+    "Prefix hit %",
+]
 
 
 def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each request class and then all of them together; None without classes."""
     rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.classes, True)]
-    return render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+    return (
+        render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False)
+        if rows
+        else None
+    )
 
 
 def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
     rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.turns, False)]
-    return render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False) if rows else None
+    return (
+        render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False)
+        if rows
+        else None
+    )
 
 
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
@@ -352,13 +460,25 @@ def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
     if not groups:
         return None
-    headers = [_x_header(levels), "Repeats", "Agg tok/s mean", "Agg tok/s sd", "Per-req tok/s mean",
-               "Per-req tok/s sd"]  # fmt: skip
+    headers = [
+        _x_header(levels),
+        "Repeats",
+        "Agg tok/s mean",
+        "Agg tok/s sd",
+        "Per-req tok/s mean",
+        "Per-req tok/s sd",
+    ]
     rows = [
-        [f"{g.x:g}", g.n, fmt_num(g.agg_tok_s_mean, 1), fmt_num(g.agg_tok_s_std, 1),
-         fmt_num(g.per_req_tok_s_mean, 1), fmt_num(g.per_req_tok_s_std, 1)]
+        [
+            f"{g.x:g}",
+            g.n,
+            fmt_num(g.agg_tok_s_mean, 1),
+            fmt_num(g.agg_tok_s_std, 1),
+            fmt_num(g.per_req_tok_s_mean, 1),
+            fmt_num(g.per_req_tok_s_std, 1),
+        ]
         for g in groups
-    ]  # fmt: skip
+    ]
     return render_table(headers, rows, fmt, align_right=False)
 
 
@@ -445,11 +565,15 @@ def _level_meta_notes(run: Run) -> list[str]:
         label = level_label(lv.concurrency, lv.repeat, lv.rate)
         if lv.lost:
             why = f" ({lv.note})" if lv.note else ""
-            notes.append(f"{label}: {lv.lost} request(s) lost with a worker, no record can exist for them{why}")
+            notes.append(
+                f"{label}: {lv.lost} request(s) lost with a worker, no record can exist for them{why}"
+            )
         if lv.refused or lv.outage_s:
-            notes.append(f"{label}: the server was away (connection refused) for {lv.outage_s:.2f} s; "
-                         f"{lv.refused} measured request(s) refused, counted as failed, and the level "
-                         f"waited for it: repeat the level for figures without the outage")  # fmt: skip
+            notes.append(
+                f"{label}: the server was away (connection refused) for {lv.outage_s:.2f} s; "
+                f"{lv.refused} measured request(s) refused, counted as failed, and the level "
+                f"waited for it: repeat the level for figures without the outage"
+            )
         if lv.status in (None, "completed"):
             continue
         known = (("budget", lv.budget), ("granted", lv.granted), ("received", lv.received))
@@ -516,8 +640,12 @@ def _notes(run: Run) -> list[str]:
     notes += _prefix_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
-    notes += [f"{describe(c)}: its records' times are off by that much against the other workers'; "
-              f"sync the clocks (chrony/NTP)" for c in run.info.clients if is_off(c)]  # fmt: skip
+    notes += [
+        f"{describe(c)}: its records' times are off by that much against the other workers'; "
+        f"sync the clocks (chrony/NTP)"
+        for c in run.info.clients
+        if is_off(c)
+    ]
     return notes
 
 
@@ -551,25 +679,43 @@ def render_report(
         lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
     dists = render_distributions(run.levels, fmt, percentiles)
     if dists is not None:
-        lines += ["", "## Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
-                  "", dists]  # fmt: skip
+        lines += [
+            "",
+            "## Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
+            "",
+            dists,
+        ]
     throughput = render_throughput(run.levels, fmt)
     if throughput is not None:
         lines += ["", "## Throughput (per second of the level's wall time)", "", throughput]
     lengths = render_lengths(run.levels, fmt)
     if lengths is not None:
-        lines += ["", "## Request lengths (tokens; sent: asked for, counted/received: the server's count)", "",
-                  lengths]  # fmt: skip
+        lines += [
+            "",
+            "## Request lengths (tokens; sent: asked for, counted/received: the server's count)",
+            "",
+            lengths,
+        ]
     classes = render_classes(run.levels, fmt)
     if classes is not None:
-        lines += ["", "## Request classes (throughput over the level's wall time; all: the level)", "", classes]
+        lines += [
+            "",
+            "## Request classes (throughput over the level's wall time; all: the level)",
+            "",
+            classes,
+        ]
     turns = render_turns(run.levels, fmt)
     if turns is not None:
         lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
-        lines += ["", f"## SLO {run.slo.text} (Good: requests within every threshold; ✗ over it; ~ inside the "
-                  "noise; docs/metrics.md)", "", slo]  # fmt: skip
+        lines += [
+            "",
+            f"## SLO {run.slo.text} (Good: requests within every threshold; ✗ over it; ~ inside the "
+            "noise; docs/metrics.md)",
+            "",
+            slo,
+        ]
         lines += ["", "## Capacity under the SLO", "", *capacity_lines(run)]
     lines += _notes_block(run)
     return "\n".join(lines) + "\n"
@@ -633,16 +779,38 @@ def _parser() -> argparse.ArgumentParser:
         default="github",
         help="github (default), plain, any other tabulate format, csv or json",
     )
-    p.add_argument("--no-write", action="store_true", help=f"do not write {REPORT_MD} (nor, for a big run, {CACHE_FILE}) into the run directory")
-    p.add_argument("--slo", default=None, help="judge the levels against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
-                   "instead of the one the run was made with; 'none' for none")  # fmt: skip
-    p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
-                   help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)")
-    p.add_argument("--processes", type=int, default=default_processes(), metavar="N",
-                   help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)")  # fmt: skip
-    p.add_argument("--percentiles", default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
-                   help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
-                        "(json always has them all)")  # fmt: skip
+    p.add_argument(
+        "--no-write",
+        action="store_true",
+        help=f"do not write {REPORT_MD} (nor, for a big run, {CACHE_FILE}) into the run directory",
+    )
+    p.add_argument(
+        "--slo",
+        default=None,
+        help="judge the levels against this SLO (e.g. ttft_p99=2s,tpot_p50=50ms) "
+        "instead of the one the run was made with; 'none' for none",
+    )
+    p.add_argument(
+        "--plot",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PNG",
+        help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=default_processes(),
+        metavar="N",
+        help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)",
+    )
+    p.add_argument(
+        "--percentiles",
+        default=",".join(f"{q:g}" for q in DEFAULT_PERCENTILES),
+        help=f"percentiles shown for each latency, any of {','.join(f'{q:g}' for q in PERCENTILES)} "
+        "(json always has them all)",
+    )
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
     return p
 
@@ -669,8 +837,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         from specload.present.plot import plot_series
 
         target = args.plot or str(run.run_dir / SERIES_PNG)
-        drawn = plot_series(run.levels, target, title=f"specload: {run.info.label or run.run_dir.name}, output tok/s "
-                            "over time", simulated=run.info.simulated)  # fmt: skip
+        drawn = plot_series(
+            run.levels,
+            target,
+            title=f"specload: {run.info.label or run.run_dir.name}, output tok/s over time",
+            simulated=run.info.simulated,
+        )
         if drawn is not None:
             print(f"wrote {drawn}", file=sys.stderr)
     return 0

@@ -35,7 +35,14 @@ class Figure:
     sets: tuple[str, ...]
 
 
-SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = "seed", "failures", "latency", "throughput", "server", "slo"
+SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = (
+    "seed",
+    "failures",
+    "latency",
+    "throughput",
+    "server",
+    "slo",
+)
 # The named sets, in the order the help lists them; "seed" is the reference benchmark's table
 # (the reference table, shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
 SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
@@ -48,7 +55,9 @@ SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
 # TPOT p50 (107), and the queue from 123. A key a table does not have (or a column no level has a
 # value for) is skipped.
 PRIORITY: tuple[Figure, ...] = (
-    Figure("rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)),  # rate levels: the axis
+    Figure(
+        "rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
+    ),  # rate levels: the axis
     Figure("c", "C", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)),  # (compare: its axis, C or Req/s)
     Figure("agg", "Agg tok/s", (SEED,)),
     Figure("per_req", "Per-req tok/s", (SEED,)),
@@ -66,7 +75,9 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
     Figure("accept", "Accept len", (SERVER,)),
-    Figure("prefix_hit", "Prefix hit %", (SERVER,)),  # (only when the server's prefix cache served some prompt)
+    Figure(
+        "prefix_hit", "Prefix hit %", (SERVER,)
+    ),  # (only when the server's prefix cache served some prompt)
     Figure("ttft_p99", "TTFT p99", (LATENCY,)),
     Figure("tpot_p99", "TPOT p99", (LATENCY,)),
     Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare
@@ -90,17 +101,26 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
-_BY_NAME: dict[str, str] = {**{_norm(f.title): f.key for f in PRIORITY}, **{_norm(f.key): f.key for f in PRIORITY}}
+_BY_NAME: dict[str, str] = {
+    **{_norm(f.title): f.key for f in PRIORITY},
+    **{_norm(f.key): f.key for f in PRIORITY},
+}
 
 
 def columns_help() -> str:
     """The ``--columns`` help text, the same for every command that prints a table."""
-    sets = "; ".join(f"{s}: {', '.join(f.title for f in PRIORITY if s in f.sets and f.key not in AXES)}" for s in SETS)
-    text = (f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
-            f"width; not on a terminal: $COLUMNS, else {DEFAULT_WIDTH}), '{ALL}', sets ({sets}) or single columns "
-            f"by name, combined with commas (e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json "
-            f"keep every column")  # fmt: skip
-    return text.replace("%", "%%")  # argparse formats help with %: a column such as "Good %" would break --help
+    sets = "; ".join(
+        f"{s}: {', '.join(f.title for f in PRIORITY if s in f.sets and f.key not in AXES)}" for s in SETS
+    )
+    text = (
+        f"columns of the table printed here: '{AUTO}' (default: the most important that fit the terminal's "
+        f"width; not on a terminal: $COLUMNS, else {DEFAULT_WIDTH}), '{ALL}', sets ({sets}) or single columns "
+        f"by name, combined with commas (e.g. seed,latency or seed,fail,srv_queue_max); the files and csv/json "
+        f"keep every column"
+    )
+    return text.replace(
+        "%", "%%"
+    )  # argparse formats help with %: a column such as "Good %" would break --help
 
 
 @dataclass(frozen=True)
@@ -138,8 +158,10 @@ def parse_columns(text: str) -> frozenset[str] | None:
             keys.add(_BY_NAME[_norm(w)])
         else:
             names = ", ".join(f.key for f in PRIORITY)
-            raise ValueError(f"--columns: unknown column or set {w!r}; use {AUTO}, {ALL}, a set "
-                             f"({', '.join(SETS)}) or column names ({names}), separated by commas")  # fmt: skip
+            raise ValueError(
+                f"--columns: unknown column or set {w!r}; use {AUTO}, {ALL}, a set "
+                f"({', '.join(SETS)}) or column names ({names}), separated by commas"
+            )
     if not keys:
         raise ValueError(f"--columns: expected {AUTO}, {ALL}, a set or column names, got {text!r}")
     return frozenset(keys | set(AXES))

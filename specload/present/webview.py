@@ -64,15 +64,26 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
         except (OSError, ValueError):
             continue
         scenario = meta.scenario if isinstance(meta.scenario, dict) else {}
-        runs.append({
-            "name": d.name, "label": meta.label, "status": meta.status, "started_at": meta.started_at,
-            "ended_at": meta.ended_at, "host": meta.host, "backend": meta.backend, "model": meta.model,
-            "scenario": scenario.get("name"), "scenario_file": meta.scenario_file,
-            "levels": [lv.concurrency for lv in meta.levels], "rates": scenario.get("rates") or None,
-            "simulated": meta.simulated,
-            "input_tokens": scenario.get("input_tokens"), "output_tokens": scenario.get("output_tokens"),
-            "report": (d / REPORT_MD).is_file(),
-        })  # fmt: skip
+        runs.append(
+            {
+                "name": d.name,
+                "label": meta.label,
+                "status": meta.status,
+                "started_at": meta.started_at,
+                "ended_at": meta.ended_at,
+                "host": meta.host,
+                "backend": meta.backend,
+                "model": meta.model,
+                "scenario": scenario.get("name"),
+                "scenario_file": meta.scenario_file,
+                "levels": [lv.concurrency for lv in meta.levels],
+                "rates": scenario.get("rates") or None,
+                "simulated": meta.simulated,
+                "input_tokens": scenario.get("input_tokens"),
+                "output_tokens": scenario.get("output_tokens"),
+                "report": (d / REPORT_MD).is_file(),
+            }
+        )
     runs.sort(key=lambda r: (r["started_at"] or 0.0, r["name"]), reverse=True)
     return runs
 

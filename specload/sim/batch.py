@@ -250,7 +250,9 @@ class BatchRequest:
         "key",
     )
 
-    def __init__(self, prompt_tokens: int, max_tokens: int, arrival: float, key: PromptKey | None = None) -> None:
+    def __init__(
+        self, prompt_tokens: int, max_tokens: int, arrival: float, key: PromptKey | None = None
+    ) -> None:
         self.key = key  # the prompt as prefix-cache units (None: no cache, or not looked up)
         self.prompt = prompt_tokens
         self.max_tokens = max_tokens
@@ -288,7 +290,9 @@ class BatchScheduler:
     at any time. Durations returned are already multiplied by ``time_scale``.
     """
 
-    def __init__(self, params: BatchParams, time_scale: float = 1.0, cache: PrefixCache | None = None) -> None:
+    def __init__(
+        self, params: BatchParams, time_scale: float = 1.0, cache: PrefixCache | None = None
+    ) -> None:
         params.validate()
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale}")
@@ -499,7 +503,9 @@ class BatchEngine(Engine):
     another) joins that step, which is what arriving on time would have meant.
     """
 
-    def __init__(self, params: BatchParams, time_scale: float = 1.0, prefix_cache: PrefixCache | None = None) -> None:
+    def __init__(
+        self, params: BatchParams, time_scale: float = 1.0, prefix_cache: PrefixCache | None = None
+    ) -> None:
         self.params = params
         self.prefix_cache = prefix_cache
         self.sched = BatchScheduler(params, time_scale, prefix_cache)
@@ -511,9 +517,12 @@ class BatchEngine(Engine):
 
     @classmethod
     def from_preset(
-        cls, name_or_path: str, overrides: Sequence[str] = (), time_scale: float = 1.0,
+        cls,
+        name_or_path: str,
+        overrides: Sequence[str] = (),
+        time_scale: float = 1.0,
         prefix_cache: PrefixCache | None = None,
-    ) -> BatchEngine:  # fmt: skip
+    ) -> BatchEngine:
         return cls(load_preset(name_or_path, overrides), time_scale, prefix_cache)
 
     @property

@@ -51,13 +51,26 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
     a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
     a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
     # What a real llama.cpp server does that a client must cope with (docs/simulator.md).
-    a("--vocab-size", type=int, default=None, help="token ids must be below this (HTTP 400 'Prompt contains "
-      "invalid tokens', as llama.cpp); /tokenize maps words into it (default: no check, 32000 for /tokenize)")
+    a(
+        "--vocab-size",
+        type=int,
+        default=None,
+        help="token ids must be below this (HTTP 400 'Prompt contains "
+        "invalid tokens', as llama.cpp); /tokenize maps words into it (default: no check, 32000 for /tokenize)",
+    )
     a("--chat-template-tokens", type=int, default=0, help="tokens a chat template adds to every chat prompt")
-    a("--close-after-stream", action="store_true",
-      help="close the connection after each streamed response while advertising keep-alive, as llama.cpp does")  # fmt: skip
-    a("--loading-s", type=float, default=0.0, metavar="SECONDS",
-      help="answer every endpoint (/health too) with HTTP 503 'Loading model' for this long after start, as llama.cpp does")  # fmt: skip
+    a(
+        "--close-after-stream",
+        action="store_true",
+        help="close the connection after each streamed response while advertising keep-alive, as llama.cpp does",
+    )
+    a(
+        "--loading-s",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="answer every endpoint (/health too) with HTTP 503 'Loading model' for this long after start, as llama.cpp does",
+    )
     a("--access-log", action="store_true", help="log every request to stderr")
 
 
@@ -86,12 +99,25 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--max-running", type=int, default=48, help="running-request cap; the rest queue FIFO")
     t.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per stream event after the first")
     t.add_argument("--time-scale", type=float, default=1.0, help="multiply every engine duration")
-    t.add_argument("--prefix-cache-tokens", type=int, default=0, metavar="N",
-                   help="a prefix cache of N tokens (LRU): a prompt's cached start skips its prefill (default 0: off)")  # fmt: skip
-    t.add_argument("--prefix-cache-block", type=int, default=DEFAULT_BLOCK, metavar="B",
-                   help=f"the prefix cache matches whole blocks of B tokens (default {DEFAULT_BLOCK}, as vLLM)")  # fmt: skip
-    t.add_argument("--cache-report", action="store_true",
-                   help="OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)")  # fmt: skip
+    t.add_argument(
+        "--prefix-cache-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="a prefix cache of N tokens (LRU): a prompt's cached start skips its prefill (default 0: off)",
+    )
+    t.add_argument(
+        "--prefix-cache-block",
+        type=int,
+        default=DEFAULT_BLOCK,
+        metavar="B",
+        help=f"the prefix cache matches whole blocks of B tokens (default {DEFAULT_BLOCK}, as vLLM)",
+    )
+    t.add_argument(
+        "--cache-report",
+        action="store_true",
+        help="OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)",
+    )
 
 
 def _add_fault_flags(p: argparse.ArgumentParser) -> None:
@@ -105,8 +131,14 @@ def _add_fault_flags(p: argparse.ArgumentParser) -> None:
     fa("--fault-every", type=int, default=0, help="default every-Nth for the faults below")
     fa("--fault-rate", type=float, default=0.0, help="default probability for the faults below")
     fa("--fault-seed", type=int, default=0, help="seed of the fault RNG")
-    fa("--fault-from", dest="fault_first", type=int, default=1, metavar="N",
-       help="faults hit generation requests from the Nth on (default 1: all)")  # fmt: skip
+    fa(
+        "--fault-from",
+        dest="fault_first",
+        type=int,
+        default=1,
+        metavar="N",
+        help="faults hit generation requests from the Nth on (default 1: all)",
+    )
     fa(
         "--fault-http-status",
         dest="fault_http_error_status",
@@ -184,8 +216,9 @@ def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "batch":
         from specload.sim.batch import BatchEngine
 
-        return BatchEngine.from_preset(args.preset or "baseline", args.param, time_scale=args.time_scale,
-                                       prefix_cache=cache)  # fmt: skip
+        return BatchEngine.from_preset(
+            args.preset or "baseline", args.param, time_scale=args.time_scale, prefix_cache=cache
+        )
     if args.preset is not None or args.param:
         raise ValueError("--preset and --param need --engine batch")
     return FixedEngine(
@@ -278,10 +311,17 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     try:
         engine = build_engine(args)
         faults = build_faults(args)
-        app = SimApp(engine, args.model, args.max_model_len, args.metrics_style, faults,
-                     vocab=Vocab(args.vocab_size, args.chat_template_tokens),
-                     close_after_stream=args.close_after_stream, loading_s=args.loading_s,
-                     cache_report=args.cache_report)  # fmt: skip
+        app = SimApp(
+            engine,
+            args.model,
+            args.max_model_len,
+            args.metrics_style,
+            faults,
+            vocab=Vocab(args.vocab_size, args.chat_template_tokens),
+            close_after_stream=args.close_after_stream,
+            loading_s=args.loading_s,
+            cache_report=args.cache_report,
+        )
     except ValueError as e:
         parser.error(str(e))
     if bool(args.tls_cert) != bool(args.tls_key):

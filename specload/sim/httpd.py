@@ -114,8 +114,17 @@ class Request:
     server's clock, see the module docstring)."""
 
     __slots__ = (
-        "method", "path", "query", "version", "body", "arrived", "keep_alive", "aborted", "authorization", "_sock",
-    )  # fmt: skip
+        "method",
+        "path",
+        "query",
+        "version",
+        "body",
+        "arrived",
+        "keep_alive",
+        "aborted",
+        "authorization",
+        "_sock",
+    )
 
     def __init__(
         self,

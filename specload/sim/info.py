@@ -19,13 +19,25 @@ METRICS_STYLES = ("sglang", "vllm", "llamacpp", "none")
 
 # style -> (running gauge, waiting gauge, prompt counter, generated counter)
 _METRIC_NAMES = {
-    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:prompt_tokens_total",
-               "sglang:generation_tokens_total"),
-    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total",
-             "vllm:generation_tokens_total"),
-    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",
-                 "llamacpp:tokens_predicted_total"),
-}  # fmt: skip
+    "sglang": (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+    ),
+    "vllm": (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+    ),
+    "llamacpp": (
+        "llamacpp:requests_processing",
+        "llamacpp:requests_deferred",
+        "llamacpp:prompt_tokens_total",
+        "llamacpp:tokens_predicted_total",
+    ),
+}
 
 # One Prometheus sample: (name, type, help text, value).
 _Row = tuple[str, str, str, float]
@@ -82,9 +94,19 @@ def _cache_rows(style: str, prefix: str, cache: PrefixCache) -> list[_Row]:
     last batch of admissions (llama.cpp has neither)."""
     if style == "vllm":
         return [
-            (prefix + "prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", cache.queries),
-            (prefix + "prefix_cache_hits_total", "counter", "Prompt tokens served by the prefix cache.", cache.hits),
-        ]  # fmt: skip
+            (
+                prefix + "prefix_cache_queries_total",
+                "counter",
+                "Prompt tokens looked up in the prefix cache.",
+                cache.queries,
+            ),
+            (
+                prefix + "prefix_cache_hits_total",
+                "counter",
+                "Prompt tokens served by the prefix cache.",
+                cache.hits,
+            ),
+        ]
     if style == "sglang":
         return [(prefix + "cache_hit_rate", "gauge", "The prefix cache hit rate.", cache.last_batch_rate)]
     return []
@@ -93,10 +115,25 @@ def _cache_rows(style: str, prefix: str, cache: PrefixCache) -> list[_Row]:
 def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
     if style in ("vllm", "llamacpp"):  # the same three counters in both, which specload's sampler reads
         return [
-            (prefix + "spec_decode_num_drafts_total", "counter", "Verify steps (one per request per step).", c.num_drafts),
-            (prefix + "spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", c.num_draft_tokens),
-            (prefix + "spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.", c.num_accepted_tokens),
-        ]  # fmt: skip
+            (
+                prefix + "spec_decode_num_drafts_total",
+                "counter",
+                "Verify steps (one per request per step).",
+                c.num_drafts,
+            ),
+            (
+                prefix + "spec_decode_num_draft_tokens_total",
+                "counter",
+                "Draft tokens proposed.",
+                c.num_draft_tokens,
+            ),
+            (
+                prefix + "spec_decode_num_accepted_tokens_total",
+                "counter",
+                "Draft tokens accepted.",
+                c.num_accepted_tokens,
+            ),
+        ]
     # SGLang's gauge; here the average since start, bonus token included (0 before any step)
     accept = c.accept_length or 0.0
     return [(prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept)]

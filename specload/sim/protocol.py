@@ -79,7 +79,9 @@ class GenRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
-    key: Any = None  # the prompt as prefix-cache units (specload.sim.prefix.PromptKey), when the engine has a cache
+    key: Any = (
+        None  # the prompt as prefix-cache units (specload.sim.prefix.PromptKey), when the engine has a cache
+    )
 
 
 #: An endpoint's body reader: (JSON body, the server's max_model_len) -> the request.

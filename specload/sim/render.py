@@ -33,7 +33,9 @@ class Renderer:
     """Per-request event builder; the stream loop is shared, only the wire format differs."""
 
     cached_tokens = 0  # prompt tokens the prefix cache served (known once the request is admitted)
-    cache_report = False  # OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM/SGLang, when enabled)
+    cache_report = (
+        False  # OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM/SGLang, when enabled)
+    )
 
     def admitted(self) -> bytes | None:
         """Event to send the moment the engine admits the request (vLLM chat: the role-only delta)."""

@@ -132,8 +132,14 @@ class CapacitySearch:
 RATE_TOLERANCE = 0.05  # a rate search's default: stop when the bracket is within 5 % of its lower end
 
 
-def search_space(sc: Scenario, start: float | None = None, minimum: float = 1, maximum: float = 512,
-                 tolerance: float | None = None, max_probes: int = 16) -> SearchSpace:  # fmt: skip
+def search_space(
+    sc: Scenario,
+    start: float | None = None,
+    minimum: float = 1,
+    maximum: float = 512,
+    tolerance: float | None = None,
+    max_probes: int = 16,
+) -> SearchSpace:
     """The space ``specload capacity`` searches: concurrency, or request rates when the scenario has
     rate levels (``--rates R``: the search starts at R unless ``start`` says otherwise). ValueError
     when it does not hold together."""
@@ -141,10 +147,22 @@ def search_space(sc: Scenario, start: float | None = None, minimum: float = 1, m
         raise ValueError(f"--rates: give one rate to start the search from (or --start), got {sc.rates}")
     if sc.rates:
         first = sc.rates[0] if start is None else start
-        return SearchSpace(KIND_RATE, float(first), float(minimum), float(maximum),
-                           RATE_TOLERANCE if tolerance is None else tolerance, max_probes).check()  # fmt: skip
-    return SearchSpace(KIND_CONCURRENCY, 8 if start is None else start, minimum, maximum,
-                       0.0 if tolerance is None else tolerance, max_probes).check()  # fmt: skip
+        return SearchSpace(
+            KIND_RATE,
+            float(first),
+            float(minimum),
+            float(maximum),
+            RATE_TOLERANCE if tolerance is None else tolerance,
+            max_probes,
+        ).check()
+    return SearchSpace(
+        KIND_CONCURRENCY,
+        8 if start is None else start,
+        minimum,
+        maximum,
+        0.0 if tolerance is None else tolerance,
+        max_probes,
+    ).check()
 
 
 def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelPlan:
@@ -152,14 +170,31 @@ def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelP
     a concurrency level (C users, closed loop) or a rate level (x requests/s, open loop, with the
     scenario's arrival process and user pool)."""
     if space.kind == KIND_RATE:
-        return LevelPlan(index=index, concurrency=sc.pool(), repeat=0, budget=sc.rate_budget(x),
-                         warmup=sc.warmup_requests, duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens,
-                         output_tokens=sc.output_tokens, rate=x, arrival=sc.arrival, burstiness=sc.burstiness,
-                         seed=sc.seed)  # fmt: skip
+        return LevelPlan(
+            index=index,
+            concurrency=sc.pool(),
+            repeat=0,
+            budget=sc.rate_budget(x),
+            warmup=sc.warmup_requests,
+            duration_s=sc.duration_s,
+            warmup_tokens=sc.warmup_tokens,
+            output_tokens=sc.output_tokens,
+            rate=x,
+            arrival=sc.arrival,
+            burstiness=sc.burstiness,
+            seed=sc.seed,
+        )
     c = int(x)
-    return LevelPlan(index=index, concurrency=c, repeat=0, budget=sc.budget(c), warmup=sc.warmup_requests,
-                     duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens, output_tokens=sc.output_tokens)  # fmt: skip
-
+    return LevelPlan(
+        index=index,
+        concurrency=c,
+        repeat=0,
+        budget=sc.budget(c),
+        warmup=sc.warmup_requests,
+        duration_s=sc.duration_s,
+        warmup_tokens=sc.warmup_tokens,
+        output_tokens=sc.output_tokens,
+    )
 
 
 # ---------------------------------------------------------------- inside a sweep
@@ -219,9 +254,21 @@ class CapacityRun:
     def to_json(self) -> dict[str, Any]:
         c = self.capacity()
         return {
-            "slo": self.slo.text, "space": self.space.to_json(), "status": self.search.status,
-            "lo": self.search.lo, "hi": self.search.hi, "answer": c.to_json() if c is not None else None,
-            "probes": [{"x": p.x, "level": p.level, "met": p.met, "inside_noise": p.inside_noise, "note": p.note,
-                        "slo": self.results[p.level].to_json() if p.level in self.results else None}
-                       for p in self.search.probes],
-        }  # fmt: skip
+            "slo": self.slo.text,
+            "space": self.space.to_json(),
+            "status": self.search.status,
+            "lo": self.search.lo,
+            "hi": self.search.hi,
+            "answer": c.to_json() if c is not None else None,
+            "probes": [
+                {
+                    "x": p.x,
+                    "level": p.level,
+                    "met": p.met,
+                    "inside_noise": p.inside_noise,
+                    "note": p.note,
+                    "slo": self.results[p.level].to_json() if p.level in self.results else None,
+                }
+                for p in self.search.probes
+            ],
+        }

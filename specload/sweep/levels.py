@@ -61,8 +61,13 @@ SCHEDULE_LEAD_S = 0.05
 GRANT_AHEAD_S = 0.1
 
 PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = (
-    Phase.PENDING, Phase.RAMPING, Phase.WARMUP, Phase.MEASURE, Phase.DRAINING, Phase.DONE,
-)  # fmt: skip
+    Phase.PENDING,
+    Phase.RAMPING,
+    Phase.WARMUP,
+    Phase.MEASURE,
+    Phase.DRAINING,
+    Phase.DONE,
+)
 
 
 @dataclass(frozen=True)
@@ -95,21 +100,35 @@ def plan_levels(sc: Scenario) -> list[LevelPlan]:
             for r in range(sc.repeat):
                 plans.append(
                     LevelPlan(
-                        index=len(plans), concurrency=sc.pool(), repeat=r, budget=sc.rate_budget(rate),
-                        warmup=sc.warmup_requests, duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens,
-                        output_tokens=sc.output_tokens, rate=rate, arrival=sc.arrival, burstiness=sc.burstiness,
+                        index=len(plans),
+                        concurrency=sc.pool(),
+                        repeat=r,
+                        budget=sc.rate_budget(rate),
+                        warmup=sc.warmup_requests,
+                        duration_s=sc.duration_s,
+                        warmup_tokens=sc.warmup_tokens,
+                        output_tokens=sc.output_tokens,
+                        rate=rate,
+                        arrival=sc.arrival,
+                        burstiness=sc.burstiness,
                         seed=sc.seed,
                     )
-                )  # fmt: skip
+                )
         return plans
     for c in sc.levels:
         for r in range(sc.repeat):
             plans.append(
                 LevelPlan(
-                    index=len(plans), concurrency=c, repeat=r, budget=sc.budget(c), warmup=sc.warmup_requests,
-                    duration_s=sc.duration_s, warmup_tokens=sc.warmup_tokens, output_tokens=sc.output_tokens,
+                    index=len(plans),
+                    concurrency=c,
+                    repeat=r,
+                    budget=sc.budget(c),
+                    warmup=sc.warmup_requests,
+                    duration_s=sc.duration_s,
+                    warmup_tokens=sc.warmup_tokens,
+                    output_tokens=sc.output_tokens,
                 )
-            )  # fmt: skip
+            )
     return plans
 
 
@@ -168,12 +187,26 @@ class LevelProgress:
         """The level's entry in run.json."""
         p = self.plan
         return LevelMeta(
-            index=p.index, concurrency=p.concurrency, repeat=p.repeat, budget=p.budget, warmup=p.warmup,
-            duration_s=p.duration_s, t_start=self.t_start, t_measure_start=self.t_measure_start, t_end=self.t_end,
-            status=self.status.value, granted=self.granted, received=self.received,
-            granted_warmup=self.granted_warmup, received_warmup=self.received_warmup, lost=self.lost,
-            refused=self.refused, outage_s=round(self.outage_s, 3), note=self.note, rate=p.rate,
-        )  # fmt: skip
+            index=p.index,
+            concurrency=p.concurrency,
+            repeat=p.repeat,
+            budget=p.budget,
+            warmup=p.warmup,
+            duration_s=p.duration_s,
+            t_start=self.t_start,
+            t_measure_start=self.t_measure_start,
+            t_end=self.t_end,
+            status=self.status.value,
+            granted=self.granted,
+            received=self.received,
+            granted_warmup=self.granted_warmup,
+            received_warmup=self.received_warmup,
+            lost=self.lost,
+            refused=self.refused,
+            outage_s=round(self.outage_s, 3),
+            note=self.note,
+            rate=p.rate,
+        )
 
 
 def failure_class(rec: RequestRecord) -> str | None:
@@ -270,15 +303,25 @@ class SweepController:
             lv.phase = DRAINING
             changes.append(Change.DRAINING)
         changes += self._maybe_finish_level(lv, now)
-        if self.outage_since is not None and now - self.outage_since > self.outage_timeout_s and not self.finished:
+        if (
+            self.outage_since is not None
+            and now - self.outage_since > self.outage_timeout_s
+            and not self.finished
+        ):
             self.abort(
                 f"the server refused connections for {now - self.outage_since:.1f} s "
                 f"(--outage-timeout {self.outage_timeout_s:g}); last: {self._outage_last}"
             )
             return changes + [Change.ABORT]
-        if lv.phase not in (DONE, PENDING) and lv.t_start is not None and now - lv.t_start > self.level_timeout_s:
+        if (
+            lv.phase not in (DONE, PENDING)
+            and lv.t_start is not None
+            and now - lv.t_start > self.level_timeout_s
+        ):
             lv.status, lv.t_end = LevelStatus.INCOMPLETE, now
-            lv.note = f"level timed out after {self.level_timeout_s:g} s with {lv.in_flight} requests in flight"
+            lv.note = (
+                f"level timed out after {self.level_timeout_s:g} s with {lv.in_flight} requests in flight"
+            )
             self.abort(lv.note)
             changes.append(Change.TIMEOUT)
         return changes
@@ -304,12 +347,28 @@ class SweepController:
             return None
         p = lv.plan
         if lv.phase == WARMUP:
-            g = Grant(p.index, p.concurrency, p.repeat, PHASE_WARMUP, lv.granted_warmup, p.warmup_tokens,
-                      self._delay(lv, lv.granted_warmup), p.rate)  # fmt: skip
+            g = Grant(
+                p.index,
+                p.concurrency,
+                p.repeat,
+                PHASE_WARMUP,
+                lv.granted_warmup,
+                p.warmup_tokens,
+                self._delay(lv, lv.granted_warmup),
+                p.rate,
+            )
             lv.granted_warmup += 1
         else:
-            g = Grant(p.index, p.concurrency, p.repeat, PHASE_MEASURE, lv.granted, p.output_tokens,
-                      self._delay(lv, lv.granted), p.rate)  # fmt: skip
+            g = Grant(
+                p.index,
+                p.concurrency,
+                p.repeat,
+                PHASE_MEASURE,
+                lv.granted,
+                p.output_tokens,
+                self._delay(lv, lv.granted),
+                p.rate,
+            )
             lv.granted += 1
             if p.budget is not None and lv.granted >= p.budget:
                 lv.phase = DRAINING
@@ -383,7 +442,11 @@ class SweepController:
             return []
         now = self.clock()
         changes: list[Change] = []
-        if lv.phase == WARMUP and lv.granted_warmup >= lv.plan.warmup and lv.received_warmup >= lv.plan.warmup:
+        if (
+            lv.phase == WARMUP
+            and lv.granted_warmup >= lv.plan.warmup
+            and lv.received_warmup >= lv.plan.warmup
+        ):
             lv.phase, lv.t_measure_start = MEASURE, now
             self._schedule(lv, now)
             changes.append(Change.MEASURE)
@@ -438,7 +501,9 @@ class SweepController:
         waited = self.clock() - self.outage_since
         lv = self.levels[self._outage_level or 0]
         lv.outage_s += waited
-        outage = f"the server refused connections for {waited:.2f} s; {lv.refused} measured request(s) refused"
+        outage = (
+            f"the server refused connections for {waited:.2f} s; {lv.refused} measured request(s) refused"
+        )
         lv.note = f"{lv.note}; {outage}" if lv.note else outage
         self.outage_since = self._outage_level = None
         return [Change.RESUMED]

@@ -64,7 +64,9 @@ class Schedule:
         return due[seq]
 
 
-def offsets(rate: float, n: int, arrival: str = POISSON, burstiness: float = 1.0, seed: int = 0) -> list[float]:
+def offsets(
+    rate: float, n: int, arrival: str = POISSON, burstiness: float = 1.0, seed: int = 0
+) -> list[float]:
     """The first ``n`` due times of a schedule (for tests and the simulator's checks)."""
     s = Schedule(rate, arrival, burstiness, seed)
     return [s.offset(i) for i in range(n)]

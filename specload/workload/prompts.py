@@ -61,20 +61,35 @@ class PromptSource:
     def describe(self) -> dict[str, Any]:
         """The summary run.json keeps (not the pool itself)."""
         return {
-            "kind": self.kind, "origin": self.origin, "overhead_tokens": self.overhead, "exact": self.exact,
+            "kind": self.kind,
+            "origin": self.origin,
+            "overhead_tokens": self.overhead,
+            "exact": self.exact,
             "distinct_ids": None if self.ids is None else self.ids.size,
             "words": None if self.kind != TEXT else len(self.words),
-        }  # fmt: skip
+        }
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "origin": self.origin, "ids": None if self.ids is None else self.ids.to_wire(),
-                "words": list(self.words), "overhead": self.overhead, "exact": self.exact}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "origin": self.origin,
+            "ids": None if self.ids is None else self.ids.to_wire(),
+            "words": list(self.words),
+            "overhead": self.overhead,
+            "exact": self.exact,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> PromptSource:
         ids = d.get("ids")
-        return cls(d["kind"], d["origin"], None if ids is None else IdPool.from_wire(ids), tuple(d["words"]),
-                   int(d["overhead"]), bool(d["exact"]))  # fmt: skip
+        return cls(
+            d["kind"],
+            d["origin"],
+            None if ids is None else IdPool.from_wire(ids),
+            tuple(d["words"]),
+            int(d["overhead"]),
+            bool(d["exact"]),
+        )
 
 
 def range_source(lo: int, hi: int, origin: str) -> PromptSource:

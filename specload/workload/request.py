@@ -83,9 +83,16 @@ def request_classes(sc: Scenario) -> tuple[RequestClass, ...]:
     def one(name: str | None, weight: float, c: dict[str, Any]) -> RequestClass:
         v = {key: c.get(key, getattr(sc, key)) for key in CLASS_KEYS}
         return RequestClass(
-            name, weight, v["input_tokens"], v["output_tokens"], parse_dist(v["input_dist"]),
-            parse_dist(v["output_dist"]), v["shared_prefix_tokens"], v["prefix_groups"], v["turns"],
-        )  # fmt: skip
+            name,
+            weight,
+            v["input_tokens"],
+            v["output_tokens"],
+            parse_dist(v["input_dist"]),
+            parse_dist(v["output_dist"]),
+            v["shared_prefix_tokens"],
+            v["prefix_groups"],
+            v["turns"],
+        )
 
     if not sc.classes:
         return (one(None, 1.0, {}),)
@@ -141,8 +148,12 @@ def draw_request(
     u = uniforms(seed, level, phase, seq)
     c = cls or pick_class(classes, u[0])
     group = min(c.prefix_groups - 1, int(u[5] * c.prefix_groups)) if c.prefix_groups > 1 else 0
-    return Draw(c, c.input_dist.draw(u[1], u[2], c.input_tokens), c.output_dist.draw(u[3], u[4], c.output_tokens),
-                group)  # fmt: skip
+    return Draw(
+        c,
+        c.input_dist.draw(u[1], u[2], c.input_tokens),
+        c.output_dist.draw(u[3], u[4], c.output_tokens),
+        group,
+    )
 
 
 def prompt_number(level: int, phase: str, seq: int) -> int:
@@ -200,8 +211,15 @@ class RequestMaker:
         self.tokenize = tokenize
         self._tokenize_failed = False
 
-    def plan(self, level: int, phase: str, seq: int, max_tokens: int, item: Item | None = None,
-             conv: Conversation | None = None) -> Planned:  # fmt: skip
+    def plan(
+        self,
+        level: int,
+        phase: str,
+        seq: int,
+        max_tokens: int,
+        item: Item | None = None,
+        conv: Conversation | None = None,
+    ) -> Planned:
         """The request for ticket (level, phase, seq); ``max_tokens`` is the grant's (the owner's word
         for warmups with their own length and for a dataset's outputs), ``conv`` the user's conversation."""
         sc = self.sc
@@ -222,12 +240,21 @@ class RequestMaker:
             d = draw_request(self.classes, sc.seed, level, phase, seq, cls=conv.cls)
             prompt, tokens = self._next_turn(conv, n, d.input_tokens)
             out = max_tokens if keep_grant_output else d.output_tokens
-            return Planned(prompt, tokens, out, conv.cls.name, conv.turn, conv.id,
-                           conv.prefix_group if conv.cls.shared_prefix_tokens else None, conv)  # fmt: skip
+            return Planned(
+                prompt,
+                tokens,
+                out,
+                conv.cls.name,
+                conv.turn,
+                conv.id,
+                conv.prefix_group if conv.cls.shared_prefix_tokens else None,
+                conv,
+            )
         d = draw_request(self.classes, sc.seed, level, phase, seq)
         c = d.cls
-        prompt: Any = make_prompt(self.prompts, sc.seed, n, d.input_tokens, c.shared_prefix_tokens,
-                                  c.prefix_name(d.prefix_group))  # fmt: skip
+        prompt: Any = make_prompt(
+            self.prompts, sc.seed, n, d.input_tokens, c.shared_prefix_tokens, c.prefix_name(d.prefix_group)
+        )
         out = max_tokens if keep_grant_output else d.output_tokens
         group = d.prefix_group if c.shared_prefix_tokens else None
         if not self.multi_turn:
@@ -275,8 +302,11 @@ class RequestMaker:
                 return self.tokenize(answer)
             except Exception as e:  # noqa: BLE001 - any failure: fall back, the conversation goes on
                 self._tokenize_failed = True
-                logger.warning("multi-turn: the server cannot tokenize its answers (%s); the history resends "
-                               "pool ids of each answer's length instead", e)  # fmt: skip
+                logger.warning(
+                    "multi-turn: the server cannot tokenize its answers (%s); the history resends "
+                    "pool ids of each answer's length instead",
+                    e,
+                )
         assert self.prompts.ids is not None
         rng = random.Random(f"specload-answer-{self.sc.seed}-{conv.id}-{planned.turn}")
         return self.prompts.ids.draw(rng, n)

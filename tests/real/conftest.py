@@ -122,8 +122,13 @@ def llama_server(llama_server_bin: Path, tiny_models, tmp_path: Path) -> Iterato
                 args += ["--spec-synth-len", str(spec_synth_len)]
         args += list(extra_args)
         srv = start_llama_server(
-            llama_server_bin, model or tiny_models.model, args,
-            log_dir=tmp_path, parallel=parallel, ctx_per_slot=ctx_per_slot, threads=threads,
+            llama_server_bin,
+            model or tiny_models.model,
+            args,
+            log_dir=tmp_path,
+            parallel=parallel,
+            ctx_per_slot=ctx_per_slot,
+            threads=threads,
             health_timeout=health_timeout,
         )
         started.append(srv)

@@ -169,8 +169,19 @@ def obtain_sdist(work: Path, log: Path) -> Path:
     dl.mkdir()
     t0 = time.monotonic()
     _run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-         "--disable-pip-version-check", "-d", str(dl), f"llama-cpp-python=={LCP_VERSION}"],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            str(dl),
+            f"llama-cpp-python=={LCP_VERSION}",
+        ],
         log,
     )
     got = dl / LCP_SDIST
@@ -193,7 +204,7 @@ def extract_llama_cpp(sdist: Path, dest: Path) -> Path:
         for m in tf.getmembers():
             if not m.name.startswith(VENDOR_PREFIX):
                 continue
-            m.name = m.name[len(VENDOR_PREFIX):]
+            m.name = m.name[len(VENDOR_PREFIX) :]
             if not m.name:
                 continue
             members.append(m)

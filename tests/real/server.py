@@ -116,8 +116,16 @@ class LlamaServer:
     def conn(self, timeout: float = 60.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-                headers: dict[str, str] | None = None, timeout: float = 60.0) -> Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Response:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         hdrs = {"Content-Type": "application/json"} if data is not None else {}
         hdrs.update(headers or {})
@@ -135,13 +143,18 @@ class LlamaServer:
     def post(self, path: str, body: Any = None, **kw: Any) -> Response:
         return self.request("POST", path, body, **kw)
 
-    def stream(self, path: str, body: dict, timeout: float = 120.0,
-               conn: http.client.HTTPConnection | None = None) -> StreamResult:
+    def stream(
+        self, path: str, body: dict, timeout: float = 120.0, conn: http.client.HTTPConnection | None = None
+    ) -> StreamResult:
         """POST a streaming request and read the whole SSE body (on ``conn`` if given, kept open)."""
         c = conn or self.conn(timeout)
         try:
-            c.request("POST", path, body=json.dumps(body).encode(),
-                      headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            c.request(
+                "POST",
+                path,
+                body=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            )
             r = c.getresponse()
             raw = r.read()
             headers = {k.lower(): v for k, v in r.getheaders()}
@@ -226,21 +239,37 @@ def start_llama_server(
     for attempt in range(attempts):  # retry only when the port was taken between probe and bind
         port = free_port()
         args = [
-            str(binary), "-m", str(model),
-            "--host", "127.0.0.1", "--port", str(port),
-            "--parallel", str(parallel), "--cont-batching",
-            "-c", str(parallel * ctx_per_slot),
-            "--metrics", "--slots", "--no-webui",
-            "-t", str(threads or min(os.cpu_count() or 2, 4)),
+            str(binary),
+            "-m",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--parallel",
+            str(parallel),
+            "--cont-batching",
+            "-c",
+            str(parallel * ctx_per_slot),
+            "--metrics",
+            "--slots",
+            "--no-webui",
+            "-t",
+            str(threads or min(os.cpu_count() or 2, 4)),
             *extra_args,
         ]
         log = log_dir / f"llama-server-{port}.log"
         with open(log, "wb") as out:
             out.write(("$ " + " ".join(args) + "\n").encode())
             out.flush()
-            proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True,
-                                    preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            proc = subprocess.Popen(
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
         srv = LlamaServer(proc, port, log, args)
         try:
             _wait_healthy(srv, health_timeout)

@@ -40,17 +40,26 @@ def prompt_ids(tiny_models, n: int, seed: int = 0) -> list[int]:
 
 def chatml(messages: list[dict]) -> str:
     """The tiny model's chat template, rendered by hand (with the generation prompt)."""
-    return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
+    return (
+        "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        + "<|im_start|>assistant\n"
+    )
 
 
 def test_completions_stream_token_ids_exact_usage(llama_server, tiny_models):
     srv = llama_server()
     for n_in, n_out in [(48, 17), (300, 1), (1000, 200)]:
         ids = prompt_ids(tiny_models, n_in, seed=n_in)
-        r = srv.stream("/v1/completions", {
-            "prompt": ids, "max_tokens": n_out, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True},
-        })
+        r = srv.stream(
+            "/v1/completions",
+            {
+                "prompt": ids,
+                "max_tokens": n_out,
+                "ignore_eos": True,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         assert r.status == 200, r.raw[:500]
         assert r.headers["content-type"].startswith("text/event-stream")
         assert r.done, r.events[-3:]
@@ -75,7 +84,9 @@ def test_completions_usage_is_sent_even_without_stream_options(llama_server, tin
     srv = llama_server()
     ids = prompt_ids(tiny_models, 32)
     for opts in ({}, {"stream_options": {"include_usage": False}}):
-        r = srv.stream("/v1/completions", {"prompt": ids, "max_tokens": 5, "ignore_eos": True, "stream": True, **opts})
+        r = srv.stream(
+            "/v1/completions", {"prompt": ids, "max_tokens": 5, "ignore_eos": True, "stream": True, **opts}
+        )
         assert r.status == 200 and r.done
         assert (r.usage["completion_tokens"], r.usage["prompt_tokens"]) == (5, 32)
 
@@ -87,10 +98,16 @@ def test_chat_stream(llama_server, tiny_models):
     srv = llama_server()
     messages = [{"role": "user", "content": "Hello world, the server decodes 1234 tokens."}]
     n_out = 23
-    r = srv.stream("/v1/chat/completions", {
-        "messages": messages, "max_tokens": n_out, "ignore_eos": True, "stream": True,
-        "stream_options": {"include_usage": True},
-    })
+    r = srv.stream(
+        "/v1/chat/completions",
+        {
+            "messages": messages,
+            "max_tokens": n_out,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert r.status == 200, r.raw[:500]
     assert r.done
     chunks = r.chunks
@@ -108,7 +125,9 @@ def test_chat_stream(llama_server, tiny_models):
     assert usage_chunk["usage"]["prompt_tokens"] == len(tok.encode(messages[0]["content"]).ids) + 11
     assert usage_chunk["timings"]["predicted_n"] == n_out
     # without include_usage: no usage chunk, the timings ride on the finish chunk
-    r = srv.stream("/v1/chat/completions", {"messages": messages, "max_tokens": 4, "ignore_eos": True, "stream": True})
+    r = srv.stream(
+        "/v1/chat/completions", {"messages": messages, "max_tokens": 4, "ignore_eos": True, "stream": True}
+    )
     assert r.status == 200 and r.done
     assert r.usage is None
     assert r.chunks[-1]["choices"][0]["finish_reason"] == "length"
@@ -121,14 +140,21 @@ def test_tokenizer_and_server_info(llama_server, tiny_models):
     tok = Tokenizer.from_file(str(tiny_models.tokenizer_json))
     assert tok.get_vocab_size() == tiny_models.n_vocab
     srv = llama_server(parallel=3, ctx_per_slot=2048)
-    for text in ["Hello world", "Numbers 12345 and 3.14159!", "Tabs\tand\nnew lines\n\n  indented",
-                 "Unicode: café, 日本語, 🚀", "<|im_start|>user\nhi<|im_end|>"]:
+    for text in [
+        "Hello world",
+        "Numbers 12345 and 3.14159!",
+        "Tabs\tand\nnew lines\n\n  indented",
+        "Unicode: café, 日本語, 🚀",
+        "<|im_start|>user\nhi<|im_end|>",
+    ]:
         r = srv.post("/tokenize", {"content": text})
         assert r.status == 200
         assert r.json()["tokens"] == tok.encode(text).ids, text
         assert srv.post("/detokenize", {"tokens": tok.encode(text).ids}).json()["content"] == text
     pieces = srv.post("/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
-    assert "".join(p["piece"] for p in pieces) == "Hello world" and all(set(p) == {"id", "piece"} for p in pieces)
+    assert "".join(p["piece"] for p in pieces) == "Hello world" and all(
+        set(p) == {"id", "piece"} for p in pieces
+    )
 
     meta = srv.get("/v1/models").json()["data"][0]["meta"]
     assert meta["n_vocab"] == tiny_models.n_vocab
@@ -150,14 +176,21 @@ def test_errors(llama_server, tiny_models):
     for bad in (tiny_models.n_vocab, 30000, -1):
         r = srv.post("/v1/completions", {"prompt": ids + [bad], "max_tokens": 2, "stream": True})
         assert r.status == 400
-        assert r.json() == {"error": {"code": 400, "message": "Prompt contains invalid tokens",
-                                      "type": "invalid_request_error"}}
+        assert r.json() == {
+            "error": {
+                "code": 400,
+                "message": "Prompt contains invalid tokens",
+                "type": "invalid_request_error",
+            }
+        }
     r = srv.post("/v1/completions", {"prompt": prompt_ids(tiny_models, 600), "max_tokens": 2})
     assert r.status == 400
     assert r.json()["error"]["type"] == "exceed_context_size_error"
     assert (r.json()["error"]["n_prompt_tokens"], r.json()["error"]["n_ctx"]) == (600, 512)
     # prompt fits but prompt + max_tokens does not: 200, cut short at the context size
-    r = srv.post("/v1/completions", {"prompt": prompt_ids(tiny_models, 500), "max_tokens": 100, "ignore_eos": True})
+    r = srv.post(
+        "/v1/completions", {"prompt": prompt_ids(tiny_models, 500), "max_tokens": 100, "ignore_eos": True}
+    )
     assert r.status == 200
     assert r.json()["usage"]["completion_tokens"] == 512 - 500
     assert r.json()["choices"][0]["finish_reason"] == "length"
@@ -170,10 +203,14 @@ def test_errors(llama_server, tiny_models):
 def test_streamed_response_closes_the_connection(llama_server, tiny_models):
     """The server advertises keep-alive but closes the TCP connection after a streamed response."""
     srv = llama_server()
-    body = (b'{"prompt": %s, "max_tokens": 3, "ignore_eos": true, "stream": true}'
-            % str(prompt_ids(tiny_models, 8)).encode())
-    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    body = (
+        b'{"prompt": %s, "max_tokens": 3, "ignore_eos": true, "stream": true}'
+        % str(prompt_ids(tiny_models, 8)).encode()
+    )
+    req = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(body)
+    ) + body
     with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as s:
         s.sendall(req)
         buf = b""
@@ -190,8 +227,12 @@ def test_streamed_response_closes_the_connection(llama_server, tiny_models):
     c = srv.conn()
     try:
         for _ in range(3):
-            c.request("POST", "/v1/completions", body=body.replace(b'"stream": true', b'"stream": false'),
-                      headers={"Content-Type": "application/json"})
+            c.request(
+                "POST",
+                "/v1/completions",
+                body=body.replace(b'"stream": true', b'"stream": false'),
+                headers={"Content-Type": "application/json"},
+            )
             r = c.getresponse()
             assert r.status == 200 and not r.will_close
             r.read()
@@ -218,8 +259,15 @@ def test_metrics_running_and_deferred(llama_server, tiny_models):
             time.sleep(0.02)
 
     def one(i: int) -> None:
-        r = srv.stream("/v1/completions", {"prompt": prompt_ids(tiny_models, 64, seed=i), "max_tokens": 400,
-                                           "ignore_eos": True, "stream": True})
+        r = srv.stream(
+            "/v1/completions",
+            {
+                "prompt": prompt_ids(tiny_models, 64, seed=i),
+                "max_tokens": 400,
+                "ignore_eos": True,
+                "stream": True,
+            },
+        )
         results.append(r.usage)
 
     sampler = threading.Thread(target=sample)
@@ -249,9 +297,17 @@ def test_speculative_server_reports_drafts(llama_server, tiny_models, synth_len,
     draft_n = accepted = 0
     for i in range(4):
         # a request seed makes the synthetic acceptance draws (and so every count below) reproducible
-        r = srv.stream("/v1/completions", {"prompt": prompt_ids(tiny_models, 64, seed=i), "max_tokens": n_out,
-                                           "ignore_eos": True, "stream": True, "seed": 1000 + i,
-                                           "stream_options": {"include_usage": True}})
+        r = srv.stream(
+            "/v1/completions",
+            {
+                "prompt": prompt_ids(tiny_models, 64, seed=i),
+                "max_tokens": n_out,
+                "ignore_eos": True,
+                "stream": True,
+                "seed": 1000 + i,
+                "stream_options": {"include_usage": True},
+            },
+        )
         assert r.status == 200 and r.done
         assert r.usage["completion_tokens"] == n_out
         t = r.timings
@@ -269,7 +325,10 @@ def test_speculative_server_reports_drafts(llama_server, tiny_models, synth_len,
     assert delta("llamacpp:spec_decode_num_accepted_tokens_total") == accepted
     drafts = delta("llamacpp:spec_decode_num_drafts_total")
     assert 0 < drafts <= draft_n
-    per_pos = [delta(f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}') for i in range(n_max)]
+    per_pos = [
+        delta(f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}}')
+        for i in range(n_max)
+    ]
     assert sum(per_pos) == accepted
     assert per_pos == sorted(per_pos, reverse=True)  # a position is reached only through the ones before it
     # mean acceptance length, as the server defines it (target token included)
@@ -280,8 +339,10 @@ def test_speculative_server_reports_drafts(llama_server, tiny_models, synth_len,
 def test_baseline_server_has_no_draft_fields(llama_server, tiny_models):
     # -md alone loads the draft model but does not speculate: --spec-type is what turns it on
     srv = llama_server("-md", str(tiny_models.draft))
-    r = srv.stream("/v1/completions", {"prompt": prompt_ids(tiny_models, 16), "max_tokens": 20,
-                                       "ignore_eos": True, "stream": True})
+    r = srv.stream(
+        "/v1/completions",
+        {"prompt": prompt_ids(tiny_models, 16), "max_tokens": 20, "ignore_eos": True, "stream": True},
+    )
     assert r.status == 200 and "draft_n" not in r.timings
     assert srv.metrics()["llamacpp:spec_decode_num_drafts_total"] == 0
     assert not any(s["speculative"] for s in srv.get("/slots").json())

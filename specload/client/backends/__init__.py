@@ -7,7 +7,9 @@ from specload.client.backends.chat import ChatCompletions
 from specload.client.backends.openai import OpenAICompletions
 from specload.client.backends.sglang import SGLangGenerate
 
-_BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (OpenAICompletions, SGLangGenerate, ChatCompletions)}
+_BACKENDS: dict[str, type[Backend]] = {
+    b.name: b for b in (OpenAICompletions, SGLangGenerate, ChatCompletions)
+}
 
 
 def get_backend(name: str) -> Backend:

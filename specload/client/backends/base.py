@@ -27,7 +27,15 @@ def count(value: Any, name: str) -> int | None:
 class StreamParser(ABC):
     """Per-request state while reading a stream."""
 
-    __slots__ = ("output_tokens", "prompt_tokens", "finish_reason", "error", "spec_verify_ct", "cached_tokens", "text")
+    __slots__ = (
+        "output_tokens",
+        "prompt_tokens",
+        "finish_reason",
+        "error",
+        "spec_verify_ct",
+        "cached_tokens",
+        "text",
+    )
 
     def __init__(self) -> None:
         self.output_tokens: int | None = None  # the server's count, once it has said it
@@ -36,7 +44,9 @@ class StreamParser(ABC):
         self.error: str | None = None  # an error object sent inside the stream
         self.spec_verify_ct: int | None = None
         self.cached_tokens: int | None = None  # prompt tokens the server's prefix cache served, if it says
-        self.text: list[str] | None = None  # when a list: receives the answer's text (a conversation's history)
+        self.text: list[str] | None = (
+            None  # when a list: receives the answer's text (a conversation's history)
+        )
 
     def feed(self, payload: bytes) -> int:
         """Digest one event; return how many output tokens it carries (0: not a content event).
@@ -59,7 +69,9 @@ class StreamParser(ABC):
 
     def take_usage(self, usage: Any) -> None:
         if usage:
-            self.output_tokens = count(usage.get("completion_tokens", self.output_tokens), "completion_tokens")
+            self.output_tokens = count(
+                usage.get("completion_tokens", self.output_tokens), "completion_tokens"
+            )
             self.prompt_tokens = count(usage.get("prompt_tokens", self.prompt_tokens), "prompt_tokens")
             details = usage.get("prompt_tokens_details")  # vLLM/SGLang with prompt token details enabled
             if details:

@@ -49,7 +49,11 @@ class SGLangGenerate(Backend):
     def body(
         self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
     ) -> dict[str, Any]:
-        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": temperature}
+        sampling: dict[str, Any] = {
+            "max_new_tokens": max_tokens,
+            "ignore_eos": True,
+            "temperature": temperature,
+        }
         body: dict[str, Any] = {"stream": True, "sampling_params": sampling}
         prompt = as_text(prompt)
         if isinstance(prompt, str):
