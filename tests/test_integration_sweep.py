@@ -200,9 +200,9 @@ def _post(url: str, form: dict[str, str]) -> bytes:
 
 def _check_ui_run_dir(run_dir: Path) -> None:
     """A web UI run's directory is complete when the run has ended: its final run.json, Locust's
-    counts (the requests sent, nothing else) and report.md, written by the UI itself."""
+    counts (the requests sent, nothing else) and report.md, written by a child of the UI's process."""
     assert orjson.loads((run_dir / "run.json").read_bytes())["status"] in ("completed", "interrupted")
-    assert (run_dir / "report.md").exists(), sorted(os.listdir(run_dir))
+    wait_until(lambda: (run_dir / "report.md").exists(), 30, f"report.md in {sorted(os.listdir(run_dir))}")
     entries = orjson.loads((run_dir / "locust.json").read_bytes())
     assert {e["method"] for e in entries} == {"POST"}
     assert sum(e["num_requests"] for e in entries) == len(read_records(str(run_dir / "records.jsonl")))

@@ -70,8 +70,8 @@ def running_owner(tmp_path: Path) -> tuple[Any, Any]:
 
     env = SimpleNamespace(parsed_options=None, runner=Runner(), host="http://127.0.0.1:1")
     owner = SweepOwner(env)
-    owner.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=3)))
-    owner.writer = RecordWriter(str(tmp_path))
+    owner.levels.ctrl = SweepController(plan_levels(Scenario(levels=[1], requests=3)))
+    owner.recorder.writer = RecordWriter(str(tmp_path))
     owner.active = True
     owner.ctrl.tick(1)
     return env, owner
@@ -110,7 +110,7 @@ def check(tmp_path: Path) -> None:
     owner.on_record(env, msg({"level": 0}, "forger"))  # not even a record message: ignored
     assert owner.ctrl.levels[0].granted == 2  # a forged return does not reopen a ticket
     send(1, "worker-a", t1)  # the genuine record still counts
-    owner.writer.close()
+    owner.recorder.writer.close()
     assert [r.seq for r in read_records(str(tmp_path / "records.jsonl"))] == [0, 1]
     lv = owner.ctrl.levels[0]
     assert (lv.granted, lv.received, lv.ok) == (2, 2, 2)
@@ -150,7 +150,7 @@ def check_local(tmp_path: Path) -> None:
     side.ship(rec0, r0.ticket)  # the record itself, as the user made it
     side.ship(rec0, r0.ticket)  # the same again: ignored, as a repeated message is
     owner.on_record(env, SimpleNamespace(data=RecordMsg(record(1), r1.ticket).to_wire(), node_id=LOCAL_NODE))
-    owner.writer.close()
+    owner.recorder.writer.close()
     lines = (tmp_path / "records.jsonl").read_bytes().splitlines()
     assert len(lines) == 2 and lines[0] == lines[1].replace(b'"seq":1', b'"seq":0')  # identical bytes
     assert (owner.ctrl.levels[0].received, owner.rejected) == (2, 1)

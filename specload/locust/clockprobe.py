@@ -17,7 +17,7 @@ import gevent
 
 from specload.core.clocks import ClockSample, estimate
 from specload.core.rundir import ClientClock
-from specload.locust.protocol import MSG_CLOCK_PING, MSG_CLOCK_PONG, ClockPing, ClockPong
+from specload.locust.protocol import MSG_CLOCK_PING, MSG_CLOCK_PONG, ClockPing, ClockPong, WireError, decode
 
 logger = logging.getLogger("specload")
 
@@ -71,7 +71,11 @@ class ClockProbe:
         received = time.time()
         samples = self._samples.get(msg.node_id)
         if samples is not None:
-            pong = ClockPong.from_wire(msg.data)
+            try:
+                pong = decode(ClockPong.from_wire, msg.data)
+            except WireError as e:
+                logger.debug("a clock answer from %s was refused: %s", msg.node_id, e)
+                return
             samples.append(ClockSample(pong.sent, pong.remote, received))
 
 
@@ -79,7 +83,11 @@ def register_clock_answer(runner: Any) -> None:
     """The worker's side: answer every ping with this machine's clock."""
 
     def on_ping(environment: Any, msg: Any, **_: Any) -> None:
-        ping = ClockPing.from_wire(msg.data)
+        try:
+            ping = decode(ClockPing.from_wire, msg.data)
+        except WireError as e:
+            logger.debug("a clock ping was refused: %s", e)
+            return
         runner.send_message(MSG_CLOCK_PONG, ClockPong(ping.sent, time.time()).to_wire())
 
     runner.register_message(MSG_CLOCK_PING, on_ping)

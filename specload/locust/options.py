@@ -11,8 +11,9 @@ was given on the command line, or was edited in the web UI, overrides the matchi
 
 from __future__ import annotations
 
+import argparse
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specload.client.http import check_host
@@ -82,6 +83,34 @@ FORM_FIRST = (
 LABEL_DEST = "label"
 
 
+# Where the parse leaves the dests of the options it was given (``explicit_from``): a list, so that
+# Locust can ship the parsed options to its workers as it does (msgpack).
+EXPLICIT_DEST = "specload_explicit"
+
+
+class _Given(argparse._StoreAction):
+    """Stores the value like argparse's own "store", and notes that the option was given: an option
+    set to its default value must still override the scenario file's value for it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        given: list[str] = list(getattr(namespace, EXPLICIT_DEST, None) or [])
+        if self.dest not in given:
+            setattr(namespace, EXPLICIT_DEST, [*given, self.dest])
+
+
+def explicit_from(opts: Namespace | None) -> set[str]:
+    """The option dests the parse of ``opts`` was given (on the command line, or in a Locust config
+    file or LOCUST_* variable, which Locust's parser reads as command-line words)."""
+    return set(getattr(opts, EXPLICIT_DEST, None) or ()) if opts is not None else set()
+
+
 def form_order() -> list[str]:
     """Every option dest the start form shows, in order (the run's label among them)."""
     rest = [s.dest for s in FLAG_FIELDS if s.web and s.dest not in FORM_FIRST]
@@ -93,12 +122,16 @@ def add_arguments(parser: Any) -> None:
     its order."""
     for dest, flag, default, help_text, in_ui in RUN_OPTIONS:
         if dest != LABEL_DEST:
-            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+            parser.add_argument(
+                flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui, action=_Given
+            )
     by_dest = {o[0]: o for o in RUN_OPTIONS}
     for dest in form_order():
         if dest == LABEL_DEST:
             _dest, flag, default, help_text, in_ui = by_dest[LABEL_DEST]
-            parser.add_argument(flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui)
+            parser.add_argument(
+                flag, dest=dest, default=default, help=help_text, include_in_web_ui=in_ui, action=_Given
+            )
         else:
             _add_field(parser, _BY_DEST[dest])
     for spec in FLAG_FIELDS:
@@ -109,6 +142,7 @@ def add_arguments(parser: Any) -> None:
 
 def _add_field(parser: Any, spec: FieldSpec) -> None:
     kwargs: dict[str, Any] = {
+        "action": _Given,
         "dest": spec.dest,
         "default": spec.option_default,
         "help": spec.help,
@@ -152,7 +186,9 @@ def _add_run_flags(parser: Any) -> None:
 
 
 def explicit_options(argv: list[str]) -> set[str]:
-    """Option dests given on a command line, whatever their value (``--flag v`` or ``--flag=v``)."""
+    """Option dests given on a command line, whatever their value (``--flag v`` or ``--flag=v``):
+    for a command line made here (``specload sweep``'s), before any parse. A Locust process asks
+    its parsed options instead (``explicit_from``)."""
     return {_FLAGS[tok.split("=", 1)[0]] for tok in argv if tok.split("=", 1)[0] in _FLAGS}
 
 

@@ -138,8 +138,7 @@ def on_test_stop(environment: Any, **_: Any) -> None:
     # not when Locust quits. A master first lets its workers' last Locust statistics arrive.
     if stopped_mid_run and isinstance(environment.runner, MasterRunner):
         gevent.sleep(locust.runners.WORKER_REPORT_INTERVAL + 0.5)
-    if owner.close_run() is not None:
-        logger.info("run directory complete: %s (report.md, locust.json)", owner.run_dir)
+    owner.close_run()  # report.md by a child: this process keeps answering (heartbeats, the web UI)
 
 
 def on_quitting(environment: Any, **_: Any) -> None:
@@ -151,12 +150,12 @@ def on_quitting(environment: Any, **_: Any) -> None:
         if owner.failure is not None:
             environment.process_exit_code = 2
         return
-    run = owner.close_run()  # None when a web UI run was completed already
     opts = environment.parsed_options
-    if run is not None and opts is not None and opts.headless and not getattr(opts, "quiet_report", False):
-        from specload.present.report import render_report
-
-        print(render_report(run, "github"), flush=True)
+    # A headless run's report is printed here (by the child that writes report.md), unless the
+    # command that started Locust prints it itself (specload sweep: --quiet-report).
+    show = opts is not None and opts.headless and not getattr(opts, "quiet_report", False)
+    owner.close_run(print_report=show)  # nothing to do when a web UI run was completed already
+    owner.wait_report()  # before quitting: whoever reads the run next finds report.md
 
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).

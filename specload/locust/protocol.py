@@ -3,18 +3,26 @@
 They travel through Locust's custom messages, which carry plain msgpack data, so each message is
 a typed dataclass here with ``to_wire``/``from_wire``: the shape of what crosses a process (or a
 machine) boundary is written down in one place, and a renamed field breaks a test, not a sweep.
+
+Each message carries the schema version it was written in (``WIRE_VERSION``): a master and its
+workers may run different specload versions (one upgraded, the others not yet), and a message
+whose fields this process cannot read must be refused with a word about why, not misread or
+turned into a traceback in Locust's message loop. A message without a version is from a
+specload before versions, whose messages are version 1.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from operator import attrgetter
-from typing import Any
+from typing import Any, TypeVar
 
+from specload import __version__
 from specload.analysis.clientcheck import ProcessLoad
 from specload.core.records import Phase, RequestRecord
 from specload.sweep.levels import Grant, SweepState
-from specload.workload.config import Scenario
+from specload.workload.config import Scenario, ScenarioError, scenario_from_dict
 from specload.workload.datasets import Item
 from specload.workload.prompts import PromptSource
 
@@ -24,6 +32,49 @@ MSG_TICKET = "specload_ticket"  # owner -> the asking process
 MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
 MSG_RECORD = "specload_record"  # user -> owner: one finished request
 LOCAL_NODE = "local"  # the node id of a local run's only process (Locust's LocalRunner messages say so)
+
+# Raised by one with each change to a message's fields that an older reader would misread.
+WIRE_VERSION = 1
+_V = "v"  # the version's key in every message
+
+
+class WireError(ValueError):
+    """A message this process cannot read: malformed, or written by a newer specload."""
+
+
+class NewerVersion(WireError):
+    """A message in a schema version newer than this specload reads."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"wire version {version}, newer than this specload ({__version__}) reads ({WIRE_VERSION}); "
+            "run the same specload version on the master and every worker"
+        )
+        self.version = version
+
+
+def wire_version(d: Any) -> int:
+    """The message's schema version (1 when it has none); NewerVersion when it is newer than ours."""
+    v = d.get(_V, 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise WireError(f"not a wire version: {v!r}")
+    if v > WIRE_VERSION:
+        raise NewerVersion(v)
+    return v
+
+
+T = TypeVar("T")
+
+
+def decode(from_wire: Callable[[Any], T], data: Any) -> T:
+    """``from_wire(data)``, any failure to read it a WireError (a message from another process,
+    maybe another machine, maybe anyone who reached the master port: never trusted to parse)."""
+    try:
+        return from_wire(data)
+    except WireError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise WireError(str(e)) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +104,13 @@ class RunConfig:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RunConfig:
-        # The owner validated the scenario before it sent it.
-        sc = Scenario(**d["scenario"])
-        if sc.token_id_range is not None:
-            sc.token_id_range = (sc.token_id_range[0], sc.token_id_range[1])  # msgpack made it a list
+        """The run config as the owner sent it, its scenario checked again by the field table's
+        own checks (a WireError names the field): what each process sends must be a scenario a
+        run could have resolved, whoever wrote the message."""
+        try:
+            sc = scenario_from_dict(dict(d["scenario"]), "the owner's run config")
+        except ScenarioError as e:
+            raise WireError(str(e)) from None
         # No word from the owner about the key (an older owner) means no key: the safe reading.
         return cls(
             sc,
@@ -82,10 +136,16 @@ class StateMsg:
     config: dict[str, Any] | None  # RunConfig.to_wire(), made once per run by the owner
 
     def to_wire(self) -> dict[str, Any]:
-        return {"state": asdict(self.state), "config_id": self.config_id, "config": self.config}
+        return {
+            _V: WIRE_VERSION,
+            "state": asdict(self.state),
+            "config_id": self.config_id,
+            "config": self.config,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> StateMsg:
+        wire_version(d)
         st = dict(d["state"])
         if st.get("phase") is not None:
             st["phase"] = Phase(st["phase"])
@@ -97,10 +157,11 @@ class TicketRequest:
     uid: str
 
     def to_wire(self) -> dict[str, Any]:
-        return {"uid": self.uid}
+        return {_V: WIRE_VERSION, "uid": self.uid}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketRequest:
+        wire_version(d)
         return cls(str(d["uid"]))
 
 
@@ -128,6 +189,7 @@ class TicketReply:
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            _V: WIRE_VERSION,
             "uid": self.uid,
             "grant": None if self.grant is None else _grant_dict(self.grant),
             "item": None if self.item is None else self.item.to_wire(),
@@ -136,6 +198,7 @@ class TicketReply:
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReply:
+        wire_version(d)
         g, item = d.get("grant"), d.get("item")
         return cls(
             str(d["uid"]),
@@ -155,10 +218,11 @@ class TicketReturn:
     ticket: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        return {_V: WIRE_VERSION, **asdict(self)}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReturn:
+        wire_version(d)
         return cls(int(d["level"]), str(d["phase"]), int(d["seq"]), str(d.get("ticket") or ""))
 
 
@@ -170,10 +234,11 @@ class RecordMsg:
     ticket: str
 
     def to_wire(self) -> dict[str, Any]:
-        return {"record": self.record, "ticket": self.ticket}
+        return {_V: WIRE_VERSION, "record": self.record, "ticket": self.ticket}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RecordMsg:
+        wire_version(d)
         return cls(dict(d["record"]), str(d.get("ticket") or ""))
 
     @classmethod
@@ -193,10 +258,11 @@ class ClockPing:
     sent: float  # the master's clock
 
     def to_wire(self) -> dict[str, Any]:
-        return {"sent": self.sent}
+        return {_V: WIRE_VERSION, "sent": self.sent}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ClockPing:
+        wire_version(d)
         return cls(float(d["sent"]))
 
 
@@ -206,10 +272,11 @@ class ClockPong:
     remote: float  # the worker's clock as it answered
 
     def to_wire(self) -> dict[str, Any]:
-        return {"sent": self.sent, "remote": self.remote}
+        return {_V: WIRE_VERSION, "sent": self.sent, "remote": self.remote}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ClockPong:
+        wire_version(d)
         return cls(float(d["sent"]), float(d["remote"]))
 
 
@@ -229,10 +296,17 @@ class ClientLoadMsg:
     streamed: int = 0  # output tokens the process's streams read in the level so far (the live tok/s)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"run": self.run, "level": self.level, "load": self.load.to_json(), "streamed": self.streamed}
+        return {
+            _V: WIRE_VERSION,
+            "run": self.run,
+            "level": self.level,
+            "load": self.load.to_json(),
+            "streamed": self.streamed,
+        }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> ClientLoadMsg:
+        wire_version(d)
         load = ProcessLoad.from_json(d.get("load"))
         if load is None:
             raise ValueError("no load figures")

@@ -34,6 +34,8 @@ from specload.locust.protocol import (
     TicketReply,
     TicketRequest,
     TicketReturn,
+    WireError,
+    decode,
 )
 from specload.sweep.levels import SweepState
 from specload.workload.prompts import IDS, prime
@@ -66,13 +68,30 @@ class UserSide:
         # directly, the same calls its message handlers make, without encoding and decoding each
         # ticket and record (~10 % of the client's CPU per request). None: messages (workers).
         self.local_owner: Any = None
+        self._refused: set[str] = set()  # the kinds of the owner's messages refused (said once each)
 
     # message handlers -------------------------------------------------------------------------
+    def _refuse(self, what: str, e: WireError) -> None:
+        """A message from the owner this process cannot read: said once per kind (they repeat every second)."""
+        if what not in self._refused:
+            self._refused.add(what)
+            logger.error("%s: refused the owner's %s: %s", self.worker, what, e)
+
     def on_state(self, environment: Any, msg: Any, **_: Any) -> None:
-        m = StateMsg.from_wire(msg.data)
+        try:
+            m = decode(StateMsg.from_wire, msg.data)
+        except WireError as e:
+            self._refuse("state message", e)
+            return
         self.state = m.state
         if m.config is not None and m.config_id != self.config_id:
-            self.config, self.config_id = RunConfig.from_wire(m.config), m.config_id
+            try:
+                config = decode(RunConfig.from_wire, m.config)
+            except WireError as e:
+                self._refuse(f"run config {m.config_id}", e)
+                self.open.clear()  # no request of this run goes out under an unreadable config
+                return
+            self.config, self.config_id = config, m.config_id
             self._backend = self._maker = self._wire = None
             if self.config.scenario.dataset is None:
                 # Now, before this run's first stream: drawn by the first prompt, it would hold up
@@ -84,7 +103,12 @@ class UserSide:
             self.open.clear()
 
     def on_ticket(self, environment: Any, msg: Any, **_: Any) -> None:
-        self.take_reply(TicketReply.from_wire(msg.data))
+        try:
+            reply = decode(TicketReply.from_wire, msg.data)
+        except WireError as e:
+            self._refuse("ticket reply", e)
+            return
+        self.take_reply(reply)
 
     def take_reply(self, reply: TicketReply) -> None:
         """The owner's answer to one of this process's users (from a message, or from the owner

@@ -395,7 +395,7 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
         "ended_at": m.ended_at,
         "simulated": m.simulated,
         "server_metrics": m.server_metrics,
-        "report": owner.closed,
+        "report": owner.complete,
     }
     levels = [_level_live(owner, lv.plan.index, now) for lv in owner.ctrl.levels]
     out["levels"] = levels

@@ -1,0 +1,184 @@
+"""What a run is, decided before its run directory exists: the scenario from the options (flags,
+scenario file, web form), the host, the model, the server's configuration, the prompts and the
+dataset, and whether the API key goes along. Everything here may fail with CannotStart, whose
+message is the whole explanation the user gets.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from specload.analysis.capacity import SearchSpace
+from specload.client.backends import get_backend
+from specload.client.http import api_key, check_host, key_may_go_to, redact_host
+from specload.client.introspect import discover_model, max_running, server_config
+from specload.client.probe import ServerUnreachable
+from specload.core.slo import parse_slo
+from specload.locust.options import (
+    FORM_SOURCE,
+    LAUNCH_HOST,
+    SEND_KEY_DEST,
+    SEND_KEY_FLAG,
+    explicit_from,
+    launch_values,
+    scenario_from_options,
+)
+from specload.locust.protocol import RunConfig
+from specload.sweep.capacity import CapacityRun
+from specload.sweep.levels import plan_levels
+from specload.workload.config import Scenario, ScenarioError
+from specload.workload.datasets import DatasetError, Item, load_items
+from specload.workload.prompt_source import PromptProbeFailed, discover_prompts
+from specload.workload.vocab import LocalTokenizer, ServerTokenizer, VocabError
+
+logger = logging.getLogger("specload")
+
+_TIMEBOXED_ITEMS = 1024  # dataset prompts drawn for a time-boxed level (they are reused in turn)
+
+
+class CannotStart(Exception):
+    """The run cannot start; the message says why (logged, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """Everything decided before the run directory exists."""
+
+    scenario: Scenario
+    config: RunConfig
+    model_source: str
+    label: str
+    server: dict[str, Any]
+    items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
+    # A capacity search (specload capacity) instead of the scenario's levels.
+    capacity: CapacityRun | None = None
+
+
+class RunResolver:
+    """Resolves each run of a Locust process from its options as they are at the run's start (a web
+    UI's form edits them between runs).
+
+    ``explicit``: the options the process was started with, each overriding the scenario file even
+    at its default value; ``launch``: every option's value at launch, to tell a form edit from an
+    untouched field. Both come from Locust's parsed options, never from ``sys.argv``.
+    """
+
+    def __init__(self, environment: Any) -> None:
+        self.env = environment
+        opts = environment.parsed_options
+        self.explicit = explicit_from(opts)
+        self.launch = launch_values(opts) if opts else None
+
+    def resolve(self) -> ResolvedRun:
+        """The scenario, the host, the model and the server's configuration, or CannotStart."""
+        opts = self.env.parsed_options
+        try:
+            source = FORM_SOURCE if getattr(self.env, "web_ui", None) is not None else "command line"
+            sc = scenario_from_options(opts, self.explicit, self.launch, source)
+            host = check_host(self.env.host)
+        except (ScenarioError, ValueError) as e:
+            raise CannotStart(str(e)) from None
+        insecure = bool(getattr(opts, "insecure", False))
+        if insecure and host.startswith("https://"):
+            logger.warning("--insecure: the server's TLS certificate is NOT verified")
+        send_key = self.send_key(host)
+        model, how = sc.model, "scenario/flag"
+        if not model:
+            try:
+                model, how = discover_model(host, sc.connect_timeout_s, insecure, send_key)
+            except ServerUnreachable as e:
+                raise CannotStart(f"cannot reach the server before the sweep: {e}") from None
+            if model is None and sc.backend != "sglang":
+                raise CannotStart(f"no model name: {how}; pass --model NAME")
+        server = server_config(host, sc.connect_timeout_s, insecure, send_key)
+        cap = max_running(server)
+        if cap is not None and max(sc.levels) > cap:
+            logger.warning(
+                "the server runs at most %d requests at once (max_running_requests); "
+                "levels above C=%d will queue the excess",
+                cap,
+                cap,
+            )
+        try:
+            prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure, send_key)
+            items = self._dataset(sc, host, model, insecure, prompts.overhead, send_key)
+        except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
+            raise CannotStart(f"prompts: {e}") from None
+        if items:
+            prompts = replace(
+                prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)"
+            )
+        config = RunConfig(sc, model, host, prompts, insecure, send_key)
+        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
+
+    def _capacity_run(self, sc: Scenario) -> CapacityRun | None:
+        """The capacity search --capacity-search asks for (specload capacity), or None for a sweep."""
+        text = getattr(self.env.parsed_options, "capacity_search", "") or ""
+        if not text:
+            return None
+        if not sc.slo:
+            raise CannotStart("a capacity search needs an SLO (--slo ttft_p99=2s,...)")
+        try:
+            return CapacityRun(SearchSpace.from_option(text), parse_slo(sc.slo), sc)
+        except ValueError as e:
+            raise CannotStart(str(e)) from None
+
+    def send_key(self, host: str) -> bool:
+        """Whether this run's requests (probes included) carry the API key: to the host given at
+        launch always, to another (typed in the web form) only when the user ticked the form's box.
+        A withheld key is said, so a run that the server then refuses is not a mystery."""
+        launched = self.launch.get(LAUNCH_HOST) if self.launch else None
+        confirmed = bool(getattr(self.env.parsed_options, SEND_KEY_DEST, False))
+        send = key_may_go_to(host, launched, confirmed)
+        if api_key() is None:
+            return send  # no key in this environment: nothing to send or withhold
+        was = f"started for {redact_host(launched)}" if launched else "started without a host"
+        if not send:
+            logger.warning(
+                'the API key is NOT sent to %s: specload was %s; tick "Send key to new host" in the '
+                "start form (%s) to send it there",
+                redact_host(host),
+                was,
+                SEND_KEY_FLAG,
+            )
+        elif not key_may_go_to(host, launched, False):
+            logger.warning("the API key goes to %s, as confirmed (specload was %s)", redact_host(host), was)
+        return send
+
+    def _dataset(
+        self, sc: Scenario, host: str, model: str | None, insecure: bool, overhead: int, send_key: bool
+    ) -> list[Item]:
+        """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them).
+
+        ``overhead``: the tokens the server adds to each prompt, left out of a fixed prompt length."""
+        if not sc.dataset:
+            return []
+        plans = plan_levels(sc)
+        n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
+        tok = (
+            LocalTokenizer(sc.tokenizer)
+            if sc.tokenizer
+            else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
+        )
+        fixed = sc.dataset_lengths == "fixed"
+        items = load_items(
+            sc.dataset,
+            n,
+            sc.seed,
+            tok,
+            sc.output_tokens if fixed else None,
+            sc.input_tokens - overhead if fixed else None,
+        )
+        logger.info(
+            "dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",
+            sc.dataset,
+            len(items),
+            n,
+            min(i.prompt_tokens for i in items),
+            max(i.prompt_tokens for i in items),
+            min(i.output_tokens for i in items),
+            max(i.output_tokens for i in items),
+        )
+        return items
