@@ -182,9 +182,6 @@ class SweepOwner:
                 lv.client = fig.to_json() if fig is not None else None
         self.recorder.write_meta(levels)
 
-    def release_reserve(self) -> None:
-        self.recorder.release_reserve()
-
     def finish(self, status: str | None = None) -> None:
         """Close the run (idempotent). Late records still reach records.jsonl afterwards."""
         ctrl = self.levels.ctrl
