@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from specload.locust.options import (
+    EXPLICIT_DEST,
     add_arguments,
     check_form,
+    explicit_from,
     explicit_options,
     launch_values,
     option_flags,
@@ -44,7 +46,8 @@ def parser() -> LocustLikeParser:
 
 
 def resolve(argv: list[str]) -> Scenario:
-    return scenario_from_options(parser().parse_args(argv), explicit_options(argv))
+    opts = parser().parse_args(argv)
+    return scenario_from_options(opts, explicit_from(opts))
 
 
 def test_no_flags_gives_builtin_defaults() -> None:
@@ -107,6 +110,24 @@ def test_explicit_default_valued_flags_override_the_file() -> None:
     sc = resolve(["--scenario", SMOKE, "--read-timeout", "600", "--requests-per-level", "0"])
     assert sc.read_timeout_s == 600.0
     assert sc.requests is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--levels", "1,2"],
+        ["--input-tokens=512", "--label", "x", "--levels", "1", "--levels", "2"],
+        ["--insecure", "--scenario", SMOKE, "--read-timeout", "600", "--backend", "chat"],
+    ],
+)
+def test_the_parse_notes_the_options_it_was_given(argv: list[str]) -> None:
+    """What a Locust process resolves its runs with: the options its parse was given (not
+    sys.argv), noted as a list, which Locust can ship to its workers with the parsed options."""
+    opts = parser().parse_args(argv)
+    assert explicit_from(opts) == explicit_options(argv)
+    assert isinstance(getattr(opts, EXPLICIT_DEST, []), list)
+    assert explicit_from(None) == set()
 
 
 def test_untouched_defaults_do_not_override_the_file() -> None:
@@ -247,7 +268,7 @@ def test_scenario_flags_round_trip_on_top_of_a_file() -> None:
 def _form_check(form: dict[str, str], *argv: str) -> str | None:
     opts = parser().parse_args(["--scenario", SMOKE, *argv])
     before = vars(opts).copy()
-    message = check_form(form, opts, explicit_options(list(argv)), launch_values(opts))
+    message = check_form(form, opts, explicit_from(opts), launch_values(opts))
     assert vars(opts) == before  # a check changes nothing: Locust applies the form only if it passes
     return message
 
