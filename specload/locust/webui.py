@@ -479,7 +479,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
     ]
     web_ui.template_args["extended_csv_files"] = [
-        {"href": "./specload/sweep/levels.csv", "title": "specload levels (CSV)"},
+        {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
         {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
     ]
     auth = web_ui.auth_required_if_enabled
@@ -536,11 +536,16 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             }
         )
 
+    # The page asks for its data by relative paths (app.js: "live", "compare", ...). The package
+    # regrouping renamed five routes as if they were modules (/specload/analysis/live, ...); those
+    # names stay as aliases, for the scripts and docs written since.
+    @app.route("/specload/live")
     @app.route("/specload/analysis/live")
     @auth
     def _live() -> Any:
         return jsonify(live_payload(environment, owner))
 
+    @app.route("/specload/levels.csv")
     @app.route("/specload/sweep/levels.csv")
     @auth
     def _levels_csv() -> Any:
@@ -550,6 +555,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")
 
+    @app.route("/specload/run")
     @app.route("/specload/analysis/run")
     @auth
     def _run() -> Any:
@@ -594,6 +600,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             abort(400, "choose at least two runs (the first is the baseline)")
         return names, bundles.get("compare", [run_dir_of(n) for n in names])
 
+    @app.route("/specload/compare")
     @app.route("/specload/present/compare")
     @auth
     def _compare() -> Any:
@@ -603,6 +610,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             | {"plot": bundle.get("png") is not None}
         ), (500 if "error" in bundle else 200)
 
+    @app.route("/specload/compare.<fmt>")
     @app.route("/specload/present/compare.<fmt>")
     @auth
     def _compare_file(fmt: str) -> Any:
