@@ -241,9 +241,18 @@ class SweepOwner:
             logger.info("run directory complete: %s (report.md, locust.json)", run_dir)
 
     def wait_report(self) -> None:
-        """Wait for the last run's report child, if it still runs (the process is about to quit)."""
-        if self.report_job is not None and not self.report_job.done:
-            self.report_job.wait()
+        """Wait for the last run's report child, if it still runs (the process is about to quit).
+        Ctrl-C meanwhile stops the wait, not the child: Locust's shutdown goes on (its own files,
+        the exit code) and the child still writes report.md."""
+        job = self.report_job
+        if job is None or job.done:
+            return
+        try:
+            job.wait()
+        except KeyboardInterrupt:
+            logger.warning(
+                "not waiting for report.md of %s: its child (pid %s) writes it", job.run_dir, job.pid
+            )
 
     # shape hook -------------------------------------------------------------------------------
     def tick(self, user_count: int) -> int | None:

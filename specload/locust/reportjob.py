@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -120,9 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(rest) != 1:
         print(f"usage: python -m specload.locust.reportjob RUN_DIR [{_PRINT}]", file=sys.stderr)
         return 2
-    # A web UI may start its next sweep while this runs: the sweep's client comes first.
+    # A web UI may start its next sweep while this runs: the sweep's client comes first. A Ctrl-C in
+    # the terminal is for Locust (which stops waiting for us); report.md is still written.
     with contextlib.suppress(OSError):
         os.nice(10)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from specload.analysis.run import load_run
     from specload.present.report import render_report, write_report_md
 
