@@ -267,18 +267,18 @@ def test_without_the_token_nothing_is_served_and_nothing_starts(ui: UI) -> None:
     b = Browser(ui.base)
     pages = (
         "/",
-        "/specload/analysis/run",
+        "/specload/run",
         "/stats/requests",
         "/specload/",
         "/specload/static/app.js",
         "/specload/form",
-        "/specload/analysis/live",
+        "/specload/live",
         "/specload/runs",
         "/specload/runs/x/report",
         "/specload/runs/x/report.json",
-        "/specload/present/compare?run=a&run=b",
-        "/specload/present/compare.png?run=a&run=b",
-        "/specload/sweep/levels.csv",
+        "/specload/compare?run=a&run=b",
+        "/specload/compare.png?run=a&run=b",
+        "/specload/levels.csv",
     )
     for path in pages:
         reply = b.call(path)
@@ -303,7 +303,7 @@ def test_with_the_token_a_sweep_runs(ui: UI) -> None:
     dirs = ui.run_dirs()
     assert b.post("/swarm", ui.form(ui.home.url)).json()["success"]
     run = wait_until(
-        lambda: (r := b.call("/specload/analysis/run").json())["status"] == "completed" and r, 60, "the sweep"
+        lambda: (r := b.call("/specload/run").json())["status"] == "completed" and r, 60, "the sweep"
     )
     assert run["levels"][0]["ok"] == 2
     assert len(ui.run_dirs()) == len(dirs) + 1
@@ -346,7 +346,7 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
     assert b.post("/swarm", ui.form(ui.other.url, send_key_to_new_host="true")).json()["success"]
     run = wait_until(
         lambda: (
-            (r := b.call("/specload/analysis/run").json())["status"] == "completed"
+            (r := b.call("/specload/run").json())["status"] == "completed"
             and r["run_dir"]
             and os.path.basename(r["run_dir"]) not in dirs
             and r

@@ -479,7 +479,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
     ]
     web_ui.template_args["extended_csv_files"] = [
-        {"href": "./specload/sweep/levels.csv", "title": "specload levels (CSV)"},
+        {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
         {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
     ]
     auth = web_ui.auth_required_if_enabled
@@ -536,12 +536,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             }
         )
 
-    @app.route("/specload/analysis/live")
+    @app.route("/specload/live")
     @auth
     def _live() -> Any:
         return jsonify(live_payload(environment, owner))
 
-    @app.route("/specload/sweep/levels.csv")
+    @app.route("/specload/levels.csv")
     @auth
     def _levels_csv() -> Any:
         buf = io.StringIO()
@@ -550,7 +550,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")
 
-    @app.route("/specload/analysis/run")
+    @app.route("/specload/run")
     @auth
     def _run() -> Any:
         return {
@@ -594,7 +594,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             abort(400, "choose at least two runs (the first is the baseline)")
         return names, bundles.get("compare", [run_dir_of(n) for n in names])
 
-    @app.route("/specload/present/compare")
+    @app.route("/specload/compare")
     @auth
     def _compare() -> Any:
         _names, bundle = compared()
@@ -603,7 +603,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             | {"plot": bundle.get("png") is not None}
         ), (500 if "error" in bundle else 200)
 
-    @app.route("/specload/present/compare.<fmt>")
+    @app.route("/specload/compare.<fmt>")
     @auth
     def _compare_file(fmt: str) -> Any:
         names, bundle = compared()
