@@ -34,7 +34,7 @@ from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
-from specload.present.output import EXTRA_FORMATS, is_known_format, render_table, render_view
+from specload.present.output import format_help, is_document, is_known_format, render_table, render_view
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
 REASON_WIDTH = 120
@@ -671,7 +671,7 @@ def render_report(
     For csv and json only the per-level data, so that the output parses; the words are in
     ``side_text``. ``view``: the per-level table's columns, for a terminal (report.md has them all).
     """
-    if fmt in EXTRA_FORMATS:
+    if is_document(fmt):
         return render_levels(run.levels, fmt)
     lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
     repeats = render_repeats(run.levels, fmt)
@@ -759,7 +759,7 @@ def print_report(
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
     out.write(render_report(run, fmt, percentiles, view))
-    if fmt in EXTRA_FORMATS:
+    if is_document(fmt):
         print(side_text(run), file=err)
     if not write_md:
         return None
@@ -777,7 +777,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--format",
         default="github",
-        help="github (default), plain, any other tabulate format, csv or json",
+        help=format_help(),
     )
     p.add_argument(
         "--no-write",
