@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -155,7 +156,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     return rows
 
 
-def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
+def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
     f = r.figures[c]
     return {
         "concurrency": f.concurrency,
@@ -388,7 +389,10 @@ def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int
         records = Path(d) / RECORDS
         big = records.exists() and records.stat().st_size >= SPLIT_BYTES
         if big and processes > 1 and forked.available():
-            with forked.Child(lambda d=d: _load_or_error(d, chosen, processes)) as child:  # type: ignore[misc]
+            child: forked.Child[Run | NotARunDir] = forked.Child(
+                partial(_load_or_error, d, chosen, processes)
+            )
+            with child:
                 run = child.result()
         else:
             run = _load_or_error(d, chosen, processes)
