@@ -44,6 +44,7 @@ def _add_scenario_flags(p: argparse.ArgumentParser) -> None:
         f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings",
     )
     for spec in FLAG_FIELDS:
+        assert spec.flag is not None  # FLAG_FIELDS holds the fields that have one
         # No argparse `choices`: the field's own check gives the message that names the field.
         p.add_argument(
             spec.flag,
