@@ -22,6 +22,7 @@ Every route is behind the web UI's login (``auth_required_if_enabled``) and its 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
@@ -29,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -464,6 +465,25 @@ class Bundles:
 # ---------------------------------------------------------------- wiring
 
 
+def json_errors(view: Callable[..., Any]) -> Callable[..., Any]:
+    """``view``, whose refusals (``abort``) and failures answer as JSON ``{"error": ...}`` with their
+    status: never as HTML, and never through Locust's handler, which echoes a message unescaped."""
+    from flask import jsonify
+    from werkzeug.exceptions import HTTPException
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return view(*args, **kwargs)
+        except HTTPException as e:
+            return jsonify({"error": e.description or e.name}), e.code or 500
+        except Exception as e:
+            logger.exception("specload web UI: %s failed", getattr(view, "__name__", "a view"))
+            return jsonify({"error": f"internal error ({type(e).__name__}); see the log"}), 500
+
+    return wrapper
+
+
 def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     from flask import Response, abort, jsonify, request, send_from_directory
 
@@ -482,7 +502,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
         {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
     ]
-    auth = web_ui.auth_required_if_enabled
+
+    def auth(view: Callable[..., Any]) -> Callable[..., Any]:
+        """Locust's login check around ``view``, whose errors leave as JSON: the check turns any
+        exception that reaches it into an HTML page with the message unescaped (a reflected script)."""
+        return web_ui.auth_required_if_enabled(json_errors(view))
+
     bundles = Bundles()
 
     def results_dir() -> str:
