@@ -3,9 +3,11 @@
 The API key is read from the environment here and only ever placed in a request header; it is
 never part of anything specload prints or writes.
 
-Private parts of geventhttpclient (2.6) and gevent (24-26) this module relies on, each for a
-measured saving of client CPU (docs/bench.md) that no public API gives; tests/test_http_privates.py
-checks every one of them exists and behaves as assumed, and names the one that changed:
+Private parts of geventhttpclient and gevent this module relies on (tested with geventhttpclient
+2.6.1 and gevent 26.9; pyproject.toml allows no other geventhttpclient minor, no other gevent
+major), each for a measured saving of client CPU (docs/bench.md) that no public API gives;
+tests/test_http_privates.py checks every one of them exists and behaves as assumed, and names the
+one that changed:
 
 - ``HTTPClient._connection_pool`` (a ``ConnectionPool``): its ``get_socket``, ``return_socket`` and
   ``release_socket`` are how ``post`` borrows a keep-alive connection without geventhttpclient's
