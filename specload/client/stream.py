@@ -95,9 +95,9 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
 
 @dataclass(slots=True)
 class _Exchange:
-    """One request from its send to its record: what the SSE reader (``take``) updates per event,
-    and everything ``_record`` makes the record of. The reader may run in the hub
-    (``StreamResponse.pump``), so the state lives here rather than in the reading greenlet's frame."""
+    """One request from its send to its record: what the SSE reader (``take``, called by
+    ``StreamResponse.pump``, maybe in the hub) updates per event, and all ``_record`` makes the
+    record of, in one object that the three steps (send and read, take, record) share."""
 
     spec: RequestSpec
     backend: Backend
