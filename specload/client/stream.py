@@ -129,7 +129,7 @@ class _Exchange:
         try:
             for line in lines:
                 if line[:5] != b"data:":
-                    if not self.chunks and len(self.stray) < _ERROR_BODY_LIMIT and line.strip():
+                    if line and not self.chunks and len(self.stray) < _ERROR_BODY_LIMIT and line.strip():
                         self.stray.append(line + b"\n")
                     continue  # blank separators, comments, event:/id: fields
                 # Stamped per event, before it is parsed, as it is taken from the buffer: events
