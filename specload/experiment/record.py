@@ -65,7 +65,9 @@ def known_secrets(arm: Arm) -> list[str]:
 
 
 def _hide(text: str, secrets: Iterable[str]) -> str:
-    for s in secrets:
+    """``text`` without any of ``secrets``, nor the API key in use."""
+    key = api_key()
+    for s in [*secrets, *([key] if key else [])]:
         text = scrub_secrets(text, s)
     return text
 
