@@ -28,6 +28,7 @@ from tests.conftest import REPO, Procs, specload_cmd, wait_until
 
 EXAMPLE = REPO / "scenarios" / "experiment-sim.toml"
 TINY = ["--levels", "1,4", "--requests-per-level", "4", "--output-tokens", "16", "--input-tokens", "64"]
+ONE_LEVEL = ["--levels", "1", "--requests-per-level", "4", "--output-tokens", "16", "--input-tokens", "64"]
 SIM = ["{python}", "-m", "specload.sim", "--port", "{port}", "--model", "m"]
 FAST_BATCH = [*SIM, "--engine", "batch", "--time-scale", "0.1"]
 
@@ -244,7 +245,7 @@ def test_a_server_that_never_becomes_healthy_is_stopped_at_the_time_limit(
         command = {json.dumps(SIM)}
         """,
     )
-    code, log = _run(procs, tmp_path, plan, *TINY)
+    code, log = _run(procs, tmp_path, plan, *ONE_LEVEL)
     assert code == 3, log
     assert "the server of stuck did not become healthy within 1 s" in log
     doc = _doc(tmp_path)
@@ -264,7 +265,7 @@ def test_a_server_that_dies_mid_arm_ends_it_and_keeps_its_partial_run(tmp_path: 
         command = {json.dumps(FAST_BATCH)}
         """,
     )
-    code, log = _run(procs, tmp_path, plan, *TINY)
+    code, log = _run(procs, tmp_path, plan, *ONE_LEVEL)
     assert code == 1, log
     doc = _doc(tmp_path)
     first = doc["runs"][0]
@@ -290,7 +291,7 @@ def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: 
         command = {json.dumps([*FAST_BATCH, "--preset", "mtp", "--param", "spec_accept_prob=0.0"])}
         """,
     )
-    code, log = _run(procs, tmp_path, plan, *TINY)
+    code, log = _run(procs, tmp_path, plan, *ONE_LEVEL)
     assert code == 4, log
     assert "speculation is not active on mtp: accept length 1.00 from meta_info.spec_verify_ct" in log
     doc = _doc(tmp_path)
@@ -344,3 +345,32 @@ def test_ctrl_c_during_an_arm_stops_its_sweep_and_its_server(tmp_path: Path, pro
     run_dir = doc["runs"][0]["run_dir"]
     assert load_run(run_dir).info.status == "interrupted"
     _reportable(run_dir)
+
+
+def test_no_server_outlives_a_sigkill_of_specload(tmp_path: Path, procs: Procs) -> None:
+    """PR_SET_PDEATHSIG: the kernel stops the server when specload dies without a chance to."""
+    plan = _plan(
+        tmp_path,
+        f"""
+        [[arms]]
+        label = "stuck"
+        command = ["{{python}}", "-c", "import time; time.sleep(60)", "{{port}}"]
+        ready_timeout_s = 60
+        [[arms]]
+        label = "other"
+        command = {json.dumps(SIM)}
+        """,
+    )
+    proc = procs.popen(specload_cmd("experiment", str(plan), "--out", str(tmp_path / "out"), *ONE_LEVEL))
+
+    def started() -> int | None:
+        assert proc.poll() is None, procs.log(proc)
+        try:
+            return int(_doc(tmp_path)["runs"][0]["pid"] or 0) or None
+        except (ValueError, OSError):
+            return None
+
+    pid = wait_until(started, 30, "the server to start", interval=0.1)
+    proc.kill()
+    proc.wait(timeout=10)
+    wait_until(lambda: _gone(pid), 5, f"server {pid} to be gone after specload's SIGKILL")
