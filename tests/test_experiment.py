@@ -224,6 +224,9 @@ def test_two_arms_interleaved_twice_then_compared(tmp_path: Path, procs: Procs) 
     _assert_no_server_left(doc)
     # the comparison pools each arm's two runs as two repeats of each level
     assert doc["comparison"]["sentences"] and Path(doc["comparison"]["markdown"]).exists()
+    notes = doc["comparison"]["notes"]
+    assert any("repeats per run (baseline/mtp): C=1 2/2, C=4 2/2" in n for n in notes), notes
+    assert any(n.startswith("mtp: 2 runs pooled as repeats of each level (runs 2: ") for n in notes), notes
     assert "# specload comparison: baseline vs mtp" in log
     base = pooled([load_run(r["run_dir"]) for r in runs if r["arm"] == "baseline"])
     assert sorted((s.concurrency, s.repeat) for s in base.levels) == [(1, 0), (1, 1), (4, 0), (4, 1)]

@@ -28,7 +28,7 @@ from specload.analysis.comparison import build_comparison
 from specload.analysis.run import Run, load_run
 from specload.client.introspect import scrub_secrets, server_config
 from specload.client.probe import ServerUnreachable
-from specload.core.rundir import RUN_INTERRUPTED, new_run_dir
+from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
 from specload.experiment.record import (
     COMPLETED,
@@ -194,7 +194,7 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
     try:
         if arm.command is not None:
             e.port = free_port()
-            log = ex.directory / f"{e.order:02d}-{arm.label}.server.log"
+            log = ex.directory / f"{e.order:02d}-{safe_name(arm.label)}.server.log"
             server = start_server(arm, e.port, log)
             e.pid, e.server_log, e.command = server.pid, str(log), scrub_argv(server.argv or [], secrets)
         else:
@@ -301,11 +301,18 @@ def pooled(runs: Sequence[Run]) -> Run:
 def compare_arms(ex: Experiment, fmt: str, view: TableView, plot: bool) -> ComparisonResult:
     """The arms side by side (the baseline first), written as comparison.md (+ plots) in the experiment
     directory; laid out by specload.present.compare."""
-    runs = []
+    runs, pooled_notes = [], []
     for arm in ex.plan.arms:
-        dirs = [e.run_dir for e in ex.entries if e.arm == arm.label and e.status == COMPLETED and e.run_dir]
-        runs.append(pooled([load_run(d) for d in dirs]))
+        made = [e for e in ex.entries if e.arm == arm.label and e.status == COMPLETED and e.run_dir]
+        runs.append(pooled([load_run(e.run_dir) for e in made if e.run_dir]))
+        if len(made) > 1:
+            pooled_notes.append(
+                f"{arm.label}: {len(made)} runs pooled as repeats of each level (runs "
+                + ", ".join(f"{e.order}: {e.run_dir}" for e in made)
+                + ")"
+            )
     comp = build_comparison(runs)
+    comp.notes.extend(pooled_notes)
     png = pareto = None
     if plot:
         png = plot_comparison(comp, ex.directory / COMPARISON_PNG)
