@@ -72,6 +72,16 @@ def _hide(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def scrub(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """``value`` (a server's config) with its secret-looking fields, ``secrets`` and the API key in use
+    replaced, at any depth."""
+    key = api_key()
+    value = scrub_secrets(value, key)
+    for s in secrets:
+        value = scrub_secrets(value, s)
+    return value
+
+
 def _secret_flag(name: str) -> bool:
     """--api-key, --admin-token, ...: a flag whose value is a secret (by introspect's rule for names)."""
     key = name.lstrip("-").replace("-", "_")

@@ -26,7 +26,7 @@ from typing import Any
 
 from specload.analysis.comparison import build_comparison
 from specload.analysis.run import Run, load_run
-from specload.client.introspect import scrub_secrets, server_config
+from specload.client.introspect import server_config
 from specload.client.probe import ServerUnreachable
 from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
@@ -44,6 +44,7 @@ from specload.experiment.record import (
     Experiment,
     RunEntry,
     known_secrets,
+    scrub,
     scrub_argv,
 )
 from specload.experiment.servers import Server, ServerError, start_server, wait_healthy
@@ -206,10 +207,7 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             flush=True,
         )
         e.health_s = wait_healthy(server, arm, s.insecure)
-        cfg = server_config(server.url, insecure=s.insecure)
-        e.server_config = scrub_secrets(cfg, secrets[0]) if secrets else cfg
-        for secret in secrets[1:]:
-            e.server_config = scrub_secrets(e.server_config, secret)
+        e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
         sc = _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)).scenario()
         try:
             smoke = smoke_check(server.url, sc, s.insecure)
@@ -236,11 +234,11 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             )
         e.status, e.sweep_started_at = SWEEPING, time.time()
         ex.save()
+        # With csv or json, stdout holds the comparison's data alone: the arms' reports are not printed.
+        report = None if is_document(s.report_format) else s.report_format
         with _DeathWatch(server, guard) as watch:
             outcome = run_sweep(
-                _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)),
-                s.report_format,
-                s.view,
+                _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
             )
         e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
         if watch.code is not None or server.exit_code() is not None:
