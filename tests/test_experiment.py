@@ -232,6 +232,13 @@ def test_two_arms_interleaved_twice_then_compared(tmp_path: Path, procs: Procs) 
     assert sorted((s.concurrency, s.repeat) for s in base.levels) == [(1, 0), (1, 1), (4, 0), (4, 1)]
 
 
+# A server that never answers, ignores SIGTERM and has started a child of its own.
+STUCK = (
+    "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+)
+
+
 def test_a_server_that_never_becomes_healthy_is_stopped_at_the_time_limit(
     tmp_path: Path, procs: Procs
 ) -> None:
@@ -240,9 +247,9 @@ def test_a_server_that_never_becomes_healthy_is_stopped_at_the_time_limit(
         f"""
         [[arms]]
         label = "stuck"
-        command = ["{{python}}", "-c", "import time; time.sleep(60)", "{{port}}"]
+        command = {json.dumps(["{python}", "-c", STUCK, "{port}"])}
         ready_timeout_s = 1
-        stop_grace_s = 2
+        stop_grace_s = 1
         [[arms]]
         label = "other"
         command = {json.dumps(SIM)}
@@ -253,7 +260,22 @@ def test_a_server_that_never_becomes_healthy_is_stopped_at_the_time_limit(
     assert "the server of stuck did not become healthy within 1 s" in log
     doc = _doc(tmp_path)
     assert doc["status"] == "failed" and [r["status"] for r in doc["runs"]] == ["not-ready", "pending"]
-    _assert_no_server_left(doc)
+    assert doc["runs"][0]["server_log"].endswith("01-stuck.server.log")
+    _assert_no_server_left(doc)  # its whole process group, by SIGKILL after the grace period
+
+
+def test_flags_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    from specload.experiment.run import ExperimentSettings, run_experiment
+
+    out = str(tmp_path / "out")
+    for settings in (
+        ExperimentSettings(str(EXAMPLE), repeat=0, out=out),
+        ExperimentSettings(str(EXAMPLE), out=out, overrides={"levels": "0"}),
+        ExperimentSettings(str(EXAMPLE), out=out, report_format="yaml"),
+        ExperimentSettings(str(tmp_path / "missing.toml"), out=out),
+    ):
+        assert run_experiment(settings) == 2
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_server_that_dies_mid_arm_ends_it_and_keeps_its_partial_run(tmp_path: Path, procs: Procs) -> None:
