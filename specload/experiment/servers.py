@@ -125,7 +125,7 @@ def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
     server exits first or the time limit passes."""
     t0 = time.monotonic()
     deadline = t0 + arm.ready_timeout_s
-    last = "no answer yet"
+    last = f"{server.url}{arm.health}: no answer yet"
     while True:
         code = server.exit_code()
         if code is not None:
@@ -137,13 +137,13 @@ def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
             status, body = get_json(server.url, arm.health, max(0.2, min(5.0, remaining)), insecure)
             if status == 200:
                 return time.monotonic() - t0
-            last = f"HTTP {status}: {body}"
+            last = f"{server.url}{arm.health}: HTTP {status}: {body}"
         except ServerUnreachable as e:
             last = str(e)
         if time.monotonic() >= deadline:
             raise ServerError(
                 f"the server of {arm.label} did not become healthy within {arm.ready_timeout_s:g} s "
-                f"(GET {server.url}{arm.health}: {last}){_log_note(server)}"
+                f"(last: {last}){_log_note(server)}"
             )
         time.sleep(HEALTH_POLL_S)
 
