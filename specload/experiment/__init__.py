@@ -3,5 +3,6 @@ in one command.
 
 An entry-point-level package (the "app" layer, like cli, launch and demo): it starts servers and sweeps, so
 it may import every layer below it. ``plan`` reads the experiment's TOML, ``servers`` owns the server
-processes, ``smoke`` asks a fresh server whether its speculation is active, ``run`` is the loop.
+processes, ``smoke`` asks a fresh server whether its speculation is active, ``record`` is experiment.json
+(secrets scrubbed), ``run`` is the loop and the comparison. docs/experiment.md is the user's account.
 """

@@ -163,7 +163,7 @@ class _DeathWatch:
 
 
 class _Refused(Exception):
-    pass
+    """The arm's server answers, but cannot be swept as the arm says (no acceptance, a failed smoke request)."""
 
 
 def _died(server: Server) -> str:
