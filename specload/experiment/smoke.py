@@ -20,10 +20,12 @@ from specload.client.probe import ServerUnreachable
 from specload.client.stream import RequestSpec, stream_request
 from specload.core.records import OK
 from specload.workload.config import Scenario
-from specload.workload.prompts import TEXT, PromptSource, make_prompt
 
-SMOKE_OUTPUT_TOKENS = 16  # enough verify steps for an acceptance length, short enough on any server
-SMOKE_PROMPT_TOKENS = 32
+SMOKE_OUTPUT_TOKENS = 32  # enough verify steps for an acceptance length, short enough on any server
+# A pattern any model continues, so that every kind of drafter has something to get right: a draft
+# model, MTP/EAGLE heads, and n-gram lookup in the prompt (which drafts nothing on text that never repeats).
+SMOKE_PROMPT = "Repeat after me. " + " ".join(["one two three four five six seven eight."] * 8)
+SMOKE_PROMPT_TOKENS = len(SMOKE_PROMPT.split())
 
 FROM_RESPONSE = {
     "sglang": "meta_info.spec_verify_ct",
@@ -42,6 +44,7 @@ class SmokeResult:
     source: str | None  # where accept_length came from (FROM_RESPONSE's values, FROM_COUNTERS)
     model: str | None
     backend: str
+    drafted: bool = True  # False: the spec_decode counters show no draft proposed at all
 
     @property
     def active(self) -> bool:
@@ -64,9 +67,10 @@ def speculation_problem(label: str, r: SmokeResult) -> str | None:
             f"spec_verify_ct or llama.cpp timings (backend {r.backend}) and its /metrics "
             "has no spec_decode counters; use the sglang backend on SGLang, or a server that exports them"
         )
+    what = "no draft token accepted" if r.drafted else "no draft token proposed"
     return (
         f"speculation is not active on {label}: accept length {r.accept_length:.2f} from {r.source} "
-        f"over {r.output_tokens} tokens (no draft token accepted); check its speculative flags"
+        f"over {r.output_tokens} tokens ({what}); check its speculative flags"
     )
 
 
@@ -101,8 +105,7 @@ def smoke_check(host: str, sc: Scenario, insecure: bool = False) -> SmokeResult:
     model = sc.model
     if model is None:
         model, _how = discover_model(host, sc.connect_timeout_s, insecure)
-    prompt = make_prompt(PromptSource(TEXT, "smoke check", exact=False), sc.seed, -1, SMOKE_PROMPT_TOKENS)
-    body = backend.body(prompt, SMOKE_OUTPUT_TOKENS, model, sc.temperature, sc.extra_body)
+    body = backend.body(SMOKE_PROMPT, SMOKE_OUTPUT_TOKENS, model, sc.temperature, sc.extra_body)
     spec = RequestSpec(
         level=-1,
         concurrency=0,
@@ -134,6 +137,7 @@ def smoke_check(host: str, sc: Scenario, insecure: bool = False) -> SmokeResult:
             raise ServerUnreachable(f"{host}{backend.path}: {rec.reason}")
         return SmokeResult(False, rec.reason, rec.output_tokens, None, None, model, sc.backend)
     accept, _used = accept_length_from_records([rec])
+    drafted = True
     source: str | None = FROM_RESPONSE[sc.backend] if accept is not None else None
     if accept is None:
         after = _sample(1.0, _metrics(host, insecure, sc.connect_timeout_s))
@@ -141,5 +145,6 @@ def smoke_check(host: str, sc: Scenario, insecure: bool = False) -> SmokeResult:
             accept = accept_length_from_counters([before, after], 0.0, 1.0)
             if accept is None and after.spec_num_drafts is not None:
                 accept = 1.0  # the counters exist and did not move: no draft was made, none accepted
+                drafted = False
             source = FROM_COUNTERS if accept is not None else None
-    return SmokeResult(True, None, rec.output_tokens, accept, source, model, sc.backend)
+    return SmokeResult(True, None, rec.output_tokens, accept, source, model, sc.backend, drafted)
