@@ -301,7 +301,9 @@ def test_a_server_that_dies_mid_arm_ends_it_and_keeps_its_partial_run(tmp_path: 
     _reportable(first["run_dir"])
 
 
-def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: Procs) -> None:
+def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: Procs, sim: Any) -> None:
+    """The baseline here is a url arm: a server specload neither starts nor stops."""
+    running = sim("--engine", "batch", "--preset", "baseline", "--time-scale", "0.1")
     plan = _plan(
         tmp_path,
         f"""
@@ -309,7 +311,7 @@ def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: 
         backend = "sglang"
         [[arms]]
         label = "baseline"
-        command = {json.dumps([*FAST_BATCH, "--preset", "baseline"])}
+        url = "{running.url}"
         [[arms]]
         label = "mtp"
         speculative = true
@@ -322,7 +324,9 @@ def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: 
     doc = _doc(tmp_path)
     assert [r["status"] for r in doc["runs"]] == ["completed", "refused"]
     assert doc["runs"][1]["run_dir"] is None  # refused before any load
+    assert doc["runs"][0]["pid"] is None and doc["runs"][0]["url"] == running.url
     _assert_no_server_left(doc)
+    assert running.proc.poll() is None, "a url arm's server is left running"
     _reportable(doc["runs"][0]["run_dir"])
 
 
