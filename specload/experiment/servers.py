@@ -135,7 +135,7 @@ def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
         remaining = deadline - time.monotonic()
         try:
             status, body = get_json(server.url, arm.health, max(0.2, min(5.0, remaining)), insecure)
-            if status == 200:
+            if status == 200 and server.exit_code() is None:  # (not another process on a reused port)
                 return time.monotonic() - t0
             last = f"{server.url}{arm.health}: HTTP {status}: {body}"
         except ServerUnreachable as e:
