@@ -420,7 +420,9 @@ def test_a_script_in_a_link_from_another_site_runs_nothing(ui: UI, browser: Any)
         p.on("request", lambda r: seen.append(f"{r.method} {r.url}") if r.method != "GET" else None)
         # The review's attack: the name loads the script that the fragment carries (no slash in the name).
         name = quote("<img src=x onerror=eval(decodeURIComponent(location.hash.slice(1)))>", safe="")
-        code = quote("fetch('/swarm',{method:'POST',body:'host=http://evil'});alert(document.domain)", safe="")
+        code = quote(
+            "fetch('/swarm',{method:'POST',body:'host=http://evil'});alert(document.domain)", safe=""
+        )
         reply = p.goto(f"{ui.base}/specload/runs/{name}/report#{code}")
         p.wait_for_timeout(1500)
         assert [s for s in seen if "404" not in s] == [], seen  # no alert, no POST: nothing ran

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specload.client.http import check_host
-from specload.core.resources import builtin_scenario
+from specload.core.resources import builtin_experiment
 from specload.core.rundir import MAX_LABEL
 from specload.workload.config import Scenario, ScenarioError, apply_overrides, load_scenario
 
@@ -88,7 +88,7 @@ class Plan:
 
 def load_plan(path: str) -> Plan:
     """An experiment file, or a built-in one by name (``specload experiment experiment-sim``)."""
-    if not os.path.isfile(path) and (builtin := builtin_scenario(path)) is not None:
+    if not os.path.isfile(path) and (builtin := builtin_experiment(path)) is not None:
         path = str(builtin)
     try:
         with open(path, "rb") as f:
