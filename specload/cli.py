@@ -1,4 +1,4 @@
-"""The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo.
+"""The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo, experiment.
 
 ``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.analysis.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
@@ -36,14 +36,19 @@ def _die(code: int, message: str) -> int:
     return code
 
 
-def _add_scenario_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--scenario",
-        default=None,
-        help="scenario TOML file, or a built-in scenario's name "
-        f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings",
-    )
+def _add_scenario_flags(p: argparse.ArgumentParser, experiment: bool = False) -> None:
+    """The scenario's flags; an experiment takes its scenario from its file, and its --repeat is its own."""
+    if not experiment:
+        p.add_argument(
+            "--scenario",
+            default=None,
+            help="scenario TOML file, or a built-in scenario's name "
+            f"({', '.join(builtin_scenarios())}); default: the reference sweep's settings",
+        )
     for spec in FLAG_FIELDS:
+        if experiment and spec.name == "repeat":
+            continue
+        assert spec.flag is not None  # FLAG_FIELDS holds the fields that have one
         # No argparse `choices`: the field's own check gives the message that names the field.
         p.add_argument(
             spec.flag,
@@ -119,6 +124,35 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     return run_worker(args.master_host, args.master_port, args.processes, args.locust_args, args.locustfile)
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from specload.experiment.run import ExperimentSettings, run_experiment
+
+    try:
+        view = _view(args)
+    except LaunchError as e:
+        return _die(e.code, str(e))
+    overrides = {
+        spec.name: value
+        for spec in FLAG_FIELDS
+        if spec.name != "repeat" and (value := getattr(args, f"sc_{spec.name}")) is not None
+    }
+    return run_experiment(
+        ExperimentSettings(
+            plan_path=args.experiment,
+            repeat=args.repeat,
+            out=args.out,
+            overrides=overrides,
+            report_format=args.format,
+            view=view,
+            insecure=args.insecure,
+            processes=args.processes,
+            plot=not args.no_plot,
+            locust_args=args.locust_args,
+            locustfile=args.locustfile,
+        )
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -235,6 +269,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", default="demo")
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
 
+    p = sub.add_parser(
+        "experiment",
+        help="baseline vs speculative servers in one command: start each arm's server, check it, sweep it, "
+        "stop it, compare (docs/experiment.md)",
+    )
+    p.add_argument("experiment", metavar="EXPERIMENT.toml", help="the arms and their shared sweep")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the arms N times, interleaved (A, B, A, B, ...); each start is its own run",
+    )
+    p.add_argument("--out", default="results", help="parent directory of the experiment's directory")
+    p.add_argument("--format", default="github", help="table format of the reports and the comparison")
+    p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
+    p.add_argument("--no-plot", action="store_true", help="do not draw the comparison's plots")
+    _add_scenario_flags(p, experiment=True)
+    _add_locust_common(p)
+
     sub.add_parser("locustfile", help="print the locustfile's path, for a plain `locust -f` run")
     return parser
 
@@ -264,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "ui": cmd_ui,
         "worker": cmd_worker,
         "demo": cmd_demo,
+        "experiment": cmd_experiment,
     }
     return handler[args.command](args)
 

@@ -946,14 +946,14 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
     }
     assert orjson.loads(_post(base + "/swarm", form))["success"]
     wait_until(
-        lambda: orjson.loads(_get(base + "/specload/analysis/run"))["status"] == "completed",
+        lambda: orjson.loads(_get(base + "/specload/run"))["status"] == "completed",
         60,
         "the UI sweep",
         interval=0.2,
     )
     for page in (
         "/",
-        "/specload/analysis/run",
+        "/specload/run",
         "/stats/requests",
         "/stats/requests/csv",
         "/stats/failures/csv",

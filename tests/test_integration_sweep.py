@@ -258,7 +258,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     form["levels"] = "1,2"
     assert orjson.loads(_post(base + "/swarm", form))["success"]
     run = wait_until(
-        lambda: (r := orjson.loads(_get(base + "/specload/analysis/run")))["status"] == "completed" and r,
+        lambda: (r := orjson.loads(_get(base + "/specload/run")))["status"] == "completed" and r,
         60,
         "the UI sweep to complete",
     )
@@ -283,7 +283,7 @@ def test_web_ui_start_stop_and_report(sim, procs: Procs, tmp_path: Path) -> None
     assert orjson.loads(_post(base + "/swarm", form))["success"]
 
     def _second() -> dict | None:
-        r = orjson.loads(_get(base + "/specload/analysis/run"))
+        r = orjson.loads(_get(base + "/specload/run"))
         return r if r["run_dir"] != str(first_dir) and r["levels"] and r["levels"][0]["ok"] >= 2 else None
 
     run2 = wait_until(_second, 60, "the second sweep to make progress")
@@ -337,7 +337,7 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
 
     def _workers() -> bool:
         try:
-            return orjson.loads(_get(base + "/specload/analysis/live"))["workers"] == 2
+            return orjson.loads(_get(base + "/specload/live"))["workers"] == 2
         except OSError:
             return False
 
@@ -353,7 +353,7 @@ def test_web_ui_with_processes_shows_the_whole_sweep(sim, procs: Procs, tmp_path
     streamed: list[float] = []
 
     def _done() -> dict | None:
-        live = orjson.loads(_get(base + "/specload/analysis/live"))
+        live = orjson.loads(_get(base + "/specload/live"))
         streamed.extend(lv["live_tok_s"] for lv in live["levels"] if lv["live_tok_s"])
         return live if live["state"] == "stopped" and live["run"] and live["run"]["report"] else None
 

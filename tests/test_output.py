@@ -9,7 +9,16 @@ import json
 import pytest
 
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct, shorten
-from specload.present.output import check_format, is_known_format, render_table
+from specload.present import output
+from specload.present.output import (
+    Table,
+    check_format,
+    is_document,
+    is_known_format,
+    render_table,
+    render_view,
+)
+from specload.present.tableview import TableView
 
 HEADERS = ["C", "Agg tok/s"]
 ROWS = [["1", "5.0"], ["16", MISSING]]
@@ -64,3 +73,33 @@ def test_shorten() -> None:
     assert shorten("x" * 200) == "x" * 157 + "..."
     assert shorten("x" * 200, 120) == "x" * 117 + "..." and len(shorten("y" * 121, 120)) == 120
     assert shorten("x" * 120, 120) == "x" * 120
+
+
+def test_csv_and_json_are_registered_documents() -> None:
+    assert is_document("csv") and is_document("json") and {"csv", "json"} <= set(output.FORMATS)
+    assert not is_document("github") and not is_document("nope")
+
+
+def test_a_registered_format_gets_the_cells_and_the_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(output, "FORMATS", dict(output.FORMATS))
+    seen: list[Table] = []
+
+    def record(table: Table) -> str:
+        seen.append(table)
+        return f"{len(table.rows)} rows, {table.data()}"
+
+    output.register("count", record)
+    assert render_table(HEADERS, ROWS, "count", json_data=lambda: "raw") == "2 rows, raw"
+    assert list(seen[0].headers) == HEADERS and seen[0].rows == ROWS
+    assert render_table(HEADERS, ROWS, "count").startswith("2 rows, [{'C': '1'")  # no data: the cells
+    # a document keeps every column whatever the terminal's width; a table format is fitted to it
+    output.register("cells", lambda t: "\n".join(" ".join(r) for r in [t.headers, *t.rows]), document=False)
+    headers, keys = ["C", "Agg tok/s", "Tokens"], ["c", "agg", "tokens"]
+    rows = [["1", "5.0", "40"], ["16", "7.5", "80"]]
+    narrow = TableView(width=12)
+    assert render_view(headers, keys, rows, "count", narrow, "report.md").startswith(
+        "2 rows, [{'C': '1', 'Agg"
+    )
+    assert "'Tokens': '40'" in render_view(headers, keys, rows, "count", narrow, "report.md")
+    fitted = render_view(headers, keys, rows, "cells", narrow, "report.md")
+    assert fitted.splitlines()[:3] == ["C Agg tok/s", "1 5.0", "16 7.5"] and "report.md" in fitted

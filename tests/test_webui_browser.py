@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -136,7 +137,9 @@ def browser(ui: UI) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def page(ui: UI, browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    # The harness's wait_for_function evaluates strings in the page, which the page's CSP forbids
+    # (the page's own script never does): bypassed here, enforced in the script-injection test.
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, bypass_csp=True)
     p = context.new_page()
     p.on("pageerror", lambda e: PROBLEMS.append(f"page error: {e}"))
     p.on("console", lambda m: PROBLEMS.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
@@ -397,6 +400,37 @@ def test_two_runs_compared_in_the_browser(ui: UI, page: Any) -> None:
     verdict = page.eval_on_selector_all("#verdict li", "ls => ls.map(l => l.innerText)")
     assert verdict == [s.replace("**", "").replace("`", "") for s in comp.sentences]
     assert page.text_content("#compare-title").startswith("Comparison: smoke vs faulty")
+
+
+def test_a_script_in_a_link_from_another_site_runs_nothing(ui: UI, browser: Any) -> None:
+    """A hostile page sends the logged-in operator to a run name that is a script: an error page
+    that echoed it as HTML would run it in the UI's origin, where it could start a sweep with the
+    key. It must arrive as data. The page itself runs under its Content-Security-Policy unharmed."""
+    context = browser.new_context()  # the policy enforced
+    seen: list[str] = []
+    try:
+        p = context.new_page()
+        p.on("console", lambda m: seen.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        p.on("pageerror", lambda e: seen.append(f"page error: {e}"))
+        p.goto(ui.login_url)  # logged in, on specload's page
+        p.wait_for_selector("#start-form:not([hidden]) #f-levels")
+        p.wait_for_timeout(500)
+        assert seen == [], seen  # nothing of the page's own is refused by its policy
+        p.on("dialog", lambda d: (seen.append(f"dialog {d.message}"), d.dismiss()))
+        p.on("request", lambda r: seen.append(f"{r.method} {r.url}") if r.method != "GET" else None)
+        # The review's attack: the name loads the script that the fragment carries (no slash in the name).
+        name = quote("<img src=x onerror=eval(decodeURIComponent(location.hash.slice(1)))>", safe="")
+        code = quote(
+            "fetch('/swarm',{method:'POST',body:'host=http://evil'});alert(document.domain)", safe=""
+        )
+        reply = p.goto(f"{ui.base}/specload/runs/{name}/report#{code}")
+        p.wait_for_timeout(1500)
+        assert [s for s in seen if "404" not in s] == [], seen  # no alert, no POST: nothing ran
+        assert reply is not None and reply.status == 404
+        assert reply.headers["content-type"].startswith("application/json")
+        assert p.evaluate("document.images.length") == 0
+    finally:
+        context.close()
 
 
 def test_no_errors_in_the_page(page: Any) -> None:

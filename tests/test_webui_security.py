@@ -267,18 +267,18 @@ def test_without_the_token_nothing_is_served_and_nothing_starts(ui: UI) -> None:
     b = Browser(ui.base)
     pages = (
         "/",
-        "/specload/analysis/run",
+        "/specload/run",
         "/stats/requests",
         "/specload/",
         "/specload/static/app.js",
         "/specload/form",
-        "/specload/analysis/live",
+        "/specload/live",
         "/specload/runs",
         "/specload/runs/x/report",
         "/specload/runs/x/report.json",
-        "/specload/present/compare?run=a&run=b",
-        "/specload/present/compare.png?run=a&run=b",
-        "/specload/sweep/levels.csv",
+        "/specload/compare?run=a&run=b",
+        "/specload/compare.png?run=a&run=b",
+        "/specload/levels.csv",
     )
     for path in pages:
         reply = b.call(path)
@@ -303,11 +303,53 @@ def test_with_the_token_a_sweep_runs(ui: UI) -> None:
     dirs = ui.run_dirs()
     assert b.post("/swarm", ui.form(ui.home.url)).json()["success"]
     run = wait_until(
-        lambda: (r := b.call("/specload/analysis/run").json())["status"] == "completed" and r, 60, "the sweep"
+        lambda: (r := b.call("/specload/run").json())["status"] == "completed" and r, 60, "the sweep"
     )
     assert run["levels"][0]["ok"] == 2
     assert len(ui.run_dirs()) == len(dirs) + 1
     ui.wait_stopped(b)
+
+
+XSS_NAME = urllib.parse.quote("<img src=x onerror=alert(1)>", safe="")
+
+
+def test_a_name_echoed_in_an_error_is_json_never_html(ui: UI) -> None:
+    b = Browser(ui.base)
+    b.login(ui.token)
+    for path in (
+        f"/specload/runs/{XSS_NAME}/report",
+        f"/specload/runs/{XSS_NAME}/report.md",
+        f"/specload/compare?run={XSS_NAME}&run=b",
+        "/specload/compare?run=only-one",
+    ):
+        reply = b.call(path)
+        assert reply.status in (400, 404), (path, reply)
+        assert reply.headers["Content-Type"].startswith("application/json"), (path, reply.headers)
+        assert "error" in reply.json(), (path, reply.body)  # the name, if echoed, is a JSON string
+        assert reply.headers["X-Content-Type-Options"] == "nosniff"
+        assert "default-src 'none'" in reply.headers["Content-Security-Policy"]
+        assert "sandbox" in reply.headers["Content-Security-Policy"]
+
+
+def test_every_response_says_nosniff_and_what_may_run(ui: UI) -> None:
+    b = Browser(ui.base)
+    b.login(ui.token)
+    policies = {}
+    for path in ("/", "/specload/", "/specload/static/app.js", "/specload/runs", "/specload/levels.csv"):
+        reply = b.call(path)
+        assert reply.status == 200, (path, reply)
+        assert reply.headers["X-Content-Type-Options"] == "nosniff", path
+        policies[path] = reply.headers["Content-Security-Policy"]
+    assert (
+        "script-src 'self';" in policies["/specload/"]
+        and "unsafe-inline" not in policies["/specload/"].split("style-src")[0]
+    )
+    assert "frame-ancestors 'none'" in policies["/"]  # Locust's own page
+    for data in ("/specload/static/app.js", "/specload/runs", "/specload/levels.csv"):
+        assert policies[data].startswith("default-src 'none'"), (data, policies[data])
+    # Not logged in: the redirect to the login page carries them too.
+    reply = Browser(ui.base).call("/specload/runs")
+    assert reply.status == 302 and reply.headers["X-Content-Type-Options"] == "nosniff"
 
 
 def test_a_cross_site_post_is_refused_even_logged_in(ui: UI) -> None:
@@ -346,7 +388,7 @@ def test_the_key_goes_to_another_host_only_when_confirmed(ui: UI) -> None:
     assert b.post("/swarm", ui.form(ui.other.url, send_key_to_new_host="true")).json()["success"]
     run = wait_until(
         lambda: (
-            (r := b.call("/specload/analysis/run").json())["status"] == "completed"
+            (r := b.call("/specload/run").json())["status"] == "completed"
             and r["run_dir"]
             and os.path.basename(r["run_dir"]) not in dirs
             and r

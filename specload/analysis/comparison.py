@@ -569,9 +569,9 @@ class ComparedRun:
 
     label: str  # unique within the comparison
     run: Run
-    figures: dict[int, RepeatedLevelStats]  # by concurrency, for every level of the comparison
+    figures: dict[float, RepeatedLevelStats]  # by concurrency, for every level of the comparison
     max_running: int | None  # server max_running_requests from run.json (effective one first)
-    quality: dict[int, LevelQuality] = field(default_factory=dict)  # by concurrency
+    quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency
 
     @property
     def simulated(self) -> bool:

@@ -2,6 +2,32 @@
 
 The API key is read from the environment here and only ever placed in a request header; it is
 never part of anything specload prints or writes.
+
+Private parts of geventhttpclient and gevent this module relies on (tested with geventhttpclient
+2.6.1 and gevent 26.9; pyproject.toml allows no other geventhttpclient minor, no other gevent
+major), each for a measured saving of client CPU (docs/bench.md) that no public API gives;
+tests/test_http_privates.py checks every one of them exists and behaves as assumed, and names the
+one that changed:
+
+- ``HTTPClient._connection_pool`` (a ``ConnectionPool``): its ``get_socket``, ``return_socket`` and
+  ``release_socket`` are how ``post`` borrows a keep-alive connection without geventhttpclient's
+  response parser (the body is read here, ``StreamResponse``).
+- ``ConnectionPool._is_socket_alive(sock) -> bool``, replaced per pool by ``_alive_check``: the
+  library asks gevent's ``select`` for each reuse (a hub round, ~15 us per request, and no
+  descriptor above 1023); one non-blocking ``recv(MSG_PEEK)`` gives the same answer.
+- ``HTTPClient._build_request(method, path, body=, headers=) -> str``: the request head exactly as
+  the library would send it (Host, User-Agent, proxy form, header checks), built once per (client,
+  path, headers) with the Content-Length slot ``_LEN_MARK`` and reused (``_request_head``).
+- gevent's ``socket._sock`` (the stdlib socket under a plain TCP gevent socket): the reader's
+  ``recv_into`` without gevent's try-first wrapper, which pays a failed system call and a raised
+  BlockingIOError on nearly every token; and the peek of ``_alive_check``.
+- gevent's ``socket._wait(socket._read_event)``: waiting for readability on the socket's own io
+  watcher before that ``recv_into``; ``gevent.socket.wait_read`` makes and closes a watcher per
+  call (~4 us more per wait, measured with a socket pair).
+
+The body read in the hub (``StreamResponse.pump``) and the read timeout (``_Watchdog``) use only
+gevent's documented low-level API: ``get_hub().loop.io`` and ``loop.timer`` watchers and
+``gevent.hub.Waiter``.
 """
 
 from __future__ import annotations
@@ -13,6 +39,7 @@ import ssl
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -131,23 +158,24 @@ def make_client(
     host: str, read_timeout: float, connect_timeout: float, insecure: bool = False, concurrency: int = 1
 ) -> HTTPClient:
     parts = urlsplit(host)
-    kwargs: dict[str, object] = {}
-    if parts.scheme == "https":
-        kwargs["ssl"] = True
-        if insecure:
-            # geventhttpclient's own `insecure` only skips the host-name check, not the chain.
-            kwargs["insecure"] = True
-            kwargs["ssl_context_factory"] = _unverified_context
+    if not parts.hostname:
+        raise ValueError(f"host {host!r} has no host name")
+    tls = parts.scheme == "https"
+    # geventhttpclient's own `insecure` only skips the host-name check, not the chain.
+    unverified = tls and insecure
     client = HTTPClient(
         parts.hostname,
-        port=parts.port or (443 if parts.scheme == "https" else 80),
+        port=parts.port or (443 if tls else 80),
         network_timeout=read_timeout,
         connection_timeout=connect_timeout,
         concurrency=concurrency,
-        **kwargs,
+        ssl=tls,
+        insecure=unverified,
+        ssl_context_factory=_unverified_context if unverified else None,
     )
     pool = client._connection_pool
-    pool._is_socket_alive = _alive_check(pool._is_socket_alive)
+    # A deliberate patch of one pool's method (see the module docstring).
+    pool._is_socket_alive = _alive_check(pool._is_socket_alive)  # type: ignore[method-assign, assignment]
     return client
 
 
@@ -240,6 +268,8 @@ _C_DATA, _C_CRLF, _C_SIZE, _C_TRAILER, _C_END = 0, 1, 2, 3, 4
 
 
 _local = threading.local()
+# Per client: (path, headers) -> the request head around its Content-Length value.
+_heads: weakref.WeakKeyDictionary[HTTPClient, dict[Any, tuple[bytes, bytes]]] = weakref.WeakKeyDictionary()
 
 
 class StreamTimeout(TimeoutError):
@@ -250,9 +280,9 @@ def _request_head(client: HTTPClient, path: str, headers: dict[str, str], length
     """The request head geventhttpclient would send (Host, User-Agent, proxy form, header checks),
     built once per (client, path, headers) and reused with only the Content-Length changed."""
     key = (path, tuple(headers.items()))
-    cache: dict[Any, tuple[bytes, bytes]] | None = client.__dict__.get("_specload_heads")
+    cache = _heads.get(client)
     if cache is None:
-        cache = client.__dict__["_specload_heads"] = {}
+        cache = _heads[client] = {}
     parts = cache.get(key)
     if parts is None:
         fields = {k: v for k, v in headers.items() if k.lower() != "content-length"}
@@ -324,6 +354,8 @@ class StreamResponse:
             bufs = _local.bufs = (b, memoryview(b))
         # One receive buffer per thread, shared by all its streams: every recv_into is copied out
         # before the greenlet can yield, and a buffer per request would cost its allocation.
+        self._buf: bytearray
+        self._view: memoryview
         self._buf, self._view = bufs
         self.status = 0
         self.keep_alive = False
@@ -337,7 +369,7 @@ class StreamResponse:
         self._extra = False  # bytes past the end of the message: the connection is not reusable
         self._early = b""  # body bytes that came with the head, decoded by the first read
         # a plain gevent TCP socket (not TLS) lets the reader wait for readability itself
-        self._raw_sock = sock._sock if type(sock) is gevent_socket.socket else None
+        self._raw_sock: socket.socket | None = sock._sock if type(sock) is gevent_socket.socket else None
         self._drained = True
         try:
             if read_timeout is not None:
@@ -567,12 +599,12 @@ class StreamResponse:
         self.pending = lines.pop()
         return lines
 
-    def _lines_now(self) -> list[bytes] | None:
-        """``lines`` for a socket that was just found readable: one non-blocking ``recv``, never a wait
-        (it runs in the hub; ``pump`` stops the watcher once the message is complete). [] when there
-        was nothing after all."""
+    def _lines_now(self, raw: socket.socket) -> list[bytes] | None:
+        """``lines`` for a socket (``raw``, the stdlib one under ours) that was just found readable:
+        one non-blocking ``recv``, never a wait (it runs in the hub; ``pump`` stops the watcher once
+        the message is complete). [] when there was nothing after all."""
         try:
-            n = self._raw_sock.recv_into(self._buf)
+            n = raw.recv_into(self._buf)
         except BlockingIOError:
             return []
         self.t = time.perf_counter()
@@ -600,14 +632,15 @@ class StreamResponse:
             lines = self.lines()
             if lines is None or take(lines):
                 return
+        raw = self._raw_sock
         hub = get_hub()
         waiter = Waiter(hub)
-        watcher = hub.loop.io(self._raw_sock.fileno(), 1)
+        watcher = hub.loop.io(raw.fileno(), 1)
         lines_now = self._lines_now
 
         def ready() -> None:
             try:
-                got = lines_now()
+                got = lines_now(raw)
                 if got is None or take(got) or self.complete:
                     watcher.stop()
                     waiter.switch(None)

@@ -15,7 +15,8 @@ import errno
 import math
 import socket
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,7 +24,7 @@ from gevent import GreenletExit
 from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
-from specload.client.backends import Backend, MalformedEvent
+from specload.client.backends import Backend, MalformedEvent, StreamParser
 from specload.client.http import StreamResponse, describe_connect_error, post, server_message
 from specload.core.histogram import FLOOR_S, RATIO, to_pairs
 from specload.core.records import (
@@ -51,6 +52,7 @@ _log = math.log
 _FLOOR = FLOOR_S
 _INV_FLOOR = 1.0 / FLOOR_S
 _INV_LOG_RATIO = 1.0 / math.log(RATIO)
+_perf = time.perf_counter
 
 
 class Interrupted(Exception):
@@ -91,6 +93,77 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
 
 
+@dataclass(slots=True)
+class _Exchange:
+    """One request from its send to its record: what the SSE reader (``take``, called by
+    ``StreamResponse.pump``, maybe in the hub) updates per event, and all ``_record`` makes the
+    record of, in one object that the three steps (send and read, take, record) share."""
+
+    spec: RequestSpec
+    backend: Backend
+    worker: str
+    read_timeout: float
+    connect_timeout: float | None
+    parser: StreamParser
+    feed: Callable[[bytes], int]  # parser.feed, bound once: it is called per event
+    t_send_wall: float = 0.0  # records.now() at the send
+    t0: float = 0.0  # perf_counter() at the send; the t_*_p below are on that clock
+    http_status: int | None = None
+    reason: str | None = None  # why the request failed (None: it did not)
+    done: bool = False  # [DONE] arrived
+    interrupted: bool = False  # the test stopped it: Interrupted carries the record
+    chunks: int = 0  # content events
+    tokens_seen: int = 0  # tokens those events carried
+    first_n: int = 0  # tokens of the first content event
+    t_first_p: float | None = None
+    last_p: float = 0.0
+    t_end_p: float = 0.0
+    itl_max: float = 0.0
+    itl: dict[int, int] = field(default_factory=dict)  # per-token gap bin -> tokens (specload.core.histogram)
+    stray: list[bytes] = field(default_factory=list)  # what a 200 that is no event stream says instead
+    line: bytes = b""  # the line a malformed event came in
+
+    def take(self, lines: list[bytes]) -> bool:
+        """One ``recv``'s lines; True once the stream is over for us ([DONE], an error event).
+        It may run in the hub (``StreamResponse.pump``): it never blocks."""
+        try:
+            for line in lines:
+                if line[:5] != b"data:":
+                    if line and not self.chunks and len(self.stray) < _ERROR_BODY_LIMIT and line.strip():
+                        self.stray.append(line + b"\n")
+                    continue  # blank separators, comments, event:/id: fields
+                # Stamped per event, before it is parsed, as it is taken from the buffer: events
+                # that came in one recv (a fast server, a busy client) keep distinct times in
+                # arrival order, so a stream that arrived at once still has a TPOT.
+                t = _perf()
+                data = line[5:].strip()
+                if data == _DONE:
+                    self.done = True
+                    return True
+                n = self.feed(data)
+                if n:
+                    if self.t_first_p is None:
+                        self.t_first_p, self.first_n = t, n
+                    else:
+                        gap = (t - self.last_p) / n  # an event of n tokens: n gaps of gap each
+                        if gap > self.itl_max:
+                            self.itl_max = gap
+                        b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
+                        itl = self.itl
+                        itl[b] = itl.get(b, 0) + n
+                    self.last_p = t
+                    self.chunks += 1
+                    self.tokens_seen += n
+                    streamed_tokens[0] += n
+                elif self.parser.error is not None:
+                    self.reason = f"server error in stream after {self.tokens_seen} tokens: {shorten(self.parser.error)}"
+                    return True
+        except MalformedEvent:
+            self.line = line
+            raise
+        return False
+
+
 def stream_request(
     client: HTTPClient,
     path: str,
@@ -110,11 +183,12 @@ def stream_request(
     the default, keeps no text."""
     t_send = now()
     try:
-        return _stream_request(
-            client, path, body, headers, backend, spec, worker, read_timeout, connect_timeout, text
-        )
-    except Interrupted:
-        raise
+        payload = orjson.dumps(body)
+        parser = backend.parser()
+        parser.text = text
+        ex = _Exchange(spec, backend, worker, read_timeout, connect_timeout, parser, parser.feed)
+        _exchange(ex, client, path, payload, headers)
+        rec = _record(ex)
     except Exception as e:  # noqa: BLE001
         return make_record(
             t_send=t_send,
@@ -146,40 +220,16 @@ def stream_request(
             conversation=spec.conversation,
             prefix_group=spec.prefix_group,
         )
+    if ex.interrupted:
+        raise Interrupted(rec)
+    return rec
 
 
-def _stream_request(
-    client: HTTPClient,
-    path: str,
-    body: dict[str, Any],
-    headers: dict[str, str],
-    backend: Backend,
-    spec: RequestSpec,
-    worker: str,
-    read_timeout: float,
-    connect_timeout: float | None = None,
-    text: list[str] | None = None,
-) -> RequestRecord:
-    payload = orjson.dumps(body)
-    parser = backend.parser()
-    parser.text = text
-    feed = parser.feed
-    perf = time.perf_counter
-    http_status: int | None = None
-    reason: str | None = None
-    done = False
-    chunks = 0
-    tokens_seen = 0
-    t_first_p: float | None = None
-    first_n = 0
-    last_p = 0.0
-    itl_max = 0.0
-    itl: dict[int, int] = {}  # per-token gap bin -> tokens (specload.core.histogram)
-    streamed = streamed_tokens
-    t_send_wall = now()
-    t0 = perf()
+def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, headers: dict[str, str]) -> None:
+    """Send the request and read its answer into ``ex``; every failure ends up in ``ex.reason``."""
+    read_timeout = ex.read_timeout
     resp: StreamResponse | None = None
-    interrupted = False
+    ex.t_send_wall, ex.t0 = now(), _perf()
     try:
         try:
             resp = post(client, path, payload, headers, read_timeout)
@@ -187,104 +237,43 @@ def _stream_request(
             # A keep-alive connection the server had closed just after its last response (llama.cpp
             # does this after every streamed response while it advertises keep-alive). The request
             # never reached a live connection, so it is sent again on a new one, timed from there.
-            t_send_wall, t0 = now(), perf()
+            ex.t_send_wall, ex.t0 = now(), _perf()
             resp = post(client, path, payload, headers, read_timeout)
     except GreenletExit:
-        reason, interrupted = "interrupted (test stopped) before the response", True
+        ex.reason, ex.interrupted = "interrupted (test stopped) before the response", True
     except Exception as e:  # noqa: BLE001 - every failure becomes a record
-        reason = describe_connect_error(e, read_timeout, connect_timeout, perf() - t0)
-    t_end_p: float | None = None
-    if resp is not None:
-        http_status = resp.status
-        if http_status != 200:
-            try:
-                raw = resp.read(_ERROR_BODY_LIMIT)
-            except Exception:  # noqa: BLE001
-                raw = b""
-            reason = f"HTTP {http_status}: {server_message(http_status, raw)}"
-            resp.release()
-        else:
-            line = b""
-            stray: list[bytes] = []
-
-            def take(lines: list[bytes]) -> bool:
-                """One ``recv``'s lines; True once the stream is over for us ([DONE], an error event).
-                It may run in the hub (``StreamResponse.pump``): it never blocks."""
-                nonlocal line, done, reason, chunks, tokens_seen, t_first_p, first_n, last_p, itl_max
-                for line in lines:
-                    if line[:5] != b"data:":
-                        if not chunks and len(stray) < _ERROR_BODY_LIMIT and line.strip():
-                            stray.append(line + b"\n")  # what a 200 that is no event stream says instead
-                        continue  # blank separators, comments, event:/id: fields
-                    # Stamped per event, before it is parsed, as it is taken from the buffer: events
-                    # that came in one recv (a fast server, a busy client) keep distinct times in
-                    # arrival order, so a stream that arrived at once still has a TPOT.
-                    t = perf()
-                    data = line[5:].strip()
-                    if data == _DONE:
-                        done = True
-                        return True
-                    n = feed(data)
-                    if n:
-                        if t_first_p is None:
-                            t_first_p, first_n = t, n
-                        else:
-                            gap = (t - last_p) / n  # an event of n tokens: n gaps of gap each
-                            if gap > itl_max:
-                                itl_max = gap
-                            b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
-                            itl[b] = itl.get(b, 0) + n
-                        last_p = t
-                        chunks += 1
-                        tokens_seen += n
-                        streamed[0] += n
-                    elif parser.error is not None:
-                        reason = f"server error in stream after {tokens_seen} tokens: {shorten(parser.error)}"
-                        return True
-                return False
-
-            disarm = resp.watch(read_timeout)
-            try:
-                resp.pump(take)
-                if not done and reason is None and not chunks and resp.pending:
-                    stray.append(resp.pending)  # the body ended with a line without its newline
-            except MalformedEvent as e:
-                reason = f"malformed event after {tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(line.decode('utf-8', 'replace'), 100)!r}"
-            except GreenletExit:
-                reason, interrupted = f"interrupted (test stopped) after {tokens_seen} tokens", True
-            except Exception as e:  # noqa: BLE001
-                reason = _describe_read_error(e, tokens_seen, read_timeout)
-            finally:
-                disarm()
-            t_end_p = perf()
-            if reason is None and not done and not chunks and any(s.strip() for s in stray):
-                body_text = server_message(200, b"".join(stray)[:_ERROR_BODY_LIMIT])
-                reason = f"HTTP 200 without an event stream: {body_text}"
-            _finish(resp, done and reason is None)
-    if t_end_p is None:
-        t_end_p = perf()
-    rec = _record(
-        spec,
-        backend,
-        parser,
-        worker,
-        http_status,
-        reason,
-        done,
-        chunks,
-        tokens_seen,
-        t_send_wall,
-        t0,
-        t_first_p,
-        last_p,
-        t_end_p,
-        itl_max,
-        first_n,
-        itl,
-    )
-    if interrupted:
-        raise Interrupted(rec)
-    return rec
+        ex.reason = describe_connect_error(e, read_timeout, ex.connect_timeout, _perf() - ex.t0)
+    if resp is None:
+        ex.t_end_p = _perf()
+        return
+    ex.http_status = resp.status
+    if resp.status != 200:
+        try:
+            raw = resp.read(_ERROR_BODY_LIMIT)
+        except Exception:  # noqa: BLE001
+            raw = b""
+        ex.reason = f"HTTP {resp.status}: {server_message(resp.status, raw)}"
+        resp.release()
+        ex.t_end_p = _perf()
+        return
+    disarm = resp.watch(read_timeout)
+    try:
+        resp.pump(ex.take)
+        if not ex.done and ex.reason is None and not ex.chunks and resp.pending:
+            ex.stray.append(resp.pending)  # the body ended with a line without its newline
+    except MalformedEvent as e:
+        ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(ex.line.decode('utf-8', 'replace'), 100)!r}"
+    except GreenletExit:
+        ex.reason, ex.interrupted = f"interrupted (test stopped) after {ex.tokens_seen} tokens", True
+    except Exception as e:  # noqa: BLE001
+        ex.reason = _describe_read_error(e, ex.tokens_seen, read_timeout)
+    finally:
+        disarm()
+    ex.t_end_p = _perf()
+    if ex.reason is None and not ex.done and not ex.chunks and any(s.strip() for s in ex.stray):
+        body_text = server_message(200, b"".join(ex.stray)[:_ERROR_BODY_LIMIT])
+        ex.reason = f"HTTP 200 without an event stream: {body_text}"
+    _finish(resp, ex.done and ex.reason is None)
 
 
 def _finish(resp: StreamResponse, clean: bool) -> None:
@@ -296,25 +285,9 @@ def _finish(resp: StreamResponse, clean: bool) -> None:
     resp.release()
 
 
-def _record(
-    spec: RequestSpec,
-    backend: Backend,
-    parser: Any,
-    worker: str,
-    http_status: int | None,
-    reason: str | None,
-    done: bool,
-    chunks: int,
-    tokens_seen: int,
-    t_send_wall: float,
-    t0: float,
-    t_first_p: float | None,
-    last_p: float,
-    t_end_p: float,
-    itl_max: float,
-    first_n: int = 0,
-    itl: dict[int, int] | None = None,
-) -> RequestRecord:
+def _record(ex: _Exchange) -> RequestRecord:
+    spec, backend, parser = ex.spec, ex.backend, ex.parser
+    tokens_seen, reason = ex.tokens_seen, ex.reason
     if parser.output_tokens is not None:
         out, source = parser.output_tokens, backend.token_source
     else:
@@ -327,17 +300,18 @@ def _record(
         out, source = min(tokens_seen, asked), SRC_CHUNKS
     if reason is not None:
         status = FAILED
-    elif not done:
+    elif not ex.done:
         status, reason = SHORT, f"stream ended without its terminator after {out} tokens"
     elif source != SRC_CHUNKS and out < spec.requested_output_tokens:
         status, reason = SHORT, f"server counted {out} of {spec.requested_output_tokens} tokens asked for"
     else:
         status = OK
+    t_send_wall, t0, t_first_p = ex.t_send_wall, ex.t0, ex.t_first_p
     return make_record(
         t_send=t_send_wall,
         t_first=None if t_first_p is None else t_send_wall + (t_first_p - t0),
-        t_last=None if t_first_p is None else t_send_wall + (last_p - t0),
-        t_end=t_send_wall + (t_end_p - t0),
+        t_last=None if t_first_p is None else t_send_wall + (ex.last_p - t0),
+        t_end=t_send_wall + (ex.t_end_p - t0),
         output_tokens=out,
         level=spec.level,
         concurrency=spec.concurrency,
@@ -346,18 +320,18 @@ def _record(
         backend=backend.name,
         status=status,
         reason=reason,
-        http_status=http_status,
+        http_status=ex.http_status,
         output_tokens_source=source,
         prompt_tokens=parser.prompt_tokens,
         requested_output_tokens=spec.requested_output_tokens,
         requested_prompt_tokens=spec.requested_prompt_tokens,
-        chunks=chunks,
-        itl_max_s=itl_max if chunks > 1 else None,
-        itl=to_pairs(itl) if itl else None,
+        chunks=ex.chunks,
+        itl_max_s=ex.itl_max if ex.chunks > 1 else None,
+        itl=to_pairs(ex.itl) if ex.itl else None,
         itl_unit=ITL_PER_TOKEN if backend.counts_tokens_per_event else ITL_PER_EVENT,
-        first_event_tokens=first_n or None,
+        first_event_tokens=ex.first_n or None,
         spec_verify_ct=parser.spec_verify_ct,
-        worker=worker,
+        worker=ex.worker,
         repeat=spec.repeat,
         t_sched=spec.t_sched,
         rate=spec.rate,

@@ -32,14 +32,28 @@ def scenarios_dir() -> Path:
     return _folder("scenarios")
 
 
+EXPERIMENT_PREFIX = (
+    "experiment-"  # scenarios/experiment-*.toml are experiments (specload experiment), not sweeps
+)
+
+
 def builtin_scenarios() -> list[str]:
-    return sorted(p.stem for p in scenarios_dir().glob("*.toml"))
+    return sorted(p.stem for p in scenarios_dir().glob("*.toml") if not p.stem.startswith(EXPERIMENT_PREFIX))
+
+
+def _builtin(name: str, experiment: bool) -> Path | None:
+    stem = name[:-5] if name.endswith(".toml") else name
+    if "/" in stem or "\\" in stem or stem.startswith(EXPERIMENT_PREFIX) is not experiment:
+        return None
+    path = scenarios_dir() / f"{stem}.toml"
+    return path if path.is_file() else None
 
 
 def builtin_scenario(name: str) -> Path | None:
     """The built-in scenario called ``name`` (``mtp-sweep`` or ``mtp-sweep.toml``), if there is one."""
-    stem = name[:-5] if name.endswith(".toml") else name
-    if "/" in stem or "\\" in stem:
-        return None
-    path = scenarios_dir() / f"{stem}.toml"
-    return path if path.is_file() else None
+    return _builtin(name, experiment=False)
+
+
+def builtin_experiment(name: str) -> Path | None:
+    """The built-in experiment called ``name`` (``experiment-sim``), if there is one."""
+    return _builtin(name, experiment=True)

@@ -56,7 +56,7 @@ class ProgressBar:
     def start(self) -> ProgressBar:
         around = self.line.stream_for()
         for h in terminal_handlers(self.stream):
-            self._handlers.append((h, h.setStream(around)))  # type: ignore[arg-type]
+            self._handlers.append((h, h.setStream(around)))
         self._greenlet = gevent.spawn(self._run)
         return self
 

@@ -15,6 +15,12 @@ stops what the others cannot:
   comes from no browser (curl, scripts) and needs the login alone.
 - **The key stays with its host** (``SweepOwner._send_key``): the start form's confirm box
   (``--send-key-to-new-host``) counts for the submission that carries it, never for later ones.
+- **No script but the page's own**: every response says ``X-Content-Type-Options: nosniff`` and
+  carries a Content-Security-Policy (``install_headers``). Data (JSON, CSV, PNG, errors) may run
+  nothing at all, specload's page only its own script file, and Locust's pages their own assets
+  (their one inline script holds the template's arguments, so they keep ``'unsafe-inline'``). A
+  name echoed into an error (an unknown run) is JSON, never HTML (``specload.locust.webui``): a
+  link from another site to ``/specload/runs/<script>/report`` runs nothing in the UI's origin.
 
 Flask and Flask-Login are imported inside the functions, so ``specload ui`` can read the names
 below without importing Locust.
@@ -109,6 +115,41 @@ def install_origin_check(app: Any, allowed: frozenset[str]) -> None:
         return jsonify({"success": False, "message": message}), 403
 
 
+# Data and errors: nothing may run, load or frame it, even if a browser were made to render it.
+CSP_DATA = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; sandbox"
+# specload's page: its script and stylesheet files, its JSON routes, inline SVG charts (style
+# attributes in the drawn markup), data: images (the comparison's PNG).
+CSP_PAGE = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+# Locust's own pages: a bundled app plus one inline script of template arguments.
+CSP_LOCUST = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'self'"
+)
+
+
+def content_policy(path: str, mimetype: str | None) -> str:
+    """The Content-Security-Policy for one response: only HTML pages may run script, and only their own."""
+    if mimetype != "text/html":
+        return CSP_DATA
+    return CSP_PAGE if path.startswith(PAGE) else CSP_LOCUST
+
+
+def install_headers(app: Any) -> None:
+    """``nosniff`` and a Content-Security-Policy on every response of the web UI, Locust's included."""
+    from flask import request
+
+    @app.after_request
+    def _headers(response: Any) -> Any:
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Content-Security-Policy"] = content_policy(request.path, response.mimetype)
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+
 def install_confirm_per_run(environment: Any) -> None:
     """The confirm box counts for one submission: before each start form is applied, it goes back
     to its launch value, so an earlier run's "yes" never carries the key to a later run's host
@@ -155,6 +196,7 @@ def install_login(web_ui: Any, token: str) -> None:
 def protect_web_ui(environment: Any) -> None:
     """All the guards, on the web UI of this process (Locust's ``init`` event)."""
     web_ui = environment.web_ui
+    install_headers(web_ui.app)
     install_origin_check(
         web_ui.app, allowed_sites(getattr(environment.parsed_options, "web_allowed_origins", ""))
     )

@@ -22,6 +22,7 @@ Every route is behind the web UI's login (``auth_required_if_enabled``) and its 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import logging
@@ -29,7 +30,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -464,6 +465,25 @@ class Bundles:
 # ---------------------------------------------------------------- wiring
 
 
+def json_errors(view: Callable[..., Any]) -> Callable[..., Any]:
+    """``view``, whose refusals (``abort``) and failures answer as JSON ``{"error": ...}`` with their
+    status: never as HTML, and never through Locust's handler, which echoes a message unescaped."""
+    from flask import jsonify
+    from werkzeug.exceptions import HTTPException
+
+    @functools.wraps(view)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return view(*args, **kwargs)
+        except HTTPException as e:
+            return jsonify({"error": e.description or e.name}), e.code or 500
+        except Exception as e:
+            logger.exception("specload web UI: %s failed", getattr(view, "__name__", "a view"))
+            return jsonify({"error": f"internal error ({type(e).__name__}); see the log"}), 500
+
+    return wrapper
+
+
 def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     from flask import Response, abort, jsonify, request, send_from_directory
 
@@ -482,7 +502,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
         {"href": "./specload/", "title": "specload's view: live charts, reports, compare"},
     ]
-    auth = web_ui.auth_required_if_enabled
+
+    def auth(view: Callable[..., Any]) -> Callable[..., Any]:
+        """Locust's login check around ``view``, whose errors leave as JSON: the check turns any
+        exception that reaches it into an HTML page with the message unescaped (a reflected script)."""
+        return web_ui.auth_required_if_enabled(json_errors(view))
+
     bundles = Bundles()
 
     def results_dir() -> str:
@@ -536,17 +561,12 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
             }
         )
 
-    # The page asks for its data by relative paths (app.js: "live", "compare", ...). The package
-    # regrouping renamed five routes as if they were modules (/specload/analysis/live, ...); those
-    # names stay as aliases, for the scripts and docs written since.
     @app.route("/specload/live")
-    @app.route("/specload/analysis/live")
     @auth
     def _live() -> Any:
         return jsonify(live_payload(environment, owner))
 
     @app.route("/specload/levels.csv")
-    @app.route("/specload/sweep/levels.csv")
     @auth
     def _levels_csv() -> Any:
         buf = io.StringIO()
@@ -556,7 +576,6 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         return Response(buf.getvalue(), mimetype="text/csv")
 
     @app.route("/specload/run")
-    @app.route("/specload/analysis/run")
     @auth
     def _run() -> Any:
         return {
@@ -601,7 +620,6 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         return names, bundles.get("compare", [run_dir_of(n) for n in names])
 
     @app.route("/specload/compare")
-    @app.route("/specload/present/compare")
     @auth
     def _compare() -> Any:
         _names, bundle = compared()
@@ -611,7 +629,6 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         ), (500 if "error" in bundle else 200)
 
     @app.route("/specload/compare.<fmt>")
-    @app.route("/specload/present/compare.<fmt>")
     @auth
     def _compare_file(fmt: str) -> Any:
         names, bundle = compared()

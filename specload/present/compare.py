@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -33,7 +34,7 @@ from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
 from specload.core.rundir import RECORDS, read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
-from specload.present.output import EXTRA_FORMATS, is_known_format, render_view
+from specload.present.output import format_help, is_document, is_known_format, render_view
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
@@ -155,7 +156,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     return rows
 
 
-def _figures_dict(r: ComparedRun, c: int) -> dict[str, Any]:
+def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
     f = r.figures[c]
     return {
         "concurrency": f.concurrency,
@@ -388,7 +389,10 @@ def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int
         records = Path(d) / RECORDS
         big = records.exists() and records.stat().st_size >= SPLIT_BYTES
         if big and processes > 1 and forked.available():
-            with forked.Child(lambda d=d: _load_or_error(d, chosen, processes)) as child:  # type: ignore[misc]
+            child: forked.Child[Run | NotARunDir] = forked.Child(
+                partial(_load_or_error, d, chosen, processes)
+            )
+            with child:
                 run = child.result()
         else:
             run = _load_or_error(d, chosen, processes)
@@ -460,7 +464,7 @@ def run_compare(
             pareto_name=None if pareto is None else _plot_ref(pareto, out_dir),
         )
     )
-    if fmt in EXTRA_FORMATS:
+    if is_document(fmt):
         return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
     return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
 
@@ -485,9 +489,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Side-by-side table of two or more run directories; the first one is the baseline.",
     )
     p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results/<label>-<timestamp>/ directories")
-    p.add_argument(
-        "--format", default="github", help="github (default), plain, any tabulate format, csv or json"
-    )
+    p.add_argument("--format", default="github", help=format_help())
     g = p.add_mutually_exclusive_group()
     g.add_argument("--plot", metavar="PATH", help=f"write the plot here (default: OUT/{COMPARISON_PNG})")
     g.add_argument("--no-plot", action="store_true", help="do not draw the plot")

@@ -1,4 +1,4 @@
-"""Tables as text: any tabulate format for people, csv and json for machines.
+"""Tables as text: any tabulate format for people, and a registry of the other formats (csv, json).
 
 ``specload report`` and ``specload compare`` both print a table in whatever ``--format`` names;
 this is the one place that dispatches on it, so the two commands accept the same formats and
@@ -6,6 +6,12 @@ treat a missing value the same way (``-`` in a table, an empty CSV cell, null or
 Cells arrive pre-formatted, so the rounding a caller chose is exactly what is printed.
 What a terminal gets of a wide table (``render_view``: the columns specload.present.tableview keeps for its
 width or ``--columns``, laid out compactly) is decided here too; files get ``render_table``'s whole.
+
+A format that is not tabulate's is one ``register(name, function)`` call (CONTRIBUTING.md, "Add an
+output format"): the function turns a ``Table`` into text. A *document* format (csv, json) is the
+whole output, so that it parses: ``report`` and ``compare`` print only the per-level or side-by-side
+table in it, every column, and their header and notes on stderr. A format registered with
+``document=False`` renders each table inside the usual text instead, as a tabulate format does.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import tabulate as tabulate_module
@@ -23,26 +30,82 @@ from tabulate import tabulate, tabulate_formats
 from specload.core.text import MISSING
 from specload.present.tableview import TableView, choose, hidden_note
 
-EXTRA_FORMATS = ("csv", "json")  # besides tabulate's own
+
+@dataclass(frozen=True)
+class Table:
+    """One table as a format receives it: the header, the cells as the caller formatted them, and
+    (for formats that carry numbers, not words) the unrounded data behind them."""
+
+    headers: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+    json_data: Callable[[], Any] | None = None
+
+    def data(self) -> Any:
+        """The caller's unrounded data (built only now: it can cost more than the cells), else one
+        object per row, header -> cell."""
+        if self.json_data is not None:
+            return self.json_data()
+        return [dict(zip(self.headers, row, strict=True)) for row in self.rows]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    render: Callable[[Table], str]
+    document: bool  # the whole output: only the table, every column, the words on stderr
+
+
+FORMATS: dict[str, Format] = {}
+
+
+def register(name: str, render: Callable[[Table], str], *, document: bool = True) -> Format:
+    """Make ``--format NAME`` print through ``render`` in report, compare and sweep. Raises
+    ValueError for a name tabulate already has (it would hide that format)."""
+    if name in tabulate_formats:
+        raise ValueError(f"{name!r} is a tabulate format already")
+    fmt = Format(name, render, document)
+    FORMATS[name] = fmt
+    return fmt
 
 
 def is_known_format(fmt: str) -> bool:
-    return fmt in EXTRA_FORMATS or fmt in tabulate_formats
+    return fmt in FORMATS or fmt in tabulate_formats
+
+
+def is_document(fmt: str) -> bool:
+    """Whether ``fmt`` is a whole document (csv, json): printed alone, its words on stderr."""
+    f = FORMATS.get(fmt)
+    return f is not None and f.document
 
 
 def check_format(fmt: str) -> None:
     """Raise ValueError naming the accepted formats when ``fmt`` is not one of them."""
     if not is_known_format(fmt):
-        raise ValueError(f"unknown format {fmt!r}; use csv, json or one of: {', '.join(tabulate_formats)}")
+        raise ValueError(
+            f"unknown format {fmt!r}; use {', '.join(FORMATS)} or one of: {', '.join(tabulate_formats)}"
+        )
 
 
-def _csv(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+def format_help() -> str:
+    """``--format``'s help: the registered formats as they are when the parser is made."""
+    return f"github (default), plain, any other tabulate format, {', '.join(FORMATS)}"
+
+
+def _csv(table: Table) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
-    for row in rows:
+    w.writerow(table.headers)
+    for row in table.rows:
         w.writerow(["" if c == MISSING else c for c in row])  # CSV readers expect empty cells
     return buf.getvalue()
+
+
+def _json(table: Table) -> str:
+    return json.dumps(table.data(), indent=2) + "\n"
+
+
+register("csv", _csv)
+register("json", _json)
 
 
 def render_table(
@@ -53,22 +116,19 @@ def render_table(
     json_data: Callable[[], Any] | None = None,
     align_right: bool = True,
 ) -> str:
-    """The table in ``fmt``: a tabulate format, ``csv`` (the same cells) or ``json``.
+    """The table in ``fmt``: a tabulate format or a registered one (``csv``: the same cells;
+    ``json``: ``json_data``'s result, else one object per row, header -> cell).
 
     Cells are normally strings, formatted by the caller; a non-string cell is left to tabulate
     (which right-aligns numbers while strings stay left-aligned unless ``align_right``).
 
-    ``json_data`` gives what ``json`` prints: the unrounded data behind the cells, built only
-    when asked for (without it: one object per row, header -> cell). ``align_right`` right-aligns
-    every column (numbers line up whatever their width). Raises ValueError for an unknown format.
+    ``json_data`` gives the unrounded data behind the cells, built only when a format asks for it.
+    ``align_right`` right-aligns every column of a tabulate table (numbers line up whatever their
+    width). Raises ValueError for an unknown format.
     """
-    if fmt == "csv":
-        return _csv(headers, rows)
-    if fmt == "json":
-        data = (
-            json_data() if json_data is not None else [dict(zip(headers, row, strict=True)) for row in rows]
-        )
-        return json.dumps(data, indent=2) + "\n"
+    registered = FORMATS.get(fmt)
+    if registered is not None:
+        return registered.render(Table(headers, rows, json_data))
     check_format(fmt)
     extra: dict[str, Any] = {"colalign": ["right"] * len(headers)} if align_right else {}
     return tabulate(list(rows), headers=list(headers), tablefmt=fmt, disable_numparse=True, **extra)
@@ -104,8 +164,9 @@ def render_view(
 ) -> str:
     """The table as a terminal shows it: the columns ``view`` keeps (``keys``: each column's key in
     tableview.PRIORITY), compact, then one line naming the hidden ones and ``kept_in`` (the file
-    that has them all). A whole view, csv and json get the whole table, as render_table makes it."""
-    if view.whole or fmt in EXTRA_FORMATS:
+    that has them all). A whole view and a document format (csv, json) get the whole table, as
+    render_table makes it."""
+    if view.whole or is_document(fmt):
         return render_table(headers, rows, fmt, json_data=json_data)
 
     def table(cols: Sequence[int]) -> str:

@@ -27,7 +27,7 @@ _PANELS = (
 )
 
 
-def _series(run: ComparedRun, cs: list[int], attr: str) -> tuple[list[int], list[float]]:
+def _series(run: ComparedRun, cs: list[float], attr: str) -> tuple[list[float], list[float]]:
     """The run's points of one figure, skipping levels it has no value for."""
     pts = [(c, getattr(run.figures[c], attr)) for c in cs]
     return [c for c, v in pts if v is not None], [v for _, v in pts if v is not None]
@@ -68,7 +68,7 @@ def _mark_crossover(ax: Any, label: str, x: Crossover, axis: Axis) -> None:
     )
 
 
-def _panel(ax: Any, comp: Comparison, cs: list[int], attr: str, key: str, name: str) -> None:
+def _panel(ax: Any, comp: Comparison, cs: list[float], attr: str, key: str, name: str) -> None:
     for run in comp.runs:
         xs, ys = _series(run, cs, attr)
         if xs:

@@ -27,6 +27,7 @@ from specload.analysis.mixstats import (
     CACHE_FROM_RECORDS,
     LENGTHS,
     GroupStats,
+    MixStats,
 )
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
@@ -34,7 +35,7 @@ from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
-from specload.present.output import EXTRA_FORMATS, is_known_format, render_table, render_view
+from specload.present.output import format_help, is_document, is_known_format, render_table, render_view
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
 REASON_WIDTH = 120
@@ -343,21 +344,22 @@ def capacity_lines(run: Run) -> list[str]:
     return lines
 
 
-def _mixed(levels: Sequence[LevelStats]) -> list[LevelStats]:
-    return [s for s in levels if s.mix is not None]
+def _mixed(levels: Sequence[LevelStats]) -> list[tuple[LevelStats, MixStats]]:
+    """The levels that have workload figures, each with them."""
+    return [(s, s.mix) for s in levels if s.mix is not None]
 
 
 def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Each level's request lengths as sent and as the server counted them (mixstats.LENGTHS), shown
     when lengths varied or the run has classes or turns; None otherwise (a fixed-length run)."""
     shown = _mixed(levels)
-    if not any(s.mix.varied or s.mix.classes or s.mix.turns for s in shown):
+    if not any(m.varied or m.classes or m.turns for _, m in shown):
         return None
     headers = [_x_header(levels), "Length", "n", "Mean", "p50", "p90", "Max"]
     rows = []
-    for s in shown:
+    for s, m in shown:
         for key, label in LENGTHS:
-            d = s.mix.lengths.get(key)
+            d = m.lengths.get(key)
             if d is None or not d.n:
                 continue
             rows.append(
@@ -395,7 +397,7 @@ def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> lis
                 _pct_cell(g.prefix_cache_hit_rate),
             ]
         )
-    if total and groups:
+    if total and groups and s.mix is not None:
         m = s.mix
         inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
         rows.append(
@@ -437,7 +439,7 @@ _GROUP_HEADERS = [
 
 def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each request class and then all of them together; None without classes."""
-    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.classes, True)]
+    rows = [r for s, m in _mixed(levels) for r in _group_rows(s, m.classes, True)]
     return (
         render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False)
         if rows
@@ -447,7 +449,7 @@ def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
 
 def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
-    rows = [r for s in _mixed(levels) for r in _group_rows(s, s.mix.turns, False)]
+    rows = [r for s, m in _mixed(levels) for r in _group_rows(s, m.turns, False)]
     return (
         render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False)
         if rows
@@ -671,7 +673,7 @@ def render_report(
     For csv and json only the per-level data, so that the output parses; the words are in
     ``side_text``. ``view``: the per-level table's columns, for a terminal (report.md has them all).
     """
-    if fmt in EXTRA_FORMATS:
+    if is_document(fmt):
         return render_levels(run.levels, fmt)
     lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
     repeats = render_repeats(run.levels, fmt)
@@ -759,7 +761,7 @@ def print_report(
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
     out.write(render_report(run, fmt, percentiles, view))
-    if fmt in EXTRA_FORMATS:
+    if is_document(fmt):
         print(side_text(run), file=err)
     if not write_md:
         return None
@@ -777,7 +779,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--format",
         default="github",
-        help="github (default), plain, any other tabulate format, csv or json",
+        help=format_help(),
     )
     p.add_argument(
         "--no-write",

@@ -18,7 +18,7 @@ import hmac
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -289,7 +289,7 @@ class SimApp:
             os._exit(DIE_EXIT_CODE)
         self.prompt_tokens_total += req.prompt_tokens
 
-    def _engine_loop(self, job: _Job, progress: _Progress) -> Iterator[_Progress]:
+    def _engine_loop(self, job: _Job, progress: _Progress) -> Generator[_Progress, None, None]:
         """Run ``job`` through the engine: yield ``progress`` once admitted, then after each chunk.
 
         The one engine loop of both response kinds. The engine counts from the request's arrival,

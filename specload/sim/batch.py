@@ -30,7 +30,7 @@ import contextlib
 import random
 import sys
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -200,7 +200,7 @@ def load_preset(name_or_path: str, overrides: Sequence[str] = ()) -> BatchParams
     ``decode_ms=[[1, 9], [64, 25]]``, ``speculative_algorithm="EAGLE"``.
     """
     if name_or_path in PRESETS:
-        text = resources.files("specload.sim").joinpath("presets", f"{name_or_path}.toml").read_text("utf-8")
+        text = (resources.files("specload.sim") / "presets" / f"{name_or_path}.toml").read_text("utf-8")
         where = f"preset {name_or_path}"
     else:
         path = Path(name_or_path)
@@ -535,7 +535,7 @@ class BatchEngine(Engine):
 
     def generate(
         self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         now = clock()
         req = BatchRequest(prompt_tokens, max_tokens, now if arrival is None else min(arrival, now), key)
         sched = self.sched

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,7 @@ class Engine(ABC):
     @abstractmethod
     def generate(
         self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         """Yield :data:`ADMITTED` once admitted, then chunks summing to exactly ``max_tokens`` tokens.
 
         ``key``: the prompt as prefix-cache units (made only when the engine has a ``prefix_cache``);
@@ -252,7 +252,7 @@ class FixedEngine(Engine):
 
     def generate(
         self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
-    ) -> Iterator[Chunk]:
+    ) -> Generator[Chunk, None, None]:
         admitted_at = self._slots.acquire(arrival)
         try:
             cache, cached = self.prefix_cache, 0

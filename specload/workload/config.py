@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from specload.client.backends import backend_classes
 from specload.core.resources import builtin_scenario, builtin_scenarios
 from specload.core.slo import SloError, parse_slo
 from specload.workload.arrivals import ARRIVALS
@@ -28,7 +29,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-BACKENDS = ("openai", "sglang", "chat")
+# The registered server APIs (specload.client.backends): a new backend is a choice, and in the help, by
+# its registration alone.
+BACKENDS = tuple(b.name for b in backend_classes())
+BACKEND_HELP = "Server API: " + ", ".join(f"{b.name} ({b.path})" for b in backend_classes())
 # Rate levels without --max-in-flight: this many users, the same for every rate level, so that they
 # are started once (Locust ramps users at 100/s) and stay. Each idle one is a waiting greenlet; a
 # server that keeps more requests than this in flight makes the sends late, and the report says so.
@@ -320,7 +324,7 @@ class Scenario:
     description: str = _f("", help="What the scenario is for", check=_text)
     backend: str = _f(
         "openai",
-        help="Server API: openai (/v1/completions), sglang (/generate), chat (/v1/chat/completions)",
+        help=BACKEND_HELP,
         check=_choice(*BACKENDS),
         flag="--backend",
         choices=BACKENDS,

@@ -23,6 +23,7 @@ k draws the same lengths for it, and a rerun with the same seed sends the same l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 FIXED, UNIFORM, NORMAL, LOGNORMAL, DATASET = "fixed", "uniform", "normal", "lognormal", "dataset"
@@ -137,10 +138,10 @@ def parse_dist(spec: str) -> LengthDist:
         parts = body.split(":")
         if len(parts) != 2:
             raise LengthError(f"expected uniform:MIN:MAX, got {spec!r}")
-        lo, hi = _int(spec, "MIN", parts[0].strip()), _int(spec, "MAX", parts[1].strip())
-        if lo < 1 or hi < lo:
+        low, high = _int(spec, "MIN", parts[0].strip()), _int(spec, "MAX", parts[1].strip())
+        if low < 1 or high < low:
             raise LengthError(f"expected 1 <= MIN <= MAX, got {spec!r}")
-        return LengthDist(UNIFORM, lo, hi, text=f"uniform:{lo}:{hi}")
+        return LengthDist(UNIFORM, low, high, text=f"uniform:{low}:{high}")
     if kind == NORMAL:
         p = _params(spec, body, ("mean", "sd", "min", "max"))
         if "mean" not in p or "sd" not in p:
@@ -191,7 +192,7 @@ def expected_mean(d: LengthDist, fixed: int) -> float:
     return total
 
 
-def _cdf(d: LengthDist):  # type: ignore[no-untyped-def]
+def _cdf(d: LengthDist) -> Callable[[float], float]:
     def normal(x: float) -> float:
         return 0.5 * math.erfc(-(x - d.mean) / (d.sd * math.sqrt(2.0))) if d.sd > 0 else float(x >= d.mean)
 

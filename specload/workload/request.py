@@ -252,7 +252,7 @@ class RequestMaker:
             )
         d = draw_request(self.classes, sc.seed, level, phase, seq)
         c = d.cls
-        prompt: Any = make_prompt(
+        prompt = make_prompt(
             self.prompts, sc.seed, n, d.input_tokens, c.shared_prefix_tokens, c.prefix_name(d.prefix_group)
         )
         out = max_tokens if keep_grant_output else d.output_tokens

@@ -1,22 +1,26 @@
-"""Server APIs specload can load: one small module each."""
+"""Server APIs specload can load: one small module each, its Backend class marked ``@register``.
+
+Adding one (CONTRIBUTING.md, "Add a backend"): a module here, its name in ``MODULES`` below, a
+test. The ``--backend`` choices and help, and whether a run needs a model name, come from the
+registered classes' attributes (``Backend``).
+"""
 
 from __future__ import annotations
 
-from specload.client.backends.base import Backend, MalformedEvent, StreamParser
-from specload.client.backends.chat import ChatCompletions
-from specload.client.backends.openai import OpenAICompletions
-from specload.client.backends.sglang import SGLangGenerate
+import importlib
 
-_BACKENDS: dict[str, type[Backend]] = {
-    b.name: b for b in (OpenAICompletions, SGLangGenerate, ChatCompletions)
-}
+from specload.client.backends.base import (
+    Backend,
+    MalformedEvent,
+    StreamParser,
+    backend_classes,
+    get_backend,
+    register,
+)
 
+# One entry per backend module, each imported for its @register: this order is the --backend list's.
+MODULES = ("openai", "sglang", "chat")
+for _module in MODULES:
+    importlib.import_module(f"{__name__}.{_module}")
 
-def get_backend(name: str) -> Backend:
-    try:
-        return _BACKENDS[name]()
-    except KeyError:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(_BACKENDS)}") from None
-
-
-__all__ = ["Backend", "MalformedEvent", "StreamParser", "get_backend"]
+__all__ = ["Backend", "MalformedEvent", "StreamParser", "backend_classes", "get_backend", "register"]

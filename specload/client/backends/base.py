@@ -7,8 +7,10 @@ does one ``orjson.loads`` and a few dict lookups, nothing else.
 
 from __future__ import annotations
 
+import inspect
+import re
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -93,12 +95,20 @@ def as_text(prompt: Prompt) -> list[int] | str:
 
 
 class Backend(ABC):
-    name: str
-    path: str
-    token_source: str  # records.SRC_* used when the server reports a count
+    """One server API. Its class attributes are all the rest of specload knows of it: the
+    ``--backend`` choices and help, and whether a run needs a model name, are made from them."""
+
+    name: str  # the --backend value (and run.json's, and each record's)
+    path: str  # the generation request's path
+    # The records' output_tokens_source when the server reports a count: records.SRC_USAGE or
+    # SRC_META, or a label of the backend's own (any but SRC_CHUNKS, the fallback of counted events).
+    token_source: str
     # Whether the parser knows how many tokens each stream event carried (else: one per event).
     counts_tokens_per_event: bool = False
     takes_token_ids: bool = True
+    # Whether the request body names a model: without --model, a run then asks /v1/models and
+    # cannot start when the server lists none. False for an API that serves its one model unnamed.
+    needs_model: bool = True
 
     @abstractmethod
     def body(
@@ -108,3 +118,45 @@ class Backend(ABC):
 
     @abstractmethod
     def parser(self) -> StreamParser: ...
+
+
+B = TypeVar("B", bound=type[Backend])
+_NAME = re.compile(r"[a-z][a-z0-9_-]*")
+_REGISTRY: dict[str, type[Backend]] = {}
+
+
+def register(cls: B) -> B:
+    """Make a backend selectable by its ``name`` (``--backend``, scenario files, the web UI's form);
+    a class decorator. A class that could not serve a request is refused here, at import, rather
+    than in the middle of a sweep.
+
+    Register before ``specload.workload.config`` is imported (every backend module is imported by
+    ``specload.client.backends``, which config imports): its field table, with the choices and the
+    help text, is made once, from the backends registered then."""
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise TypeError(f"{cls.__name__}.name must be a lower-case word (a --backend value), not {name!r}")
+    path = getattr(cls, "path", None)
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise TypeError(f"{cls.__name__}.path must be the request's path, like /v1/completions, not {path!r}")
+    if not isinstance(getattr(cls, "token_source", None), str):
+        raise TypeError(f"{cls.__name__}.token_source must name where the output count comes from")
+    if inspect.isabstract(cls):
+        raise TypeError(f"{cls.__name__} leaves {', '.join(sorted(cls.__abstractmethods__))} abstract")
+    other = _REGISTRY.get(name)
+    if other is not None and other is not cls:
+        raise ValueError(f"backend name {name!r} is taken by {other.__module__}.{other.__qualname__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def backend_classes() -> tuple[type[Backend], ...]:
+    """Every registered backend, in the order of registration."""
+    return tuple(_REGISTRY.values())
+
+
+def get_backend(name: str) -> Backend:
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(_REGISTRY)}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.client.backends.base import Prompt, StreamParser
+from specload.client.backends.base import Prompt, StreamParser, register
 from specload.client.backends.openai import CompletionsParser, OpenAICompletions
 
 
@@ -34,6 +34,7 @@ class ChatParser(CompletionsParser):
         return 1
 
 
+@register
 class ChatCompletions(OpenAICompletions):
     name = "chat"
     path = "/v1/chat/completions"

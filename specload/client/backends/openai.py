@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.client.backends.base import Backend, Prompt, StreamParser, as_text
+from specload.client.backends.base import Backend, Prompt, StreamParser, as_text, register
 from specload.core.records import SRC_USAGE
 
 
@@ -56,6 +56,7 @@ class CompletionsParser(StreamParser):
         return 0 if choice.get("finish_reason") and not text else 1
 
 
+@register
 class OpenAICompletions(Backend):
     name = "openai"
     path = "/v1/completions"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specload.client.backends.base import Backend, Prompt, StreamParser, as_text, count
+from specload.client.backends.base import Backend, Prompt, StreamParser, as_text, count, register
 from specload.core.records import SRC_META
 
 
@@ -40,11 +40,13 @@ class GenerateParser(StreamParser):
         return new if new > 0 else 0
 
 
+@register
 class SGLangGenerate(Backend):
     name = "sglang"
     path = "/generate"
     token_source = SRC_META
     counts_tokens_per_event = True  # meta_info.completion_tokens deltas
+    needs_model = False  # /generate serves the one model the server was started with
 
     def body(
         self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]

@@ -1,0 +1,433 @@
+"""The experiment loop: for each repeat, each arm in turn: start its server, wait for health, smoke-check
+it, sweep it, stop it; then compare the arms.
+
+Arms are interleaved (A, B, A, B, ...) so that drift of the machine or the servers lands in every arm's
+confidence interval instead of in the difference between arms measured hours apart. Each start is its own
+run directory; the comparison pools an arm's runs as repeats of its levels, the way a run's own
+``--repeat`` is pooled (``specload.analysis.metrics.repeats_at``), and is made and laid out by
+specload's comparison code. The first failure stops the experiment: its server is stopped, the runs
+already made stay as they are (``specload report`` reads each), and experiment.json says what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from specload.analysis.comparison import build_comparison
+from specload.analysis.run import Run, load_run
+from specload.client.introspect import server_config
+from specload.client.probe import ServerUnreachable
+from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
+from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
+from specload.experiment.record import (
+    COMPLETED,
+    INCOMPLETE,
+    INTERRUPTED,
+    NOT_READY,
+    REFUSED,
+    SERVER_DIED,
+    STARTING,
+    SWEEP_TOML,
+    SWEEPING,
+    UNREACHABLE,
+    Experiment,
+    RunEntry,
+    known_secrets,
+    scrub,
+    scrub_argv,
+)
+from specload.experiment.servers import Server, ServerError, start_server, wait_healthy
+from specload.experiment.smoke import smoke_check, speculation_problem
+from specload.launch import (
+    DEFAULT_LOCUSTFILE,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    LaunchError,
+    SweepSettings,
+    check_settings,
+    free_port,
+    run_sweep,
+)
+from specload.present.compare import (
+    COMPARISON_MD,
+    COMPARISON_PNG,
+    PARETO_PNG,
+    ComparisonResult,
+    print_result,
+    render_table,
+    render_text,
+    side_text,
+)
+from specload.present.output import is_document, is_known_format
+from specload.present.plot import plot_comparison, plot_pareto
+from specload.present.tableview import WHOLE, TableView
+
+EXIT_REFUSED = 4  # a speculative arm's server showed no accepted draft token
+DEATH_POLL_S = 0.2
+
+
+@dataclass
+class ExperimentSettings:
+    """``specload experiment`` as the user asked for it."""
+
+    plan_path: str
+    repeat: int = 1
+    out: str = "results"
+    overrides: dict[str, Any] = field(default_factory=dict)  # scenario field -> value, from the flags
+    report_format: str = "github"
+    view: TableView = WHOLE
+    insecure: bool = False
+    processes: int | None = None
+    plot: bool = True
+    locust_args: Sequence[str] = ()
+    locustfile: Path = DEFAULT_LOCUSTFILE
+
+
+class _Guard:
+    """SIGINT and SIGTERM while the experiment runs: each becomes a KeyboardInterrupt in the main thread
+    (the server is then stopped on the way out), except while a server is being stopped, when it is
+    only noted. During a sweep, ``launch.run_locust`` passes them on to Locust instead, which ends the
+    sweep as interrupted. ``own``: the next SIGINT is the death watch's, not the user's."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.armed = True
+        self.own = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.own and signum == signal.SIGINT:
+            self.own = False
+        elif self.received is None:
+            self.received = signum
+        if self.armed:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        armed, self.armed = self.armed, False
+        try:
+            yield
+        finally:
+            self.armed = armed
+
+
+class _DeathWatch:
+    """Notices the server exiting during the sweep and ends the sweep the way Ctrl-C does (a SIGINT to
+    ourselves, which run_locust passes on to Locust): the run is kept, marked interrupted."""
+
+    def __init__(self, server: Server, guard: _Guard) -> None:
+        self.server, self.guard = server, guard
+        self.code: int | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="server-death-watch", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._done.wait(DEATH_POLL_S):
+            code = self.server.exit_code()
+            if code is not None:
+                self.code = code
+                self.guard.own = True
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    def __enter__(self) -> _DeathWatch:
+        if self.server.proc is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+
+class _Refused(Exception):
+    """The arm's server answers, but cannot be swept as the arm says (no acceptance, a failed smoke request)."""
+
+
+def _died(server: Server) -> str:
+    return f"the server of {server.label} exited (code {server.exit_code()}) during its run; its log: {server.log_path}"
+
+
+def _sweep_settings(s: ExperimentSettings, sweep_file: str, host: str, label: str, out: str) -> SweepSettings:
+    return SweepSettings(
+        host=host,
+        scenario_file=sweep_file,
+        overrides=dict(s.overrides),
+        label=label,
+        out=out,
+        insecure=s.insecure,
+        processes=s.processes,
+        locust_args=s.locust_args,
+        locustfile=s.locustfile,
+    )
+
+
+def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, guard: _Guard) -> None:
+    """One start of ``arm``: sets e.status (and e.message when it did not complete); the server is stopped
+    whatever happens, KeyboardInterrupt included (which is passed on)."""
+    secrets = known_secrets(arm)
+    sweep_file = str(ex.directory / SWEEP_TOML)
+    server: Server | None = None
+    watch: _DeathWatch | None = None
+    e.status, e.started_at = STARTING, time.time()
+    try:
+        if arm.command is not None:
+            e.port = free_port()
+            log = ex.directory / f"{e.order:02d}-{safe_name(arm.label)}.server.log"
+            server = start_server(arm, e.port, log)
+            e.pid, e.server_log, e.command = server.pid, str(log), scrub_argv(server.argv or [], secrets)
+        else:
+            server = Server(arm.label, arm.url or "")
+        e.url = server.url
+        ex.save()
+        print(
+            f"specload: {arm.label} (run {e.order}/{len(ex.entries)}): waiting for {server.url}{arm.health}",
+            flush=True,
+        )
+        e.health_s = wait_healthy(server, arm, s.insecure)
+        e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
+        sc = _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)).scenario()
+        try:
+            smoke = smoke_check(server.url, sc, s.insecure)
+        except ServerUnreachable as err:
+            if server.exit_code() is not None:
+                raise ServerError(_died(server)) from None
+            raise ServerError(f"the smoke request to {arm.label} got no answer: {err}") from None
+        e.smoke = smoke.to_json()
+        problem = speculation_problem(arm.label, smoke) if arm.speculative else None
+        if problem is None and not smoke.ok:
+            problem = f"the smoke request to {arm.label} failed: {smoke.reason}"
+        if problem is not None:
+            raise _Refused(problem)
+        if smoke.active and not arm.speculative:
+            print(
+                f"specload: warning: {arm.label} is not marked speculative, yet its server accepts draft "
+                f"tokens (accept length {smoke.accept_length:.2f} from {smoke.source})",
+                file=sys.stderr,
+            )
+        elif smoke.active:
+            print(
+                f"specload: {arm.label}: speculation active (accept length {smoke.accept_length:.2f} from {smoke.source})",
+                flush=True,
+            )
+        e.status, e.sweep_started_at = SWEEPING, time.time()
+        ex.save()
+        # With csv or json, stdout holds the comparison's data alone: the arms' reports are not printed.
+        report = None if is_document(s.report_format) else s.report_format
+        with _DeathWatch(server, guard) as watch:
+            outcome = run_sweep(
+                _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
+            )
+        e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
+        if watch.code is not None or server.exit_code() is not None:
+            e.status, e.message = SERVER_DIED, _died(server)
+        elif outcome.exit_code == EXIT_OK:
+            e.status = COMPLETED
+        elif outcome.status == RUN_INTERRUPTED:
+            e.status, e.message = INTERRUPTED, "interrupted"
+        else:
+            e.status = INCOMPLETE
+            e.message = f"the sweep of {arm.label} did not complete (status {outcome.status}, exit {outcome.exit_code})"
+    except KeyboardInterrupt:
+        if watch is not None and watch.code is not None and server is not None:
+            e.status, e.message = SERVER_DIED, _died(server)
+        else:
+            e.status, e.message = INTERRUPTED, "interrupted"
+    except _Refused as err:
+        e.status, e.message = REFUSED, str(err)
+    except ServerError as err:
+        died = server is not None and server.exit_code() is not None and e.health_s is not None
+        e.status, e.message = (SERVER_DIED if died else NOT_READY), str(err)
+    except LaunchError as err:
+        e.status = UNREACHABLE if err.code == EXIT_UNREACHABLE else INCOMPLETE
+        if server is not None and server.exit_code() is not None:
+            e.status, e.message = SERVER_DIED, _died(server)
+        else:
+            e.message = str(err)
+    finally:
+        with guard.deferred():
+            if server is not None:
+                server.stop(arm.stop_grace_s)
+                if e.run_dir is not None:
+                    server.move_log(e.run_dir)
+                    e.server_log = str(server.log_path)
+            e.ended_at = time.time()
+            ex.save()
+
+
+# ---------------------------------------------------------------- the comparison
+
+
+def pooled(runs: Sequence[Run]) -> Run:
+    """An arm's runs as one run whose levels carry every run's repeats (renumbered one after the other),
+    so the comparison's means and confidence intervals are over all of them."""
+    if len(runs) == 1:
+        return runs[0]
+    span = max((s.repeat for r in runs for s in r.levels), default=0) + 1
+    levels = [replace(s, repeat=i * span + s.repeat) for i, r in enumerate(runs) for s in r.levels]
+    return replace(
+        runs[0],
+        levels=levels,
+        crosscheck=[c for r in runs for c in r.crosscheck],
+        notices=[n for r in runs for n in r.notices],
+        samples=[x for r in runs for x in r.samples],
+    )
+
+
+def compare_arms(ex: Experiment, fmt: str, view: TableView, plot: bool) -> ComparisonResult:
+    """The arms side by side (the baseline first), written as comparison.md (+ plots) in the experiment
+    directory; laid out by specload.present.compare."""
+    runs, pooled_notes = [], []
+    for arm in ex.plan.arms:
+        made = [e for e in ex.entries if e.arm == arm.label and e.status == COMPLETED and e.run_dir]
+        runs.append(pooled([load_run(e.run_dir) for e in made if e.run_dir]))
+        if len(made) > 1:
+            pooled_notes.append(
+                f"{arm.label}: {len(made)} runs pooled as repeats of each level (runs "
+                + ", ".join(f"{e.order}: {e.run_dir}" for e in made)
+                + ")"
+            )
+    comp = build_comparison(runs)
+    comp.notes.extend(pooled_notes)
+    png = pareto = None
+    if plot:
+        png = plot_comparison(comp, ex.directory / COMPARISON_PNG)
+        pareto = plot_pareto(comp, ex.directory / PARETO_PNG) if png else None
+    md = ex.directory / COMPARISON_MD
+    md.write_text(
+        render_text(
+            comp,
+            "github",
+            None if png is None else COMPARISON_PNG,
+            pareto_name=None if pareto is None else PARETO_PNG,
+        )
+    )
+    if is_document(fmt):
+        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _check(s: ExperimentSettings) -> tuple[Plan, str]:
+    """Everything that can be checked before a server starts: the plan and the sweep file's text, or
+    ExperimentError / LaunchError(usage) naming what is wrong."""
+    if s.repeat < 1:
+        raise ExperimentError(f"--repeat: expected a count >= 1, got {s.repeat}")
+    if not is_known_format(s.report_format):
+        raise ExperimentError(f"--format: unknown table format {s.report_format!r}")
+    plan = load_plan(s.plan_path)
+    text = scenario_toml(plan.scenario)
+    with tempfile.TemporaryDirectory(prefix="specload-experiment-") as tmp:
+        path = os.path.join(tmp, SWEEP_TOML)
+        Path(path).write_text(text)
+        # the flags over the plan's sweep, read back the way each arm's sweep reads it; --processes, --out
+        check_settings(_sweep_settings(s, path, "http://127.0.0.1:1", plan.arms[0].label, s.out))
+    return plan, text
+
+
+def _exit_code(status: str) -> int:
+    if status == REFUSED:
+        return EXIT_REFUSED
+    if status in (NOT_READY, UNREACHABLE):
+        return EXIT_UNREACHABLE
+    return EXIT_INCOMPLETE
+
+
+def run_experiment(s: ExperimentSettings) -> int:
+    """Run the whole experiment; the exit code (see docs/experiment.md)."""
+    try:
+        plan, sweep_text = _check(s)
+    except (ExperimentError, LaunchError) as err:
+        print(f"specload experiment: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    directory = Path(new_run_dir(s.out, f"experiment-{plan.name}"))
+    (directory / SWEEP_TOML).write_text(sweep_text)
+    ex = Experiment(plan, directory, s.repeat, dict(s.overrides))
+    ex.entries = [
+        RunEntry(order=i * len(plan.arms) + j + 1, arm=arm.label, repeat=i + 1)
+        for i in range(s.repeat)
+        for j, arm in enumerate(plan.arms)
+    ]
+    arms = {a.label: a for a in plan.arms}
+    print(f"specload: experiment {plan.name}: {len(ex.entries)} runs in {directory}", flush=True)
+    ex.save()
+    guard = _Guard()
+    guard.install()
+    failed: RunEntry | None = None
+    try:
+        for e in ex.entries:
+            try:
+                _run_entry(ex, s, arms[e.arm], e, guard)
+            except KeyboardInterrupt:  # between two steps: nothing of this entry is running
+                e.status, e.message = INTERRUPTED, "interrupted"
+            if e.status != COMPLETED or guard.received is not None:
+                if e.status == COMPLETED:  # the signal came after its sweep
+                    failed = RunEntry(0, e.arm, e.repeat, INTERRUPTED, "interrupted")
+                else:
+                    failed = e
+                break
+    finally:
+        with guard.deferred():
+            ex.ended_at = time.time()
+            if failed is None:
+                ex.status = "completed"
+            else:
+                ex.status = "interrupted" if failed.status == INTERRUPTED else "failed"
+                ex.message = failed.message
+            ex.save()
+        guard.restore()
+    if failed is not None:
+        return _report_failure(ex, failed)
+    try:
+        result = compare_arms(ex, s.report_format, s.view, s.plot)
+    except ValueError as err:
+        print(f"specload experiment: cannot compare the arms: {err}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    print("")
+    print_result(result)
+    comp = result.comparison
+    ex.comparison = {
+        "markdown": str(result.markdown),
+        "plots": [str(p) for p in result.written[1:]],
+        "sentences": comp.sentences,
+        "capacity": comp.slo.sentences,
+        "notes": comp.notes,
+    }
+    ex.save()
+    print(f"specload: experiment {directory} ({ex.path.name})", flush=True)
+    return EXIT_OK
+
+
+def _report_failure(ex: Experiment, failed: RunEntry) -> int:
+    print(f"specload experiment: {failed.message or failed.status}", file=sys.stderr)
+    kept = [e.run_dir for e in ex.entries if e.run_dir]
+    if kept:
+        print("specload experiment: runs kept (`specload report DIR`):", file=sys.stderr)
+        for d in kept:
+            print(f"  {d}", file=sys.stderr)
+    print(f"specload experiment: {ex.path}", file=sys.stderr)
+    return _exit_code(failed.status)
