@@ -90,7 +90,7 @@ class RunResolver:
                 model, how = discover_model(host, sc.connect_timeout_s, insecure, send_key)
             except ServerUnreachable as e:
                 raise CannotStart(f"cannot reach the server before the sweep: {e}") from None
-            if model is None and sc.backend != "sglang":
+            if model is None and get_backend(sc.backend).needs_model:
                 raise CannotStart(f"no model name: {how}; pass --model NAME")
         server = server_config(host, sc.connect_timeout_s, insecure, send_key)
         cap = max_running(server)
