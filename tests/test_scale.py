@@ -10,6 +10,7 @@ without the newer fields).
 from __future__ import annotations
 
 import math
+import os
 import random
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -273,7 +274,7 @@ def test_records_without_the_newer_fields_read_as_version_1(tmp_path: Path) -> N
     old.mkdir()
     (old / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
     decoded = columns._DECODER.decode(orjson.dumps(recs[0]))
-    assert decoded.v == 1 and decoded.t_sched is None
+    assert decoded.v == 1 and decoded.t_sched is None and bytes(decoded.itl)[:2] == b"[["
     assert RequestRecord.from_dict(recs[0]).v == 1
     a, b = load_run(now, slo=None), load_run(old, slo=None)
     assert a.notices == b.notices
@@ -506,3 +507,23 @@ def test_counts_with_bool_and_float_counts_are_the_dict_merge() -> None:
         want = histogram.merge(requests)
         assert list(counts.hist().items()) == list(want.items())
         assert [type(c) for c in counts.hist().values()] == [type(c) for c in want.values()]
+
+
+# ---------------------------------------------------------------- two processes
+
+
+@pytest.mark.parametrize("dies", [False, True])
+def test_two_processes_read_what_one_reads(
+    odd_run: Path, monkeypatch: pytest.MonkeyPatch, dies: bool
+) -> None:
+    """A forked child reads the second half (the torn lines numbered across the split); one that
+    dies costs time, not figures: its half is read here."""
+    one = load_run(odd_run, slo=parse_slo("itl_p90=20ms,ttft_p99=1s"))
+    monkeypatch.setattr(columns, "SPLIT_BYTES", 1000)
+    assert columns._middle(str(odd_run / RECORDS)) is not None
+    if dies:
+        monkeypatch.setattr(columns, "_second_half", lambda *a: os._exit(3))
+    two = load_run(odd_run, slo=parse_slo("itl_p90=20ms,ttft_p99=1s"), processes=2)
+    assert two.notices == one.notices
+    for a, b in zip(one.levels, two.levels, strict=True):
+        _same(asdict(a), asdict(b))

@@ -15,6 +15,7 @@ reader and the live web view (specload.analysis.live) feed it through the same `
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from specload.analysis import forked
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -40,6 +42,9 @@ Floats = npt.NDArray[np.float64]
 Codes = npt.NDArray[np.int32]
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
+
+
+_NULL = msgspec.Raw(b"null")
 
 
 class Rec(msgspec.Struct):
@@ -73,7 +78,7 @@ class Rec(msgspec.Struct):
     spec_verify_ct: int | None
     worker: str
     repeat: int = 0
-    itl: list[Any] | None = None
+    itl: msgspec.Raw = _NULL  # kept as JSON text (null: none): the pairs are summed from it in bulk
     itl_unit: str | None = None
     first_event_tokens: int | None = None
     t_sched: float | None = None
@@ -125,9 +130,45 @@ _NARROW = frozenset({"status", "source", "http"})
 # without a usable required field.
 _NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
 _KEY = attrgetter("level", "concurrency", "repeat")
-_FIELDS = (*NUMBERS.values(), *LABELS.values(), "reason", "itl", "itl_unit")
-_TAKE = attrgetter(*_FIELDS)
-_N_NUM, _N_LAB = len(NUMBERS), len(LABELS)
+_TAKE_NUMBERS = attrgetter(*NUMBERS.values())
+_PHASE, _STATUS, _REASON, _ITL = (attrgetter(f) for f in ("phase", "status", "reason", "itl"))
+_N_NUM = len(NUMBERS)
+_NO_GAPS = frozenset({b"null", b"[]"})
+_DIGITS = b"0123456789"
+_BAR_TO_COMMA = bytes.maketrans(b"|", b",")
+_RAW_ONLY = {msgspec.Raw}
+# The skeleton of a well-formed ``[[bin, count], ...]`` of k pairs once its digits are taken out.
+_SKELETONS = {b"[[," + b"],[," * (k - 1) + b"]]": k for k in range(1, 4096)}
+
+
+def _raw(itl: Any) -> bytes:
+    """A record's ``itl`` as its JSON text (a Rec keeps it undecoded: no list per pair)."""
+    if type(itl) is msgspec.Raw:
+        return bytes(itl)
+    return b"null" if itl is None else orjson.dumps(itl)
+
+
+def _add_flat(counts: histogram.Counts, gaps: list[Any]) -> bool:
+    """Many requests' ``[[bin, count], ...]`` (JSON text) added to ``counts`` at once, when every one
+    is well-formed (ints, counts above zero, bins below Counts.SPAN); False, nothing added, else."""
+    joined = b"|".join(gaps)
+    ks = list(map(_SKELETONS.get, joined.translate(None, _DIGITS).split(b"|")))
+    if None in ks:
+        return False
+    pairs = sum(ks)  # type: ignore[arg-type]
+    try:
+        flat = np.fromstring(joined.translate(_BAR_TO_COMMA, b"[]"), dtype=np.int64, sep=",")
+    except ValueError:
+        return False
+    if len(flat) != 2 * pairs:
+        return False
+    bins, n = flat[0::2], flat[1::2]
+    if not len(bins) or n.min() <= 0 or bins.max() >= histogram.Counts.SPAN:
+        return False
+    counts.add_flat(bins, n)
+    return True
+
+
 _CHUNK_BYTES = 1 << 20  # lines read (and decoded) at a time
 
 
@@ -144,7 +185,7 @@ class LevelColumns:
     def __init__(self, itl_qs: Sequence[float | None] = ()) -> None:
         self.warmup = 0
         self.itl_qs = tuple(itl_qs)
-        self._chunks: dict[str, list[npt.NDArray[Any]]] = {
+        self._chunks: dict[str, list[Any]] = {  # arrays; an int: that many requests without a value
             name: [] for name in (*NUMBERS, *LABELS, "reason", "itl_gaps")
         }
         self._chunks.update({f"itl_{i}": [] for i in range(len(self.itl_qs))})
@@ -174,7 +215,7 @@ class LevelColumns:
             self._extend(pending)
 
     def _extend(self, recs: Sequence[Any]) -> None:
-        phases = [r.phase for r in recs]
+        phases = list(map(_PHASE, recs))
         m = len(phases)
         measured = phases.count(PHASE_MEASURE)
         if measured != m:
@@ -183,57 +224,62 @@ class LevelColumns:
             m = measured
         if not m:
             return
-        cols = list(zip(*map(_TAKE, recs), strict=True))
-        for name, col in zip(NUMBERS, cols, strict=False):
+        numbers = np.array(list(map(_TAKE_NUMBERS, recs)), dtype=np.float64).reshape(m, _N_NUM)
+        for j, name in enumerate(NUMBERS):
+            col = np.ascontiguousarray(numbers[:, j])
             # a field no request of the block has (a rate level's due time, ...): its length alone
-            none = col[0] is None and col.count(None) == m
-            self._chunks[name].append(m if none else np.array(col, dtype=np.float64))  # type: ignore[arg-type]
-        status = cols[_N_NUM]
-        for name, col in zip(LABELS, cols[_N_NUM : _N_NUM + _N_LAB], strict=True):
-            self._chunks[name].append(self._code(name, col))
-        reason = cols[_N_NUM + _N_LAB]
-        self._chunks["reason"].append(
-            self._code(
-                "reason",
-                [
-                    None if s == OK else f"{s}: {r or 'no reason given'}"
-                    for s, r in zip(status, reason, strict=True)
-                ],
-            )
-        )
-        itl, units = cols[-2], cols[-1]
-        with_itl = [i for i, (s, x) in enumerate(zip(status, itl, strict=True)) if x and s == OK]
+            self._chunks[name].append(m if np.isnan(col).all() else col)  # type: ignore[arg-type]
+        del numbers
+        status = list(map(_STATUS, recs))
+        status_codes = self._code("status", status)
+        self._chunks["status"].append(status_codes)
+        for name, field in LABELS.items():
+            if name != "status":
+                self._chunks[name].append(self._code(name, list(map(attrgetter(field), recs))))
+        n_ok = status.count(OK)
+        reasons: list[Any] = [None] * m
+        if n_ok != m:
+            for i, (st, r) in enumerate(zip(status, map(_REASON, recs), strict=True)):
+                if st != OK:
+                    reasons[i] = f"{st}: {r or 'no reason given'}"
+        self._chunks["reason"].append(self._code("reason", reasons))
+        itl = list(map(_ITL, recs))
+        if set(map(type, itl)) != _RAW_ONLY:  # records not read by the decoder (the owner's, odd lines)
+            itl = list(map(_raw, itl))
+        ok = status_codes == self._index["status"][OK] if n_ok else np.zeros(m, dtype=bool)
+        has = np.flatnonzero(ok & (np.fromiter(map(len, itl), np.int64, m) > 2))  # not [] (nor null)
+        with_itl = [i for i in has.tolist() if bytes(itl[i]) != b"null"]
         if with_itl:
-            self.itl_counts.add([itl[i] for i in with_itl])
-            self.itl_units.update(dict.fromkeys(units[i] for i in with_itl))
+            gaps = [itl[i] for i in with_itl]
+            if not _add_flat(self.itl_counts, gaps):  # some pair is odd: merge_into's checks, pair by pair
+                self.itl_counts.add([orjson.loads(bytes(x)) for x in gaps])
+            self.itl_units.update(dict.fromkeys(recs[i].itl_unit for i in with_itl))
         if self.itl_qs:
             self._itl_values(m, with_itl, itl)
         self._n += m
 
     def _code(self, name: str, col: Sequence[Any]) -> Codes:
+        """The codes of a block's values of LABELS column ``name`` (a new value gets the next code)."""
         index, values = self._index[name], self.labels[name]
+        dtype = np.int16 if name in _NARROW else np.int32
         first = col[0]
         if col.count(first) == len(col):  # one value the whole block through (the usual case)
-            code = index.get(first)
-            if code is None:
-                code = index[first] = len(values)
+            if first not in index:
+                index[first] = len(values)
                 values.append(first)
-            return np.full(len(col), code, dtype=np.int16 if name in _NARROW else np.int32)
-        out = np.empty(len(col), dtype=np.int16 if name in _NARROW else np.int32)
-        for i, x in enumerate(col):
-            code = index.get(x)
-            if code is None:
-                code = index[x] = len(values)
+            return np.full(len(col), index[first], dtype=dtype)
+        for x in dict.fromkeys(col):  # first-seen order
+            if x not in index:
+                index[x] = len(values)
                 values.append(x)
-            out[i] = code
-        return out
+        return np.array(list(map(index.__getitem__, col)), dtype=dtype)
 
     def _itl_values(self, m: int, with_itl: list[int], itl: Sequence[Any]) -> None:
         """Each request's own ITL statistic for each ITL target of the SLO (slo.request_value)."""
         vals = np.full((len(self.itl_qs), m), np.nan)
         gaps = np.zeros(m, dtype=np.int32)
         for i in with_itl:
-            hist = histogram.merge([itl[i]])
+            hist = histogram.merge([orjson.loads(bytes(itl[i]))])
             if not hist:
                 continue
             gaps[i] = 1
@@ -261,6 +307,12 @@ class LevelColumns:
             parts = [np.full(c, np.nan) if type(c) is int else c for c in chunks]
             chunks[:] = [np.concatenate(parts)]
         return chunks[0]
+
+    def consolidate(self) -> None:
+        """Every column as one array (what reading a column does for that one)."""
+        for name in self._chunks:
+            if self._chunks[name]:
+                self._column(name, np.float64)
 
     def col(self, name: str) -> Floats:
         """A NUMBERS column (nan where the record had no value)."""
@@ -385,13 +437,16 @@ class _Reading:
         self.first_bad: str | None = None
         self.bad_fields: dict[str, int] = {}
 
-    def lines(self, lines: list[bytes], first_no: int) -> None:
-        """A block of lines, the first being line ``first_no`` of the file."""
+    def block(self, buf: bytes, first_no: int) -> None:
+        """Whole lines of the file, the first being line ``first_no``: decoded at once, or, when some
+        line is odd (torn, wrongly typed, an ``itl`` that is no list), each on its own."""
         try:
-            recs: list[Any] = _DECODER.decode_lines(b"".join(lines))
-        except msgspec.DecodeError:  # some line is odd: each read on its own
+            if buf.count(b'"itl":') != buf.count(b'"itl":[') + buf.count(b'"itl":null'):
+                raise msgspec.DecodeError  # an ``itl`` that is no list (Rec keeps it as text): the checks
+            recs: list[Any] = _DECODER.decode_lines(buf)
+        except msgspec.DecodeError:
             recs = []
-            for no, line in enumerate(lines, first_no):
+            for no, line in enumerate(buf.split(b"\n"), first_no):
                 rec = self._one(line, no)
                 if rec is not None:
                     recs.append(rec)
@@ -404,7 +459,9 @@ class _Reading:
         if not line:
             return None
         try:
-            return _DECODER.decode(line)
+            rec = _DECODER.decode(line)
+            if bytes(rec.itl)[:1] in b"[n":
+                return rec
         except msgspec.DecodeError:
             pass
         try:
@@ -412,13 +469,13 @@ class _Reading:
         except orjson.JSONDecodeError:
             self.torn.append(no)
             return None
-        rec = _checked(d, self.bad_fields)
-        if rec is None or any(getattr(rec, name) is None for name in _NOT_NULL):
+        checked = _checked(d, self.bad_fields)
+        if checked is None or any(getattr(checked, name) is None for name in _NOT_NULL):
             self.bad_records += 1
             if self.first_bad is None:
                 self.first_bad = str(d)[:80]
             return None
-        return rec
+        return checked
 
     def _add(self, recs: list[Any]) -> None:
         keys = list(map(_KEY, recs))
@@ -434,19 +491,68 @@ class _Reading:
             cols = self.groups[key] = LevelColumns(self.qs)
         return cols
 
-    def read(self, path: str) -> None:
-        no = 1
+    def read(self, path: str, start: int = 0, stop: int | None = None) -> int:
+        """The file from byte ``start`` to ``stop`` (both a line's start; None: the end) in chunks
+        of whole lines, numbered from 1 at ``start``; returns the number of lines read."""
+        no, rest = 1, b""
         with open(path, "rb") as f:
-            while lines := f.readlines(_CHUNK_BYTES):
-                self.lines(lines, no)
-                no += len(lines)
+            f.seek(start)
+            left = None if stop is None else stop - start
+            while chunk := f.read(_CHUNK_BYTES if left is None else min(_CHUNK_BYTES, left)):
+                if left is not None:
+                    left -= len(chunk)
+                buf = rest + chunk
+                cut = buf.rfind(b"\n") + 1
+                if cut:
+                    self.block(buf[:cut], no)
+                    no += buf.count(b"\n", 0, cut)
+                rest = buf[cut:]
+        if rest:
+            self.block(rest, no)
+            no += 1
+        return no - 1
+
+    def merge(self, later: _Reading, lines: int) -> None:
+        """The reading of the lines after this one's ``lines`` lines, as if this one had read on."""
+        for key, theirs in later.groups.items():
+            mine = self.groups.get(key)
+            self.groups[key] = theirs if mine is None else LevelColumns.concat([mine, theirs])
+        self.torn += [lines + no for no in later.torn]
+        self.bad_records += later.bad_records
+        self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
+        for name, n in later.bad_fields.items():
+            self.bad_fields[name] = self.bad_fields.get(name, 0) + n
 
     def notes(self, notes: list[str]) -> None:
         read_notes(notes, len(self.torn), self.torn, self.bad_records, self.first_bad, self.bad_fields)
 
 
+# A file at least this big is read by two processes (``processes=2``), each half of it.
+SPLIT_BYTES = 32 << 20
+
+
+def _middle(path: str) -> int | None:
+    """Where the line after the middle of the file starts (None for a small file)."""
+    size = os.path.getsize(path)
+    if size < SPLIT_BYTES:
+        return None
+    with open(path, "rb") as f:
+        f.seek(size // 2)
+        f.readline()
+        mid = f.tell()
+    return mid if mid < size else None
+
+
+def _second_half(path: str, mid: int, qs: tuple[float | None, ...]) -> _Reading:
+    reading = _Reading(qs)
+    reading.read(path, mid)
+    for cols in reading.groups.values():
+        cols.consolidate()  # a few big arrays travel faster than many small ones
+    return reading
+
+
 def read_columns(
-    path: str, notes: list[str] | None = None, slo: Slo | None = None
+    path: str, notes: list[str] | None = None, slo: Slo | None = None, processes: int = 1
 ) -> dict[GroupKey, LevelColumns]:
     """records.jsonl as columns per (level, concurrency, repeat), in one streaming pass.
 
@@ -454,13 +560,27 @@ def read_columns(
     field of the wrong type is dropped (an optional one) or drops its record (a required one). A
     record whose level, concurrency, repeat, t_send, t_end, e2e_s or output_tokens is null is
     skipped as one without a usable required field. ``slo``: its ITL targets need each request's
-    own gaps, read as the line is (LevelColumns.itl_values).
+    own gaps, read as the line is (LevelColumns.itl_values). ``processes=2`` (only from a
+    single-threaded process: specload.analysis.forked) reads the second half of a big file in a
+    forked child meanwhile: the same columns, appended after the first half's.
     """
-    reading = _Reading(itl_qs(slo))
+    qs = itl_qs(slo)
+    reading = _Reading(qs)
     collecting = gc.isenabled()
     gc.disable()  # nothing read makes a reference cycle; the collector would walk each block's objects
     try:
-        reading.read(path)
+        mid = _middle(path) if processes > 1 and forked.available() else None
+        if mid is None:
+            reading.read(path)
+        else:
+            with forked.Child[_Reading](lambda: _second_half(path, mid, qs)) as child:
+                lines = reading.read(path, 0, mid)
+                try:
+                    later = child.result()
+                except forked.ChildFailed:  # it failed: read its half here
+                    later = _Reading(qs)
+                    later.read(path, mid)
+            reading.merge(later, lines)
     finally:
         if collecting:
             gc.enable()
@@ -473,7 +593,7 @@ def read_columns_and_tallies(
     path: str, notes: list[str] | None = None, processes: int = 1, slo: Slo | None = None
 ) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
     """``read_columns``, and with ``slo`` each group's measured requests judged against it ({}
-    without one; a group without measured requests has no tally). ``processes`` is ignored."""
-    groups = read_columns(path, notes, slo)
+    without one; a group without measured requests has no tally)."""
+    groups = read_columns(path, notes, slo, processes)
     tallies = {} if slo is None else {k: slo_tally(c, slo) for k, c in groups.items() if c.sent}
     return groups, tallies

@@ -456,22 +456,16 @@ def steady_window(
     if d <= 0 or len(tl) < d:
         return None
     has = tl.has_first
-    firsts = tl.t0[has]
-    t = np.concatenate([tl.t_send, firsts, tl.t_end])
-    kind = np.concatenate(
-        [np.zeros(len(tl), np.int8), np.ones(len(firsts), np.int8), np.full(len(tl), 2, np.int8)]
-    )
-    d_flight = np.concatenate(
-        [np.ones(len(tl), np.int32), np.zeros(len(firsts), np.int32), -np.ones(len(tl), np.int32)]
-    )
-    d_decoding = np.concatenate(
-        [np.zeros(len(tl), np.int32), np.ones(len(firsts), np.int32), -has.astype(np.int32)]
-    )
-    order = np.lexsort((kind, t))
+    n, n_first = len(tl), int(has.sum())
+    # sends, first tokens, ends: a stable sort by time keeps that order at equal times
+    t = np.concatenate([tl.t_send, tl.t0[has], tl.t_end])
+    order = np.argsort(t, kind="stable")
     t = t[order]
-    in_flight = np.cumsum(d_flight[order])
-    decoding = np.cumsum(d_decoding[order])
-    del kind, d_flight, d_decoding, order
+    ones, zeros = np.ones(n, np.int8), np.zeros(n, np.int8)
+    in_flight = np.cumsum(np.concatenate([ones, np.zeros(n_first, np.int8), -ones])[order], dtype=np.int32)
+    decoding = np.concatenate([zeros, np.ones(n_first, np.int8), -has.astype(np.int8)])[order]
+    decoding = np.cumsum(decoding, dtype=np.int32)
+    del order, ones, zeros
     opened = np.flatnonzero(decoding >= d)
     if not len(opened):
         return None
@@ -592,7 +586,7 @@ def _fill_outcomes(s: LevelStats, c: LevelColumns) -> None:
     s.short = int(c.is_label("status", SHORT).sum())
     s.rate_limited = int((failed & c.is_label("http", 429)).sum())
     n = c.col("tokens")
-    s.output_tokens = count_of(np.maximum(n, 0).sum())
+    s.output_tokens = count_of(np.maximum(n, 0).sum())  # type: ignore[assignment]  # (a float count: a float)
     s.token_sources = _counts(c, "source")
     s.output_mismatch = int((~failed & (n != c.col("req_out"))).sum())
     prompt = c.col("prompt")

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specload.analysis import forked
 from specload.analysis.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -126,18 +128,23 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _read_columns(run_dir: Path, notices: list[str], slo: Slo | None) -> dict[GroupKey, LevelColumns]:
+def _read_columns(
+    run_dir: Path, notices: list[str], slo: Slo | None, processes: int
+) -> dict[GroupKey, LevelColumns]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
         return {}
-    return read_columns(str(path), notices, slo)
+    return read_columns(str(path), notices, slo, processes)
 
 
 def default_processes() -> int:
-    """The analysis runs in one process (numpy does a 5M-record run in well under a minute: see
-    docs/bench.md); ``--processes`` is accepted for scripts that pass it."""
-    return 1
+    """2 where this process may run on two cores or more (and can fork), else 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return 2 if cores >= 2 and forked.available() else 1
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:
@@ -177,10 +184,12 @@ def load_run(
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
-    ``processes`` and ``keep`` are accepted for callers that pass them: every run is read afresh, in
-    one process.
+    ``processes=2``: a forked child reads the second half of a big records.jsonl meanwhile (the same
+    figures either way); only from a single-threaded process without an event loop (the report and
+    compare commands), see specload.analysis.forked. ``keep`` is accepted for callers that pass it:
+    every run is read afresh.
     """
-    del processes, keep
+    del keep
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
@@ -189,7 +198,7 @@ def load_run(
     info = RunMeta.from_json(meta)
     slo_notes: list[str] = []  # after the records' notes, where they always came
     chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
-    groups = _read_columns(d, notices, chosen)
+    groups = _read_columns(d, notices, chosen, processes)
     samples = read_server_samples(d / SERVER_SAMPLES)
     levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
     del groups  # the columns: what stays of a run is its figures

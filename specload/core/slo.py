@@ -431,7 +431,7 @@ class SloTally:
         lo, hi = float(t_send.min()), float(t_end.max())
         self.first_send = lo if self.first_send is None else min(self.first_send, lo)
         self.last_end = hi if self.last_end is None else max(self.last_end, hi)
-        part = dict(zip(_COLUMNS, (ok, t_send, t_end, tokens, ttft, tpot, e2e), strict=True))
+        part: dict[str, Any] = dict(zip(_COLUMNS, (ok, t_send, t_end, tokens, ttft, tpot, e2e), strict=True))
         part["itl_values"] = [itl_values[i] for i, t in enumerate(self.slo.targets) if t.metric == "itl"]
         self._parts.append(part)
         for b, c in itl.items():
@@ -457,7 +457,7 @@ class SloTally:
         parts = list(self._parts)
         if self._rows:
             rows = np.array(self._rows, dtype=np.float64).reshape(len(self._rows), len(_COLUMNS) + n_itl)
-            part = {name: rows[:, i] for i, name in enumerate(_COLUMNS)}
+            part: dict[str, Any] = {name: rows[:, i] for i, name in enumerate(_COLUMNS)}
             part["ok"] = part["ok"] != 0
             part["itl_values"] = [rows[:, len(_COLUMNS) + j] for j in range(n_itl)]
             parts.append(part)

@@ -499,7 +499,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=default_processes(),
         metavar="N",
-        help="accepted for scripts; each run is read in one process",
+        help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)",
     )
     return p
 

@@ -802,7 +802,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=default_processes(),
         metavar="N",
-        help="accepted for scripts; the run is read in one process",
+        help="processes reading the run (1 or 2; default: 2 on a machine with 2 cores or more)",
     )
     p.add_argument(
         "--percentiles",
