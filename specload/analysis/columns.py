@@ -14,11 +14,14 @@ reader and the live web view (specload.analysis.live) feed it through the same `
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import gc
 import os
+import pickle
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
@@ -170,6 +173,7 @@ def _add_flat(counts: histogram.Counts, gaps: list[Any]) -> bool:
 
 
 _CHUNK_BYTES = 1 << 20  # lines read (and decoded) at a time
+_WHOLE_EVERY = 128  # blocks after which a level's columns are made whole
 
 
 class LevelColumns:
@@ -195,6 +199,7 @@ class LevelColumns:
         self.itl_units: dict[Any, None] = {}
         self._pending: list[Any] = []
         self._n = 0
+        self._blocks = 0
 
     # ------------------------------------------------------------ feeding
 
@@ -257,6 +262,9 @@ class LevelColumns:
         if self.itl_qs:
             self._itl_values(m, with_itl, itl)
         self._n += m
+        self._blocks += 1
+        if self._blocks % _WHOLE_EVERY == 0:  # the small arrays freed make room for the next ones
+            self.consolidate()
 
     def _code(self, name: str, col: Sequence[Any]) -> Codes:
         """The codes of a block's values of LABELS column ``name`` (a new value gets the next code)."""
@@ -546,9 +554,39 @@ def _middle(path: str) -> int | None:
 def _second_half(path: str, mid: int, qs: tuple[float | None, ...]) -> _Reading:
     reading = _Reading(qs)
     reading.read(path, mid)
-    for cols in reading.groups.values():
-        cols.consolidate()  # a few big arrays travel faster than many small ones
     return reading
+
+
+def _send(reading: _Reading, f: IO[bytes]) -> None:
+    """A reading into the pipe: pickled without its columns, then each column on its own, let go
+    of as soon as it is written (the two processes never hold both copies of more than one)."""
+    layout: list[tuple[int, str]] = []
+    arrays: list[npt.NDArray[Any]] = []
+    for i, cols in enumerate(reading.groups.values()):
+        cols.consolidate()
+        for name, chunks in cols._chunks.items():
+            if chunks and type(chunks[0]) is not int:
+                layout.append((i, name))
+                arrays.append(chunks.pop())
+    pickle.dump((reading, layout), f, protocol=pickle.HIGHEST_PROTOCOL)
+    arrays.reverse()
+    while arrays:
+        pickle.dump(arrays.pop(), f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _receive(f: IO[bytes]) -> _Reading:
+    reading, layout = pickle.load(f)
+    groups = list(reading.groups.values())
+    for i, name in layout:
+        groups[i]._chunks[name] = [pickle.load(f)]
+    return reading
+
+
+def _trim() -> None:
+    """Give the memory freed on the heap back to the system (the many small arrays of a read are
+    freed once its columns are whole; glibc keeps them otherwise: the peak RSS would be twice)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def read_columns(
@@ -573,14 +611,21 @@ def read_columns(
         if mid is None:
             reading.read(path)
         else:
-            with forked.Child[_Reading](lambda: _second_half(path, mid, qs)) as child:
+            with forked.Child[_Reading](lambda: _second_half(path, mid, qs), _send, _receive) as child:
                 lines = reading.read(path, 0, mid)
                 try:
                     later = child.result()
-                except forked.ChildFailed:  # it failed: read its half here
+                except (
+                    forked.ChildFailed,
+                    EOFError,
+                    pickle.UnpicklingError,
+                ):  # it failed: read its half here
                     later = _Reading(qs)
                     later.read(path, mid)
             reading.merge(later, lines)
+        for cols in reading.groups.values():
+            cols.consolidate()
+        _trim()
     finally:
         if collecting:
             gc.enable()
