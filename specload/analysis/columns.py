@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import math
 import os
 import pickle
 from collections.abc import Iterable, Sequence
@@ -127,8 +128,13 @@ LABELS = {
     "request_class": "request_class",
     "turn": "turn",
 }
-# Codes of the columns with few values are int16; the others' (a reason can name a count) int32.
-_NARROW = frozenset({"status", "source", "http"})
+
+
+def _code_type(values: list[Any]) -> type[np.signedinteger[Any]]:
+    """int16 codes while a column has fewer than 32767 values (a reason can name a count), else int32."""
+    return np.int16 if len(values) < 32767 else np.int32
+
+
 # A record whose key or one of these is null has no place on the time line: skipped as one
 # without a usable required field.
 _NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
@@ -189,7 +195,7 @@ class LevelColumns:
     def __init__(self, itl_qs: Sequence[float | None] = ()) -> None:
         self.warmup = 0
         self.itl_qs = tuple(itl_qs)
-        self._chunks: dict[str, list[Any]] = {  # arrays; an int: that many requests without a value
+        self._chunks: dict[str, list[Any]] = {  # arrays; (n, value): n requests with that value
             name: [] for name in (*NUMBERS, *LABELS, "reason", "itl_gaps")
         }
         self._chunks.update({f"itl_{i}": [] for i in range(len(self.itl_qs))})
@@ -232,8 +238,14 @@ class LevelColumns:
         numbers = np.array(list(map(_TAKE_NUMBERS, recs)), dtype=np.float64).reshape(m, _N_NUM)
         for j, name in enumerate(NUMBERS):
             col = np.ascontiguousarray(numbers[:, j])
-            # a field no request of the block has (a rate level's due time, ...): its length alone
-            self._chunks[name].append(m if np.isnan(col).all() else col)  # type: ignore[arg-type]
+            # one value the block through (a requested length; nan: a field no request has, a rate
+            # level's due time, ...): kept as (requests, value), made into an array when asked
+            if np.isnan(col).all():
+                self._chunks[name].append((m, math.nan))
+            elif (col == col[0]).all():
+                self._chunks[name].append((m, float(col[0])))
+            else:
+                self._chunks[name].append(col)
         del numbers
         status = list(map(_STATUS, recs))
         status_codes = self._code("status", status)
@@ -269,18 +281,17 @@ class LevelColumns:
     def _code(self, name: str, col: Sequence[Any]) -> Codes:
         """The codes of a block's values of LABELS column ``name`` (a new value gets the next code)."""
         index, values = self._index[name], self.labels[name]
-        dtype = np.int16 if name in _NARROW else np.int32
         first = col[0]
         if col.count(first) == len(col):  # one value the whole block through (the usual case)
             if first not in index:
                 index[first] = len(values)
                 values.append(first)
-            return np.full(len(col), index[first], dtype=dtype)
+            return np.full(len(col), index[first], dtype=_code_type(values))
         for x in dict.fromkeys(col):  # first-seen order
             if x not in index:
                 index[x] = len(values)
                 values.append(x)
-        return np.array(list(map(index.__getitem__, col)), dtype=dtype)
+        return np.array(list(map(index.__getitem__, col)), dtype=_code_type(values))
 
     def _itl_values(self, m: int, with_itl: list[int], itl: Sequence[Any]) -> None:
         """Each request's own ITL statistic for each ITL target of the SLO (slo.request_value)."""
@@ -309,10 +320,16 @@ class LevelColumns:
     def _column(self, name: str, dtype: Any) -> npt.NDArray[Any]:
         self._flush()
         chunks: list[Any] = self._chunks[name]
-        if all(type(c) is int for c in chunks):  # no request had a value: made when asked, not kept
-            return np.full(sum(chunks), np.nan, dtype=dtype) if chunks else np.empty(0, dtype=dtype)
+        if not chunks:
+            return np.empty(0, dtype=dtype)
+        if all(type(c) is tuple for c in chunks):
+            v = chunks[0][1]
+            if all(c[1] == v or (math.isnan(c[1]) and math.isnan(v)) for c in chunks):
+                n = sum(c[0] for c in chunks)
+                chunks[:] = [(n, v)]
+                return np.full(n, v, dtype=dtype)  # one value for every request: made, not kept
         if len(chunks) != 1:
-            parts = [np.full(c, np.nan) if type(c) is int else c for c in chunks]
+            parts = [np.full(c[0], c[1]) if type(c) is tuple else c for c in chunks]
             chunks[:] = [np.concatenate(parts)]
         return chunks[0]
 
@@ -355,7 +372,7 @@ class LevelColumns:
     def nbytes(self) -> int:
         """Bytes held in columns (what grows with the number of requests)."""
         self._flush()
-        return sum(c.nbytes for chunks in self._chunks.values() for c in chunks if type(c) is not int)
+        return sum(c.nbytes for chunks in self._chunks.values() for c in chunks if type(c) is not tuple)
 
     # ------------------------------------------------------------ parts and wholes
 
@@ -370,7 +387,7 @@ class LevelColumns:
                 out._chunks[name] = [self._column(name, dtype)[mask]]
         for name in NUMBERS:
             if np.isnan(out._chunks[name][0]).all():
-                out._chunks[name] = [out._n]
+                out._chunks[name] = [(out._n, math.nan)]
         out.labels = {k: list(v) for k, v in self.labels.items()}
         out._index = {k: dict(v) for k, v in self._index.items()}
         return out
@@ -565,7 +582,7 @@ def _send(reading: _Reading, f: IO[bytes]) -> None:
     for i, cols in enumerate(reading.groups.values()):
         cols.consolidate()
         for name, chunks in cols._chunks.items():
-            if chunks and type(chunks[0]) is not int:
+            if chunks and type(chunks[0]) is not tuple:
                 layout.append((i, name))
                 arrays.append(chunks.pop())
     pickle.dump((reading, layout), f, protocol=pickle.HIGHEST_PROTOCOL)
