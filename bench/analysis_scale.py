@@ -7,9 +7,8 @@ the same time (as with a per-level duration: the records of a level are proporti
 throughput, so C = 512 has the most), 1000-token outputs with a ~10-bin ITL histogram each, 0.1%
 failed and 0.1% short, the second run 10% faster to decode. Then runs, each in a fresh process,
 ``specload report A --no-write`` and ``specload compare A B --no-plot`` and measures the command
-and the helper process it forks (specload.analysis.forked): wall seconds, CPU seconds of both (rusage), the
-command's own peak RSS (rusage) and the peak of both processes' memory together (the sum of their
-PSS, sampled every 0.1 s: a page they share after the fork counts once), and what other processes
+and any process it forks: wall seconds, CPU seconds (rusage), the command's own peak RSS (rusage)
+and the peak of the processes' memory together (the sum of their PSS, sampled every 0.1 s), and what other processes
 used of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the same at N / 10 gives the
 fixed part and the figures are scaled to 5M records along the line through both.
 
@@ -40,20 +39,20 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specload.analysis import figcache  # noqa: E402
 from specload.core.histogram import bin_of  # noqa: E402
 from specload.core.records import (  # noqa: E402
     FAILED,
     OK,
     PHASE_MEASURE,
     PHASE_WARMUP,
+    SCHEMA_VERSION,
     SHORT,
     RequestRecord,
     derived,
     level_label,
     make_record,
 )
-from specload.core.rundir import REPORT_MD, LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
+from specload.core.rundir import LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
 
 LEVELS = [1, 4, 16, 32, 64, 128, 256, 512]
 PROMPT, OUTPUT = 1000, 1000
@@ -133,6 +132,7 @@ def _record(
         "conversation": None,
         "prefix_group": None,
         "cached_tokens": None,
+        "v": SCHEMA_VERSION,
     }
 
 
@@ -404,11 +404,6 @@ def timed(cmd: list[str], what: str, records: int, log: Path) -> Timed:
     )
 
 
-# compare of two runs whose reports were written (their figures kept): what a user comparing
-# finished runs waits for. Scaled linearly from its size (an upper bound: it hardly grows).
-KEPT = "compare, figures kept"
-
-
 def report_cmd(a: Path) -> list[str]:
     return [sys.executable, "-m", "specload", "report", str(a), "--no-write"]
 
@@ -456,7 +451,7 @@ def measure(
     """Report and compare at n records per run, and at n / 10 (the fixed part) unless n is the
     goal's 5M or ``fixed_part`` is False; also returns the seconds spent writing the runs. Runs of
     CACHE_FROM records or more are kept in ``cache`` (None: written into ``work`` and removed)."""
-    out: dict[str, list[Timed]] = {"report": [], "compare": [], KEPT: []}
+    out: dict[str, list[Timed]] = {"report": [], "compare": []}
     work.mkdir(parents=True, exist_ok=True)
     gen_s = 0.0
     sizes = (max(n // 10, 1000), n) if fixed_part and n != GOAL_RECORDS else (n,)
@@ -469,22 +464,6 @@ def measure(
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )
-        if (
-            size == sizes[-1]
-        ):  # once more with the figures kept as a report keeps them (specload.analysis.figcache)
-            for run_dir in (a, b):
-                timed(report_cmd(run_dir)[:-1], "report (writing)", size, work / f"report-write-{size}.log")
-            out[KEPT].append(
-                timed(
-                    compare_cmd(a, b, work / f"cmp-kept-{size}"),
-                    KEPT,
-                    size,
-                    work / f"compare-kept-{size}.log",
-                )
-            )
-            for run_dir in (a, b):  # the cached runs stay as generated: the next bench reads them cold
-                (run_dir / figcache.CACHE_FILE).unlink(missing_ok=True)
-                (run_dir / REPORT_MD).unlink(missing_ok=True)
         if where == work:
             shutil.rmtree(a)
             shutil.rmtree(b)
@@ -513,10 +492,11 @@ def main(argv: list[str] | None = None) -> int:
     for s in scales:
         t5, c5, m5 = s.at(GOAL_RECORDS)
         big = s.big
+        verdict = "meets" if t5 < GOAL_S and m5 < GOAL_MB else "MISSES"
         print(
             f"{s.what}: {big.records:,} records {big.wall_s:.1f} s (CPU {big.cpu_s:.1f} s, others {big.others:.2f} "
-            f"cores) {big.peak_mb:.0f} MB, with its helper {big.tree_mb:.0f} MB; at 5M {t5:.0f} s "
-            f"(CPU {c5:.0f} s) {m5:.0f} MB"
+            f"cores) {big.peak_mb:.0f} MB peak RSS ({big.tree_mb:.0f} MB PSS); at 5M {t5:.0f} s "
+            f"(CPU {c5:.0f} s) {m5:.0f} MB: {verdict} the goal (< {GOAL_S:.0f} s, < {GOAL_MB:.0f} MB)"
         )
     print(f"(writing the runs took {gen_s:.1f} s)")
     return 0

@@ -77,8 +77,8 @@ def analysis_rows(scales: list[analysis_scale.Scale]) -> list[Row]:
             how = f"scaled from {big.records:,} records"
         else:
             how = f"scaled from {s.small.records:,} and {big.records:,} records"
-        # Two processes: the wall time is the figure; other processes on the machine lengthen it
-        # (shown above, and flagged with the verdict).
+        # The wall time is the figure; other processes on the machine lengthen it (shown above,
+        # and flagged with the verdict).
         flag = f" (others {big.others:.1f} cores)" if big.others >= 0.2 else ""
         out.append(
             Row(
@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"analysis: synthetic runs of {records:,} records (~730 bytes each; {made}, "
                 f"{'kept in ' + str(cache) if cache else 'removed after'}); "
                 "`specload report A --no-write`, `specload compare A B --no-plot`, each in a fresh "
-                "process that forks helpers (two cores); CPU time of all, peak RSS of the largest "
-                "(rusage), peak memory of all together (sum of PSS, sampled every 0.1 s)"
+                "process (one core: numpy columns); CPU time, peak RSS "
+                "(rusage), peak memory (PSS, sampled every 0.1 s)"
             )
     finally:
         if not args.keep:

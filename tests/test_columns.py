@@ -15,19 +15,12 @@ import statistics
 from dataclasses import asdict, fields
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
 from specload.analysis.columns import LevelColumns, read_columns
-from specload.analysis.metrics import (
-    LevelStats,
-    _steady_window_events,
-    percentile,
-    stdev,
-    steady_window,
-    summarize_run,
-    tok_s_series,
-)
+from specload.analysis.metrics import LevelStats, Timeline, percentile, summarize_run, tok_s_series
 from specload.analysis.run import Run, load_run
 from specload.core import histogram
 from specload.core.records import (
@@ -199,31 +192,22 @@ def test_exact_counts_and_percentiles(loaded: tuple[list[RequestRecord], list[st
     assert s.failed > 0 and s.short > 0 and s.rate_limited > 0 and s.warmup == 5
     assert s.ttft_p50_ms == want["ttft_p50_ms"]
     assert s.dists["ttft"].p[99.0] == want["ttft_p99"]
-    assert s.dists["tpot"].std == want["tpot_sd"]
-    assert s.dists["e2e"].mean == want["e2e_mean"] and s.e2e_p99_s == want["e2e_p99"]
-    assert s.wall_s == want["wall"] and s.mean_concurrency == want["mean_concurrency"] / want["wall"]
+    assert s.dists["tpot"].std == pytest.approx(want["tpot_sd"], rel=1e-12)  # np.std(ddof=1)
+    assert (
+        s.dists["e2e"].mean == pytest.approx(want["e2e_mean"], rel=1e-12) and s.e2e_p99_s == want["e2e_p99"]
+    )
+    assert s.wall_s == want["wall"]
+    assert s.mean_concurrency == pytest.approx(want["mean_concurrency"] / want["wall"], rel=1e-12)
     assert s.dists["itl"].n == histogram.count(want["itl"]) and s.dists["itl"].p[99.0] == histogram.quantile(
         want["itl"], 99
     )
-
-
-def test_steady_window_from_sorted_arrays_is_the_event_walk(big_run: Path) -> None:
-    groups = read_columns(str(big_run / RECORDS))
-    found = 0
-    for (_, c, _), cols in groups.items():
-        for d in (c, c // 2, 8, max(1, c - 3)):
-            tl = cols.timeline
-            got = steady_window(tl, c, cap=d)
-            assert got == _steady_window_events(tl, min(c, d), 0.5)
-            found += got is not None
-    assert found >= 4
 
 
 def test_tok_s_series_is_the_bucket_sum(big_run: Path) -> None:
     """The series in one pass equals the sum per bucket over the requests (to float rounding)."""
     groups = read_columns(str(big_run / RECORDS))
     cols = next(iter(groups.values()))
-    tl = cols.timeline
+    tl = Timeline.of_columns(cols)
     series = tok_s_series(tl)
     t_lo, t_hi = min(tl.t_send), max(tl.t_end)
     assert len(series) == math.ceil((t_hi - t_lo) / 1.0)
@@ -240,26 +224,12 @@ def test_tok_s_series_is_the_bucket_sum(big_run: Path) -> None:
             tokens += k * inside + (n - k) * max(0.0, min(b, t1) - max(a, t0)) / (t1 - t0)
         assert series[i] == pytest.approx(tokens / (b - a), rel=1e-9)
     assert sum(series[:-1]) + series[-1] * (t_hi - t_lo - (len(series) - 1)) == pytest.approx(
-        cols.output_tokens
+        float(np.maximum(cols.col("tokens"), 0).sum())
     )
-
-
-@pytest.mark.parametrize(
-    "xs",
-    [
-        [1.0, 2.0, 4.0],
-        [0.1] * 7 + [0.3],
-        [1e-9, 3e5, 7.25, 0.0],
-        [2.0, 2.0],
-        [random.Random(1).lognormvariate(0, 2) for _ in range(5000)],
-    ],
-)
-def test_stdev_is_the_library_value(xs: list[float]) -> None:
-    assert stdev(xs) == statistics.stdev(xs)
 
 
 def test_columns_are_small(big_run: Path) -> None:
     groups = read_columns(str(big_run / RECORDS))
     per_record = sum(c.nbytes() for c in groups.values()) / sum(c.sent for c in groups.values())
-    assert per_record < 120  # bytes, against ~1 KB as RequestRecord objects
+    assert per_record <= 130  # bytes (8 a number, 2 or 4 a label), against ~1 KB as RequestRecord objects
     assert isinstance(next(iter(groups.values())), LevelColumns)

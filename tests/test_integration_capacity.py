@@ -25,7 +25,7 @@ from specload.core.slo import parse_slo
 from specload.present.compare import run_compare
 from specload.present.report import load_run
 from tests.conftest import specload_cmd
-from tests.test_scale import read_slo_tallies
+from tests.test_scale import per_record_tallies
 
 SLO = "ttft_p99=200ms"
 FLAGS = ("--input-tokens", "64", "--output-tokens", "20", "--read-timeout", "30")
@@ -129,7 +129,7 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     # The tallies the report makes in its one reading pass are those of the record-by-record pass.
     for d in (a, b):
         _, one_pass = read_columns_and_tallies(str(d / RECORDS), None, 1, parse_slo(SLO))
-        two_pass = read_slo_tallies(d / RECORDS, parse_slo(SLO))
+        two_pass = per_record_tallies(d / RECORDS, SLO)
         assert [(k, t.values, t.result()) for k, t in one_pass.items()] == [
             (k, t.values, t.result()) for k, t in two_pass.items()
         ]

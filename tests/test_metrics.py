@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -530,3 +531,86 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
     series = tok_s_series(sparse)  # (make bench measures the speed; this is the shape)
     assert len(series) == 19_999 and series[0] == pytest.approx(1 + 0.5 * 9 / 8.5) and series[9] == 0.0
     assert series[1] == pytest.approx(9 / 8.5) and series[10] == pytest.approx(series[0])
+
+
+# ---------------------------------------------------------------- every figure computed reaches the output
+
+
+def _full_levels() -> list[LevelStats]:
+    """A concurrency level and a rate level whose records have everything a figure can be made of:
+    failures (a 429), a short reply, chunk-counted tokens, spec verify counts, cached prompt
+    tokens, request classes and turns, due times (some late), ITL histograms; server samples with
+    gauges; an SLO."""
+    from specload.core.slo import parse_slo
+
+    out = []
+    for rate in (None, 2.0):
+        recs = []
+        for i in range(40):
+            t = T0 + i * 0.25 if rate else T0 + (i // 2) * 0.5
+            status = FAILED if i == 5 else SHORT if i == 6 else OK
+            n = 0 if status == FAILED else 9 if status == SHORT else 10
+            r = make_record(
+                t_send=t,
+                t_first=None if status == FAILED else t + 0.125,
+                t_last=None if status == FAILED else t + 0.375,
+                t_end=t + 0.5 + (i % 3) * 0.25,
+                output_tokens=n,
+                level=0,
+                concurrency=2,
+                phase=PHASE_MEASURE,
+                seq=i,
+                backend="sglang",
+                status=status,
+                reason=None if status == OK else "why",
+                http_status=429 if status == FAILED else 200,
+                output_tokens_source=SRC_CHUNKS if i == 7 else SRC_USAGE,
+                prompt_tokens=None if status == FAILED else 100 + i % 2,
+                requested_output_tokens=10,
+                requested_prompt_tokens=100 + i % 3,
+                chunks=n,
+                itl_max_s=None,
+                spec_verify_ct=5 if status == OK else None,
+                worker="w",
+                itl=[[500, 5], [510, 4]] if status == OK else None,
+                itl_unit="token",
+                first_event_tokens=1,
+                t_sched=t - (0.05 if i % 4 == 0 else 0.001) if rate else None,
+                rate=rate,
+                request_class="chat" if i % 2 else "code",
+                turn=i % 2,
+                cached_tokens=50 if status != FAILED else None,
+            )
+            recs.append(r)
+        recs.append(dataclasses.replace(recs[1], phase=PHASE_WARMUP))
+        samples = [ServerSample(t=T0 + k, running=2.0, queued=1.0) for k in range(12)]
+        out.append(
+            summarize_level(recs, 2, samples=samples, rate=rate, slo=parse_slo("ttft_p99=1s,tpot_p50=50ms"))
+        )
+    return out
+
+
+# Inputs of a level (copied from run.json or the caller), not figures.
+_GIVEN = {"concurrency", "repeat", "label", "index", "planned", "status", "rate", "extra"}
+
+
+def test_every_level_stats_field_that_is_computed_reaches_the_output() -> None:
+    """Each figure a fill computes is kept on the LevelStats and reaches level_json: no figure may be
+    computed and then dropped (the way a table of fields kept per part once dropped one)."""
+    from dataclasses import fields
+
+    from specload.analysis.metrics import level_json
+
+    levels = _full_levels()
+    defaults = LevelStats(concurrency=2, repeat=0, label="")
+    never = []
+    for f in fields(LevelStats):
+        if f.name in _GIVEN:
+            continue
+        if all(getattr(s, f.name) == getattr(defaults, f.name) for s in levels):
+            never.append(f.name)
+        for s in levels:
+            assert f.name in level_json(s)
+    # The accept length and the prefix cache rate came from the records here: their other sources
+    # (the server's counters) have tests of their own above and in test_mixstats.
+    assert never == [], f"computed by no fill, or never kept: {never}"

@@ -602,3 +602,44 @@ def test_tok_s_series_buckets_add_up(run_dir: Path) -> None:
     lv = load_run(run_dir).levels[0]  # C=1: 20 tokens over 4 s, first tokens at 0.5 and 2.5
     assert len(lv.tok_s_series) == 4
     assert sum(lv.tok_s_series) * 1.0 == pytest.approx(lv.output_tokens)
+
+
+# ---------------------------------------------------------------- adding a figure (CONTRIBUTING.md)
+
+
+def test_a_figure_added_through_the_hooks_reaches_the_table_and_the_json(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe "add a figure", through its public hooks: its definition over a level's columns
+    (metrics.FIGURES here; in specload itself a LevelStats field and its fill), a column in
+    report.LEVEL_COLUMNS, and it is in the table (every format) and in the JSON."""
+    from specload.analysis import metrics
+    from specload.core.text import fmt_num
+    from specload.present import report
+
+    def ttft_max(s: LevelStats, c: Any) -> None:
+        xs = c.present("ttft", c.is_label("status", OK))
+        s.extra["ttft_max_ms"] = float(xs.max()) * 1e3 if len(xs) else None
+
+    monkeypatch.setattr(metrics, "FIGURES", [ttft_max])
+    column = report.Column(
+        "TTFT max (ms)", "ttft_max", "extra", cell_of=lambda s: fmt_num(s.extra.get("ttft_max_ms"), 1)
+    )
+    monkeypatch.setattr(report, "LEVEL_COLUMNS", (*report.LEVEL_COLUMNS, column))
+    run = load_run(run_dir)
+    want = []  # by hand: the largest TTFT of each level's OK measured requests
+    for s in run.levels:
+        ttfts = [
+            r.ttft_s * 1e3
+            for r in run.records
+            if r.concurrency == s.concurrency and r.phase == PHASE_MEASURE and r.status == OK and r.ttft_s
+        ]
+        want.append(max(ttfts) if ttfts else None)
+    assert [s.extra.get("ttft_max_ms") for s in run.levels] == want and want[0] is not None
+    rows = list(csv.reader(io.StringIO(render_levels(run.levels, "csv"))))
+    assert rows[0][-1] == "TTFT max (ms)"
+    assert [r[-1] for r in rows[1:3]] == [fmt_num(v, 1) for v in want[:2]]
+    narrow = render_levels(run.levels, "github", view_for(None, 100))  # without a rank it goes first
+    assert "TTFT max (ms)" not in narrow.splitlines()[0] and "TTFT p50 (ms)" in narrow.splitlines()[0]
+    assert [level_json(s)["extra"].get("ttft_max_ms") for s in run.levels] == want
+    assert "TTFT max (ms)" in render_levels(run.levels)

@@ -109,7 +109,7 @@ def _bounds() -> list[float]:
     return out
 
 
-_BOUNDS_MS = _bounds()  # 0.1 ms .. 60 s
+_BOUNDS_MS: list[float] = _bounds()  # 0.1 ms .. 60 s
 
 
 # ---------------------------------------------------------------- one process, one level

@@ -150,15 +150,15 @@ def _as_change(y: Change | float | None) -> Change:
 class Crossover:
     """Where a change crosses zero between two measured levels (low < high)."""
 
-    low: int  # the last level on the old side (outside the noise)
-    high: int  # the first level on the new side (outside the noise)
+    low: float  # the last level on the old side (outside the noise)
+    high: float  # the first level on the new side (outside the noise)
     at: float  # interpolated concurrency, linear in log2(C); the level itself when inside_noise
     direction: str  # "down": gain turns into loss; "up": loss turns into gain
     inside_noise: bool = False  # the crossing is at a level whose change is inside the noise
-    skipped: tuple[int, ...] = ()  # levels between low and high left out: not comparable
+    skipped: tuple[float, ...] = ()  # levels between low and high left out: not comparable
 
 
-def crossover(levels: Sequence[int], changes: Sequence[Change | float | None]) -> list[Crossover]:
+def crossover(levels: Sequence[float], changes: Sequence[Change | float | None]) -> list[Crossover]:
     """Every sign change of ``changes`` (aligned with ascending ``levels``), in level order.
 
     The one definition the verdict, the JSON and the plot all use. Levels without a change and
@@ -233,9 +233,9 @@ def fmt_raw_pct(pct: float) -> str:
     return f"{pct:+.1f}%"
 
 
-def _segments(points: Sequence[tuple[int, float]]) -> list[list[tuple[int, float]]]:
+def _segments(points: Sequence[tuple[float, float]]) -> list[list[tuple[float, float]]]:
     """(C, change) points grouped into runs of the same sign."""
-    segs: list[list[tuple[int, float]]] = []
+    segs: list[list[tuple[float, float]]] = []
     for c, y in points:
         if segs and (segs[-1][-1][1] > 0) == (y > 0):
             segs[-1].append((c, y))
@@ -368,11 +368,11 @@ def _tpot_part(
 
 def crossover_sentence(
     label: str,
-    levels: Sequence[int],
+    levels: Sequence[float],
     agg_changes: Sequence[Change | float | None],
     per_req_changes: Sequence[Change | float | None],
     *,
-    queue_from: int | None = None,
+    queue_from: float | None = None,
     max_running: int | None = None,
     tpot_changes: Sequence[float | None] = (),
     axis: Axis = CONCURRENCY,
@@ -569,15 +569,15 @@ class ComparedRun:
 
     label: str  # unique within the comparison
     run: Run
-    figures: dict[float, RepeatedLevelStats]  # by concurrency, for every level of the comparison
+    figures: dict[float, RepeatedLevelStats]  # by concurrency (or rate), for every level of the comparison
     max_running: int | None  # server max_running_requests from run.json (effective one first)
-    quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency
+    quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency (or rate)
 
     @property
     def simulated(self) -> bool:
         return self.run.info.simulated
 
-    def queue_from(self) -> int | None:
+    def queue_from(self) -> float | None:
         """First level where the server queued (sampled queue > 0, or C above max_running_requests)."""
         for c in sorted(self.figures):
             f = self.figures[c]

@@ -38,7 +38,7 @@ class LiveLevel:
 
     @property
     def records(self) -> int:
-        return self.cols.sent + self.cols.warmup
+        return self.cols.sent + self.cols.warmup  # (``sent`` takes the records added since)
 
     @property
     def streamed_total(self) -> int:
@@ -57,9 +57,11 @@ class LiveRun:
         return self.levels[index] if 0 <= index < len(self.levels) else None
 
     def add_record(self, rec: RequestRecord) -> None:
+        """A record as the owner gets it: kept in the level's columns, the report's own store
+        (``LevelColumns.add``; the columns take it at the next ``stats``)."""
         lv = self._level(rec.level)
         if lv is not None:
-            lv.cols.add_record(rec)
+            lv.cols.add(rec)
 
     def add_sample(self, sample: ServerSample) -> None:
         self.samples.append(sample)

@@ -1,36 +1,32 @@
-"""Per-level figures computed from RequestRecords. Pure functions: no I/O, no clock, no Locust.
+"""Per-level figures computed from a level's columns. Pure functions: no I/O, no clock, no Locust.
 
 Every number the report prints is derived here, from ``records.jsonl`` alone, so that the same
 records always give the same table (Locust's own statistics are bucketed and only cross-checked).
-The definitions are written out for users in ``docs/metrics.md``; keep the two in step.
+Each figure has one definition, over the numpy columns of ``columns.LevelColumns``, whoever reads
+the records (the report, compare, the live web view). The definitions are written out for users
+in ``docs/metrics.md``; keep the two in step.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-import sys
-from array import array
-from bisect import bisect_left, bisect_right
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
-from itertools import accumulate, compress, count, islice, repeat
-from operator import add, and_, eq, ge, gt, le, mul, not_, sub, truediv
 from typing import Any
 
-from specload.analysis.columns import GroupKey, LevelColumns, Timeline
+import numpy as np
+import numpy.typing as npt
+
+from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
 from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
-from specload.core import histogram
+from specload.core import histogram, stats
 from specload.core.counters import window_ends
-from specload.core.records import (
-    OK,
-    RequestRecord,
-    level_label,
-)
+from specload.core.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, level_label
 from specload.core.rundir import LevelMeta
-from specload.core.slo import LevelSlo
+from specload.core.slo import LevelSlo, Slo
+
+Floats = npt.NDArray[np.float64]
 
 # Where LevelStats.accept_length came from.
 ACCEPT_FROM_RECORDS = "meta_info"  # SGLang per-request meta_info.spec_verify_ct
@@ -77,60 +73,6 @@ class Dist:
         }
 
 
-def dist_of(values: Iterable[float | None]) -> Dist:
-    return _sorted_dist([v for v in values if v is not None])[0]
-
-
-def _integer_sqrt_of_frac_rto(n: int, m: int) -> int:
-    a = math.isqrt(n // m)
-    return a | (a * a * m != n)
-
-
-def _float_sqrt_of_frac(n: int, m: int) -> float:
-    """sqrt(n / m) correctly rounded (statistics' own method, CPython 3.11+)."""
-    q = (n.bit_length() - m.bit_length() - 109) // 2
-    if q >= 0:
-        return float(_integer_sqrt_of_frac_rto(n, m << 2 * q) << q)
-    return _integer_sqrt_of_frac_rto(n << -2 * q, m) / (1 << -q)
-
-
-def stdev(xs: Sequence[float], ordered: Sequence[float] | None = None) -> float:
-    """Sample standard deviation, the value ``statistics.stdev`` gives (from Python 3.11 on: the
-    exact sum of squared deviations, its square root correctly rounded), without its per-value
-    fractions: every double is an integer times 2**-shift, so the sums are exact integer sums.
-    ``ordered``: the same values sorted, when the caller has them (the smallest one that is not
-    zero is then found by bisection instead of a pass)."""
-    n = len(xs)
-    if n < 2:
-        raise statistics.StatisticsError("stdev requires at least two data points")
-    try:
-        smallest = None
-        if ordered is not None:  # the largest value below zero and the smallest above
-            lo, hi = bisect_left(ordered, 0.0), bisect_right(ordered, 0.0)
-            near = [abs(ordered[i]) for i in (lo - 1, hi) if 0 <= i < n and ordered[i] != 0.0]
-            smallest = min(near) if near else None  # none: all zero, or a nan spoilt the order; look at all
-        if smallest is None:
-            smallest = min(map(abs, filter(None, xs)), default=0.0)
-        if smallest == 0.0:
-            return 0.0
-        shift = min(1074, max(0, 53 - math.frexp(smallest)[1]))
-        # (the values in their own order: sorted ones lie all over memory, ~40% slower to walk when many);
-        # a product by 2**shift is ldexp's exact scaling, and trunc is int() in fewer instructions
-        scaled = map(mul, xs, repeat(2.0**shift)) if shift <= 1023 else map(math.ldexp, xs, repeat(shift))
-        ints = list(map(math.trunc, scaled))
-        s1 = sum(ints)
-        s2 = sum(map(mul, ints, ints))
-        del ints
-    except (OverflowError, ValueError, TypeError):  # inf, nan, not floats: the library's way
-        return statistics.stdev(xs)
-    num = n * s2 - s1 * s1
-    return _float_sqrt_of_frac(num, (n * (n - 1)) << (2 * shift)) if num else 0.0
-
-
-if sys.version_info < (3, 11):  # statistics.stdev was not correctly rounded before 3.11
-    stdev = statistics.stdev  # type: ignore[assignment]  # noqa: F811
-
-
 def dist_of_hist(hist: histogram.Hist) -> Dist:
     n = histogram.count(hist)
     if n == 0:
@@ -140,35 +82,34 @@ def dist_of_hist(hist: histogram.Hist) -> Dist:
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:
-    """q-th percentile (0..100), linear interpolation between closest ranks.
-
-    Same as numpy's default ``np.percentile`` (method="linear"), which ``vllm bench serve`` uses, so
-    our p50/p99 can be compared with theirs on the same data. None values are ignored because
-    per-request figures are None when undefined (e.g. TPOT of a one-token reply).
-    """
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile q must be within [0, 100], got {q}")
-    return percentile_sorted(sorted(v for v in values if v is not None), q)
-
-
-def percentile_sorted(xs: Sequence[float], q: float) -> float | None:
-    """``percentile`` of values already sorted (no None among them)."""
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    """q-th percentile (0..100) of the values that exist (specload.core.stats.percentile: linear
+    interpolation between closest ranks, numpy's default ``np.percentile``, which ``vllm bench
+    serve`` uses, so our p50/p99 can be compared with theirs on the same data). None values are
+    ignored because per-request figures are None when undefined (e.g. TPOT of a one-token reply)."""
+    return stats.percentile([v for v in values if v is not None], q)
 
 
 def mean(values: Iterable[float | None]) -> float | None:
-    """Mean of the values that exist; None when none does (a figure that is undefined stays so).
-
-    A plain sum / n rather than statistics.fmean: fmean's exact summation differs in the last bit,
-    and every figure in records-derived JSON has been sum / n since the first run directory.
-    """
+    """Mean of the values that exist; None when none does (a figure that is undefined stays so)."""
     xs = [v for v in values if v is not None]
     return sum(xs) / len(xs) if xs else None
+
+
+def dist_of(xs: Floats) -> Dist:
+    """A latency's Dist over the values (seconds; no nan among them)."""
+    n = len(xs)
+    if not n:
+        return Dist()
+    return Dist(
+        n,
+        float(xs.mean()),
+        float(xs.std(ddof=1)) if n > 1 else None,
+        {q: p or 0.0 for q, p in zip(PERCENTILES, stats.percentiles(xs, PERCENTILES), strict=True)},
+    )
+
+
+def _mean_of(xs: Floats) -> float | None:
+    return float(xs.mean()) if len(xs) else None
 
 
 def _max(values: Iterable[float | None]) -> float | None:
@@ -255,6 +196,8 @@ class LevelStats:
     prefix_cache_hit_rate: float | None = None
     prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
     mix: MixStats | None = None
+    # figures of metrics.FIGURES, by name
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def x(self) -> float:
@@ -416,155 +359,78 @@ def _belongs(r: RequestRecord, concurrency: int, repeat: int, index: int | None)
     return index is None or r.level == index
 
 
-def _mode(counts: Counter[Any]) -> Any:
+def _mode(xs: Floats) -> Any:
     """The most common value (the first seen among equals), None when there is none."""
-    return counts.most_common(1)[0][0] if counts else None
+    if not len(xs):
+        return None
+    values, first, counts = np.unique(xs, return_index=True, return_counts=True)
+    top = counts == counts.max()
+    return count_of(values[top][np.argmin(first[top])])
+
+
+@dataclass
+class Timeline:
+    """What the time-based figures (in flight, steady window, tok/s series) need of each measured
+    request, one array per field, in file order: ``t0``/``t1`` when its first and last tokens came
+    (``t_first``/``t_last``; a request without content has both at ``t_end``), ``tokens`` its
+    output count, ``k`` what its first event carried (``min(n, max(1, first_event_tokens))``),
+    ``has_first`` whether it had a first token."""
+
+    t_send: Floats
+    t_end: Floats
+    t0: Floats
+    t1: Floats
+    tokens: Floats
+    k: Floats
+    has_first: npt.NDArray[np.bool_]
+
+    def __len__(self) -> int:
+        return len(self.t_send)
+
+    @classmethod
+    def of_columns(cls, c: LevelColumns) -> Timeline:
+        t_first, t_end, n = c.col("t_first"), c.col("t_end"), c.col("tokens")
+        has_first = ~np.isnan(t_first)
+        t0 = np.where(has_first, t_first, t_end)
+        t_last = c.col("t_last")
+        t1 = np.where(np.isnan(t_last), t0, t_last)
+        fe = c.col("first_event")
+        fe = np.where(np.isnan(fe) | (fe == 0), 1.0, fe)  # ``first_event_tokens or 1``
+        return cls(c.col("t_send"), t_end, t0, t1, n, np.minimum(n, np.maximum(1.0, fe)), has_first)
+
+    @classmethod
+    def of(cls, records: Iterable[RequestRecord]) -> Timeline:
+        return cls.of_columns(LevelColumns.of(records))
 
 
 def _timeline(records: Sequence[RequestRecord] | Timeline) -> Timeline:
-    return records if isinstance(records, Timeline) else Timeline.of(records)
+    return records if isinstance(records, Timeline) else Timeline.of(r for r in records)
 
 
-def _window_tokens(tl: Timeline, a: float, b: float) -> list[float]:
+def _window_tokens(tl: Timeline, a: float, b: float) -> Floats:
     """Tokens each request produced inside [a, b], in file order, assuming a linear stream.
 
     The first token(s) arrive at t_first (``t0``) and the rest evenly over (t_first, t_last];
-    nothing arrives between the last token and the end of the stream. (One loop with the builtins'
-    min/max written out: ``max(a, t0)`` is t0 only when t0 > a, and so on.)
-    """
-    out: list[float] = []
-    append = out.append
-    for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
-        if n <= 0:
-            append(0.0)
-            continue
-        inside = a <= t0 <= b
-        span = t1 - t0
-        if span <= 0 or n == k:
-            append(n * (1.0 if inside else 0.0))
-            continue
-        overlap = (t1 if t1 < b else b) - (t0 if t0 > a else a)  # min(b, t1) - max(a, t0)
-        append((k if inside else 0.0) + (n - k) * (overlap if overlap > 0.0 else 0.0) / span)
-    return out
+    nothing arrives between the last token and the end of the stream."""
+    t0, t1, n, k = tl.t0, tl.t1, tl.tokens, tl.k
+    inside = ((a <= t0) & (t0 <= b)).astype(np.float64)
+    span = t1 - t0
+    flat = (span <= 0) | (n == k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        overlap = np.minimum(b, t1) - np.maximum(a, t0)
+        spread = k * inside + (n - k) * np.maximum(overlap, 0.0) / span
+    return np.where(n <= 0, 0.0, np.where(flat, n * inside, spread))
 
 
-def _steady_window_events(tl: Timeline, d: int, max_dip_s: float) -> tuple[float, float] | None:
-    """The steady window by walking every send, first token and end in time order (the
-    definition; ``_steady_window`` gets the same answer from sorted arrays)."""
-    has = tl.has_first
-    events = sorted(
-        [(t, 0, 1, 0) for t in tl.t_send]
-        + [(t, 1, 0, 1) for t in compress(tl.t0, has)]
-        + [(t, 2, -1, -1 if f else 0) for t, f in zip(tl.t_end, has, strict=True)]
-    )
-    n_flight = decoding = 0
-    start: float | None = None
-    below_since: float | None = None
-    for t, _, d_flight, d_decoding in events:
-        n_flight += d_flight
-        decoding += d_decoding
-        if start is None:
-            if decoding >= d:
-                start = t
-            continue
-        if n_flight < d:
-            if below_since is None:
-                below_since = t
-        elif below_since is not None:
-            if t - below_since > max_dip_s:
-                return start, below_since
-            below_since = None
-    if start is None or below_since is None or below_since <= start:
-        return None
-    return start, below_since
-
-
-class Flight:
-    """The sorted sends and ends of a level's requests and how many were in flight after each, from
-    one stable merge of the two (at equal times a send comes first): what the peak in flight and
-    the steady window walk, made once for both (a bisection per send and per end costs ~1 µs on a
-    million requests, the merge a fraction of that).
-
-    ``after_send()``: after the j-th send, j + 1 - (ends strictly before it); ``after_end()``: after
-    the i-th end, (sends up to it) - (i + 1). Only which places of the merge are sends is kept (a
-    byte each: the merge's permutation, as ints, would be ~36 bytes a request)."""
-
-    __slots__ = ("sends", "ends", "_is_send", "_tied")
-
-    def __init__(self, sends: list[float], ends: list[float]) -> None:
-        self.sends, self.ends = sends, ends
-        both = [*sends, *ends]
-        order = sorted(range(len(both)), key=both.__getitem__)  # stable: sends first at equal times
-        ordered = list(map(both.__getitem__, order))
-        self._tied = set(
-            compress(ordered, map(eq, ordered, islice(ordered, 1, None)))
-        )  # times seen twice: rare
-        del ordered, both
-        self._is_send = bytes(map(gt, repeat(len(sends)), order))
-
-    @classmethod
-    def of(cls, tl: Timeline) -> Flight:
-        return cls(sorted(tl.t_send), sorted(tl.t_end))
-
-    def after_send(self) -> Iterator[int]:
-        # the j-th send at place p of the merge: j + 1 sends and p - j ends are done
-        return map(sub, count(1, 2), compress(count(), self._is_send))
-
-    def after_end(self) -> Iterator[int]:
-        # the i-th end at place p: p - i sends and i + 1 ends are done
-        return map(sub, compress(count(), map(not_, self._is_send)), count(1, 2))
-
-    def peak(self) -> int:
-        """The most requests in flight at once, an end before a send at the same instant (a hand-off
-        is no overlap): ``after_send``, less for a send the ends at its very instant."""
-        if not self.sends:
-            return 0
-        if not self._tied:
-            return max(0, max(self.after_send()))
-        after = list(self.after_send())
-        sends, ends = self.sends, self.ends
-        for t in self._tied:
-            at_t = bisect_right(ends, t) - bisect_left(ends, t)
-            for j in range(bisect_left(sends, t), bisect_right(sends, t)):
-                after[j] -= at_t
-        return max(0, max(after))
-
-
-def _steady_window(tl: Timeline, d: int, max_dip_s: float, fl: Flight) -> tuple[float, float] | None:
-    """``_steady_window_events`` from the sorted sends and ends, without a list of events.
-
-    At equal times a send comes before a first token before an end. The window opens at the first
-    first-token event after which ``d`` requests are decoding: the j-th first token (sorted) has
-    j + 1 - (ends of decoding requests before it) decoding. From there on, the requests in flight
-    cross below d only at an end (``Flight.after_end`` is d - 1) and back at a send (``after_send``
-    is d); the window closes at the first crossing below whose way back takes longer than
-    ``max_dip_s``, or at the last one when there is no way back.
-    """
-    has = tl.has_first
-    sends, ends = fl.sends, fl.ends
-    if has.count(0):
-        firsts = sorted(compress(tl.t0, has))
-        ends_decoding = sorted(compress(tl.t_end, has))
-    else:  # every request had a first token
-        firsts, ends_decoding = sorted(tl.t0), ends
-    decoding = map(sub, count(1), map(partial(bisect_left, ends_decoding), firsts))
-    start = next(compress(firsts, map(ge, decoding, repeat(d))), None)
-    del firsts, ends_decoding
-    if start is None:
-        return None
-    if bisect_right(sends, start) - bisect_left(ends, start) < d:  # a first token before its send
-        return _steady_window_events(tl, d, max_dip_s)
-    down = list(compress(ends, map(eq, fl.after_end(), repeat(d - 1))))
-    up = list(compress(sends, map(eq, fl.after_send(), repeat(d))))
-    i0, j0 = bisect_left(down, start), bisect_right(up, start)  # the crossings after the window opened
-    gaps = map(sub, islice(up, j0, None), islice(down, i0, None))
-    long_dip = next(compress(count(), map(gt, gaps, repeat(max_dip_s))), None)
-    if long_dip is not None:
-        return start, down[i0 + long_dip]
-    below_since = down[i0 + len(up) - j0] if len(down) - i0 > len(up) - j0 else None
-    if below_since is None or below_since <= start:
-        return None
-    return start, below_since
+def peak_in_flight(records: Sequence[RequestRecord] | Timeline) -> int:
+    """The most requests in flight at once; an end before a send at the same instant (a hand-off
+    is no overlap): after the j-th send (sorted), j + 1 - (ends at or before it) are in flight."""
+    tl = _timeline(records)
+    if not len(tl):
+        return 0
+    sends, ends = np.sort(tl.t_send), np.sort(tl.t_end)
+    after = np.arange(1, len(sends) + 1) - np.searchsorted(ends, sends, side="right")
+    return max(0, int(after.max()))
 
 
 def steady_window(
@@ -572,8 +438,6 @@ def steady_window(
     concurrency: int,
     max_dip_s: float = STEADY_MAX_DIP_S,
     cap: int | None = None,
-    *,
-    flight: Flight | None = None,
 ) -> tuple[float, float] | None:
     """The span during which the server was saturated with this level's load, or None.
 
@@ -583,13 +447,43 @@ def steady_window(
     and that lasts over ``max_dip_s`` (a closed-loop user's hand-off from one request to its next
     is no drop). With C above the cap the client keeps C in flight while the server runs ``cap``
     and queues the rest, so the server stays saturated until fewer than ``cap`` are left.
-    ``flight``: the level's Flight, when the caller has it.
+
+    Every send, first token and end in time order (at equal times a send, then a first token, then
+    an end): the requests in flight and decoding after each event are running sums.
     """
     tl = _timeline(records)
     d = min(concurrency, cap) if cap else concurrency
     if d <= 0 or len(tl) < d:
         return None
-    return _steady_window(tl, d, max_dip_s, flight if flight is not None else Flight.of(tl))
+    has = tl.has_first
+    n, n_first = len(tl), int(has.sum())
+    # sends, first tokens, ends: a stable sort by time keeps that order at equal times
+    t = np.concatenate([tl.t_send, tl.t0[has], tl.t_end])
+    order = np.argsort(t, kind="stable")
+    t = t[order]
+    ones, zeros = np.ones(n, np.int8), np.zeros(n, np.int8)
+    in_flight = np.cumsum(np.concatenate([ones, np.zeros(n_first, np.int8), -ones])[order], dtype=np.int32)
+    decoding = np.concatenate([zeros, np.ones(n_first, np.int8), -has.astype(np.int8)])[order]
+    decoding = np.cumsum(decoding, dtype=np.int32)
+    del order, ones, zeros
+    opened = np.flatnonzero(decoding >= d)
+    if not len(opened):
+        return None
+    at = int(opened[0])
+    start = float(t[at])
+    below = in_flight[at + 1 :] < d  # after the window opened
+    times = t[at + 1 :]
+    prev = np.concatenate([[False], below[:-1]])
+    down = np.flatnonzero(below & ~prev)  # where a dip below D starts
+    up = np.flatnonzero(~below & prev)  # where the dip before it ends
+    dips = times[up] - times[down[: len(up)]]
+    long_dip = np.flatnonzero(dips > max_dip_s)
+    if len(long_dip):
+        return start, float(times[down[long_dip[0]]])
+    if len(down) > len(up):  # the last dip lasts to the end
+        below_since = float(times[down[-1]])
+        return (start, below_since) if below_since > start else None
+    return None
 
 
 def steady_tok_s(
@@ -598,26 +492,18 @@ def steady_tok_s(
     max_dip_s: float = STEADY_MAX_DIP_S,
     min_window_s: float = STEADY_MIN_WINDOW_S,
     cap: int | None = None,
-    *,
-    flight: Flight | None = None,
 ) -> tuple[float | None, float | None]:
     """(tokens/s inside the steady window, window length): the rate the server sustains while
     saturated, without the prefill burst at the start and the drain at the end."""
     tl = _timeline(records)
-    window = steady_window(tl, concurrency, max_dip_s, cap, flight=flight)
+    window = steady_window(tl, concurrency, max_dip_s, cap)
     if window is None:
         return None, None
     a, b = window
     length = b - a
     if length < min_window_s:
         return None, length
-    return sum(_window_tokens(tl, a, b)) / length, length
-
-
-def peak_in_flight(records: Sequence[RequestRecord] | Timeline, *, flight: Flight | None = None) -> int:
-    """The most requests in flight at once; an end before a send at the same instant (a hand-off
-    is no overlap): after the j-th send (sorted), j + 1 - (ends at or before it) are in flight."""
-    return (flight if flight is not None else Flight.of(_timeline(records))).peak()
+    return float(_window_tokens(tl, a, b).sum()) / length, length
 
 
 def tok_s_series(
@@ -630,64 +516,52 @@ def tok_s_series(
     partial bucket is divided by its own length), each request's tokens spread as in the steady
     window (its first event's at t_first, the rest evenly up to t_last; a bucket's ends both count).
 
-    One pass over the requests: a request adds its first tokens to the bucket of t_first, its rate
-    to the buckets it spans (partial ones directly, whole ones through a running sum), so the cost
-    is the requests plus the buckets, not their product. The sums run in another order than a
-    bucket-by-bucket sum over the requests would: equal up to float rounding (~1e-12 relative).
-    (The builtins' min/max and the bucket clamp are written out in the loop: same values, fewer calls.)
-    ``span``: the level's first send and last end, when the caller has them.
+    A request adds its first tokens to the bucket of t_first, its rate to the buckets it spans
+    (partial ones directly, whole ones through a running sum of rate changes), so the cost is the
+    requests plus the buckets, not their product. ``span``: the level's first send and last end.
     """
     tl = _timeline(records)
     if not len(tl):
         return []
-    t_lo, t_hi = span if span is not None else (min(tl.t_send), max(tl.t_end))
-    # bucket i is [edges[i], ends_[i]]: t_lo + i * bucket_s to min(t_hi, t_lo + (i + 1) * bucket_s),
+    t_lo, t_hi = span if span is not None else (float(tl.t_send.min()), float(tl.t_end.max()))
+    # bucket i is [edges[i], ends[i]]: t_lo + i * bucket_s to min(t_hi, t_lo + (i + 1) * bucket_s),
     # up to the first that would be empty
     most = max(1, math.ceil((t_hi - t_lo) / bucket_s))
-    edges = list(map(add, repeat(t_lo), map(mul, range(most), repeat(bucket_s))))
-    ends_ = list(
-        map(min, repeat(t_hi), map(add, repeat(t_lo), map(mul, range(1, most + 1), repeat(bucket_s))))
-    )
-    nb = next(compress(count(), map(le, ends_, edges)), most)
+    i = np.arange(most, dtype=np.float64)
+    edges = t_lo + i * bucket_s
+    ends = np.minimum(t_hi, t_lo + (i + 1) * bucket_s)
+    empty = np.flatnonzero(ends <= edges)
+    nb = int(empty[0]) if len(empty) else most
     if not nb:
         return []
-    del edges[nb:], ends_[nb:]
+    edges, ends = edges[:nb], ends[:nb]
     last = nb - 1
-    tokens = [0.0] * nb  # first-event tokens and partial buckets
-    rate_diff = [0.0] * (nb + 1)  # rate of the requests covering whole buckets, as differences
-    for t0, t1, n, k in zip(tl.t0, tl.t1, tl.tokens, tl.k, strict=True):
-        if n <= 0:
-            continue
-        span = t1 - t0
-        spread = span > 0 and n != k  # else all n tokens count at t0
-        mass = k if spread else n
-        iu = 0  # the bucket of max(t0, t_lo): t0's when t0 is inside, the first when it is before
-        if t_lo <= t0 <= t_hi:
-            i = int((t0 - t_lo) // bucket_s)
-            iu = i = last if i > last else (0 if i < 0 else i)
-            tokens[i] += mass
-            if i and t0 == edges[i]:  # on a boundary: in both buckets, as [a, b] intervals are
-                tokens[i - 1] += mass
-        if not spread:
-            continue
-        rate = (n - k) / span
-        u = t0 if t0 >= t_lo else t_lo  # max(t0, t_lo)
-        v = t1 if t1 <= t_hi else t_hi  # min(t1, t_hi)
-        if v <= u:  # (so t0 <= t_hi, and iu is u's bucket)
-            continue
-        iv = int((v - t_lo) // bucket_s)
-        iv = last if iv > last else (0 if iv < 0 else iv)
-        if iu == iv:
-            tokens[iu] += rate * (v - u)
-            continue
-        tokens[iu] += rate * (ends_[iu] - u)
-        tokens[iv] += rate * (v - edges[iv])
-        rate_diff[iu + 1] += rate
-        rate_diff[iv] -= rate
-    running = accumulate(rate_diff[:nb], initial=0.0)  # 0.0 + d0, then + d1, ...
-    next(running)
-    widths = list(map(sub, ends_, edges))
-    return list(map(truediv, map(add, tokens, map(mul, running, widths)), widths))
+    t0, t1, n, k = tl.t0, tl.t1, tl.tokens, tl.k
+    has = n > 0
+    span_ = t1 - t0
+    spread = has & (span_ > 0) & (n != k)  # else all n tokens count at t0
+    mass = np.where(spread, k, n)
+    inside = has & (t_lo <= t0) & (t0 <= t_hi)
+    i0 = np.clip(np.floor_divide(t0 - t_lo, bucket_s), 0, last).astype(np.int64)
+    tokens = np.bincount(i0[inside], mass[inside], minlength=nb)
+    edge = inside & (i0 > 0) & (t0 == edges[i0])  # on a boundary: in both buckets, as [a, b] intervals are
+    tokens += np.bincount(i0[edge] - 1, mass[edge], minlength=nb)
+    u = np.maximum(t0, t_lo)
+    v = np.minimum(t1, t_hi)
+    spread &= v > u
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(spread, (n - k) / span_, 0.0)
+    iu = np.where(t0 >= t_lo, i0, 0)
+    iv = np.clip(np.floor_divide(v - t_lo, bucket_s), 0, last).astype(np.int64)
+    same = spread & (iu == iv)
+    tokens += np.bincount(iu[same], (rate * (v - u))[same], minlength=nb)
+    apart = spread & (iu != iv)
+    iu, iv, u, v, rate = iu[apart], iv[apart], u[apart], v[apart], rate[apart]
+    tokens += np.bincount(iu, rate * (ends[iu] - u), minlength=nb)
+    tokens += np.bincount(iv, rate * (v - edges[iv]), minlength=nb)
+    rate_diff = np.bincount(iu + 1, rate, minlength=nb + 1) - np.bincount(iv, rate, minlength=nb + 1)
+    widths = ends - edges
+    return ((tokens + np.cumsum(rate_diff[:nb]) * widths) / widths).tolist()
 
 
 def _token_note(fallback: int, ok: int) -> str | None:
@@ -699,173 +573,99 @@ def _token_note(fallback: int, ok: int) -> str | None:
     )
 
 
+def _counts(c: LevelColumns, name: str, skip: Any = ...) -> dict[Any, int]:
+    """A LABELS column counted: value -> requests, in first-seen order (``skip``: a value left out)."""
+    counts = np.bincount(c.codes(name), minlength=len(c.labels[name]))
+    return {v: int(k) for v, k in zip(c.labels[name], counts, strict=True) if k and v is not skip}
+
+
 def _fill_outcomes(s: LevelStats, c: LevelColumns) -> None:
     s.sent = c.sent
-    s.ok, s.short, s.failed, s.rate_limited = c.ok, c.short, c.failed, c.rate_limited
-    s.output_tokens = c.output_tokens
-    s.token_sources = dict(c.token_sources)
-    s.output_mismatch = c.output_mismatch
-    s.prompt_mismatch = c.prompt_mismatch
-    s.requested_output_tokens = _mode(c.requested_output)
-    s.requested_prompt_tokens = _mode(c.requested_prompt)
-    s.reasons = dict(c.reasons)
+    ok, failed = c.is_label("status", OK), c.is_label("status", FAILED)
+    s.ok, s.failed = int(ok.sum()), int(failed.sum())
+    s.short = int(c.is_label("status", SHORT).sum())
+    s.rate_limited = int((failed & c.is_label("http", 429)).sum())
+    n = c.col("tokens")
+    s.output_tokens = count_of(np.maximum(n, 0).sum())  # type: ignore[assignment]  # (a float count: a float)
+    s.token_sources = _counts(c, "source")
+    s.output_mismatch = int((~failed & (n != c.col("req_out"))).sum())
+    prompt = c.col("prompt")
+    s.prompt_mismatch = int((~np.isnan(prompt) & (prompt != c.col("req_prompt"))).sum())
+    s.requested_output_tokens = _mode(c.col("req_out"))
+    s.requested_prompt_tokens = _mode(c.col("req_prompt"))
+    s.reasons = _counts(c, "reason", None)
 
 
-def _fill_throughput(
-    s: LevelStats, c: LevelColumns, start: float, end: float, cap: int | None = None
-) -> None:
-    tl = c.timeline
+def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, cap: int | None) -> None:
+    tl = Timeline.of_columns(c)
     wall = end - start
     s.wall_s = wall
     if wall > 0:
+        prompt = c.col("prompt")
+        input_tokens = count_of(np.where(np.isnan(prompt), c.col("req_prompt"), prompt).sum())
         s.agg_tok_s = s.output_tokens / wall
-        s.mean_concurrency = sum(tl.e2e) / wall
+        s.mean_concurrency = float(c.col("e2e").sum()) / wall
         s.req_s = s.ok / wall
-        s.input_tok_s = c.input_tokens / wall
+        s.input_tok_s = input_tokens / wall
         s.total_tok_s = s.input_tok_s + s.agg_tok_s
-    fl = Flight.of(tl)
-    sends = fl.sends
-    s.peak_in_flight = fl.peak()
+    s.peak_in_flight = peak_in_flight(tl)
     if s.rate is None:  # an open loop has no saturated closed-loop window to measure
-        s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap, flight=fl)
-    elif len(sends) > 1 and sends[-1] > sends[0]:
-        s.send_rate = (len(sends) - 1) / (sends[-1] - sends[0])
-
-
-# Below this many values a distribution's percentiles come from a full sort; above, from ``ranked``.
-RANKED_FROM = 20_000
-_SAMPLE = 16384  # values drawn (evenly spaced) to place the brackets around the wanted ranks
-
-
-class Ranked:
-    """Some order statistics of n values: ``self[i]`` is what ``sorted(values)[i]`` would be, for
-    the places asked for (``percentile_sorted`` takes it as it takes the sorted list)."""
-
-    __slots__ = ("n", "at")
-
-    def __init__(self, n: int, at: dict[int, float]) -> None:
-        self.n, self.at = n, at
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> float:
-        return self.at[i]
-
-
-def _places(n: int, qs: Iterable[float]) -> list[int]:
-    """The sorted places ``percentile_sorted`` reads for each q of n values."""
-    out: set[int] = set()
-    for q in qs:
-        lo = math.floor((n - 1) * q / 100.0)
-        out.update((lo, min(lo + 1, n - 1)))
-    return sorted(out)
-
-
-def ranked(xs: Sequence[float], qs: Iterable[float]) -> Ranked | None:
-    """The values at the sorted places the percentiles ``qs`` need, without sorting all of them,
-    or None (then sort): brackets around each place are set from an evenly spaced sample, one pass
-    sorts every value into below/inside/above them (a bisection over the brackets' ends), and only
-    the values inside are sorted. A place its bracket missed (an odd sample, many equal values)
-    gives None. Values must be finite numbers (the caller checks their sum)."""
-    n = len(xs)
-    places = _places(n, qs)
-    sample = sorted(islice(xs, 0, None, max(1, n // _SAMPLE)))
-    k = len(sample)
-    spans: list[list[int]] = []  # places of the sample around each place, merged where they overlap
-    for i in places:
-        at = i * k // n
-        margin = 8 + 5 * math.isqrt(max(1, at * (k - at) // k))  # 5 sd of a sample rank, and some
-        lo, hi = max(0, at - margin), min(k - 1, at + margin)
-        if spans and lo <= spans[-1][1]:
-            spans[-1][1] = max(spans[-1][1], hi)
-        else:
-            spans.append([lo, hi])
-    ends: list[float] = []  # bracket j is [ends[2j], ends[2j + 1]), its values code 2j + 1
-    for lo, hi in spans:
-        a, b = sample[lo], math.nextafter(sample[hi], math.inf)
-        if ends and a <= ends[-1]:
-            ends[-1] = b
-        else:
-            ends += (a, b)
-    codes = list(map(bisect_right, repeat(ends), xs))
-    inside = sorted(compress(xs, map(and_, codes, repeat(1))))
-    counts = Counter(codes)
-    at: dict[int, float] = {}
-    below = offset = 0  # values below bracket j, values in the brackets before it
-    for j in range(len(ends) // 2):
-        below += counts[2 * j]
-        size = counts[2 * j + 1]
-        for i in places:
-            if below <= i < below + size:
-                at[i] = inside[offset + i - below]
-        below += size
-        offset += size
-    return Ranked(n, at) if len(at) == len(places) else None
-
-
-def _placed(xs: Sequence[float], total: float) -> Sequence[float]:
-    """What ``percentile_sorted`` reads the wanted percentiles (``PERCENTILES``, 50, 99) of ``xs``
-    from (``total``: their sum): their places (``ranked``) when there are many, else the sorted list."""
-    if len(xs) >= RANKED_FROM and math.isfinite(total):  # no nan or inf, which have no place in an order
-        places = ranked(xs, (*PERCENTILES, 50.0, 99.0))
-        if places is not None:
-            return places
-    return sorted(xs)
-
-
-def _sorted_dist(xs: Sequence[float]) -> tuple[Dist, Sequence[float]]:
-    """The Dist of ``xs`` and the values (or the places of them) its percentiles and p50/p99 read."""
-    if not xs:
-        return Dist(), []
-    values = xs.tolist() if isinstance(xs, array) else xs  # floats made once for the passes below
-    total = sum(xs)
-    placed = _placed(values, total)
-    n = len(xs)
-    dist = Dist(
-        n,
-        total / n,
-        stdev(values, placed if isinstance(placed, list) else None) if n > 1 else None,
-        {q: percentile_sorted(placed, q) or 0.0 for q in PERCENTILES},
-    )
-    return dist, placed
+        s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap)
+    elif len(tl) > 1:
+        first, last = float(tl.t_send.min()), float(tl.t_send.max())
+        if last > first:
+            s.send_rate = (len(tl) - 1) / (last - first)
+    s.tok_s_series = tok_s_series(tl, span=(start, end))
 
 
 def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
-    s.per_req_tok_s = sum(c.per_req) / len(c.per_req) if c.per_req else None
-    dists: dict[str, Dist] = {}
-    for name, xs in (("ttft", c.ttft), ("tpot", c.tpot), ("e2e", c.e2e_ok)):
-        dists[name], ordered = _sorted_dist(xs)
-        p50, p99 = percentile_sorted(ordered, 50), percentile_sorted(ordered, 99)
-        del ordered
-        if name == "ttft":
-            s.ttft_p50_ms, s.ttft_p99_ms = _ms(p50), _ms(p99)
-        elif name == "tpot":
-            s.tpot_p50_ms, s.tpot_p99_ms = _ms(p50), _ms(p99)
-        else:
-            s.e2e_p50_s, s.e2e_p99_s = p50, p99
-    s.decode_tok_s_mean = sum(c.decode) / len(c.decode) if c.decode else None
-    s.dists = {"ttft": dists["ttft"], "tpot": dists["tpot"], "e2e": dists["e2e"], "itl": dist_of_hist(c.itl)}
+    ok = c.is_label("status", OK)
+    e2e, n = c.col("e2e"), c.col("tokens")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s.per_req_tok_s = _mean_of((n / e2e)[ok & (e2e > 0)])
+    ttft, tpot, e2e_ok = c.present("ttft", ok), c.present("tpot", ok), e2e[ok]
+    s.dists = {
+        "ttft": dist_of(ttft),
+        "tpot": dist_of(tpot),
+        "e2e": dist_of(e2e_ok),
+        "itl": dist_of_hist(c.itl),
+    }
+    for name, dist in s.dists.items():
+        if name != "itl" and dist.n:
+            p50, p99 = dist.p[50.0], dist.p[99.0]
+            if name == "ttft":
+                s.ttft_p50_ms, s.ttft_p99_ms = _ms(p50), _ms(p99)
+            elif name == "tpot":
+                s.tpot_p50_ms, s.tpot_p99_ms = _ms(p50), _ms(p99)
+            else:
+                s.e2e_p50_s, s.e2e_p99_s = p50, p99
+    s.decode_tok_s_mean = _mean_of(c.present("decode", ok))
     units = set(c.itl_units)
     s.itl_unit = units.pop() if len(units) == 1 else ("mixed" if units else None)
-    s.prompt_tokens_mean = c.prompt_sum / c.prompt_n if c.prompt_n else None
-    s.chunk_fallback_ok = c.chunk_fallback_ok
-    s.token_note = _token_note(c.chunk_fallback_ok, c.ok)
-    if c.verify_n:
-        s.accept_length, s.accept_length_requests = c.verify_tokens / c.verify_sum, c.verify_n
+    s.prompt_tokens_mean = _mean_of(c.present("prompt", ok))
+    s.chunk_fallback_ok = int((ok & c.is_label("source", SRC_CHUNKS)).sum())
+    s.token_note = _token_note(s.chunk_fallback_ok, s.ok)
+    verify = c.col("verify")
+    used = ok & (verify > 0)  # (nan > 0 is False: no count)
+    if used.any():
+        s.accept_length = float(n[used].sum()) / float(verify[used].sum())
+        s.accept_length_requests = int(used.sum())
         s.accept_length_source = ACCEPT_FROM_RECORDS
-    if c.lag:
-        _fill_schedule(s, c)
 
 
 def _fill_schedule(s: LevelStats, c: LevelColumns) -> None:
     """Rate levels: how far the sends kept to their schedule, and latencies from the due time."""
-    lags = c.lag.tolist()
-    s.late = sum(map(gt, lags, repeat(LATE_S)))
-    s.lag_p99_ms, s.lag_max_ms = _ms(percentile_sorted(_placed(lags, sum(lags)), 99)), max(lags) * 1e3
-    s.dists["ttft_sched"] = _sorted_dist(c.ttft_sched)[0]
-    s.dists["e2e_sched"] = _sorted_dist(c.e2e_sched)[0]
-    # late_note needs the peak in flight (another part): _finish adds it.
+    lag_all = c.col("t_send") - c.col("t_sched")
+    due = ~np.isnan(lag_all)
+    if not due.any():
+        return
+    lag = lag_all[due]
+    s.late = int((lag > LATE_S).sum())
+    s.lag_p99_ms, s.lag_max_ms = _ms(stats.percentile(lag, 99)), float(lag.max()) * 1e3
+    ok = c.is_label("status", OK) & due
+    s.dists["ttft_sched"] = dist_of((c.col("ttft") + lag_all)[ok & ~np.isnan(c.col("ttft"))])
+    s.dists["e2e_sched"] = dist_of((c.col("e2e") + lag_all)[ok])
+    s.late_note = late_note(s.late, len(lag), s.lag_p99_ms or 0.0, s.peak_in_flight, s.concurrency)
 
 
 def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> str | None:
@@ -892,136 +692,6 @@ def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> 
     )
 
 
-# A level's heavy figures come in three parts, each from the level's columns alone (and the cap of
-# the steady window), so that two processes can share a run's parts (specload.analysis.run with
-# ``processes=2``). The weights: each part's cost per measured request, relative, to balance them.
-PARTS = {"steady": 2.6, "series": 1.7, "latency": 2.5}
-_PART_FIELDS = {
-    "steady": (
-        "wall_s",
-        "agg_tok_s",
-        "mean_concurrency",
-        "req_s",
-        "input_tok_s",
-        "total_tok_s",
-        "peak_in_flight",
-        "steady_tok_s",
-        "steady_window_s",
-        "send_rate",
-    ),
-    "series": ("tok_s_series",),
-    "latency": (
-        "per_req_tok_s",
-        "ttft_p50_ms",
-        "ttft_p99_ms",
-        "tpot_p50_ms",
-        "tpot_p99_ms",
-        "e2e_p50_s",
-        "e2e_p99_s",
-        "decode_tok_s_mean",
-        "dists",
-        "itl_unit",
-        "prompt_tokens_mean",
-        "chunk_fallback_ok",
-        "token_note",
-        "accept_length",
-        "accept_length_requests",
-        "accept_length_source",
-        "late",
-        "lag_p99_ms",
-        "lag_max_ms",
-    ),
-}
-Job = tuple[int, str]  # (row, part)
-
-
-@dataclass
-class Row:
-    """What one row of a run's table is computed from: its columns and its run.json level; ``cap``:
-    what the steady window takes as the server's limit (set by ``summarize_rows``)."""
-
-    columns: LevelColumns
-    concurrency: int
-    repeat: int
-    index: int | None
-    status: str | None = None
-    planned: bool = True
-    cap: int | None = None
-    rate: float | None = None
-    span: tuple[float, float] = (0.0, 0.0)  # the first send and the last end (set by ``_start``)
-
-
-def level_part(row: Row, part: str) -> dict[str, Any]:
-    """One of a row's ``PARTS``: its LevelStats fields ({} when the row has no requests)."""
-    c = row.columns
-    if not c.sent:
-        return {}
-    s = LevelStats(concurrency=row.concurrency, repeat=row.repeat, label="", rate=row.rate)
-    if part == "steady":
-        s.output_tokens, s.ok = c.output_tokens, c.ok  # what the throughput figures take of the outcomes
-        _fill_throughput(s, c, *row.span, row.cap)
-    elif part == "series":
-        s.tok_s_series = tok_s_series(c.timeline, span=row.span)
-    else:
-        _fill_latency(s, c)
-    return {name: getattr(s, name) for name in _PART_FIELDS[part]}
-
-
-def jobs(rows: Sequence[Row]) -> list[tuple[Job, float]]:
-    """Every part of every row that has requests, with its estimated cost."""
-    return [
-        ((i, part), weight * row.columns.sent)
-        for i, row in enumerate(rows)
-        if row.columns.sent
-        for part, weight in PARTS.items()
-    ]
-
-
-def _start(row: Row, samples: Sequence[ServerSample] | None, cap: int | None) -> LevelStats:
-    """A row's stats without its parts (and its ``cap``)."""
-    c = row.columns
-    s = LevelStats(
-        concurrency=row.concurrency,
-        repeat=row.repeat,
-        label=level_label(row.concurrency, row.repeat, row.rate),
-        index=row.index,
-        status=row.status,
-        warmup=c.warmup,
-        planned=row.planned,
-        rate=row.rate,
-    )
-    row.cap = cap
-    if not c.sent:
-        return s
-    _fill_outcomes(s, c)
-    row.span = (min(c.timeline.t_send), max(c.timeline.t_end))
-    if samples:
-        _fill_server(s, samples, *row.span)
-    if s.server_running_max is not None and s.server_queued_max:
-        # The server queued part of this level: it ran at most what its gauge peaked at.
-        row.cap = min(cap or s.concurrency, int(s.server_running_max))
-    return s
-
-
-def _finish(
-    s: LevelStats, row: Row, samples: Sequence[ServerSample] | None, parts: Sequence[dict[str, Any]]
-) -> None:
-    """Add a row's parts to its stats, then what depends on them."""
-    for part in parts:
-        for name, value in part.items():
-            setattr(s, name, value)
-    c = row.columns
-    if not c.sent:
-        return
-    start, end = row.span
-    if samples and s.accept_length is None:
-        _fill_server(s, samples, start, end)
-    if c.lag:
-        s.late_note = late_note(s.late, len(c.lag), s.lag_p99_ms or 0.0, s.peak_in_flight, s.concurrency)
-    s.mix = mix_stats(c, s.wall_s)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
-
-
 def level_stats(
     c: LevelColumns,
     concurrency: int,
@@ -1032,12 +702,46 @@ def level_stats(
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
     rate: float | None = None,
+    slo: Slo | None = None,
 ) -> LevelStats:
-    """Stats of one level from its columns (``summarize_level`` for what the arguments mean)."""
-    row = Row(c, concurrency, repeat, index, status, rate=rate)
-    s = _start(row, samples, cap)
-    _finish(s, row, samples, [level_part(row, part) for part in PARTS])
+    """Every figure of one level from its columns (``summarize_level`` for what the arguments
+    mean; ``slo``: judge the level against it, LevelStats.slo). Each fill sets its figures on the
+    stats directly: a figure computed is a figure kept (tests/test_metrics.py checks every field)."""
+    s = LevelStats(
+        concurrency=concurrency,
+        repeat=repeat,
+        label=level_label(concurrency, repeat, rate),
+        index=index,
+        status=status,
+        warmup=c.warmup,
+        rate=rate,
+    )
+    if slo is not None:
+        s.slo = slo_tally(c, slo).result()
+    if not c.sent:
+        return s
+    start, end = float(c.col("t_send").min()), float(c.col("t_end").max())
+    _fill_outcomes(s, c)
+    _fill_latency(s, c)  # (the accept length from the records, before the server's counters)
+    if samples:
+        _fill_server(s, samples, start, end)
+    if s.server_running_max is not None and s.server_queued_max:
+        # The server queued part of this level: it ran at most what its gauge peaked at.
+        cap = min(cap or s.concurrency, int(s.server_running_max))
+    _fill_throughput(s, c, start, end, cap)
+    _fill_schedule(s, c)
+    s.mix = mix_stats(c, s.wall_s)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
+    for fill in FIGURES:
+        fill(s, c)
     return s
+
+
+# More figures: each is called as ``fill(stats, columns)`` after the built-in ones, for every level
+# of every run (report, compare, the live web view). A figure kept here goes into ``LevelStats.extra``
+# (JSON ``extra``) under its own name; the report's table shows it once it has a column
+# (specload.present.report.LEVEL_COLUMNS). CONTRIBUTING.md, "Add a figure", says when to use this.
+FIGURES: list[Callable[[LevelStats, LevelColumns], None]] = []
 
 
 def summarize_level(
@@ -1050,6 +754,7 @@ def summarize_level(
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
     rate: float | None = None,
+    slo: Slo | None = None,
 ) -> LevelStats:
     """Stats of one level from any set of records (those of other levels are filtered out).
 
@@ -1057,10 +762,74 @@ def summarize_level(
     ``status`` is that level's status in run.json, copied as is. ``samples`` are the run's
     server samples (any order; those outside the level's measured window are ignored).
     """
-    cols = LevelColumns.of(r for r in records if _belongs(r, concurrency, repeat, index))
+    cols = LevelColumns(itl_qs(slo))
+    cols.extend([r for r in records if _belongs(r, concurrency, repeat, index)])
+    samples = sorted(samples or [], key=lambda x: x.t)
     return level_stats(
-        cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate
+        cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate, slo=slo
     )
+
+
+@dataclass
+class Row:
+    """What one row of a run's table is computed from: its columns and its run.json level."""
+
+    columns: LevelColumns
+    concurrency: int
+    repeat: int
+    index: int | None
+    status: str | None = None
+    planned: bool = True
+    rate: float | None = None
+
+
+def summary_rows(
+    groups: Mapping[GroupKey, LevelColumns], levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None
+) -> list[Row]:
+    """One row per run.json level (in sweep order, even without records; a level without an index
+    gets every group of its concurrency and repeat, one after the other), then one per group no
+    level claims."""
+    rows: list[Row] = []
+    claimed: set[GroupKey] = set()
+    for lv in _plan(levels_meta):
+        if lv.index is None:
+            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
+        else:
+            key = (lv.index, lv.concurrency, lv.repeat)
+            keys = [key] if key in groups else []
+        claimed.update(keys)
+        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
+        rows.append(Row(cols, lv.concurrency, lv.repeat, lv.index, lv.status, rate=lv.rate))
+    for key in sorted(k for k in groups if k not in claimed):
+        idx, c, rep = key
+        rows.append(Row(groups[key], c, rep, idx, planned=False))
+    return rows
+
+
+def summarize_rows(
+    rows: Sequence[Row],
+    samples: Sequence[ServerSample] | None = None,
+    cap: int | None = None,
+    slo: Slo | None = None,
+) -> list[LevelStats]:
+    """The stats of each row (``slo``: each judged against it)."""
+    samples = sorted(samples or [], key=lambda x: x.t)
+    out = []
+    for row in rows:
+        s = level_stats(
+            row.columns,
+            row.concurrency,
+            row.repeat,
+            index=row.index,
+            status=row.status,
+            samples=samples,
+            cap=cap,
+            rate=row.rate,
+            slo=slo,
+        )
+        s.planned = row.planned
+        out.append(s)
+    return out
 
 
 def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
@@ -1112,65 +881,6 @@ def summarize_run(
         s.planned = False
         out.append(s)
     return out
-
-
-def summary_rows(
-    groups: Mapping[GroupKey, LevelColumns], levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None
-) -> list[Row]:
-    """The rows of ``summarize_columns``: one per run.json level (in sweep order, even without
-    records; a level without an index gets every group of its concurrency and repeat, one after
-    the other), then one per group no level claims."""
-    rows: list[Row] = []
-    claimed: set[GroupKey] = set()
-    for lv in _plan(levels_meta):
-        if lv.index is None:
-            keys = [k for k in groups if k[1] == lv.concurrency and k[2] == lv.repeat]
-        else:
-            key = (lv.index, lv.concurrency, lv.repeat)
-            keys = [key] if key in groups else []
-        claimed.update(keys)
-        cols = groups[keys[0]] if len(keys) == 1 else LevelColumns.concat([groups[k] for k in keys])
-        rows.append(Row(cols, lv.concurrency, lv.repeat, lv.index, lv.status, rate=lv.rate))
-    for key in sorted(k for k in groups if k not in claimed):
-        idx, c, rep = key
-        rows.append(Row(groups[key], c, rep, idx, planned=False))
-    return rows
-
-
-def _here(rows: Sequence[Row]) -> Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]]:
-    return lambda todo: {job: level_part(rows[job[0]], job[1]) for job, _ in todo}
-
-
-def summarize_rows(
-    rows: Sequence[Row],
-    samples: Sequence[ServerSample] | None = None,
-    cap: int | None = None,
-    run_jobs: Callable[[list[tuple[Job, float]]], dict[Job, dict[str, Any]]] | None = None,
-) -> list[LevelStats]:
-    """The stats of each row. ``run_jobs``: computes the rows' parts (``jobs``: each is
-    ``level_part(rows[i], part)``), e.g. sharing them with another process; by default here."""
-    samples = sorted(samples or [], key=lambda x: x.t)
-    out = [_start(row, samples, cap) for row in rows]
-    todo = jobs(rows)
-    done = (run_jobs or _here(rows))(todo)
-    for i, (s, row) in enumerate(zip(out, rows, strict=True)):
-        _finish(s, row, samples, [done[(i, part)] for part in PARTS if (i, part) in done])
-    return out
-
-
-def summarize_columns(
-    groups: Mapping[GroupKey, LevelColumns],
-    levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
-    samples: Sequence[ServerSample] | None = None,
-    cap: int | None = None,
-) -> list[LevelStats]:
-    """``summarize_run`` from columns per (level, concurrency, repeat) (``columns.read_columns``).
-
-    The same rows with the same figures; a run.json level without an index that matches several
-    groups gets them one after the other (not interleaved in file order, so its float sums can
-    differ from summarize_run's in the last bits).
-    """
-    return summarize_rows(summary_rows(groups, levels_meta), samples, cap)
 
 
 def _sample_std(xs: list[float]) -> float | None:

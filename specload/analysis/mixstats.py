@@ -1,8 +1,8 @@
 """The workload a level actually sent: its length distributions, its request classes and its
 conversation turns, and how much of its prompts the server's prefix cache served.
 
-Pure functions over a level's columns (``columns.LevelColumns``: the length counters and the
-per-class and per-turn columns are filled as records.jsonl is read) and the run's server samples
+Pure functions over a level's columns (``columns.LevelColumns``; a class's or a turn's requests
+are the level's columns where its label is) and the run's server samples
 (``metrics.ServerSample``, read by attribute). ``metrics.level_stats`` calls ``mix_stats`` and
 ``prefix_cache_rate`` for every level, whichever way it was read. The definitions are in
 docs/metrics.md ("Request lengths", "Request classes and conversation turns", "Prefix cache hit rate").
@@ -10,13 +10,19 @@ docs/metrics.md ("Request lengths", "Request classes and conversation turns", "P
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
+from specload.core.records import FAILED, OK, SHORT
+from specload.core.stats import percentile, percentiles
+
+Floats = npt.NDArray[np.float64]
 
 # Where LevelStats.prefix_cache_hit_rate came from.
 CACHE_FROM_RECORDS = "records"  # per request: SGLang meta_info / OpenAI usage prompt_tokens_details
@@ -43,30 +49,21 @@ class LengthSummary:
     max: float | None = None
 
 
-def summarize_counts(counts: Mapping[Any, int]) -> LengthSummary:
-    """The summary of values given as value -> how many times (percentiles interpolated as numpy's
-    default, like every percentile of specload, from the sorted values without listing them)."""
-    items = sorted((v, k) for v, k in counts.items() if v is not None and k > 0)
-    n = sum(k for _, k in items)
+def summarize(values: Floats) -> LengthSummary:
+    """A length's summary over the values (nan: none), percentiles as every percentile of specload
+    (specload.core.stats)."""
+    xs = values[~np.isnan(values)]
+    n = len(xs)
     if not n:
         return LengthSummary()
-    total = sum(v * k for v, k in items)
+    p50, p90 = percentiles(xs, (50.0, 90.0))
+    return LengthSummary(n, float(xs.sum()) / n, p50, p90, float(xs.max()))
 
-    def at(i: int) -> float:  # the i-th smallest value (0-based)
-        seen = 0
-        for v, k in items:
-            seen += k
-            if i < seen:
-                return float(v)
-        return float(items[-1][0])
 
-    def pct(q: float) -> float:
-        pos = (n - 1) * q / 100.0
-        lo = int(pos)
-        a, b = at(lo), at(min(lo + 1, n - 1))
-        return a + (b - a) * (pos - lo)
-
-    return LengthSummary(n, total / n, pct(50.0), pct(90.0), float(items[-1][0]))
+def summarize_counts(counts: Mapping[Any, int]) -> LengthSummary:
+    """``summarize`` of values given as value -> how many times."""
+    items = [(v, k) for v, k in counts.items() if v is not None and k > 0]
+    return summarize(np.repeat(np.array([v for v, _ in items], dtype=np.float64), [k for _, k in items]))
 
 
 @dataclass
@@ -109,43 +106,69 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1000.0
 
 
-def _pct_of(xs: Any, q: float) -> float | None:
-    """metrics.percentile of the values (numpy's linear interpolation; that module imports this one)."""
-    if not len(xs):
-        return None
-    ordered = sorted(xs)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def _lengths(c: LevelColumns) -> dict[str, Floats]:
+    """The four lengths of a level's requests (LENGTHS; nan where a request has none)."""
+    got = ~c.is_label("status", FAILED)
+    nan = np.full(c.sent, np.nan)
+    return {
+        "input_sent": c.col("req_prompt"),
+        "input_counted": np.where(got, c.col("prompt"), nan),
+        "output_asked": c.col("req_out"),
+        "output_received": np.where(got, c.col("tokens"), nan),
+    }
+
+
+def _cached(c: LevelColumns) -> tuple[int, float, float]:
+    """(requests, cached tokens, their prompt tokens) of the not-failed requests that said both."""
+    said = ~c.is_label("status", FAILED) & ~np.isnan(c.col("prompt")) & ~np.isnan(c.col("cached"))
+    return int(said.sum()), float(c.col("cached")[said].sum()), float(c.col("prompt")[said].sum())
 
 
 def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) -> GroupStats:
     """One class's (or turn's) figures from its columns; ``wall``: the level's wall time."""
-    g = GroupStats(key, c.sent, c.sent / level_sent if level_sent else None, c.ok, c.failed, c.short)
-    g.input_mean = summarize_counts(c.requested_prompt).mean
-    g.input_counted_mean = summarize_counts(c.prompt_counted).mean
-    g.output_mean = summarize_counts(c.output_got).mean
-    g.output_tokens = c.output_tokens
+    status = c.codes("status")
+    ok = c.is_label("status", OK)
+    g = GroupStats(
+        key,
+        c.sent,
+        c.sent / level_sent if level_sent else None,
+        int(ok.sum()),
+        int(c.is_label("status", FAILED).sum()),
+        int(c.is_label("status", SHORT).sum()),
+    )
+    del status
+    lengths = _lengths(c)
+    g.input_mean = summarize(lengths["input_sent"]).mean
+    g.input_counted_mean = summarize(lengths["input_counted"]).mean
+    g.output_mean = summarize(lengths["output_received"]).mean
+    total = float(np.maximum(c.col("tokens"), 0).sum())
+    g.output_tokens = int(total) if total.is_integer() else total  # type: ignore[assignment]
     if wall:
-        g.agg_tok_s, g.req_s = c.output_tokens / wall, c.ok / wall
-    g.per_req_tok_s = sum(c.per_req) / len(c.per_req) if c.per_req else None
-    g.ttft_p50_ms, g.ttft_p99_ms = _ms(_pct_of(c.ttft, 50.0)), _ms(_pct_of(c.ttft, 99.0))
-    g.tpot_p50_ms, g.e2e_p50_s = _ms(_pct_of(c.tpot, 50.0)), _pct_of(c.e2e_ok, 50.0)
-    g.prefix_cache_hit_rate = c.cached_sum / c.cached_prompt if c.cached_n and c.cached_prompt else None
+        g.agg_tok_s, g.req_s = g.output_tokens / wall, g.ok / wall
+    e2e = c.col("e2e")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_req = (c.col("tokens") / e2e)[ok & (e2e > 0)]
+    g.per_req_tok_s = float(per_req.mean()) if len(per_req) else None
+    ttft_p50, ttft_p99 = percentiles(c.present("ttft", ok), (50.0, 99.0))
+    g.ttft_p50_ms, g.ttft_p99_ms = _ms(ttft_p50), _ms(ttft_p99)
+    g.tpot_p50_ms, g.e2e_p50_s = _ms(percentile(c.present("tpot", ok), 50.0)), percentile(e2e[ok], 50.0)
+    n, cached, prompt = _cached(c)
+    g.prefix_cache_hit_rate = cached / prompt if n and prompt else None
     return g
 
 
 def mix_stats(c: LevelColumns, wall: float | None) -> MixStats:
-    sources: dict[str, Counter[Any]] = {
-        "input_sent": c.requested_prompt,
-        "input_counted": c.prompt_counted,
-        "output_asked": c.requested_output,
-        "output_received": c.output_got,
-    }
-    m = MixStats(lengths={key: summarize_counts(sources[key]) for key, _ in LENGTHS})
-    m.varied = len(c.requested_prompt) > 1 or len(c.requested_output) > 1
-    for (kind, key), group in sorted(c.groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+    lengths = _lengths(c)
+    m = MixStats(lengths={key: summarize(lengths[key]) for key, _ in LENGTHS})
+    m.varied = len(np.unique(lengths["input_sent"])) > 1 or len(np.unique(lengths["output_asked"])) > 1
+    groups = []
+    for kind, name in (("class", "request_class"), ("turn", "turn")):
+        codes = c.codes(name)
+        for code, key in enumerate(c.labels[name]):
+            mine = codes == code
+            if key is not None and mine.any():
+                groups.append(((kind, key), c.subset(mine)))
+    for (kind, key), group in sorted(groups, key=lambda kv: (kv[0][0], str(kv[0][1]))):
         (m.classes if kind == "class" else m.turns).append(group_stats(key, group, c.sent, wall))
     m.turns.sort(key=lambda g: g.key)
     return m
@@ -177,8 +200,9 @@ def prefix_cache_rate(
 ) -> tuple[float | None, str | None]:
     """(hit rate, source): the records' own counts when the server gave them, else its counters,
     else its gauge."""
-    if c.cached_n and c.cached_prompt:
-        return c.cached_sum / c.cached_prompt, CACHE_FROM_RECORDS
+    n, cached, prompt = _cached(c)
+    if n and prompt:
+        return cached / prompt, CACHE_FROM_RECORDS
     rate = cache_from_counters(samples, start, end)
     if rate is not None:
         return rate, CACHE_FROM_COUNTERS

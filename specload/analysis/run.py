@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specload.analysis import figcache, forked
+from specload.analysis import forked
 from specload.analysis.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -27,16 +27,8 @@ from specload.analysis.capacity import (
     ServerLimits,
     capacity_of,
 )
-from specload.analysis.columns import GroupKey, LevelColumns, read_columns_and_tallies
-from specload.analysis.metrics import (
-    Job,
-    LevelStats,
-    Row,
-    ServerSample,
-    level_part,
-    summarize_rows,
-    summary_rows,
-)
+from specload.analysis.columns import GroupKey, LevelColumns, read_columns
+from specload.analysis.metrics import LevelStats, ServerSample, summarize_rows, summary_rows
 from specload.core.records import RequestRecord, read_records
 from specload.core.rundir import (
     LOCUST_CSV,
@@ -47,7 +39,7 @@ from specload.core.rundir import (
     RunMeta,
     read_jsonl,
 )
-from specload.core.slo import Slo, SloError, SloTally, parse_slo
+from specload.core.slo import Slo, SloError, parse_slo
 
 
 class NotARunDir(Exception):
@@ -137,17 +129,13 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
 
 
 def _read_columns(
-    run_dir: Path, notices: list[str], processes: int, slo: Slo | None
-) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
+    run_dir: Path, notices: list[str], slo: Slo | None, processes: int
+) -> dict[GroupKey, LevelColumns]:
     path = run_dir / RECORDS
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
-        return {}, {}
-    return read_columns_and_tallies(str(path), notices, processes, slo)
-
-
-# Runs with fewer measured requests are summarized in one process (a fork costs more than it saves).
-FORK_FROM = 50_000
+        return {}
+    return read_columns(str(path), notices, slo, processes)
 
 
 def default_processes() -> int:
@@ -157,34 +145,6 @@ def default_processes() -> int:
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
     return 2 if cores >= 2 and forked.available() else 1
-
-
-def _summarize(
-    rows: list[Row], samples: list[ServerSample], cap: int | None, processes: int
-) -> list[LevelStats]:
-    """The rows' stats; with ``processes=2`` a forked child computes about half of their parts
-    (specload.analysis.metrics.PARTS, shared by estimated cost) meanwhile; this process computes its half
-    itself if the child fails."""
-    if processes < 2 or not forked.available() or sum(row.columns.sent for row in rows) < FORK_FROM:
-        return summarize_rows(rows, samples, cap)
-
-    def run_jobs(todo: list[tuple[Job, float]]) -> dict[Job, dict[str, Any]]:
-        mine: list[Job] = []
-        theirs: list[Job] = []
-        load = [0.0, 0.0]
-        for job, cost in sorted(todo, key=lambda jc: -jc[1]):  # the biggest first, to the lighter side
-            side = 0 if load[0] <= load[1] else 1
-            (mine, theirs)[side].append(job)
-            load[side] += cost
-        with forked.Child(lambda: {job: level_part(rows[job[0]], job[1]) for job in theirs}) as child:
-            done = {job: level_part(rows[job[0]], job[1]) for job in mine}
-            try:
-                done.update(child.result())
-            except forked.ChildFailed:
-                done.update({job: level_part(rows[job[0]], job[1]) for job in theirs})
-        return done
-
-    return summarize_rows(rows, samples, cap, run_jobs)
 
 
 def read_server_samples(path: str | Path) -> list[ServerSample]:
@@ -224,40 +184,28 @@ def load_run(
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
-    ``keep``: keep a big run's figures for the next reader (specload.analysis.figcache: used only while the
-    run's files and specload's code are unchanged); they are used whenever they are there.
-    ``processes=2``: use a second core (a forked child reads half of a big records.jsonl, then
-    computes half of the figures; the same figures either way). Only from a single-threaded
-    process without an event loop (the report and compare commands), see specload.analysis.forked.
+    ``processes=2``: a forked child reads the second half of a big records.jsonl meanwhile (the same
+    figures either way); only from a single-threaded process without an event loop (the report and
+    compare commands), see specload.analysis.forked. ``keep`` is accepted for callers that pass it:
+    every run is read afresh.
     """
+    del keep
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")
-    cache_key = None
-    if (keep and figcache.worth_keeping(d)) or (d / figcache.CACHE_FILE).exists():
-        cache_key = figcache.key(d, "run's own" if isinstance(slo, _RunSlo) else repr(slo))  # before reading
-        kept = figcache.load(d, cache_key)
-        if isinstance(kept, Run):
-            kept.run_dir = d
-            return kept
     notices: list[str] = []
     meta = _read_meta(d, notices)
     info = RunMeta.from_json(meta)
     slo_notes: list[str] = []  # after the records' notes, where they always came
     chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
-    groups, tallies = _read_columns(d, notices, processes, chosen)  # the SLO's tallies in the same pass
+    groups = _read_columns(d, notices, chosen, processes)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = _summarize(summary_rows(groups, info.levels), samples, info.server.max_running, processes)
+    levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
     del groups  # the columns: what stays of a run is its figures
     notices += slo_notes
-    if chosen is not None:
-        judge_levels(levels, tallies, chosen)
-    run = Run(
+    return Run(
         d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices)
     )
-    if keep and cache_key is not None:
-        figcache.save(d, cache_key, run)
-    return run
 
 
 def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
@@ -269,24 +217,6 @@ def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
     except (OSError, ValueError) as e:
         notices.append(f"{CAPACITY_JSON} unreadable ({e}); the capacity comes from the levels alone")
         return None
-
-
-# ---------------------------------------------------------------- the SLO, per request
-
-
-def judge_levels(levels: list[LevelStats], tallies: dict[GroupKey, SloTally], slo: Slo) -> None:
-    """Set each level's ``slo`` from the tallies of its records (a run.json level without an index
-    takes every group with its concurrency and repeat, as the columns do)."""
-    for s in levels:
-        keys = [
-            k
-            for k in tallies
-            if k[1] == s.concurrency and k[2] == s.repeat and (s.index is None or k[0] == s.index)
-        ]
-        tally = SloTally(slo)
-        for k in keys:
-            tally.merge(tallies[k])
-        s.slo = tally.result()
 
 
 # ---------------------------------------------------------------- Locust cross-check

@@ -71,7 +71,7 @@ def _tpot_stat(s: LevelStats, target: Target | None) -> float | None:
         return None
     if target is not None and target.q is None:
         return d.mean
-    return d.p.get(target.q if target is not None else 50.0)
+    return d.p.get(50.0 if target is None or target.q is None else target.q)
 
 
 def user_tok_s(levels: Sequence[LevelStats], target: Target | None) -> float | None:
@@ -98,7 +98,7 @@ def _common_slo(runs: Sequence[Run]) -> tuple[Slo | None, list[str]]:
     ]
 
 
-def compare_slo(runs: Sequence[tuple[str, Run, dict[int, RepeatedLevelStats]]]) -> SloComparison:
+def compare_slo(runs: Sequence[tuple[str, Run, dict[float, RepeatedLevelStats]]]) -> SloComparison:
     """``runs``: (label, run, figures by concurrency), the baseline first."""
     slo, notes = _common_slo([r for _, r, _ in runs])
     tpot = slo.target("tpot") if slo is not None else None

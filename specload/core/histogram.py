@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 RATIO = 1.02
 FLOOR_S = 1e-5
@@ -105,6 +106,16 @@ class Counts:
             return
         for b in seen:
             self._add_one(b, scratch[b])
+
+    def add_flat(self, bins: Any, counts: Any) -> None:
+        """Pairs given as two integer arrays (numpy), every one well-formed (bin 0 to ``SPAN - 1``,
+        count > 0), in the order they came: what ``add`` of them gives (bins in first-seen order)."""
+        import numpy as np
+
+        uniq, first = np.unique(bins, return_index=True)
+        totals = np.bincount(bins, weights=counts, minlength=self.SPAN)  # exact: counts far below 2**53
+        for b in uniq[np.argsort(first, kind="stable")].tolist():
+            self._add_one(b, int(totals[b]))
 
     def _add_one(self, b: int, c: int) -> None:
         if 0 <= b < self.SPAN:

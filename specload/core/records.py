@@ -49,6 +49,9 @@ class Phase(str, Enum):
     DONE = "done"
 
 
+# Version 2 added ``v`` itself; version 1 is every record written before (they read the same way).
+SCHEMA_VERSION = 2
+
 PHASE_WARMUP = "warmup"
 PHASE_MEASURE = "measure"
 
@@ -109,6 +112,8 @@ class RequestRecord:
     conversation: str | None = None
     prefix_group: int | None = None
     cached_tokens: int | None = None
+    # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
+    v: int = 2
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive
@@ -121,7 +126,10 @@ class RequestRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RequestRecord:
         known = _FIELD_SET  # not fields(cls) per call: the owner parses every record it is shipped
-        return cls(**{k: v for k, v in d.items() if k in known})
+        rec = cls(**{k: v for k, v in d.items() if k in known})
+        if "v" not in d:
+            rec.v = 1  # written before records carried their version
+        return rec
 
 
 _FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in fields(RequestRecord))

@@ -26,13 +26,14 @@ import re
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import reduce
-from itertools import chain, compress, repeat
-from operator import add, and_, eq, le
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from specload.core import histogram
 from specload.core.records import OK, RequestRecord
+from specload.core.stats import percentile
 from specload.core.tdist import t_quantile_975
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
@@ -158,20 +159,9 @@ def decode_floor_tok_s(slo: Slo) -> float | None:
 
 
 def percentile_inf(ordered: Sequence[float], q: float) -> float | None:
-    """numpy's linear percentile of sorted values that may end in +inf (a failed request): +inf
-    as soon as the interpolation touches one (never nan)."""
-    if not ordered:
-        return None
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    frac = pos - lo
-    a, b = ordered[lo], ordered[hi]
-    if frac == 0.0 or a == b:
-        return a
-    if math.isinf(b):
-        return math.inf
-    return a + (b - a) * frac
+    """numpy's linear percentile of values that may hold +inf (a failed request): +inf as soon as
+    the interpolation touches one, never nan (specload.core.stats.percentile)."""
+    return percentile(ordered, q)
 
 
 def _log_pmf(k: int, n: int, p: float) -> float:
@@ -212,13 +202,14 @@ def requests_to_settle(q: float) -> int:
     return math.ceil(math.log(ALPHA / 2) / math.log(q / 100.0))
 
 
-def mean_inside_noise(values: Sequence[float], threshold: float) -> bool:
+def mean_inside_noise(values: Sequence[float] | Floats, threshold: float) -> bool:
     """The mean of ``values`` is not told from ``threshold`` by a two-sided t test at ALPHA."""
-    n = len(values)
+    xs = np.asarray(values, dtype=np.float64)
+    n = len(xs)
     if n < 2:
         return n == 1
-    m = sum(values) / n
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
+    m = float(xs.mean())
+    sd = float(xs.std(ddof=1))
     return abs(m - threshold) <= t_quantile_975(n - 1) * sd / math.sqrt(n)
 
 
@@ -346,146 +337,71 @@ class LevelSlo:
         }
 
 
-_LISTS = frozenset({list})
-_PAIR = frozenset({2})
-_INTS = frozenset({int})
+Floats = npt.NDArray[np.float64]
+_COLUMNS = ("ok", "t_send", "t_end", "tokens", "ttft", "tpot", "e2e")
 
 
-def _request_hists(status: Sequence[Any], itl: Sequence[Any]) -> list[histogram.Hist]:
-    """Each request's gap histogram as ``SloTally.add`` merges it (``histogram.merge([itl])`` of an
-    OK request's, {} for the others). When every pair of the block is a list of two ints with a count
-    above zero, and no request names a bin twice, a request's histogram is ``dict`` of its pairs
-    (the same bins, counts and order); otherwise each is merged with ``merge``'s checks."""
-    itl = [x if x and s == OK else None for s, x in zip(status, itl, strict=True)]
-    used = list(filter(None, itl))
-    pairs = list(chain.from_iterable(used))
-    if _LISTS.issuperset(map(type, pairs)) and _PAIR.issuperset(map(len, pairs)):
-        flat = list(chain.from_iterable(pairs))
-        if _INTS.issuperset(map(type, flat)) and (not flat or min(flat[1::2]) > 0):
-            hists = [dict(x) if x else {} for x in itl]
-            if sum(map(len, hists)) == len(pairs):  # no bin twice in a request
-                return hists
-    return [histogram.merge([x]) if x else {} for x in itl]
+def _count(x: float) -> int | float:
+    """A sum of counts as the int it is (a float only when some count was not a whole number)."""
+    return int(x) if float(x).is_integer() else float(x)
 
 
 @dataclass
 class SloTally:
-    """One level's requests as the SLO needs them, added one at a time (from records as they arrive
-    during a sweep, or from records.jsonl when a run is read back): the same code judges both."""
+    """One level's measured requests as the SLO needs them: added one at a time (``add``, as records
+    arrive during a sweep) or as columns (``extend``, a level read from records.jsonl); ``result``
+    judges them, the one definition of every figure of docs/metrics.md "SLOs and goodput"."""
 
     slo: Slo
-    sent: int = 0
-    good: int = 0
-    good_tokens: int = 0
-    bad: int = 0  # failed or short
     first_send: float | None = None
     last_end: float | None = None
-    # per target (in slo order): each measured request's own value, +inf when failed/short/missing
-    # (8 bytes a request and target: a run of millions of requests stays small)
-    values: list[array] = field(default_factory=list)
-    missing: list[int] = field(default_factory=list)
     itl: histogram.Hist = field(default_factory=dict)  # the OK requests' gaps, merged (the level's ITL)
     itl_requests: int = 0  # OK requests with gaps
-    # an ITL target: only then is each request's gap histogram read
-    _gaps: bool = field(default=False, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.values:
-            self.values = [array("d") for _ in self.slo.targets]
-            self.missing = [0] * len(self.slo.targets)
-        self._gaps = any(t.metric == "itl" for t in self.slo.targets)
+    # (ok, t_send, t_end, tokens, ttft, tpot, e2e, ITL value per target) of requests added one by
+    # one, and the columns of those added as columns (numpy arrays; nan: no value)
+    _rows: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
+    _parts: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def add(
         self,
         status: str,
         t_send: float,
         t_end: float,
-        output_tokens: int,
+        output_tokens: float,
         ttft: float | None,
         tpot: float | None,
         e2e: float | None,
         itl: Any,
     ) -> None:
         """One measured request (warmup requests are never added)."""
-        self.sent += 1
         self.first_send = t_send if self.first_send is None else min(self.first_send, t_send)
         self.last_end = t_end if self.last_end is None else max(self.last_end, t_end)
         ok = status == OK
-        if not ok:
-            self.bad += 1
-        good = ok
+        values = []
         hist: histogram.Hist = {}
-        if ok and self._gaps and itl:
+        if ok and itl and any(t.metric == "itl" for t in self.slo.targets):
             hist = histogram.merge([itl]) if isinstance(itl, list) else itl
-        for i, t in enumerate(self.slo.targets):
-            v = request_value(t.metric, t.q, ttft, tpot, e2e, hist) if ok else None
-            if ok and v is None:
-                self.missing[i] += 1
-            if v is None or v > t.threshold_s:
-                good = False
-            self.values[i].append(math.inf if v is None else v)
+        for t in self.slo.targets:
+            if t.metric == "itl":
+                v = request_value("itl", t.q, None, None, None, hist)
+                values.append(math.nan if v is None else v)
         if hist:
             for b, c in hist.items():
                 self.itl[b] = self.itl.get(b, 0) + c
             self.itl_requests += 1
-        if good:
-            self.good += 1
-            self.good_tokens += max(0, output_tokens)
-
-    def add_block(
-        self,
-        status: Sequence[Any],
-        t_send: Sequence[float],
-        t_end: Sequence[float],
-        output_tokens: Sequence[Any],
-        ttft: Sequence[float | None],
-        tpot: Sequence[float | None],
-        e2e: Sequence[float | None],
-        itl: Sequence[Any],
-    ) -> None:
-        """``add`` of many measured requests at once (columns of equal length, in file order), as the
-        report reads records.jsonl a block at a time: the same counts, values and sums as adding them
-        one by one, with a pass over each column instead of a step per request and target. An ITL
-        target needs each request's own gap histogram: then they go through ``add`` one by one."""
-        m = len(status)
-        if not m:
-            return
-        if self._gaps:  # ``add`` takes a request's histogram already merged: each made here at once
-            hists = _request_hists(status, itl)
-            for row in zip(status, t_send, t_end, output_tokens, ttft, tpot, e2e, hists, strict=True):
-                self.add(*row)
-            return
-        self.sent += m
-        lo, hi = min(t_send), max(t_end)  # the first of equal values, as min/max one at a time keep
-        self.first_send = lo if self.first_send is None else min(self.first_send, lo)
-        self.last_end = hi if self.last_end is None else max(self.last_end, hi)
-        n_ok = status.count(OK)
-        self.bad += m - n_ok
-        ok = None if n_ok == m else list(map(eq, status, repeat(OK)))
-        good = ok  # None: every request, so far
-        for i, t in enumerate(self.slo.targets):
-            col = ttft if t.metric == "ttft" else tpot if t.metric == "tpot" else e2e
-            has = None  # which requests have a value: None, all of them
-            if ok is not None or None in col:
-                has = [o and v is not None for o, v in zip(ok or [True] * m, col, strict=True)]
-            if has is None:
-                vals: Sequence[Any] = col
-                within = list(map(le, col, repeat(t.threshold_s)))
-            else:
-                self.missing[i] += (m if ok is None else n_ok) - sum(has)
-                vals = [v if h else math.inf for v, h in zip(col, has, strict=True)]
-                within = [h and v <= t.threshold_s for v, h in zip(col, has, strict=True)]
-            self.values[i].extend(vals)
-            good = within if good is None else list(map(and_, good, within))
-        if good is None:  # no target and every request OK
-            good = [True] * m
-        self.good += sum(good)
-        tokens = list(map(max, repeat(0), compress(output_tokens, good)))
-        total = sum(tokens)
-        if type(total) is int and type(self.good_tokens) is int:
-            self.good_tokens += total
-        else:  # a float count: the additions in the order ``add`` makes them
-            self.good_tokens = reduce(add, tokens, self.good_tokens)
+        nan = math.nan
+        self._rows.append(
+            (
+                ok,
+                t_send,
+                t_end,
+                output_tokens,
+                nan if ttft is None else ttft,
+                nan if tpot is None else tpot,
+                nan if e2e is None else e2e,
+                *values,
+            )
+        )
 
     def add_record(self, rec: RequestRecord) -> None:
         """One measured record, as it arrives during a sweep."""
@@ -493,58 +409,131 @@ class SloTally:
             rec.status, rec.t_send, rec.t_end, rec.output_tokens, rec.ttft_s, rec.tpot_s, rec.e2e_s, rec.itl
         )
 
+    def extend(
+        self,
+        *,
+        ok: npt.NDArray[np.bool_],
+        t_send: Floats,
+        t_end: Floats,
+        tokens: Floats,
+        ttft: Floats,
+        tpot: Floats,
+        e2e: Floats,
+        itl_values: dict[int, Floats],
+        itl: histogram.Hist,
+        itl_requests: int,
+    ) -> None:
+        """Many measured requests as columns (nan: no value); ``itl_values``: per ITL target (its
+        index in the SLO), each request's own statistic of its gaps; ``itl``: the OK requests' gaps
+        merged, ``itl_requests``: how many OK requests had gaps."""
+        if not len(ok):
+            return
+        lo, hi = float(t_send.min()), float(t_end.max())
+        self.first_send = lo if self.first_send is None else min(self.first_send, lo)
+        self.last_end = hi if self.last_end is None else max(self.last_end, hi)
+        part: dict[str, Any] = dict(zip(_COLUMNS, (ok, t_send, t_end, tokens, ttft, tpot, e2e), strict=True))
+        part["itl_values"] = [itl_values[i] for i, t in enumerate(self.slo.targets) if t.metric == "itl"]
+        self._parts.append(part)
+        for b, c in itl.items():
+            self.itl[b] = self.itl.get(b, 0) + c
+        self.itl_requests += itl_requests
+
     def merge(self, other: SloTally) -> None:
         """Another group's requests into this one (a run.json level spread over several groups)."""
-        self.sent += other.sent
-        self.good += other.good
-        self.good_tokens += other.good_tokens
-        self.bad += other.bad
         if other.first_send is not None:
             self.first_send = (
                 other.first_send if self.first_send is None else min(self.first_send, other.first_send)
             )
         if other.last_end is not None:
             self.last_end = other.last_end if self.last_end is None else max(self.last_end, other.last_end)
-        for i in range(len(self.values)):
-            self.values[i].extend(other.values[i])
-            self.missing[i] += other.missing[i]
+        self._parts.append(other._columns())
         for b, c in other.itl.items():
             self.itl[b] = self.itl.get(b, 0) + c
         self.itl_requests += other.itl_requests
 
+    def _columns(self) -> dict[str, Any]:
+        """Every request added so far as one set of columns (in the order they were added)."""
+        n_itl = sum(t.metric == "itl" for t in self.slo.targets)
+        parts = list(self._parts)
+        if self._rows:
+            rows = np.array(self._rows, dtype=np.float64).reshape(len(self._rows), len(_COLUMNS) + n_itl)
+            part: dict[str, Any] = {name: rows[:, i] for i, name in enumerate(_COLUMNS)}
+            part["ok"] = part["ok"] != 0
+            part["itl_values"] = [rows[:, len(_COLUMNS) + j] for j in range(n_itl)]
+            parts.append(part)
+        if len(parts) == 1:
+            return parts[0]
+        out: dict[str, Any] = {
+            name: np.concatenate([p[name] for p in parts]) if parts else np.empty(0) for name in _COLUMNS
+        }
+        out["ok"] = out["ok"].astype(bool)
+        out["itl_values"] = (
+            [np.concatenate([p["itl_values"][j] for p in parts]) for j in range(n_itl)]
+            if parts
+            else [np.empty(0)] * n_itl
+        )
+        return out
+
+    def _judged(self) -> tuple[dict[str, Any], list[Floats], list[int], npt.NDArray[np.bool_]]:
+        """The columns; per target each request's value (+inf: failed, short or without one) and the
+        OK requests without a value; which requests were good (OK and within every threshold)."""
+        cols = self._columns()
+        ok = cols["ok"]
+        values, missing = [], []
+        good = ok.copy()
+        itl = iter(cols["itl_values"])
+        for t in self.slo.targets:
+            v = next(itl) if t.metric == "itl" else cols[t.metric]
+            has = ok & ~np.isnan(v)
+            values.append(np.where(has, v, math.inf))
+            missing.append(int(np.count_nonzero(ok) - np.count_nonzero(has)))
+            good &= has & (v <= t.threshold_s)
+        return cols, values, missing, good
+
+    @property
+    def sent(self) -> int:
+        return len(self._columns()["ok"])
+
+    @property
+    def values(self) -> list[array]:
+        """Per target (in SLO order): each measured request's own value, +inf when failed, short or
+        without one."""
+        return [array("d", v.tolist()) for v in self._judged()[1]]
+
     def result(self) -> LevelSlo:
+        cols, values, missing, good = self._judged()
+        n = len(cols["ok"])
+        bad = n - int(np.count_nonzero(cols["ok"]))
+        good_tokens = _count(np.maximum(cols["tokens"][good], 0).sum())
         wall = None
         if self.first_send is not None and self.last_end is not None and self.last_end > self.first_send:
             wall = self.last_end - self.first_send
-        targets = tuple(self._judge(i, t) for i, t in enumerate(self.slo.targets))
-        return LevelSlo(self.slo, self.sent, self.good, self.good_tokens, wall, targets)
+        targets = tuple(
+            self._judge(t, n, bad, v, m) for t, v, m in zip(self.slo.targets, values, missing, strict=True)
+        )
+        return LevelSlo(self.slo, n, int(np.count_nonzero(good)), good_tokens, wall, targets)  # type: ignore[arg-type]
 
-    def _judge(self, i: int, t: Target) -> TargetResult:
-        n = self.sent
+    def _judge(self, t: Target, n: int, bad: int, vals: Floats, missing: int) -> TargetResult:
         if n == 0:
             return TargetResult(t, None, None, 0, 0, False)
         if t.metric == "itl":
-            return self._judge_itl(t)
-        vals = self.values[i]
-        over = sum(1 for v in vals if v > t.threshold_s)
+            return self._judge_itl(t, n, bad, vals, missing)
+        over = int(np.count_nonzero(vals > t.threshold_s))
         if t.q is None:
-            finite = [v for v in vals if math.isfinite(v)]
-            value = math.inf if len(finite) < n else sum(finite) / n
+            finite = vals[np.isfinite(vals)]
+            value = math.inf if len(finite) < n else float(finite.sum()) / n
             noise = math.isfinite(value) and mean_inside_noise(finite, t.threshold_s)
         else:
-            value = percentile_inf(sorted(vals), t.q) or 0.0
+            value = percentile(vals, t.q) or 0.0
             noise = count_inside_noise(over, n, t.q)
-        return TargetResult(t, value, value <= t.threshold_s, over, n, noise, self.missing[i])
+        return TargetResult(t, value, value <= t.threshold_s, over, n, noise, missing)
 
-    def _judge_itl(self, t: Target) -> TargetResult:
+    def _judge_itl(self, t: Target, n: int, bad: int, vals: Floats, missing: int) -> TargetResult:
         """ITL: the level's pooled gaps (the report's ITL figure). A failed or short request has no
         gaps to pool, so it counts as a request over the threshold; the count over the threshold is
         the pooled share over it times the OK requests (gaps of one request are not independent:
         the requests are the sample), plus the failed and short ones."""
-        n, bad = self.sent, self.bad
         gaps = histogram.count(self.itl)
-        i = self.slo.targets.index(t)
-        missing = self.missing[i]
         if gaps == 0:
             return TargetResult(t, math.inf, False, n, n, False, missing)
         share_over = sum(c for b, c in self.itl.items() if histogram.centre(b) > t.threshold_s) / gaps
@@ -552,8 +541,7 @@ class SloTally:
         if t.q is None:
             mean, _ = histogram.mean_std(self.itl)
             value = math.inf if bad or missing else (mean or 0.0)
-            per_request = [v for v in self.values[i] if math.isfinite(v)]
-            noise = math.isfinite(value) and mean_inside_noise(per_request, t.threshold_s)
+            noise = math.isfinite(value) and mean_inside_noise(vals[np.isfinite(vals)], t.threshold_s)
         else:
             allowed = n * (1.0 - t.q / 100.0)
             value = math.inf if bad + missing > allowed else (histogram.quantile(self.itl, t.q) or 0.0)

@@ -3,8 +3,7 @@
 Reading a big run back is CPU-bound for minutes (about 120 s at 5 million records): in the Locust
 process it would hold up the gevent loop, so the master's heartbeats would stop and its workers
 give up on it after 60 s, and a web UI would stop answering. The child (``python -m
-specload.locust.reportjob RUN_DIR [--print]``) reads the run, keeps a big run's figures for the
-readers after it (specload.analysis.figcache) and writes report.md; with ``--print`` it also prints
+specload.locust.reportjob RUN_DIR [--print]``) reads the run and writes report.md; with ``--print`` it also prints
 the report on its stdout (the Locust process's), as a plain headless ``locust`` run shows it. The
 Locust process waits for it without blocking its loop (gevent's subprocess), for at most
 ``REPORT_TIMEOUT_S``.

@@ -17,8 +17,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from specload.analysis import forked
-from specload.analysis.columns import SPLIT_BYTES
 from specload.analysis.comparison import (
     NOISE_MARK,
     NOT_COMPARABLE,
@@ -31,7 +29,7 @@ from specload.analysis.comparison import (
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
-from specload.core.rundir import RECORDS, read_run_meta, safe_name
+from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
 from specload.present.output import format_help, is_document, is_known_format, render_view
@@ -377,25 +375,14 @@ def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotA
 
 
 def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
-    """The runs, read one after the other. With ``processes=2`` a big run is read in a forked child
-    (itself using two processes) that sends back only its figures: its columns, and whatever memory
-    reading them left behind, go with the child, and the next run starts from a small process."""
+    """The runs, read one after the other (each run's columns are dropped once its figures are made)."""
     runs: list[Run] = []
     for d in run_dirs:
         if not Path(d).is_dir():
             raise CompareError(f"{d}: not a directory (expected a specload run directory)")
     chosen = slo if slo is not None else _one_slo(run_dirs)
     for d in run_dirs:
-        records = Path(d) / RECORDS
-        big = records.exists() and records.stat().st_size >= SPLIT_BYTES
-        if big and processes > 1 and forked.available():
-            child: forked.Child[Run | NotARunDir] = forked.Child(
-                partial(_load_or_error, d, chosen, processes)
-            )
-            with child:
-                run = child.result()
-        else:
-            run = _load_or_error(d, chosen, processes)
+        run = _load_or_error(d, chosen, processes)
         if isinstance(run, NotARunDir):
             raise CompareError(str(run)) from None
         runs.append(run)

@@ -19,7 +19,6 @@ from typing import Any, TextIO
 from specload.analysis.capacity import describe as describe_capacity
 from specload.analysis.capacity import fmt_x, limit_reason
 from specload.analysis.clientcheck import client_notes
-from specload.analysis.figcache import CACHE_FILE
 from specload.analysis.metrics import PERCENTILES, LevelStats, group_repeats, level_json
 from specload.analysis.mixstats import (
     CACHE_FROM_COUNTERS,
@@ -784,7 +783,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-write",
         action="store_true",
-        help=f"do not write {REPORT_MD} (nor, for a big run, {CACHE_FILE}) into the run directory",
+        help=f"do not write {REPORT_MD} into the run directory",
     )
     p.add_argument(
         "--slo",

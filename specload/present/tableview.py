@@ -195,16 +195,15 @@ def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int
     """The columns ``view`` keeps of a table whose columns have these ``keys``.
 
     ``measure(indices)``: the printed width of the table with those columns (rendered, so that any
-    format's borders and padding count). A key missing from PRIORITY is a programming error.
+    format's borders and padding count). A key missing from PRIORITY (a figure added without a
+    rank) comes after every ranked one, named by its key.
     """
-    unknown = sorted({k for k in keys if k not in FIGURES})
-    assert not unknown, f"columns without a place in tableview.PRIORITY: {unknown}"
     everything = tuple(range(len(keys)))
     if view.keys is not None:
         return Choice(tuple(i for i, k in enumerate(keys) if k in view.keys), ())
     if view.width is None:
         return Choice(everything, ())
-    ranked = sorted(set(keys), key=RANK.__getitem__)
+    ranked = sorted(set(keys), key=lambda k: (RANK.get(k, len(RANK)), keys.index(k)))
     n = len(ranked)
     kept = set(ranked)
     # Drop the least important until it fits (never below the figures a table cannot do without).
@@ -214,7 +213,7 @@ def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int
         n -= 1
         kept.discard(ranked[n])
     shown = tuple(i for i, k in enumerate(keys) if k in kept)
-    hidden = tuple(FIGURES[k].title for k in sorted(set(keys) - kept, key=keys.index))
+    hidden = tuple(FIGURES[k].title if k in FIGURES else k for k in sorted(set(keys) - kept, key=keys.index))
     return Choice(shown, hidden)
 
 
