@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
