@@ -19,6 +19,22 @@ import pytest
 from specload.sim.process import SimProcess, start_sim
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _undo_readline_terminal_size() -> None:
+    """pytest imports readline (capture's ``_readline_workaround``), and GNU readline exports COLUMNS
+    and LINES into the C environment (80x24 off a terminal) without os.environ knowing. Every child
+    then inherits a width nobody set: the pytest-xdist workers (so an in-process report fits 80
+    columns there and 120 without xdist) and the specload and Locust processes the tests start. Put
+    the C environment back to the one pytest was started with (os.environ's snapshot)."""
+    for name in ("COLUMNS", "LINES"):
+        if name in os.environ:
+            os.putenv(name, os.environ[name])
+        else:
+            os.unsetenv(name)
+
+
+_undo_readline_terminal_size()
 LOCUSTFILE = REPO / "locustfiles" / "specload_sweep.py"
 
 
