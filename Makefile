@@ -35,10 +35,13 @@ $(VENV)/.installed-real: $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-# The fast suite: the simulator, real Locust processes, the browser-free web UI checks (a few minutes).
+# The fast suite: the simulator, real Locust processes, the web UI (a few minutes). Most tests wait
+# on simulated timings, so more workers than cores (TEST_WORKERS); the tests that share a
+# module-scoped fixture stay on one worker (--dist loadgroup, tests/conftest.py).
+TEST_WORKERS ?= 4
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q --ignore=tests/real
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/real
 
 # Against a real llama.cpp server built from source (first run ~10 min to build, cached in
 # ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.

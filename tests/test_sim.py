@@ -44,6 +44,7 @@ def _run(engine: FixedEngine, prompt: int, n: int, out: list[tuple[float, Chunk]
         out.append((clock(), chunk))
 
 
+@pytest.mark.timing
 def test_chunk_sizes_and_absolute_deadlines() -> None:
     scale = 0.5
     eng = FixedEngine(
@@ -72,6 +73,7 @@ def test_single_token_and_zero_tokens() -> None:
     assert eng.running == 0 and eng.queued == 0
 
 
+@pytest.mark.timing
 def test_fifo_queueing_under_the_cap() -> None:
     eng = FixedEngine(ttft_s=0.02, itl_s=0.005, max_running=2)
     lengths = [3, 10, 2, 2]  # request 0 ends first, so request 2 (not the shorter-lived 3) takes its slot
@@ -407,6 +409,7 @@ def test_info_endpoints(shared: Sim) -> None:
     assert 'sglang:num_queue_reqs{model_name="m1"} 0' in metrics
 
 
+@pytest.mark.timing
 def test_completions_stream_format_and_timing(shared: Sim) -> None:
     r = call(shared.port, "/v1/completions", COMPLETION)
     assert r.status == 200
@@ -426,6 +429,7 @@ def test_completions_stream_format_and_timing(shared: Sim) -> None:
     assert_on_schedule(r, [0.050 + k * 0.010 for k in range(12)])
 
 
+@pytest.mark.timing
 def test_chat_stream_role_first_then_content(shared: Sim) -> None:
     body = {
         "model": "m1",
@@ -630,6 +634,7 @@ def test_fault_cut_mid_stream(start_sim: Callable[..., Sim]) -> None:
     assert info["internal_states"] == [{"num_running_reqs": 0, "num_queue_reqs": 0}]
 
 
+@pytest.mark.timing
 def test_fault_stall(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--fault-stall-after", "2", "--fault-stall-s", "0.3", "--ttft-ms", "5", "--itl-ms", "10")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 6, "stream": True})
@@ -920,6 +925,7 @@ def test_http10_minimal(shared: Sim) -> None:
         assert body.count(b"data: ") == 4 and body.endswith(b"data: [DONE]\n\n")
 
 
+@pytest.mark.timing
 def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[..., Sim]) -> None:
     """C requests sent at once on open connections: none is shifted by those handled before it."""
     sim = start_sim("--ttft-ms", "100", "--itl-ms", "10", "--max-running", "256")
