@@ -21,7 +21,7 @@ ARGS ?=
 
 SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
 
-.PHONY: install test test-real bench demo sweep ui report compare sim master worker locustfile clean
+.PHONY: install test test-slow test-real bench demo sweep ui report compare sim master worker locustfile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,7 +41,12 @@ install: $(VENV)/.installed
 TEST_WORKERS ?= 4
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/real
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --ignore=tests/real
+
+# The tests marked slow: the multi-host cluster (network namespaces), the web UI in Chromium, the
+# bench's smoke run (a few minutes; CI runs it after make test).
+test-slow: install
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m slow --ignore=tests/real
 
 # Against a real llama.cpp server built from source (first run ~10 min to build, cached in
 # ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.

@@ -26,7 +26,10 @@ from tests import netns
 from tests.conftest import Procs, specload_cmd, wait_until
 
 why_not = netns.unavailable()
-pytestmark = pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}")
+pytestmark = [
+    pytest.mark.slow,  # make test-slow: a minute of hosts, heartbeats and a lost worker
+    pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}"),
+]
 
 SERVER_PORT, MASTER_PORT = 8000, 5557
 FORGER = Path(__file__).parent / "fixtures" / "forger.py"
