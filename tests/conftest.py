@@ -12,6 +12,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,14 @@ def wait_for_web_ui(procs: Procs, proc: subprocess.Popen[bytes], base: str, time
             return False
 
     wait_until(up, timeout, "the web UI")
+
+
+def run_together(*calls: Callable[[], Any]) -> list[Any]:
+    """Each call at once, in a thread of its own (each one waits on a process: a sweep of simulated
+    timings); their results in order, or the first failure raised once all have ended."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        futures = [pool.submit(c) for c in calls]
+    return [f.result() for f in futures]
 
 
 def locust_cmd(*args: str) -> list[str]:

@@ -359,15 +359,16 @@ def test_http_400_on_the_probe_stops_before_any_load(batch: Batch) -> None:
 
 def test_connection_refused_before_the_sweep(procs: Procs, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    out = _sweep(url, tmp_path / "out", "--levels", "1", *TINY)
-    assert out.returncode == 3, out.stdout + out.stderr
-    assert f"{url}/v1/models" in out.stderr and "connection refused" in out.stderr
-    assert not (tmp_path / "out").exists()  # no run directory
-    # Plain Locust: no level runs, non-zero exit, the same reason in the log.
+    # Plain Locust, started alongside (specload's own retries take ~8 s): no level runs, non-zero
+    # exit, the same reason in the log.
     run_dir = tmp_path / "locust-run"
     proc = procs.popen(
         locust_cmd("--headless", "--host", url, "--run-dir", str(run_dir), "--levels", "1", *TINY)
     )
+    out = _sweep(url, tmp_path / "out", "--levels", "1", *TINY)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert f"{url}/v1/models" in out.stderr and "connection refused" in out.stderr
+    assert not (tmp_path / "out").exists()  # no run directory
     assert proc.wait(timeout=60) != 0
     log = procs.log(proc)
     assert "cannot reach the server before the sweep" in log and "connection refused" in log, log[-3000:]

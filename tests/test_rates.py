@@ -20,7 +20,7 @@ from specload.present.report import load_run, render_report
 from specload.sweep.levels import GRANT_AHEAD_S, MEASURE, SCHEDULE_LEAD_S, SweepController, plan_levels
 from specload.workload.arrivals import CONSTANT, GAMMA, POISSON, Schedule, offsets, schedule_seed
 from specload.workload.config import DEFAULT_POOL, Scenario, ScenarioError, apply_overrides
-from tests.conftest import specload_cmd
+from tests.conftest import run_together, specload_cmd
 
 # ---------------------------------------------------------------- schedules (pure)
 
@@ -239,39 +239,45 @@ def test_coordinated_omission_is_not_hidden(sim, tmp_path: Path) -> None:
 def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> None:
     """--processes 2 (a real master and two workers): exact budgets, both workers send; then two
     rate runs compared on the request-rate axis (the faster server's per-request tok/s is higher)."""
-    slow = _sweep(
-        sim,
-        tmp_path / "a",
-        "--rates",
-        "6,12",
-        "--requests-per-level",
-        "18",
-        "--max-in-flight",
-        "16",
-        "--label",
-        "slow",
-        "--processes",
-        "2",
-        sim_args=("--max-running", "64"),
-    )
+
+    def slow_run() -> Path:
+        return _sweep(
+            sim,
+            tmp_path / "a",
+            "--rates",
+            "6,12",
+            "--requests-per-level",
+            "18",
+            "--max-in-flight",
+            "16",
+            "--label",
+            "slow",
+            "--processes",
+            "2",
+            sim_args=("--max-running", "64"),
+        )
+
+    def fast_run() -> Path:
+        return _sweep(
+            sim,
+            tmp_path / "b",
+            "--rates",
+            "6,12",
+            "--requests-per-level",
+            "18",
+            "--max-in-flight",
+            "16",
+            "--label",
+            "fast",
+            sim_args=("--itl-ms", "5", "--max-running", "64"),
+        )
+
+    slow, fast = run_together(slow_run, fast_run)  # light load, mostly waiting: side by side
     run = load_run(slow)
     assert [(s.rate, s.sent, s.ok) for s in run.levels] == [(6.0, 18, 18), (12.0, 18, 18)]
     workers = {r.worker for r in run.records}
     assert len(workers) == 2 and "local" not in workers
     assert {r.seq for r in run.records if r.rate == 12.0} == set(range(18))
-    fast = _sweep(
-        sim,
-        tmp_path / "b",
-        "--rates",
-        "6,12",
-        "--requests-per-level",
-        "18",
-        "--max-in-flight",
-        "16",
-        "--label",
-        "fast",
-        sim_args=("--itl-ms", "5", "--max-running", "64"),
-    )
     result = run_compare([slow, fast], out=tmp_path / "cmp", plot=False)
     assert result.comparison.axis.rate
     assert result.comparison.levels == [6.0, 12.0]
