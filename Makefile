@@ -35,16 +35,16 @@ $(VENV)/.installed-real: $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-# The fast suite: the simulator, real Locust processes, the web UI (a few minutes). Most tests wait
-# on simulated timings, so more workers than cores (TEST_WORKERS); the tests that share a
-# module-scoped fixture stay on one worker (--dist loadgroup, tests/conftest.py).
+# The fast suite: the simulator, real Locust processes, the web UI through its HTTP API (a few
+# minutes). Most tests wait on simulated timings, so more workers than cores (TEST_WORKERS); the
+# tests that share a module-scoped fixture stay on one worker (--dist loadgroup, tests/conftest.py).
 TEST_WORKERS ?= 4
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --ignore=tests/real
 
 # The tests marked slow: the multi-host cluster (network namespaces), the web UI in Chromium, the
-# bench's smoke run (a few minutes; CI runs it after make test).
+# bench's smoke run, a client saturating both cores (a few minutes; CI runs it after make test).
 test-slow: install
 	$(BIN)/pytest -q -n 2 --dist loadgroup -m slow --ignore=tests/real
 
