@@ -46,13 +46,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# How long a simulator may take to say it listens: its imports are about a second of CPU, and the
+# faults batch starts thirteen at once; on a loaded machine 20 s was not always enough. No figure
+# depends on it: it only waits longer before a failure.
+SIM_START_TIMEOUT_S = 90.0
+
+
 @pytest.fixture
 def sim() -> Iterator[Callable[..., SimProcess]]:
     """Factory: sim("--ttft-ms", "100", ...) starts a simulator process; all are stopped at teardown."""
     started: list[SimProcess] = []
 
     def _start(*args: str) -> SimProcess:
-        proc = start_sim(list(args))
+        proc = start_sim(list(args), SIM_START_TIMEOUT_S)
         started.append(proc)
         return proc
 

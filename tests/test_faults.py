@@ -36,7 +36,7 @@ import pytest
 from specload.core.records import read_records
 from specload.present.report import load_run
 from specload.sim.process import SimProcess, start_sim
-from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
+from tests.conftest import SIM_START_TIMEOUT_S, Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 MODEL = "m"
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", MODEL)
@@ -216,7 +216,10 @@ class Batch:
 
     def start(self) -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {key: pool.submit(start_sim, [*FAST, *case.sim]) for key, case in CASES.items()}
+            futures = {
+                key: pool.submit(start_sim, [*FAST, *case.sim], SIM_START_TIMEOUT_S)
+                for key, case in CASES.items()
+            }
         for key, future in futures.items():  # every one that started is kept, to be stopped by close()
             if future.exception() is None:
                 self.sims[key] = future.result()
@@ -625,7 +628,7 @@ class LostWorker:
 @pytest.fixture(scope="module")
 def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker]:
     """A master and two workers; one worker is killed (SIGKILL) while it has a request in flight."""
-    server = start_sim(list(FAST))
+    server = start_sim(list(FAST), SIM_START_TIMEOUT_S)
     procs = Procs()
     try:
         port = free_port()
@@ -691,7 +694,7 @@ def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: 
     its own, so nothing off this machine can join the run (and no stray worker of another run)."""
     import psutil
 
-    server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"])
+    server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"], SIM_START_TIMEOUT_S)
     try:
         sweep = procs.popen(
             specload_cmd(
@@ -754,7 +757,7 @@ def test_report_names_the_lost_worker(lost_worker: LostWorker) -> None:
 @pytest.fixture(scope="module")
 def idle_sim() -> Iterator[SimProcess]:
     """A healthy simulator that bad input must never reach with a generation request."""
-    server = start_sim(list(FAST))
+    server = start_sim(list(FAST), SIM_START_TIMEOUT_S)
     yield server
     server.stop()
 
