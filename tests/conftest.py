@@ -37,6 +37,7 @@ def _undo_readline_terminal_size() -> None:
 
 
 _undo_readline_terminal_size()
+
 LOCUSTFILE = REPO / "locustfiles" / "specload_sweep.py"
 
 
@@ -130,9 +131,9 @@ TIMING_ATTEMPTS = 3
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A test marked ``timing`` (its bounds are the simulator's timings, a few ms wide, measured on
     the wall clock) runs again when an assertion fails, up to TIMING_ATTEMPTS times (timeit keeps
-    the best of its repeats for the same reason): a fault in the code fails every attempt, a preempted moment of a loaded
-    machine seldom three in a row. Its tmp_path is emptied between attempts (one run directory
-    each); other failures (errors, timeouts) are not retried."""
+    the best of its repeats for the same reason): a fault in the code fails every attempt, a
+    preempted moment of a loaded machine seldom three in a row. Its tmp_path is emptied between
+    attempts (one run directory each); other failures (errors, timeouts) are not retried."""
     if pyfuncitem.get_closest_marker("timing") is None:
         return None
     args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
