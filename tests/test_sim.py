@@ -131,6 +131,7 @@ def test_slot_released_on_early_close_and_when_killed_in_queue() -> None:
     assert list(eng.generate(1, 2)) == [ADMITTED, Chunk(1, 1), Chunk(1, 1)]
 
 
+@pytest.mark.timing
 def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     slots = FifoSlots(1)
     t0 = clock()
@@ -152,6 +153,7 @@ def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     assert 0.03 - EARLY_MAX <= out[2][0] - arrival <= 0.03 + LATE_MAX
 
 
+@pytest.mark.timing
 def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
     woke: list[tuple[float, float]] = []
 
@@ -594,6 +596,7 @@ def test_metrics_style_none(start_sim: Callable[..., Sim]) -> None:
     assert call(s.port, "/health", method="GET").status == 200
 
 
+@pytest.mark.timing
 def test_tokens_per_chunk_over_http(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--ttft-ms", "20", "--itl-ms", "5", "--tokens-per-chunk", "4")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 10, "stream": True})
@@ -829,6 +832,7 @@ def test_request_split_across_many_writes(shared: Sim) -> None:
         assert status == 200 and body.count(b"data: ") == 4
 
 
+@pytest.mark.timing
 def test_body_after_head_and_ttft_from_the_whole_request(shared: Sim) -> None:
     req = _post("/v1/completions", STREAM_3)
     split = req.index(b"\r\n\r\n") + 4

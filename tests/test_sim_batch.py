@@ -309,6 +309,7 @@ def test_engine_generator_close_frees_kv() -> None:
 # Real time
 
 
+@pytest.mark.timing
 def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     scale = 0.5
     p = params(
