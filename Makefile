@@ -21,7 +21,7 @@ ARGS ?=
 
 SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)) $(if $(BACKEND),--backend $(BACKEND)) $(if $(PROCESSES),--processes $(PROCESSES))
 
-.PHONY: install test test-real bench demo sweep ui report compare sim master worker locustfile clean
+.PHONY: install test test-slow test-real bench demo sweep ui report compare sim master worker locustfile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,18 @@ $(VENV)/.installed-real: $(VENV)/.installed
 
 install: $(VENV)/.installed
 
-# The fast suite: the simulator, real Locust processes, the browser-free web UI checks (a few minutes).
+# The fast suite: the simulator, real Locust processes, the web UI through its HTTP API (a few
+# minutes). Most tests wait on simulated timings, so more workers than cores (TEST_WORKERS); the
+# tests that share a module-scoped fixture stay on one worker (--dist loadgroup, tests/conftest.py).
+TEST_WORKERS ?= 4
 test: install
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q --ignore=tests/real
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --ignore=tests/real
+
+# The tests marked slow: the multi-host cluster (network namespaces), the web UI in Chromium, the
+# bench's smoke run, a client saturating both cores (a few minutes; CI runs it after make test).
+test-slow: install
+	$(BIN)/pytest -q -n 2 --dist loadgroup -m slow --ignore=tests/real
 
 # Against a real llama.cpp server built from source (first run ~10 min to build, cached in
 # ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.analysis_scale import _check_schema
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +45,7 @@ def test_synthetic_records_match_the_schema() -> None:
     _check_schema()  # the fast writer's dicts are byte-identical to RequestRecord.to_json
 
 
+@pytest.mark.slow  # make test-slow: the whole `make bench` once, shortened (about a minute)
 def test_bench_quick(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--keep", str(tmp_path)],

@@ -197,6 +197,7 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(int(tid), {cpu})
 
 
+@pytest.mark.slow  # make test-slow: it keeps both cores busy on purpose, under every other test's timings
 @pytest.mark.skipif(
     shutil.which("taskset") is None or not {0, 1} <= os.sched_getaffinity(0),
     reason="needs taskset and cores 0, 1",

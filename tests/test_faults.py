@@ -36,7 +36,7 @@ import pytest
 from specload.core.records import read_records
 from specload.present.report import load_run
 from specload.sim.process import SimProcess, start_sim
-from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
+from tests.conftest import SIM_START_TIMEOUT_S, Procs, free_port, locust_cmd, specload_cmd, wait_until
 
 MODEL = "m"
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", MODEL)
@@ -216,7 +216,10 @@ class Batch:
 
     def start(self) -> None:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {key: pool.submit(start_sim, [*FAST, *case.sim]) for key, case in CASES.items()}
+            futures = {
+                key: pool.submit(start_sim, [*FAST, *case.sim], SIM_START_TIMEOUT_S)
+                for key, case in CASES.items()
+            }
         for key, future in futures.items():  # every one that started is kept, to be stopped by close()
             if future.exception() is None:
                 self.sims[key] = future.result()
@@ -359,15 +362,16 @@ def test_http_400_on_the_probe_stops_before_any_load(batch: Batch) -> None:
 
 def test_connection_refused_before_the_sweep(procs: Procs, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    out = _sweep(url, tmp_path / "out", "--levels", "1", *TINY)
-    assert out.returncode == 3, out.stdout + out.stderr
-    assert f"{url}/v1/models" in out.stderr and "connection refused" in out.stderr
-    assert not (tmp_path / "out").exists()  # no run directory
-    # Plain Locust: no level runs, non-zero exit, the same reason in the log.
+    # Plain Locust, started alongside (specload's own retries take ~8 s): no level runs, non-zero
+    # exit, the same reason in the log.
     run_dir = tmp_path / "locust-run"
     proc = procs.popen(
         locust_cmd("--headless", "--host", url, "--run-dir", str(run_dir), "--levels", "1", *TINY)
     )
+    out = _sweep(url, tmp_path / "out", "--levels", "1", *TINY)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert f"{url}/v1/models" in out.stderr and "connection refused" in out.stderr
+    assert not (tmp_path / "out").exists()  # no run directory
     assert proc.wait(timeout=60) != 0
     log = procs.log(proc)
     assert "cannot reach the server before the sweep" in log and "connection refused" in log, log[-3000:]
@@ -624,7 +628,7 @@ class LostWorker:
 @pytest.fixture(scope="module")
 def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker]:
     """A master and two workers; one worker is killed (SIGKILL) while it has a request in flight."""
-    server = start_sim(list(FAST))
+    server = start_sim(list(FAST), SIM_START_TIMEOUT_S)
     procs = Procs()
     try:
         port = free_port()
@@ -690,7 +694,7 @@ def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: 
     its own, so nothing off this machine can join the run (and no stray worker of another run)."""
     import psutil
 
-    server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"])
+    server = start_sim(["--ttft-ms", "20", "--itl-ms", "10", "--model", "m"], SIM_START_TIMEOUT_S)
     try:
         sweep = procs.popen(
             specload_cmd(
@@ -753,7 +757,7 @@ def test_report_names_the_lost_worker(lost_worker: LostWorker) -> None:
 @pytest.fixture(scope="module")
 def idle_sim() -> Iterator[SimProcess]:
     """A healthy simulator that bad input must never reach with a generation request."""
-    server = start_sim(list(FAST))
+    server = start_sim(list(FAST), SIM_START_TIMEOUT_S)
     yield server
     server.stop()
 

@@ -24,7 +24,7 @@ from specload.core.rundir import RECORDS
 from specload.core.slo import parse_slo
 from specload.present.compare import run_compare
 from specload.present.report import load_run
-from tests.conftest import specload_cmd
+from tests.conftest import run_together, specload_cmd
 from tests.test_scale import per_record_tallies
 
 SLO = "ttft_p99=200ms"
@@ -44,27 +44,57 @@ def _only(path: Path) -> Path:
 def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # A capacity search against a server capped at 8 running requests.
     server8 = sim(*_sim_args(8))
-    out = subprocess.run(
-        specload_cmd(
-            "capacity",
-            "--host",
-            server8.url,
-            "--slo",
-            SLO,
-            "--start",
-            "4",
-            "--max",
-            "16",
-            "--label",
-            "cap8",
-            *FLAGS,
-            "--out",
-            str(tmp_path / "a"),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+
+    def search() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            specload_cmd(
+                "capacity",
+                "--host",
+                server8.url,
+                "--slo",
+                SLO,
+                "--start",
+                "4",
+                "--max",
+                "16",
+                "--label",
+                "cap8",
+                *FLAGS,
+                "--out",
+                str(tmp_path / "a"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    # A plain sweep with --slo against a server capped at 12: the same SLO judged per level.
+    server12 = sim(*_sim_args(12))
+
+    def sweep() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            specload_cmd(
+                "sweep",
+                "--host",
+                server12.url,
+                "--slo",
+                SLO,
+                "--levels",
+                "8,12,13",
+                "--label",
+                "cap12",
+                *FLAGS,
+                "--out",
+                str(tmp_path / "b"),
+                "--format",
+                "csv",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out, swept = run_together(search, sweep)  # both wait on simulated timings
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-3000:]
     # The search as it went: doubling from 4, then bisection; one line per probe.
@@ -94,29 +124,7 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
     assert "C=9 is above the server's max_running_requests (8)" in report
     assert "search (bracketed): from C=4 within 1..16, 6 of at most 16 probes" in report
 
-    # A plain sweep with --slo against a server capped at 12: the same SLO judged per level.
-    server12 = sim(*_sim_args(12))
-    out = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            server12.url,
-            "--slo",
-            SLO,
-            "--levels",
-            "8,12,13",
-            "--label",
-            "cap12",
-            *FLAGS,
-            "--out",
-            str(tmp_path / "b"),
-            "--format",
-            "csv",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = swept
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     table = out.stdout[out.stdout.index("C,Agg tok/s") :]  # after the "run directory" line
     header, *rows = [line.split(",") for line in table.strip().splitlines()]

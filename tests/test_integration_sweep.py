@@ -123,6 +123,7 @@ def _sweep_and_check(
     return out, run
 
 
+@pytest.mark.timing
 def test_headless_sweep_local(sim, tmp_path: Path) -> None:
     out, run = _sweep_and_check(sim, tmp_path)
     assert run.crosscheck == [], run.crosscheck  # Locust's own counts agree with the records
@@ -132,12 +133,14 @@ def test_headless_sweep_local(sim, tmp_path: Path) -> None:
     assert "| Agg tok/s" in out.stdout or "Agg tok/s" in out.stdout
 
 
+@pytest.mark.timing
 def test_headless_sweep_two_processes(sim, tmp_path: Path) -> None:
     _out, run = _sweep_and_check(sim, tmp_path, "--processes", "2", burst_s=BURST_PROCESSES_S)
     workers = {r.worker for r in run.records}
     assert len(workers) == 2 and "local" not in workers  # both worker processes sent load
 
 
+@pytest.mark.timing
 def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
     server = sim(*SIM_ARGS)
     port = free_port()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -25,7 +26,10 @@ from tests import netns
 from tests.conftest import Procs, specload_cmd, wait_until
 
 why_not = netns.unavailable()
-pytestmark = pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}")
+pytestmark = [
+    pytest.mark.slow,  # make test-slow: a minute of hosts, heartbeats and a lost worker
+    pytest.mark.skipif(why_not is not None, reason=f"separate hosts: {why_not}"),
+]
 
 SERVER_PORT, MASTER_PORT = 8000, 5557
 FORGER = Path(__file__).parent / "fixtures" / "forger.py"
@@ -244,9 +248,16 @@ def test_each_workers_clock_offset_is_recorded_and_a_skewed_one_warned_about(clu
         clock = clients[worker]
         assert clock["rtt_ms"] < 20.0 and clock["samples"] >= 5, clients
         assert abs(clock["offset_ms"] - true_offset_ms) <= 1.0 + clock["rtt_ms"] / 2, clients
-    assert f"worker {skewed}'s clock is 25" in c.log and "ms ahead of the master's" in c.log
+    # The warning prints an estimate and its bound: 249.8 is as right as 250.3 (not a "25" prefix).
+    said = re.compile(
+        re.escape(f"worker {skewed}'s clock is ") + r"([0-9.]+) ms ahead of the master's \(±([0-9.]+) ms\)"
+    )
     report = (c.run_dir / "report.md").read_text()
-    assert f"worker {skewed}'s clock is 25" in report and "sync the clocks" in report
+    for text in (c.log, report):
+        m = said.search(text)
+        assert m, text[-4000:]
+        assert abs(float(m.group(1)) - SKEW_S * 1e3) <= 1.0 + float(m.group(2)) + 0.05, m.group(0)
+    assert "sync the clocks" in report
     assert "lost a worker" in report
 
 

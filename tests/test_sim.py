@@ -44,6 +44,7 @@ def _run(engine: FixedEngine, prompt: int, n: int, out: list[tuple[float, Chunk]
         out.append((clock(), chunk))
 
 
+@pytest.mark.timing
 def test_chunk_sizes_and_absolute_deadlines() -> None:
     scale = 0.5
     eng = FixedEngine(
@@ -72,6 +73,7 @@ def test_single_token_and_zero_tokens() -> None:
     assert eng.running == 0 and eng.queued == 0
 
 
+@pytest.mark.timing
 def test_fifo_queueing_under_the_cap() -> None:
     eng = FixedEngine(ttft_s=0.02, itl_s=0.005, max_running=2)
     lengths = [3, 10, 2, 2]  # request 0 ends first, so request 2 (not the shorter-lived 3) takes its slot
@@ -129,6 +131,7 @@ def test_slot_released_on_early_close_and_when_killed_in_queue() -> None:
     assert list(eng.generate(1, 2)) == [ADMITTED, Chunk(1, 1), Chunk(1, 1)]
 
 
+@pytest.mark.timing
 def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     slots = FifoSlots(1)
     t0 = clock()
@@ -150,6 +153,7 @@ def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     assert 0.03 - EARLY_MAX <= out[2][0] - arrival <= 0.03 + LATE_MAX
 
 
+@pytest.mark.timing
 def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
     woke: list[tuple[float, float]] = []
 
@@ -407,6 +411,7 @@ def test_info_endpoints(shared: Sim) -> None:
     assert 'sglang:num_queue_reqs{model_name="m1"} 0' in metrics
 
 
+@pytest.mark.timing
 def test_completions_stream_format_and_timing(shared: Sim) -> None:
     r = call(shared.port, "/v1/completions", COMPLETION)
     assert r.status == 200
@@ -426,6 +431,7 @@ def test_completions_stream_format_and_timing(shared: Sim) -> None:
     assert_on_schedule(r, [0.050 + k * 0.010 for k in range(12)])
 
 
+@pytest.mark.timing
 def test_chat_stream_role_first_then_content(shared: Sim) -> None:
     body = {
         "model": "m1",
@@ -590,6 +596,7 @@ def test_metrics_style_none(start_sim: Callable[..., Sim]) -> None:
     assert call(s.port, "/health", method="GET").status == 200
 
 
+@pytest.mark.timing
 def test_tokens_per_chunk_over_http(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--ttft-ms", "20", "--itl-ms", "5", "--tokens-per-chunk", "4")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 10, "stream": True})
@@ -630,6 +637,7 @@ def test_fault_cut_mid_stream(start_sim: Callable[..., Sim]) -> None:
     assert info["internal_states"] == [{"num_running_reqs": 0, "num_queue_reqs": 0}]
 
 
+@pytest.mark.timing
 def test_fault_stall(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--fault-stall-after", "2", "--fault-stall-s", "0.3", "--ttft-ms", "5", "--itl-ms", "10")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 6, "stream": True})
@@ -824,6 +832,7 @@ def test_request_split_across_many_writes(shared: Sim) -> None:
         assert status == 200 and body.count(b"data: ") == 4
 
 
+@pytest.mark.timing
 def test_body_after_head_and_ttft_from_the_whole_request(shared: Sim) -> None:
     req = _post("/v1/completions", STREAM_3)
     split = req.index(b"\r\n\r\n") + 4
@@ -920,6 +929,7 @@ def test_http10_minimal(shared: Sim) -> None:
         assert body.count(b"data: ") == 4 and body.endswith(b"data: [DONE]\n\n")
 
 
+@pytest.mark.timing
 def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[..., Sim]) -> None:
     """C requests sent at once on open connections: none is shifted by those handled before it."""
     sim = start_sim("--ttft-ms", "100", "--itl-ms", "10", "--max-running", "256")

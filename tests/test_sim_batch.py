@@ -309,6 +309,7 @@ def test_engine_generator_close_frees_kv() -> None:
 # Real time
 
 
+@pytest.mark.timing
 def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     scale = 0.5
     p = params(
@@ -327,6 +328,7 @@ def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     assert eng.server_info()["speculative_num_draft_tokens"] == 3
 
 
+@pytest.mark.timing
 def test_engine_batches_simultaneous_requests_in_one_step() -> None:
     eng = BatchEngine(params(decode_ms=[[1, 10.0], [8, 24.0]]), time_scale=1.0)
     times: list[list[float]] = [[] for _ in range(8)]

@@ -145,6 +145,7 @@ def test_a_queued_request_uses_a_prefix_computed_while_it_waited() -> None:
     assert a.key is not None and b.key is not None and (a.key.cached, b.key.cached) == (0, 255)
 
 
+@pytest.mark.timing
 def test_fixed_engine_first_token_skips_the_cached_prefill() -> None:
     cache = PrefixCache(100_000, B)
     eng = FixedEngine(

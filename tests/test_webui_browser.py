@@ -32,6 +32,8 @@ from specload.present.compare import table_columns, table_rows
 from specload.sim.process import SimProcess, start_sim
 from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
+pytestmark = pytest.mark.slow  # make test-slow: a Chromium of its own, seconds per page on two cores
+
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="Playwright is not installed: pip install 'specload[browser]'"
 )
