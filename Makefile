@@ -41,11 +41,15 @@ install: $(VENV)/.installed
 TEST_WORKERS ?= 4
 test: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --ignore=tests/real
 
 # The tests marked slow: the multi-host cluster (network namespaces), the web UI in Chromium, the
 # bench's smoke run, a client saturating both cores (a few minutes; CI runs it after make test).
 test-slow: install
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$SPECLOAD_CHROMIUM" ] || \
+		echo "note: no Chromium, so the browser tests skip (Debian: apt-get install chromium)"
 	$(BIN)/pytest -q -n 2 --dist loadgroup -m slow --ignore=tests/real
 
 # Against a real llama.cpp server built from source (first run ~10 min to build, cached in
