@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,32 @@ def llama_server(llama_server_bin: Path, tiny_models, tmp_path: Path) -> Iterato
     yield _start
     for srv in started:
         srv.stop()
+
+
+_VLLM_PREFETCH: list[threading.Thread] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Install the vLLM venv (network and disk) while the llama.cpp tests build and run (CPU)."""
+    if not any("vllm_venv" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    from tests.real import vllm
+
+    if vllm.cached_venv() is not None:
+        return
+
+    def prefetch() -> None:
+        with contextlib.suppress(Exception):  # the fixture tries again and reports the error
+            vllm.build_venv()
+
+    t = threading.Thread(target=prefetch, name="vllm-venv", daemon=True)
+    t.start()
+    _VLLM_PREFETCH.append(t)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for t in _VLLM_PREFETCH:  # never leave pip half-way in the cache
+        t.join()
 
 
 @pytest.fixture(scope="session")

@@ -185,12 +185,13 @@ def build_venv() -> Venv:
             t_end = time.monotonic()
             iomp = _find_iomp(d)
             freeze = subprocess.run([*pip, "freeze"], capture_output=True, text=True, timeout=120).stdout
-            info = {
+            size = _du(d)
+            info: dict[str, object] = {
                 "distribution": f"{DISTRIBUTION}=={VLLM_VERSION}",
                 "python": sys.version.split()[0],
                 "torch": next((ln for ln in freeze.splitlines() if ln.startswith("torch==")), None),
                 "packages": len(freeze.splitlines()),
-                "bytes": _du(d),
+                "bytes": size,
                 "iomp": str(iomp) if iomp else None,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "seconds": {"pip_install": round(t_pip - t0, 1), "total": round(t_end - t0, 1)},
@@ -200,9 +201,7 @@ def build_venv() -> Venv:
         except BaseException:
             shutil.rmtree(d, ignore_errors=True)
             raise
-        _log(
-            f"installed {d} in {info['seconds']['total']:.0f} s ({info['packages']} packages, {info['bytes'] / 1e9:.1f} GB)"
-        )
+        _log(f"installed {d} in {t_end - t0:.0f} s ({info['packages']} packages, {size / 1e9:.1f} GB)")
     v = cached_venv()
     assert v is not None
     return v
