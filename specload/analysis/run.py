@@ -178,18 +178,14 @@ def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
         return None
 
 
-def load_run(
-    run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1, keep: bool = False
-) -> Run:
+def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1) -> Run:
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
     ``processes=2``: a forked child reads the second half of a big records.jsonl meanwhile (the same
     figures either way); only from a single-threaded process without an event loop (the report and
-    compare commands), see specload.analysis.forked. ``keep`` is accepted for callers that pass it:
-    every run is read afresh.
+    compare commands), see specload.analysis.forked.
     """
-    del keep
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
         raise NotARunDir(f"{d}: neither {RUN_JSON} nor {RECORDS} found; not a specload run directory")

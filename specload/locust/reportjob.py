@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from specload.present.report import render_report, write_report_md
 
     try:
-        run = load_run(rest[0], keep=True)  # a big run's figures kept for report and compare
+        run = load_run(rest[0])
         write_report_md(run)
     except Exception as e:  # noqa: BLE001 - said in one line; the raw files are on disk whatever happens
         print(f"{type(e).__name__}: {e}", file=sys.stderr)

@@ -736,7 +736,7 @@ def write_report_md(run: Run) -> Path:
 
 def write_report(run_dir: str | Path) -> Path:
     """Read a run directory and write its report.md; raises NotARunDir when there is no run."""
-    return write_report_md(load_run(run_dir, keep=True))
+    return write_report_md(load_run(run_dir))
 
 
 def print_report(
@@ -826,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
         slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
-        run = load_run(args.run_dir, slo, args.processes, keep=not args.no_write)
+        run = load_run(args.run_dir, slo, args.processes)
     except SloError as e:
         print(f"specload report: --slo: {e}", file=sys.stderr)
         return 2
