@@ -222,7 +222,7 @@ def distribution_flags(s: SweepSettings, web: bool = False) -> list[str]:
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _child_setup(parent: int) -> Callable[[], None]:
+def child_setup(parent: int) -> Callable[[], None]:
     """In the child before exec: its own process group (a terminal's Ctrl-C reaches only us, and we
     pass it on once), and a SIGTERM from the kernel when we die, even by SIGKILL: the load stops
     with the process that started it, as CI runners, systemd and docker expect."""
@@ -245,7 +245,7 @@ def run_locust(cmd: list[str], env: dict[str, str] | None = None) -> int:
     and the run marked interrupted); its exit code is ours to return. ``env``: the child's whole
     environment (default: ours), the way to hand it a secret that argv would show to ``ps``.
     """
-    proc = subprocess.Popen(cmd, env=env, preexec_fn=_child_setup(os.getpid()))
+    proc = subprocess.Popen(cmd, env=env, preexec_fn=child_setup(os.getpid()))
 
     def forward(signum: int, _frame: object) -> None:
         if proc.poll() is None:

@@ -19,7 +19,7 @@ from typing import IO
 
 from specload.client.probe import ServerUnreachable, get_json
 from specload.experiment.plan import Arm
-from specload.launch import _child_setup
+from specload.launch import child_setup
 
 HEALTH_POLL_S = 0.1
 LOG_TAIL_LINES = 15
@@ -112,7 +112,7 @@ def start_server(arm: Arm, port: int, log_path: Path) -> Server:
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **arm.environment(port)},
-            preexec_fn=_child_setup(os.getpid()),
+            preexec_fn=child_setup(os.getpid()),
         )
     except OSError as e:
         log.close()

