@@ -140,9 +140,11 @@ def _code_type(values: list[Any]) -> type[np.signedinteger[Any]]:
 _NOT_NULL = ("level", "concurrency", "repeat", "t_send", "t_end", "e2e_s", "output_tokens")
 _KEY = attrgetter("level", "concurrency", "repeat")
 _TAKE_NUMBERS = attrgetter(*NUMBERS.values())
-_PHASE, _STATUS, _REASON, _ITL = (attrgetter(f) for f in ("phase", "status", "reason", "itl"))
+_PHASE, _STATUS, _REASON, _ITL, _UNIT = (
+    attrgetter(f) for f in ("phase", "status", "reason", "itl", "itl_unit")
+)
+_OPEN, _N = ord("["), ord("n")
 _N_NUM = len(NUMBERS)
-_NO_GAPS = frozenset({b"null", b"[]"})
 _DIGITS = b"0123456789"
 _BAR_TO_COMMA = bytes.maketrans(b"|", b",")
 _RAW_ONLY = {msgspec.Raw}
@@ -155,6 +157,15 @@ def _raw(itl: Any) -> bytes:
     if type(itl) is msgspec.Raw:
         return bytes(itl)
     return b"null" if itl is None else orjson.dumps(itl)
+
+
+def _lists_or_null(itl: list[Any]) -> bool:
+    """Whether every record's ``itl`` text is a list or null (the rest go through the checks)."""
+    lens = np.fromiter(map(len, itl), np.int64, len(itl))
+    if not lens.all():
+        return False
+    first = np.frombuffer(b"".join(itl), np.uint8)[np.cumsum(lens) - lens]
+    return bool(((first == _OPEN) | (first == _N)).all())
 
 
 def _add_flat(counts: histogram.Counts, gaps: list[Any]) -> bool:
@@ -264,13 +275,14 @@ class LevelColumns:
         if set(map(type, itl)) != _RAW_ONLY:  # records not read by the decoder (the owner's, odd lines)
             itl = list(map(_raw, itl))
         ok = status_codes == self._index["status"][OK] if n_ok else np.zeros(m, dtype=bool)
-        has = np.flatnonzero(ok & (np.fromiter(map(len, itl), np.int64, m) > 2))  # not [] (nor null)
-        with_itl = [i for i in has.tolist() if bytes(itl[i]) != b"null"]
+        # a list of pairs is at least ``[[0,1]]``: longer than ``null`` and ``[]`` (block() and
+        # _raw() leave nothing but lists and null)
+        with_itl = np.flatnonzero(ok & (np.fromiter(map(len, itl), np.int64, m) > 4)).tolist()
         if with_itl:
-            gaps = [itl[i] for i in with_itl]
+            gaps = list(map(itl.__getitem__, with_itl))
             if not _add_flat(self.itl_counts, gaps):  # some pair is odd: merge_into's checks, pair by pair
                 self.itl_counts.add([orjson.loads(bytes(x)) for x in gaps])
-            self.itl_units.update(dict.fromkeys(recs[i].itl_unit for i in with_itl))
+            self.itl_units.update(dict.fromkeys(map(_UNIT, map(recs.__getitem__, with_itl))))
         if self.itl_qs:
             self._itl_values(m, with_itl, itl)
         self._n += m
@@ -466,9 +478,9 @@ class _Reading:
         """Whole lines of the file, the first being line ``first_no``: decoded at once, or, when some
         line is odd (torn, wrongly typed, an ``itl`` that is no list), each on its own."""
         try:
-            if buf.count(b'"itl":') != buf.count(b'"itl":[') + buf.count(b'"itl":null'):
-                raise msgspec.DecodeError  # an ``itl`` that is no list (Rec keeps it as text): the checks
             recs: list[Any] = _DECODER.decode_lines(buf)
+            if recs and not _lists_or_null(list(map(_ITL, recs))):
+                raise msgspec.DecodeError  # an ``itl`` that is no list (Rec keeps it as text): the checks
         except msgspec.DecodeError:
             recs = []
             for no, line in enumerate(buf.split(b"\n"), first_no):
