@@ -643,3 +643,20 @@ def test_a_figure_added_through_the_hooks_reaches_the_table_and_the_json(
     assert "TTFT max (ms)" not in narrow.splitlines()[0] and "TTFT p50 (ms)" in narrow.splitlines()[0]
     assert [level_json(s)["extra"].get("ttft_max_ms") for s in run.levels] == want
     assert "TTFT max (ms)" in render_levels(run.levels)
+
+
+def test_reasons_that_differ_only_in_a_number_are_one_line_and_the_list_is_capped() -> None:
+    from specload.present.report import MAX_REASONS, failure_summary
+
+    a = LevelStats(concurrency=1, repeat=0, label="c001")
+    a.reasons = {f"short: stream ended without [DONE] after {k} of 1000 tokens": 1 for k in (5, 17, 998)}
+    a.reasons["failed: HTTP 503: Service Unavailable"] = 4
+    b = LevelStats(concurrency=4, repeat=0, label="c004")
+    b.reasons = {f"failed: odd reason {chr(65 + i)}": 1 for i in range(MAX_REASONS + 2)}
+    lines = failure_summary([a, b])
+    assert lines[0] == "4 x failed: HTTP 503: Service Unavailable (first at c001)"
+    assert (
+        lines[1] == "3 x short: stream ended without [DONE] after N of 1000 tokens (N 5-998) (first at c001)"
+    )
+    assert len(lines) == MAX_REASONS + 1
+    assert lines[-1] == "4 x 4 other reasons (records.jsonl has each)"

@@ -9,6 +9,7 @@ that wants a report without argv calls ``render_report``, ``print_report`` or ``
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -614,17 +615,56 @@ def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
     return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
 
 
+_NUMBER = re.compile(r"\d+")
+MAX_REASONS = 20  # lines of the failure summary; the rest are counted in one line
+
+
+def _shape(reason: str) -> str:
+    return _NUMBER.sub("#", reason)
+
+
+def _merged(variants: list[str]) -> str:
+    """Reasons that differ only in their numbers, as one: a number they share is kept, one that
+    differs is N, with its range ("after N of 1000 tokens (N 2-997)")."""
+    if len(variants) == 1:
+        return variants[0]
+    numbers = [[int(x) for x in _NUMBER.findall(v)] for v in variants]
+    parts = _NUMBER.split(variants[0])
+    out, ranges = [parts[0]], []
+    for i, rest in enumerate(parts[1:]):
+        column = [ns[i] for ns in numbers]
+        if min(column) == max(column):
+            out.append(str(column[0]))
+        else:
+            name = "N" if not ranges else f"N{len(ranges) + 1}"
+            out.append(name)
+            ranges.append(f"{name} {min(column)}-{max(column)}")
+        out.append(rest)
+    return "".join(out) + f" ({', '.join(ranges)})"
+
+
 def failure_summary(levels: Sequence[LevelStats]) -> list[str]:
-    """Count per (shortened) reason over the run, with the first level it appeared in."""
+    """Count per reason over the run, with the first level it appeared in. Reasons that differ only
+    in a number (the tokens a cut stream had) are one line, and at most MAX_REASONS lines are
+    shown: a run with thousands of cut streams must not bury the report."""
     totals: dict[str, int] = {}
     first: dict[str, str] = {}
+    variants: dict[str, dict[str, None]] = {}
     for s in levels:
         for reason, n in s.reasons.items():
-            key = shorten(reason, REASON_WIDTH)
+            key = _shape(reason)
             totals[key] = totals.get(key, 0) + n
             first.setdefault(key, s.label)
+            variants.setdefault(key, {})[reason] = None
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])
-    return [f"{n} x {reason} (first at {first[reason]})" for reason, n in ranked]
+    lines = [
+        f"{n} x {shorten(_merged(list(variants[key])), REASON_WIDTH)} (first at {first[key]})"
+        for key, n in ranked[:MAX_REASONS]
+    ]
+    if len(ranked) > MAX_REASONS:
+        rest = ranked[MAX_REASONS:]
+        lines.append(f"{sum(n for _, n in rest)} x {len(rest)} other reasons (records.jsonl has each)")
+    return lines
 
 
 def _notes(run: Run) -> list[str]:
