@@ -630,7 +630,7 @@ def _merged(variants: list[str]) -> str:
         return variants[0]
     numbers = [[int(x) for x in _NUMBER.findall(v)] for v in variants]
     parts = _NUMBER.split(variants[0])
-    out, ranges = [parts[0]], []
+    out, ranges = [parts[0]], list[str]()
     for i, rest in enumerate(parts[1:]):
         column = [ns[i] for ns in numbers]
         if min(column) == max(column):
