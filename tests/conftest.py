@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -9,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -68,6 +71,25 @@ def sim() -> Iterator[Callable[..., SimProcess]]:
         proc.stop()
 
 
+def die_with_parent() -> None:  # in the child, between fork and exec
+    """Linux: the child gets SIGTERM when the test process dies without tearing down (SIGKILL, or
+    an xdist worker whose controller went away), so that no server or sweep outlives the suite."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (CI cancelling a job, ``timeout``, a kill) ends the suite as Ctrl-C does: every
+    fixture's teardown runs and stops its processes, instead of leaving them running."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
 class Procs:
     """Child processes of one test, stopped (SIGINT, then kill) at teardown whatever happened.
 
@@ -83,6 +105,7 @@ class Procs:
         kw.setdefault("cwd", str(REPO))
         kw.setdefault("stdout", log)
         kw.setdefault("stderr", subprocess.STDOUT)
+        kw.setdefault("preexec_fn", die_with_parent)
         proc = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
         self.procs.append(proc)
         self.logs[proc.pid] = log

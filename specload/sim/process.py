@@ -6,12 +6,18 @@ fixed sleep) is what makes callers start load only when the server is up.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+_PR_SET_PDEATHSIG = 1
 
 
 def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> int | None:
@@ -41,6 +47,16 @@ class SimProcess:
         stop_process(self.proc, timeout)
 
 
+def _own_group_dying_with_parent() -> None:  # in the child, between fork and exec
+    """Its own process group, so that a terminal's Ctrl-C reaches the one who started it (who
+    stops it last: a demo's interrupted level must not read like a server crash), and a SIGTERM
+    from the kernel when that one dies, even by SIGKILL, so that no simulator is left behind."""
+    os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def start_sim(
     args: list[str], timeout: float = 20.0, prefix: Sequence[str] = (), env: Mapping[str, str] | None = None
 ) -> SimProcess:
@@ -52,6 +68,7 @@ def start_sim(
         stderr=subprocess.STDOUT,
         text=True,
         env=None if env is None else dict(env),
+        preexec_fn=_own_group_dying_with_parent,
     )
     found: list[str] = []
     seen: list[str] = []
