@@ -155,7 +155,8 @@ def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counter
 def acceptance(c: LevelColumns, samples: Sequence[Any], start: float, end: float) -> Acceptance | None:
     """The level's acceptance figures; None when no source has any (a server without speculation)."""
     a = Acceptance()
-    _from_records(a, c)
+    if c.sent:
+        _from_records(a, c)
     ctr = _from_counters(samples, start, end) if samples else _Counters()
     if a.length is None and ctr.length is not None:
         a.length, a.steps, a.accepted = ctr.length, ctr.steps, ctr.accepted
