@@ -69,7 +69,10 @@ def test_acceptance_in_report_json_csv_and_compare(
     assert main(["report", str(run), "--no-write"]) == 0
     text = capsys.readouterr().out
     assert "## Acceptance" in text and "0:0% 1:0% 2:6% 3:94%" in text
-    assert "Accept len from vLLM's per-request metrics.speculative_decoding" in text
+    (sources,) = [line for line in text.splitlines() if line.startswith("- Accept len, Accept rate")]
+    assert sources.endswith(
+        "the acceptance along the output from vLLM's per-request metrics.speculative_decoding"
+    )
     args = ["compare", str(run), str(run), "--out", str(tmp_path / "cmp"), "--no-plot"]
     assert main([*args, "--format", "json"]) == 0
     levels = json.loads(capsys.readouterr().out)["levels"]

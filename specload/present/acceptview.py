@@ -90,14 +90,17 @@ def render_acceptance(levels: Sequence[LevelStats], fmt: str = "github") -> str 
 
 def acceptance_notes(levels: Sequence[LevelStats]) -> list[str]:
     """Where each acceptance figure came from, and every level whose sources disagree."""
-    by_source: dict[str, set[str]] = {}
+    by_figure: dict[str, set[str]] = {}
     for s in levels:
         if s.acceptance is not None:
             for figure, source in s.acceptance.sources.items():
-                by_source.setdefault(_FIGURE_NAMES[figure], set()).add(source)
+                by_figure.setdefault(figure, set()).update(source.split(" + "))
+    by_sources: dict[tuple[str, ...], list[str]] = {}  # figures that came from the same sources, together
+    for figure, sources in by_figure.items():
+        by_sources.setdefault(tuple(sorted(sources)), []).append(_FIGURE_NAMES[figure])
     notes = [
-        f"{figure} from {' and '.join(SOURCE_NAMES.get(x, x) for part in sorted(sources) for x in part.split(' + '))}"
-        for figure, sources in by_source.items()
+        f"{', '.join(figures)} from {' and '.join(SOURCE_NAMES.get(x, x) for x in sources)}"
+        for sources, figures in by_sources.items()
     ]
     notes += [
         f"{s.label}: {s.acceptance.note}" for s in levels if s.acceptance is not None and s.acceptance.note
