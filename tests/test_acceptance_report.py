@@ -12,6 +12,7 @@ import pytest
 
 from specload.cli import main
 from specload.core.records import SPEC_VLLM
+from specload.present.webview import report_bundle
 from tests.conftest import specload_cmd
 from tests.test_acceptance_sim import K3
 
@@ -73,6 +74,9 @@ def test_acceptance_in_report_json_csv_and_compare(
     assert sources.endswith(
         "the acceptance along the output from vLLM's per-request metrics.speculative_decoding"
     )
+    page = report_bundle(run)  # the web page's report: the same text and data
+    assert "## Acceptance" in page["markdown"] and "Accept rate %" in page["csv"]
+    assert page["levels"][0]["acceptance"]["rate"] == pytest.approx(47 / 48)
     args = ["compare", str(run), str(run), "--out", str(tmp_path / "cmp"), "--no-plot"]
     assert main([*args, "--format", "json"]) == 0
     levels = json.loads(capsys.readouterr().out)["levels"]
