@@ -107,8 +107,8 @@ def test_completions_usage_on_a_content_event() -> None:
     # continuous_usage_stats: every event carries the running usage.
     ev = b'{"choices":[{"index":0,"text":"x","finish_reason":null}],"usage":{"prompt_tokens":8,"completion_tokens":3}}'
     p = get_backend("openai").parser()
-    assert p.feed(ev) == 1
-    assert (p.output_tokens, p.prompt_tokens) == (3, 8)
+    assert p.feed(ev) == 3  # the running count says the event carried 3 tokens
+    assert (p.output_tokens, p.prompt_tokens) == (3, 8) and p.counted_events is True
 
 
 def test_completions_error_event() -> None:
@@ -293,7 +293,8 @@ def test_openai_body() -> None:
         "ignore_eos": True,
         "temperature": 0.0,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "return_spec_tokens_details": True,
     }
 
 
@@ -344,7 +345,7 @@ def test_chat_body() -> None:
     assert body["max_tokens"] == 32 and body["min_tokens"] == 32
     assert body["ignore_eos"] is True
     assert body["stream"] is True
-    assert body["stream_options"] == {"include_usage": True}
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["temperature"] == 0.5
     assert body["top_p"] == 0.9
     assert "prompt" not in body

@@ -262,11 +262,12 @@ def test_records_without_the_newer_fields_read_as_version_1(tmp_path: Path) -> N
     """Records written before the rate, workload and version fields existed take their defaults
     through the typed decoder (no record by record checks) and give the same figures."""
     newer = ("t_sched", "rate", "request_class", "turn", "conversation", "prefix_group", "cached_tokens", "v")
+    newer += ("spec_drafted", "spec_accepted", "spec_hist", "spec_along", "spec_source")  # (schema 3)
     recs = [r for r in odd_records(random.Random(11), 200) if r["level"] < 4]
     now = tmp_path / "now"
     now.mkdir()
     (now / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
-    assert all(r["v"] == 2 for r in recs)
+    assert all(r["v"] == 3 for r in recs)
     for r in recs:
         for name in newer:
             del r[name]

@@ -320,7 +320,11 @@ def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     got = []
     for chunk in eng.generate(100, 10, arrival=arrival):
         got.append((clock(), chunk))
-    assert [c for _, c in got] == [ADMITTED, Chunk(1, 1), Chunk(3, 1), Chunk(3, 1), Chunk(3, 1)]
+    assert [c for _, c in got] == [
+        ADMITTED,
+        Chunk(1, 1),
+        *[Chunk(3, 1, (2,))] * 3,
+    ]  # 2 drafts accepted per step
     first = arrival + (0.020 + 0.010) * scale  # step + 100 prefill tokens, from the arrival
     due = [first + i * 0.020 * scale for i in range(4)]
     for (t, _), d in zip(got[1:], due, strict=True):

@@ -119,6 +119,8 @@ def test_compare_columns_have_keys(pair: tuple[Path, Path]) -> None:
             "server",
             {
                 "accept",
+                "accept_rate",
+                "accept_pos",
                 "srv_run_max",
                 "srv_run_mean",
                 "srv_queue_max",

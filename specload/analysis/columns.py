@@ -30,6 +30,7 @@ import numpy.typing as npt
 import orjson
 
 from specload.analysis import forked
+from specload.analysis.spectally import SpecTally
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -92,6 +93,11 @@ class Rec(msgspec.Struct):
     conversation: str | None = None
     prefix_group: int | None = None
     cached_tokens: int | None = None
+    spec_drafted: int | None = None
+    spec_accepted: int | None = None
+    spec_hist: list[int] | None = None
+    spec_along: list[list[int]] | None = None
+    spec_source: str | None = None
     v: int = 1
 
 
@@ -119,6 +125,8 @@ NUMBERS = {
     "first_event": "first_event_tokens",
     "t_sched": "t_sched",
     "cached": "cached_tokens",
+    "drafted": "spec_drafted",
+    "accepted": "spec_accepted",
 }
 # The values it counts, as codes into a list of the values in first-seen order.
 LABELS = {
@@ -127,6 +135,7 @@ LABELS = {
     "http": "http_status",
     "request_class": "request_class",
     "turn": "turn",
+    "spec_source": "spec_source",
 }
 
 
@@ -144,6 +153,7 @@ _PHASE, _STATUS, _REASON, _ITL, _UNIT = (
     attrgetter(f) for f in ("phase", "status", "reason", "itl", "itl_unit")
 )
 _OPEN, _N = ord("["), ord("n")
+_SPEC_LISTS = attrgetter("spec_hist", "spec_along")
 _N_NUM = len(NUMBERS)
 _DIGITS = b"0123456789"
 _BAR_TO_COMMA = bytes.maketrans(b"|", b",")
@@ -214,6 +224,7 @@ class LevelColumns:
         self._index: dict[str, dict[Any, int]] = {name: {} for name in (*LABELS, "reason")}
         self.itl_counts = histogram.Counts()
         self.itl_units: dict[Any, None] = {}
+        self.spec = SpecTally()  # the OK requests' acceptance histograms and series, summed
         self._pending: list[Any] = []
         self._n = 0
         self._blocks = 0
@@ -285,6 +296,8 @@ class LevelColumns:
             self.itl_units.update(dict.fromkeys(map(_UNIT, map(recs.__getitem__, with_itl))))
         if self.itl_qs:
             self._itl_values(m, with_itl, itl)
+        if any(map(any, map(_SPEC_LISTS, recs))):
+            self.spec.add(recs, ok.tolist())
         self._n += m
         self._blocks += 1
         if self._blocks % _WHOLE_EVERY == 0:  # the small arrays freed make room for the next ones
@@ -422,6 +435,7 @@ class LevelColumns:
                     out._chunks[name] += chunks
             out.itl_counts.merge(p.itl_counts)
             out.itl_units.update(p.itl_units)
+            out.spec.merge(p.spec)
         return out
 
     @classmethod

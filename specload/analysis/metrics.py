@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
 from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
 from specload.core import histogram, stats
@@ -174,6 +175,7 @@ class LevelStats:
     accept_length: float | None = None
     accept_length_source: str | None = None  # ACCEPT_FROM_RECORDS | ACCEPT_FROM_COUNTERS
     accept_length_requests: int = 0  # OK records that carried spec_verify_ct > 0
+    acceptance: Acceptance | None = None  # every acceptance figure (specload.analysis.acceptance)
     # the server's own gauges (server_samples.jsonl) inside the level's measured window
     server_samples: int = 0  # samples with t inside [first measured t_send, last measured t_end]
     server_running_max: float | None = None
@@ -279,6 +281,9 @@ class ServerSample:
     prefix_cache_queries: float | None = None  # vLLM's cumulative prompt tokens looked up in its prefix cache
     prefix_cache_hits: float | None = None  # ... and served from it
     cache_hit_rate: float | None = None  # SGLang's gauge: the hit share of its last prefill batch
+    spec_verify_calls: float | None = None  # SGLang's cumulative verify steps
+    generation_tokens: float | None = None  # SGLang's (and vLLM's) cumulative output tokens
+    spec_accepted_per_pos: tuple[float, ...] | None = None  # vLLM's accepted tokens per draft position
 
     @classmethod
     def from_dict(cls, d: Any) -> ServerSample | None:
@@ -298,7 +303,19 @@ class ServerSample:
             prefix_cache_queries=_num(d.get("prefix_cache_queries")),
             prefix_cache_hits=_num(d.get("prefix_cache_hits")),
             cache_hit_rate=_num(d.get("cache_hit_rate")),
+            spec_verify_calls=_num(d.get("spec_verify_calls")),
+            generation_tokens=_num(d.get("generation_tokens")),
+            spec_accepted_per_pos=_per_pos(d),
         )
+
+
+def _per_pos(d: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """introspect.PER_POS_KEY + position keys as one tuple by position (None: absent, or a gap)."""
+    pos = {
+        k[len("spec_accepted_pos_") :]: _num(v) for k, v in d.items() if k.startswith("spec_accepted_pos_")
+    }
+    values = [pos.get(str(i)) for i in range(len(pos))]
+    return tuple(v for v in values if v is not None) if values and None not in values else None
 
 
 def accept_length_from_records(records: Iterable[RequestRecord]) -> tuple[float | None, int]:
@@ -347,10 +364,6 @@ def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, e
     queued = [x.queued for x in inside if x.queued is not None]
     s.server_running_max, s.server_running_mean = _max_mean(running)
     s.server_queued_max, s.server_queued_mean = _max_mean(queued)
-    if s.accept_length is None:
-        s.accept_length = accept_length_from_counters(samples, start, end)
-        if s.accept_length is not None:
-            s.accept_length_source = ACCEPT_FROM_COUNTERS
 
 
 def _belongs(r: RequestRecord, concurrency: int, repeat: int, index: int | None) -> bool:
@@ -645,12 +658,6 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
     s.prompt_tokens_mean = _mean_of(c.present("prompt", ok))
     s.chunk_fallback_ok = int((ok & c.is_label("source", SRC_CHUNKS)).sum())
     s.token_note = _token_note(s.chunk_fallback_ok, s.ok)
-    verify = c.col("verify")
-    used = ok & (verify > 0)  # (nan > 0 is False: no count)
-    if used.any():
-        s.accept_length = float(n[used].sum()) / float(verify[used].sum())
-        s.accept_length_requests = int(used.sum())
-        s.accept_length_source = ACCEPT_FROM_RECORDS
 
 
 def _fill_schedule(s: LevelStats, c: LevelColumns) -> None:
@@ -722,9 +729,14 @@ def level_stats(
         return s
     start, end = float(c.col("t_send").min()), float(c.col("t_end").max())
     _fill_outcomes(s, c)
-    _fill_latency(s, c)  # (the accept length from the records, before the server's counters)
+    _fill_latency(s, c)
     if samples:
         _fill_server(s, samples, start, end)
+    s.acceptance = acceptance(c, samples or (), start, end)
+    if s.acceptance is not None:  # the table's Accept len: its length, from the per-request counts first
+        s.accept_length = s.acceptance.length
+        s.accept_length_source = s.acceptance.sources.get("length")
+        s.accept_length_requests = s.acceptance.requests
     if s.server_running_max is not None and s.server_queued_max:
         # The server queued part of this level: it ran at most what its gauge peaked at.
         cap = min(cap or s.concurrency, int(s.server_running_max))

@@ -35,12 +35,21 @@ METRICS: dict[str, tuple[str, ...]] = {
         "vllm:spec_decode_num_accepted_tokens_total",
         "llamacpp:spec_decode_num_accepted_tokens_total",
     ),
+    # SGLang's speculative counters: verify steps, beside the tokens generated (their ratio is the
+    # acceptance length); vLLM's generation_tokens_total is read too (the same count).
+    "spec_verify_calls": ("sglang:spec_verify_calls_total",),
+    "generation_tokens": ("sglang:generation_tokens_total", "vllm:generation_tokens_total"),
     # The prefix cache: vLLM's cumulative token counters, SGLang's hit-rate gauge (its last prefill batch).
     "prefix_cache_queries": ("vllm:prefix_cache_queries_total",),
     "prefix_cache_hits": ("vllm:prefix_cache_hits_total",),
     "cache_hit_rate": ("sglang:cache_hit_rate",),
 }
+# vLLM's accepted tokens per draft position, one sample per ``position`` label (0-based): kept as
+# PER_POS_KEY + position ("spec_accepted_pos_0", ...), summed over the other labels (engines).
+PER_POS_METRIC = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+PER_POS_KEY = "spec_accepted_pos_"
 _WANTED = {name: key for key, names in METRICS.items() for name in names}
+_WANTED[PER_POS_METRIC] = PER_POS_KEY
 _AVERAGED = ("cache_hit_rate",)
 _PREFIXES = tuple({n.rsplit("_total", 1)[0] for n in _WANTED})
 
@@ -89,8 +98,10 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     for fam in families:
         for s in fam.samples:
             key = _WANTED.get(s.name)  # `_created` samples never match: they are not counts
+            if key is PER_POS_KEY:
+                key = PER_POS_KEY + str(s.labels.get("position", ""))
             if key is not None:
-                out[key] = (out[key] or 0.0) + float(s.value)
+                out[key] = (out.get(key) or 0.0) + float(s.value)
                 seen[key] = seen.get(key, 0) + 1
     for key in _AVERAGED:  # a rate per DP rank: their mean, not their sum
         if seen.get(key, 0) > 1:

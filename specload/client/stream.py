@@ -328,7 +328,7 @@ def _record(ex: _Exchange) -> RequestRecord:
         chunks=ex.chunks,
         itl_max_s=ex.itl_max if ex.chunks > 1 else None,
         itl=to_pairs(ex.itl) if ex.itl else None,
-        itl_unit=ITL_PER_TOKEN if backend.counts_tokens_per_event else ITL_PER_EVENT,
+        itl_unit=ITL_PER_TOKEN if backend.counts_tokens_per_event or parser.counted_events else ITL_PER_EVENT,
         first_event_tokens=ex.first_n or None,
         spec_verify_ct=parser.spec_verify_ct,
         worker=ex.worker,
@@ -340,4 +340,9 @@ def _record(ex: _Exchange) -> RequestRecord:
         conversation=spec.conversation,
         prefix_group=spec.prefix_group,
         cached_tokens=parser.cached_tokens,
+        spec_drafted=parser.spec_drafted,
+        spec_accepted=parser.spec_accepted,
+        spec_hist=parser.spec_hist,
+        spec_along=parser.spec_along,
+        spec_source=parser.spec_source,
     )

@@ -50,7 +50,17 @@ class Phase(str, Enum):
 
 
 # Version 2 added ``v`` itself; version 1 is every record written before (they read the same way).
-SCHEMA_VERSION = 2
+# Version 3 added the per-request acceptance fields (spec_drafted ... spec_source); older records
+# read with them None.
+SCHEMA_VERSION = 3
+
+# Where a record's acceptance fields came from (``spec_source``): the response itself.
+SPEC_VLLM = "vllm_metrics"  # vLLM metrics.speculative_decoding (--per-request-spec-decode-metrics)
+SPEC_SGLANG_META = "meta_info"  # SGLang /generate meta_info.spec_*
+SPEC_SGLEXT = "sglext"  # SGLang OpenAI endpoints' sglext.spec_tokens_details (return_spec_tokens_details)
+SPEC_LLAMACPP = "timings"  # llama.cpp timings.draft_n / draft_n_accepted
+# Output positions per bucket of ``spec_along`` (acceptance along the output).
+SPEC_ALONG_BUCKET = 100
 
 PHASE_WARMUP = "warmup"
 PHASE_MEASURE = "measure"
@@ -112,8 +122,18 @@ class RequestRecord:
     conversation: str | None = None
     prefix_group: int | None = None
     cached_tokens: int | None = None
+    # Speculative decoding as the response reported it (None: it did not; spec_verify_ct is the verify
+    # steps): draft tokens proposed and accepted, accepted tokens per step as a histogram (index j: the
+    # steps that accepted exactly j draft tokens, the bonus token left out, as vLLM's
+    # acceptance_histogram), and, where the server gave each step, [[bucket, steps, accepted], ...] per
+    # SPEC_ALONG_BUCKET output positions of the step's first token. spec_source: SPEC_*.
+    spec_drafted: int | None = None
+    spec_accepted: int | None = None
+    spec_hist: list[int] | None = None
+    spec_along: list[list[int]] | None = None
+    spec_source: str | None = None
     # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
-    v: int = 2
+    v: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive
@@ -267,9 +287,10 @@ def _checked(d: Any, bad_fields: dict[str, int]) -> RequestRecord | None:
         if "None" not in str(typ):
             return None
         d[name] = None
-    if d.get("itl") is not None and not isinstance(d["itl"], list):
-        bad_fields["itl"] = bad_fields.get("itl", 0) + 1
-        d["itl"] = None
+    for name in ("itl", "spec_hist", "spec_along"):
+        if d.get(name) is not None and not isinstance(d[name], list):
+            bad_fields[name] = bad_fields.get(name, 0) + 1
+            d[name] = None
     try:
         return RequestRecord.from_dict(d)
     except (TypeError, AttributeError):

@@ -32,6 +32,13 @@ FROM_RESPONSE = {
     "openai": "llama.cpp timings",
     "chat": "llama.cpp timings",
 }
+# The record's spec_source (specload.core.records.SPEC_*) -> the response field it came from.
+FROM_SPEC_SOURCE = {
+    "vllm_metrics": "metrics.speculative_decoding",
+    "meta_info": "meta_info.spec_verify_ct",
+    "sglext": "sglext.spec_tokens_details",
+    "timings": "llama.cpp timings",
+}
 FROM_COUNTERS = "/metrics spec_decode counters"
 
 
@@ -138,7 +145,8 @@ def smoke_check(host: str, sc: Scenario, insecure: bool = False) -> SmokeResult:
         return SmokeResult(False, rec.reason, rec.output_tokens, None, None, model, sc.backend)
     accept, _used = accept_length_from_records([rec])
     drafted = True
-    source: str | None = FROM_RESPONSE[sc.backend] if accept is not None else None
+    named = FROM_SPEC_SOURCE.get(rec.spec_source or "", FROM_RESPONSE[sc.backend])  # the record says which
+    source: str | None = named if accept is not None else None
     if accept is None:
         after = _sample(1.0, _metrics(host, insecure, sc.connect_timeout_s))
         if before is not None and after is not None:

@@ -31,6 +31,7 @@ from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
+from specload.present.acceptview import accept_rate_mean
 from specload.present.output import format_help, is_document, is_known_format, render_view
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
@@ -64,6 +65,10 @@ def _has(comp: Comparison, attr: str) -> bool:
     return any(getattr(f, attr) is not None for r in comp.runs for f in r.figures.values())
 
 
+def _has_rate(comp: Comparison) -> bool:
+    return any(accept_rate_mean(f) is not None for r in comp.runs for f in r.figures.values())
+
+
 def _has_server(comp: Comparison) -> bool:
     return _has(comp, "server_running_max") or _has(comp, "server_queued_max")
 
@@ -85,6 +90,8 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
         cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
     if _has(comp, "accept_length_mean"):
         cols += [(f"Accept len {r.label}", "accept") for r in runs]
+    if _has_rate(comp):
+        cols += [(f"Accept rate % {r.label}", "accept_rate") for r in runs]
     if _has_server(comp):
         cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
     if comp.slo.slo is not None:
@@ -123,6 +130,7 @@ def _server_cell(f: RepeatedLevelStats) -> str:
 def table_rows(comp: Comparison) -> list[list[str]]:
     """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
     accept = _has(comp, "accept_length_mean")
+    rate = _has_rate(comp)
     server = _has_server(comp)
     itl = _has(comp, "itl_p99_ms_mean")
     rows: list[list[str]] = []
@@ -143,6 +151,8 @@ def table_rows(comp: Comparison) -> list[list[str]]:
             row += [fmt_num(f.itl_p99_ms_mean, 1) for f in figs]
         if accept:
             row += [fmt_num(f.accept_length_mean, 2) for f in figs]
+        if rate:
+            row += [fmt_num(None if (a := accept_rate_mean(f)) is None else a * 100, 1) for f in figs]
         if server:
             row += [_server_cell(f) for f in figs]
         if comp.slo.slo is not None:
@@ -172,6 +182,7 @@ def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
         "steady_tok_s": f.steady_tok_s_mean,
         "levels": [level_json(s) for s in f.levels],  # every figure of every repeat, distributions included
         "accept_length": f.accept_length_mean,
+        "accept_rate": accept_rate_mean(f),
         "server_running_max": f.server_running_max,
         "server_queued_max": f.server_queued_max,
         "quality": asdict(r.quality[c]),

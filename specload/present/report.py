@@ -35,6 +35,14 @@ from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
+from specload.present.acceptview import (
+    accept_rate,
+    acceptance_notes,
+    has_positions,
+    positions_cell,
+    rate_cell,
+    render_acceptance,
+)
 from specload.present.output import format_help, is_document, is_known_format, render_table, render_view
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
@@ -97,6 +105,7 @@ class Column:
     digits: int = 0
     show: str = ALWAYS  # ALWAYS | IF_VALUE | IF_COUNTED
     cell_of: Callable[[LevelStats], str] | None = None  # a cell that is not just the rounded field
+    value_of: Callable[[LevelStats], Any] | None = None  # what IF_VALUE looks at, when not the field itself
 
     def cell(self, s: LevelStats) -> str:
         if self.cell_of is not None:
@@ -106,7 +115,7 @@ class Column:
     def shown(self, levels: Sequence[LevelStats]) -> bool:
         if self.show == ALWAYS:
             return True
-        values = [getattr(s, self.attr) for s in levels]
+        values = [self.value_of(s) if self.value_of else getattr(s, self.attr) for s in levels]
         return any(values) if self.show == IF_COUNTED else any(v is not None for v in values)
 
 
@@ -133,6 +142,8 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Late", "late", "late", 0, IF_COUNTED),
     Column("429", "429", "rate_limited", 0, IF_COUNTED),
     Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
+    Column("Accept rate %", "accept_rate", "acceptance", 1, IF_VALUE, rate_cell, accept_rate),
+    Column("Accept >=k %", "accept_pos", "acceptance", 0, IF_VALUE, positions_cell, has_positions),
     Column(
         "Prefix hit %",
         "prefix_hit",
@@ -590,12 +601,7 @@ def _client_notes(run: Run) -> list[str]:
 
 
 def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
-    sources = sorted({s.accept_length_source for s in levels if s.accept_length_source})
-    names = {
-        "meta_info": "SGLang's per-request meta_info (output tokens / spec_verify_ct)",
-        "server_counters": "the server's spec_decode counters (1 + accepted / drafts over the level's window)",
-    }
-    return [f"Accept len from {' and '.join(names.get(x, x) for x in sources)}"] if sources else []
+    return acceptance_notes(levels)  # (specload.present.acceptview: each figure's source, mismatches)
 
 
 def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
@@ -744,6 +750,14 @@ def render_report(
             "## Request classes (throughput over the level's wall time; all: the level)",
             "",
             classes,
+        ]
+    accept = render_acceptance(run.levels, fmt)
+    if accept is not None:
+        lines += [
+            "",
+            "## Acceptance (share of verify steps by draft tokens accepted; docs/metrics.md)",
+            "",
+            accept,
         ]
     turns = render_turns(run.levels, fmt)
     if turns is not None:

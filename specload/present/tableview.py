@@ -75,6 +75,7 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
     Figure("accept", "Accept len", (SERVER,)),
+    Figure("accept_rate", "Accept rate %", (SERVER,)),  # (speculative servers: accepted / drafted)
     Figure(
         "prefix_hit", "Prefix hit %", (SERVER,)
     ),  # (only when the server's prefix cache served some prompt)
@@ -90,6 +91,7 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("mean_conc", "Mean conc", (THROUGHPUT,)),
     Figure("srv_queue_mean", "Srv queue mean", (SERVER,)),
     Figure("srv_run_mean", "Srv run mean", (SERVER,)),
+    Figure("accept_pos", "Accept >=k %", (SERVER,)),  # k = 1..K: steps that accepted at least k drafts
 )
 FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
 RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
@@ -37,6 +37,7 @@ from specload.sim.protocol import (
     check_context,
     check_model,
     error_body,
+    openai_options,
     parse_chat,
     parse_completion,
     parse_generate,
@@ -52,6 +53,7 @@ from specload.sim.render import (
     OpenAIRendererType,
     Renderer,
 )
+from specload.sim.specfields import PER_REQUEST_LEVELS
 from specload.sim.timing import Engine
 
 DIE_EXIT_CODE = 3  # exit status when the die_after_requests fault fires
@@ -111,6 +113,7 @@ class _Progress:
     tokens: int = 0
     sent: int = 0
     verify: int = 0
+    accepted: list[int] = field(default_factory=list)  # draft tokens each speculative step accepted
 
 
 class SimApp:
@@ -127,6 +130,7 @@ class SimApp:
         close_after_stream: bool = False,
         loading_s: float = 0.0,
         cache_report: bool = False,
+        spec_metrics: str = "none",
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -145,6 +149,9 @@ class SimApp:
         # The prefix cache (the engine's, if any): generated tokens are " tok", one unit each, as the
         # client sends an answer back: token ids from this server's /tokenize, or the words themselves.
         self.cache_report = cache_report
+        if spec_metrics not in PER_REQUEST_LEVELS:
+            raise ValueError(f"spec_metrics must be one of {PER_REQUEST_LEVELS}")
+        self.spec_metrics = spec_metrics  # vLLM's --per-request-spec-decode-metrics
         self._out_unit_ids = self.vocab.tokenize(TOKEN_TEXT)[0]
         self._out_unit_text = word_unit(TOKEN_TEXT.strip())
         self.prompt_tokens_total = 0
@@ -242,6 +249,9 @@ class SimApp:
             req.key = self._key(body.get("prompt"))
         r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
         r.cache_report = self.cache_report
+        r.continuous_usage, spec_details = openai_options(body)
+        r.spec_metrics = self.spec_metrics
+        r.sglext = spec_details and self.metrics_style == "sglang"
         return self._respond(request, req, r)
 
     def _generate(self, request: Request) -> Response | Stream | None:
@@ -302,12 +312,17 @@ class SimApp:
             next(chunks)  # ADMITTED; blocks while queued
             if key is not None:
                 job.renderer.cached_tokens = key.cached
+            spec = self.engine.spec_counters() if self.engine.speculative else None
+            if spec is not None:  # the renderer reads the steps as they grow
+                job.renderer.spec_steps, job.renderer.spec_k = progress.accepted, spec.num_spec_tokens
             self._admit(job.req)
             yield progress
             for chunk in chunks:
                 progress.tokens = chunk.tokens
                 progress.sent += chunk.tokens
                 progress.verify += chunk.verify_steps
+                if chunk.accepted:
+                    progress.accepted.extend(chunk.accepted)
                 self.generation_tokens_total += chunk.tokens
                 yield progress
         finally:

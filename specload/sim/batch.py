@@ -110,6 +110,9 @@ class BatchParams:
     speculative_algorithm: str | None = None  # None: no speculation, the spec_* fields are ignored
     spec_num_steps: int = 1  # k: draft tokens per step
     spec_accept_prob: float = 1.0  # p: each draft token accepted with p, in sequence, until a rejection
+    # p falls by this much per 1000 output tokens (p at output position x: max(0, p - decay * x / 1000)),
+    # the decay of acceptance along a long output; 0: none
+    spec_accept_decay: float = 0.0
     draft_ms: tuple[tuple[float, float], ...] = ((1, 0.0),)  # per draft token
     verify_ms: tuple[tuple[float, float], ...] | None = None  # None: decode_ms
     draft_kv_tokens: int = 0  # KV tokens the draft's memory takes from kv_budget_tokens
@@ -144,6 +147,8 @@ class BatchParams:
                 raise ValueError(f"spec_num_steps must be >= 1, got {self.spec_num_steps}")
             if not 0.0 <= self.spec_accept_prob <= 1.0:
                 raise ValueError(f"spec_accept_prob must be in [0, 1], got {self.spec_accept_prob}")
+            if self.spec_accept_decay < 0:
+                raise ValueError(f"spec_accept_decay must be >= 0, got {self.spec_accept_decay}")
             if self.draft_kv_tokens < 0:
                 raise ValueError(f"draft_kv_tokens must be >= 0, got {self.draft_kv_tokens}")
             if self.spec_max_running_requests is not None and self.spec_max_running_requests < 1:
@@ -245,6 +250,7 @@ class BatchRequest:
         "chunk_now",
         "pending_tokens",
         "pending_verify",
+        "pending_accepted",
         "admitted_at",
         "event",
         "key",
@@ -264,6 +270,7 @@ class BatchRequest:
         self.chunk_now = 0  # prompt tokens prefilled in the current step
         self.pending_tokens = 0  # produced but not yet taken by the consumer
         self.pending_verify = 0
+        self.pending_accepted: list[int] = []  # draft tokens each pending verify step accepted
         self.admitted_at: float | None = None
         self.event: Event | None = None
 
@@ -317,6 +324,9 @@ class BatchScheduler:
         self.num_drafts = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
+        self.accepted_per_pos = [0] * self.k
+        self.verify_calls = 0
+        self.decay = params.spec_accept_decay / 1000.0
 
     # -- timing -----------------------------------------------------------------------------------------
 
@@ -440,15 +450,19 @@ class BatchScheduler:
                 n, verify = 1, 1  # the pass that finishes the prefill gives the first token
             elif k:
                 accepted = 0
-                if p >= 1.0:
+                q = max(0.0, p - self.decay * req.generated) if self.decay else p
+                if q >= 1.0:
                     accepted = k
                 else:
-                    while accepted < k and rng.random() < p:
+                    while accepted < k and rng.random() < q:
                         accepted += 1
                 n, verify = min(1 + accepted, req.max_tokens - req.generated), 1
                 self.num_drafts += 1
                 self.num_draft_tokens += k
                 self.num_accepted_tokens += n - 1
+                for i in range(n - 1):
+                    self.accepted_per_pos[i] += 1
+                req.pending_accepted.append(n - 1)
             else:
                 n, verify = 1, 1
             if n <= 0:
@@ -456,6 +470,7 @@ class BatchScheduler:
             req.generated += n
             req.pending_tokens += n
             req.pending_verify += verify
+            self.verify_calls += verify
             out.append(req)
             if req.generated >= req.max_tokens:
                 req.state = DONE
@@ -558,10 +573,11 @@ class BatchEngine(Engine):
                 while not req.pending_tokens:
                     event.wait()
                     event.clear()
-                n, v = req.pending_tokens, req.pending_verify
+                n, v, acc = req.pending_tokens, req.pending_verify, req.pending_accepted
                 req.pending_tokens = req.pending_verify = 0
+                req.pending_accepted = []
                 taken += n
-                yield Chunk(n, v)
+                yield Chunk(n, v, tuple(acc))
         finally:
             sched.cancel(req)
 
@@ -594,7 +610,15 @@ class BatchEngine(Engine):
         if not self.speculative:
             return None
         s = self.sched
-        return SpecCounters(s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens, s.accept_length)
+        return SpecCounters(
+            s.num_drafts,
+            s.num_draft_tokens,
+            s.num_accepted_tokens,
+            s.accept_length,
+            tuple(s.accepted_per_pos),
+            s.verify_calls,
+            s.k,
+        )
 
     def internal_state(self) -> dict[str, Any]:
         """Extra ``internal_states[0]`` fields of /get_server_info (SGLang reports the effective cap there)."""

@@ -22,6 +22,7 @@ from specload.sim.httpd import App, HTTPServer
 from specload.sim.info import METRICS_STYLES
 from specload.sim.prefix import DEFAULT_BLOCK, PrefixCache
 from specload.sim.protocol import Vocab, error_body
+from specload.sim.specfields import PER_REQUEST_LEVELS
 from specload.sim.timing import Engine, FixedEngine, clock
 
 _FAULT_DEST = "fault_"  # argparse dest prefix of a Faults field
@@ -117,6 +118,13 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
         "--cache-report",
         action="store_true",
         help="OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)",
+    )
+    t.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=PER_REQUEST_LEVELS,
+        default="none",
+        help="as vLLM's flag: OpenAI responses (and the final usage chunk) carry metrics.speculative_decoding; "
+        "detailed adds per_step_accepted/per_step_drafted (batch engine with speculation)",
     )
 
 
@@ -321,6 +329,7 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             close_after_stream=args.close_after_stream,
             loading_s=args.loading_s,
             cache_report=args.cache_report,
+            spec_metrics=args.per_request_spec_decode_metrics,
         )
     except ValueError as e:
         parser.error(str(e))

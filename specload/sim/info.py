@@ -79,13 +79,15 @@ def metrics_text(
     if cache is not None:
         rows += _cache_rows(style, prefix, cache)
     label = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    lines = []
+    lines: list[str] = []
+    seen: set[str] = set()
     for name, kind, help_text, value in rows:
-        lines += [
-            f"# HELP {name} {help_text}",
-            f"# TYPE {name} {kind}",
-            f'{name}{{model_name="{label}"}} {value}',
-        ]
+        name, _, extra = name.partition("|")  # "name|label=..." adds a label to the sample
+        if name not in seen:  # one HELP and TYPE per metric, however many samples
+            seen.add(name)
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+        labels = f'model_name="{label}"' + (f",{extra}" if extra else "")
+        lines.append(f"{name}{{{labels}}} {value}")
     return "\n".join(lines) + "\n"
 
 
@@ -114,7 +116,18 @@ def _cache_rows(style: str, prefix: str, cache: PrefixCache) -> list[_Row]:
 
 def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
     if style in ("vllm", "llamacpp"):  # the same three counters in both, which specload's sampler reads
-        return [
+        per_pos: list[_Row] = []
+        if style == "vllm":  # one sample per draft position, labelled position="0".."k-1"
+            per_pos = [
+                (
+                    prefix + f'spec_decode_num_accepted_tokens_per_pos_total|position="{i}"',
+                    "counter",
+                    "Accepted tokens per draft position.",
+                    n,
+                )
+                for i, n in enumerate(c.accepted_per_pos)
+            ]
+        return per_pos + [
             (
                 prefix + "spec_decode_num_drafts_total",
                 "counter",
@@ -136,4 +149,7 @@ def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
         ]
     # SGLang's gauge; here the average since start, bonus token included (0 before any step)
     accept = c.accept_length or 0.0
-    return [(prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept)]
+    return [
+        (prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept),
+        (prefix + "spec_verify_calls_total", "counter", "Verify steps of all requests.", c.verify_calls),
+    ]

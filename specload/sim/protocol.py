@@ -190,6 +190,14 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool]:
     return stream, _bool(opts, "include_usage")
 
 
+def openai_options(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(``stream_options.continuous_usage_stats``, ``return_spec_tokens_details``) of an OpenAI body
+    (whose stream_options ``_stream_flags`` has checked already)."""
+    opts = body.get("stream_options")
+    continuous = isinstance(opts, dict) and _bool(opts, "continuous_usage_stats")
+    return continuous, _bool(body, "return_spec_tokens_details")
+
+
 def _message_words(messages: Any) -> int:
     if not isinstance(messages, list) or not messages:
         raise HTTPError(400, "'messages' must be a non-empty list")

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from specload.sim.httpd import StreamHead
+from specload.sim.specfields import sglang_spec, vllm_spec
 from specload.sim.timing import clock
 
 TOKEN_TEXT = " tok"  # the text of every generated token: one whitespace-separated word per token
@@ -36,6 +37,15 @@ class Renderer:
     cache_report = (
         False  # OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM/SGLang, when enabled)
     )
+    # Speculation (specload.sim.specfields): the draft tokens each verify step accepted so far (None:
+    # the engine does not speculate), k, and what the response reports of them: vLLM's
+    # metrics.speculative_decoding at this --per-request-spec-decode-metrics level, SGLang's sglext
+    # (the request set return_spec_tokens_details on an SGLang-styled server).
+    spec_steps: list[int] | None = None
+    spec_k = 0
+    spec_metrics = "none"
+    sglext = False
+    continuous_usage = False  # stream_options.continuous_usage_stats: usage in every content event
 
     def admitted(self) -> bytes | None:
         """Event to send the moment the engine admits the request (vLLM chat: the role-only delta)."""
@@ -52,7 +62,25 @@ class Renderer:
     def tail(self, completion_tokens: int, done: bool) -> bytes:
         """What follows the last content event: the usage event if any, then ``[DONE]`` if ``done``."""
         usage = self.usage(completion_tokens)
-        return (usage or b"") + (DONE_EVENT if done else b"")
+        return self.spec_event(completion_tokens) + (usage or b"") + (DONE_EVENT if done else b"")
+
+    def spec_event(self, completion_tokens: int) -> bytes:
+        """SGLang's own chunk (``choices: []``, ``sglext``) before the usage chunk; b"" when none."""
+        return b""
+
+    def spec_fields(self, completion_tokens: int) -> dict[str, Any]:
+        """The whole response's (or the usage chunk's) ``metrics`` / ``sglext``, as the server sends them."""
+        steps = self.spec_steps
+        if steps is None:
+            return {}
+        out: dict[str, Any] = {}
+        if self.spec_metrics != "none":
+            out["metrics"] = {"speculative_decoding": vllm_spec(steps, self.spec_k, self.spec_metrics)}
+        if self.sglext:
+            verify = len(steps) + 1 if completion_tokens else 0  # the prefill's pass is a verify step
+            details = sglang_spec(steps, self.spec_k, completion_tokens, verify)
+            out["sglext"] = {"spec_tokens_details": details}
+        return out
 
     def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
         """The whole (non-streamed) response."""
@@ -83,7 +111,18 @@ class OpenAIRenderer(Renderer):
         self._head = b"data: " + self._envelope + b',"choices":[{"index":0,' + self.text_open
 
     def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        if self.continuous_usage:  # vLLM: the running usage in every chunk
+            usage = orjson.dumps(self._usage_dict(total))
+            return b"".join(
+                (self._head, _TOK * n, self.text_close, _FINISH[finish], b'}],"usage":', usage, b"}\n\n")
+            )
         return b"".join((self._head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
+
+    def spec_event(self, completion_tokens: int) -> bytes:
+        if not self.sglext or self.spec_steps is None:
+            return b""
+        sglext = orjson.dumps(self.spec_fields(completion_tokens)["sglext"])
+        return b"data: " + self._envelope + b',"choices":[],"sglext":' + sglext + b"}\n\n"
 
     def _usage_dict(self, completion_tokens: int) -> dict[str, Any]:
         p = self.prompt_tokens
@@ -100,6 +139,9 @@ class OpenAIRenderer(Renderer):
         if not self.include_usage:
             return None
         usage = orjson.dumps(self._usage_dict(completion_tokens))
+        metrics = self.spec_fields(completion_tokens).get("metrics") if self.spec_metrics != "none" else None
+        if metrics is not None:  # vLLM: the per-request metrics ride on the final usage chunk
+            usage += b',"metrics":' + orjson.dumps(metrics)
         return b"data: " + self._envelope + b',"choices":[],"usage":' + usage + b"}\n\n"
 
     def _base(self, object_name: str) -> dict[str, Any]:
@@ -125,6 +167,7 @@ class CompletionRenderer(OpenAIRenderer):
         out = self._base("text_completion")
         out["choices"] = [{"index": 0, "text": TOKEN_TEXT * total, "logprobs": None, "finish_reason": finish}]
         out["usage"] = self._usage_dict(total)
+        out.update(self.spec_fields(total))
         return out
 
 
@@ -148,6 +191,7 @@ class ChatRenderer(OpenAIRenderer):
         message = {"role": "assistant", "content": TOKEN_TEXT * total}
         out["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
         out["usage"] = self._usage_dict(total)
+        out.update(self.spec_fields(total))
         return out
 
 
@@ -180,6 +224,8 @@ class GenerateRenderer(Renderer):
         }
         if self.speculative:
             meta["spec_verify_ct"] = verify
+            if self.spec_steps is not None:
+                meta.update(sglang_spec(self.spec_steps, self.spec_k, total, verify))
         meta["e2e_latency"] = clock() - self.t_arrival
         return {"text": TOKEN_TEXT * total, "meta_info": meta, "index": 0}
 

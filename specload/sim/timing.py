@@ -38,6 +38,9 @@ class Chunk:
 
     tokens: int
     verify_steps: int
+    # Draft tokens each speculative verify step of this event accepted, in order (the prefill's first
+    # token is no such step): what vLLM's per-request metrics and SGLang's spec_* fields are made of.
+    accepted: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,10 @@ class SpecCounters:
     num_draft_tokens: int
     num_accepted_tokens: int
     accept_length: float | None
+    # vLLM's per-position counter: index i, the steps that accepted draft position i (0-based)
+    accepted_per_pos: tuple[int, ...] = ()
+    verify_calls: int = 0  # SGLang's spec_verify_calls_total: every request's verify steps, summed
+    num_spec_tokens: int = 0  # k, the draft tokens proposed per step
 
 
 ADMITTED = Chunk(0, 0)

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specload.analysis.metrics import ACCEPT_FROM_COUNTERS
+from specload.analysis.acceptance import TOLERANCE
+from specload.core.records import SPEC_VLLM
 from tests.real.test_specload_real import REPO, measured, records, sweep
 
 # The default sweep's shape (reference budgets max(4, 2*C), a warmup, /metrics sampling), small.
@@ -135,7 +136,8 @@ def test_baseline_and_ngram_acceptance_from_the_counters(vllm_baseline, vllm_ngr
         assert base[c]["accept_length"] is None and base[c]["accept_length_source"] is None, base[c]
         per_level[c] = spec[c]["accept_length"]
         assert per_level[c] is not None and per_level[c] > 1, (c, per_level)
-        assert spec[c]["accept_length_source"] == ACCEPT_FROM_COUNTERS, spec[c]["accept_length_source"]
+        # the ngram server sends metrics.speculative_decoding: the per-request figure comes first
+        assert spec[c]["accept_length_source"] == SPEC_VLLM, spec[c]["accept_length_source"]
     # specload reads the same counters per level (deltas between its samples at the level's edges), so
     # the whole run's figure (the levels and their warmups) lies within the levels' range, give or
     # take the warmups.
@@ -208,3 +210,26 @@ def test_max_num_seqs_caps_the_running_requests(vllm_capped, tmp_path: Path) -> 
     assert level["server_running_max"] == 2, level
     assert 1 <= level["server_queued_max"] <= 2, level
     assert level["accept_length"] is None
+
+
+def test_acceptance_from_the_responses_and_from_the_counters_agree(vllm_ngram, tmp_path: Path) -> None:
+    """A sweep of the ngram server: every acceptance figure from its per-request metrics, the same
+    figures from its counters beside them, within the tolerance, and no note; ITL per token, from the
+    running usage of every event (stream_options.continuous_usage_stats)."""
+    flags = ("--levels", "1,4", "--input-tokens", "64", "--output-tokens", "64", "--metrics-interval", "0.2")
+    run_dir = run_sweep(vllm_ngram, tmp_path / "ngram", *flags)
+    recs = check_ok(run_dir, 4 + 8, 64)
+    assert all(r["spec_source"] == SPEC_VLLM and r["spec_verify_ct"] > 0 for r in recs), recs[0]
+    assert all(r["itl_unit"] == "token" for r in recs)
+    for c, lv in report_json(run_dir).items():
+        a = lv["acceptance"]
+        assert a["sources"] == dict.fromkeys(("length", "rate", "histogram", "per_position"), SPEC_VLLM), a
+        assert a["counter_length"] is not None and a["counter_rate"] is not None, a
+        assert abs(a["counter_length"] - a["length"]) <= TOLERANCE * a["length"], (c, a)
+        assert abs(a["counter_rate"] - a["rate"]) <= TOLERANCE * a["rate"], (c, a)
+        assert a["note"] is None, a["note"]
+        hist = a["histogram"]
+        assert len(hist) == 4 and sum(j * n for j, n in enumerate(hist)) == a["accepted"], a
+        assert a["length"] == 1 + a["accepted"] / sum(hist)
+        # at least k accepted: never more often than at least k - 1
+        assert 1 >= a["per_position"][0] >= a["per_position"][1] >= a["per_position"][2] >= 0, a

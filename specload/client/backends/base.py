@@ -37,6 +37,12 @@ class StreamParser(ABC):
         "spec_verify_ct",
         "cached_tokens",
         "text",
+        "spec_drafted",
+        "spec_accepted",
+        "spec_hist",
+        "spec_along",
+        "spec_source",
+        "counted_events",
     )
 
     def __init__(self) -> None:
@@ -49,6 +55,15 @@ class StreamParser(ABC):
         self.text: list[str] | None = (
             None  # when a list: receives the answer's text (a conversation's history)
         )
+        # The response's own acceptance figures (specload.client.backends.spec; records.spec_*).
+        self.spec_drafted: int | None = None
+        self.spec_accepted: int | None = None
+        self.spec_hist: list[int] | None = None
+        self.spec_along: list[list[int]] | None = None
+        self.spec_source: str | None = None
+        # True while every content event said how many tokens it carried (a running count, such as
+        # vLLM's continuous_usage_stats), so that ITL is per token; None before the first one.
+        self.counted_events: bool | None = None
 
     def feed(self, payload: bytes) -> int:
         """Digest one event; return how many output tokens it carries (0: not a content event).

@@ -18,12 +18,13 @@ class ChatParser(CompletionsParser):
     __slots__ = ()
 
     def read(self, ev: dict[str, Any]) -> int:
+        before = self.output_tokens
         choice = self.choice(ev)
         if choice is None:
             return 0
         delta = choice.get("delta") or {}
         if delta.get("reasoning_content") or delta.get("reasoning"):
-            return 1
+            return self.tokens_of(ev, before)
         content = delta.get("content")
         if content is None:
             return 0
@@ -31,7 +32,7 @@ class ChatParser(CompletionsParser):
             return 0  # role-only opening event, or a closing event with no token
         if self.text is not None:
             self.text.append(content)
-        return 1
+        return self.tokens_of(ev, before)
 
 
 @register

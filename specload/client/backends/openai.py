@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from specload.client.backends.base import Backend, Prompt, StreamParser, as_text, register
-from specload.core.records import SRC_USAGE
+from specload.client.backends.spec import take_sglang, take_vllm
+from specload.core.records import SPEC_LLAMACPP, SPEC_SGLEXT, SRC_USAGE
 
 
 class CompletionsParser(StreamParser):
@@ -26,6 +27,12 @@ class CompletionsParser(StreamParser):
                 self.take_timings(timings)
         choices = ev.get("choices")
         if not choices:
+            metrics = ev.get("metrics")  # vLLM: the final usage chunk carries the per-request metrics
+            if metrics:
+                take_vllm(self, metrics.get("speculative_decoding"))
+            sglext = ev.get("sglext")  # SGLang: a chunk of its own before the usage chunk
+            if sglext:
+                take_sglang(self, sglext.get("spec_tokens_details"), SPEC_SGLEXT)
             return None
         choice = choices[0]
         fr = choice.get("finish_reason")
@@ -41,10 +48,30 @@ class CompletionsParser(StreamParser):
         the acceptance length, as for SGLang.
         """
         accepted = timings.get("draft_n_accepted")
-        if timings.get("draft_n") and isinstance(accepted, int) and isinstance(self.output_tokens, int):
+        drafted = timings.get("draft_n")
+        if drafted and isinstance(accepted, int) and isinstance(self.output_tokens, int):
             self.spec_verify_ct = self.output_tokens - accepted
+            self.spec_accepted = accepted
+            self.spec_drafted = drafted if type(drafted) is int else None
+            self.spec_source = SPEC_LLAMACPP
+
+    def tokens_of(self, ev: dict[str, Any], before: int | None) -> int:
+        """Tokens a content event carried: the change of the running completion_tokens when the event
+        has one (vLLM's ``stream_options.continuous_usage_stats``), else 1 (a decode step's event).
+
+        Several tokens per event is what speculation does (a step's accepted drafts and its bonus
+        token in one event), so counting them keeps ITL per token. One event without a running
+        count makes the whole stream's ITL per event (``counted_events`` False)."""
+        usage = ev.get("usage")
+        if self.counted_events is not False and usage and type(usage.get("completion_tokens")) is int:
+            self.counted_events = True
+            n = (self.output_tokens or 0) - (before or 0)
+            return n if n > 0 else 0
+        self.counted_events = False
+        return 1
 
     def read(self, ev: dict[str, Any]) -> int:
+        before = self.output_tokens
         choice = self.choice(ev)
         if choice is None:
             return 0
@@ -53,7 +80,10 @@ class CompletionsParser(StreamParser):
         text = choice.get("text")
         if self.text is not None and text:
             self.text.append(text)
-        return 0 if choice.get("finish_reason") and not text else 1
+        closing = choice.get("finish_reason") and not text
+        if closing and (not self.counted_events or (self.output_tokens or 0) == (before or 0)):
+            return 0  # closes the stream without a token
+        return self.tokens_of(ev, before)
 
 
 @register
@@ -73,7 +103,10 @@ class OpenAICompletions(Backend):
             "ignore_eos": True,
             "temperature": temperature,
             "stream": True,
-            "stream_options": {"include_usage": True},
+            # continuous_usage_stats: a running completion_tokens in every event (vLLM, SGLang), so
+            # ITL is per token; return_spec_tokens_details: SGLang's per-request acceptance (sglext).
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+            "return_spec_tokens_details": True,
         }
         body.update(extra)
         return body

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from specload.client.backends.base import Backend, Prompt, StreamParser, as_text, count, register
-from specload.core.records import SRC_META
+from specload.client.backends.spec import take_sglang
+from specload.core.records import SPEC_SGLANG_META, SRC_META
 
 
 class GenerateParser(StreamParser):
@@ -32,6 +33,7 @@ class GenerateParser(StreamParser):
         svc = meta.get("spec_verify_ct")
         if type(svc) is int and svc > 0:  # anything else is no count: the figure is left out, not the request
             self.spec_verify_ct = svc
+            take_sglang(self, meta, SPEC_SGLANG_META)
         fr = meta.get("finish_reason")
         if fr:
             self.finish_reason = fr.get("type", str(fr)) if isinstance(fr, dict) else str(fr)

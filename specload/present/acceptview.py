@@ -1,0 +1,108 @@
+"""The acceptance figures (``specload.analysis.acceptance``) as the report and the comparison show them.
+
+The table's columns (Accept rate %, Accept >=k %) and the report's "Acceptance" section: per level
+its histogram of accepted tokens per step and its acceptance length along the output, with the
+source of each figure and the notes where the responses and the counters disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, Acceptance
+from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean
+from specload.core.records import SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
+from specload.core.text import MISSING, fmt_num
+from specload.present.output import render_table
+
+SOURCE_NAMES = {
+    SPEC_VLLM: "vLLM's per-request metrics.speculative_decoding",
+    SPEC_SGLANG_META: "SGLang's per-request meta_info",
+    SPEC_SGLEXT: "SGLang's per-request sglext.spec_tokens_details",
+    SPEC_LLAMACPP: "llama.cpp's per-request timings",
+    FROM_OLD_RECORDS: "SGLang's per-request meta_info (output tokens / spec_verify_ct)",
+    FROM_COUNTERS: "the server's counters (a delta over the level's window)",
+}
+_FIGURE_NAMES = {
+    "length": "Accept len",
+    "rate": "Accept rate",
+    "per_position": "Accept >=k",
+    "histogram": "the histogram of accepted tokens per step",
+    "along": "the acceptance along the output",
+}
+
+
+def _pct(v: float | None, digits: int = 1) -> str:
+    return MISSING if v is None else fmt_num(v * 100.0, digits)
+
+
+def accept_rate(s: LevelStats) -> float | None:
+    return s.acceptance.rate if s.acceptance is not None else None
+
+
+def rate_cell(s: LevelStats) -> str:
+    return _pct(accept_rate(s))
+
+
+def has_positions(s: LevelStats) -> bool | None:
+    """True when the level has an acceptance per draft position (None: not, for IF_VALUE)."""
+    return True if s.acceptance is not None and s.acceptance.per_position else None
+
+
+def positions_cell(s: LevelStats) -> str:
+    """k = 1..K: the share of steps that accepted at least k draft tokens, in %, joined by '/'."""
+    a = s.acceptance
+    if a is None or not a.per_position:
+        return MISSING
+    return "/".join(fmt_num(v * 100.0, 0) for v in a.per_position)
+
+
+def accept_rate_mean(f: RepeatedLevelStats) -> float | None:
+    """The acceptance rate over a level's repeats (their mean), for the comparison."""
+    return mean(map(accept_rate, f.levels))
+
+
+def _histogram_cell(a: Acceptance) -> str:
+    total = sum(a.histogram)
+    if not total:
+        return MISSING
+    return " ".join(f"{j}:{n / total * 100:.0f}%" for j, n in enumerate(a.histogram))
+
+
+def _along_cell(a: Acceptance) -> str:
+    return " ".join(fmt_num(v, 2) if v is not None else MISSING for v in a.along) if a.along else MISSING
+
+
+def render_acceptance(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level: the histogram of accepted tokens per step (share of steps) and the acceptance length
+    per bucket of output positions; None when no level has either."""
+    rows = [
+        [s.label, fmt_num(s.acceptance.length, 2), _histogram_cell(s.acceptance), _along_cell(s.acceptance)]
+        for s in levels
+        if s.acceptance is not None and (s.acceptance.histogram or s.acceptance.along)
+    ]
+    if not rows:
+        return None
+    bucket = next(s.acceptance.along_bucket for s in levels if s.acceptance is not None)
+    headers = ["Level", "Accept len", "Steps by accepted drafts", f"Accept len per {bucket} output tokens"]
+    return render_table(headers, rows, fmt)
+
+
+def acceptance_notes(levels: Sequence[LevelStats]) -> list[str]:
+    """Where each acceptance figure came from, and every level whose sources disagree."""
+    by_figure: dict[str, set[str]] = {}
+    for s in levels:
+        if s.acceptance is not None:
+            for figure, source in s.acceptance.sources.items():
+                by_figure.setdefault(figure, set()).update(source.split(" + "))
+    by_sources: dict[tuple[str, ...], list[str]] = {}  # figures that came from the same sources, together
+    for figure, sources in by_figure.items():
+        by_sources.setdefault(tuple(sorted(sources)), []).append(_FIGURE_NAMES[figure])
+    notes = [
+        f"{', '.join(figures)} from {' and '.join(SOURCE_NAMES.get(x, x) for x in sources)}"
+        for sources, figures in by_sources.items()
+    ]
+    notes += [
+        f"{s.label}: {s.acceptance.note}" for s in levels if s.acceptance is not None and s.acceptance.note
+    ]
+    return notes

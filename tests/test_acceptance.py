@@ -1,0 +1,113 @@
+"""The acceptance figures' arithmetic (specload.analysis.acceptance), each against a hand computation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, acceptance, at_least, mismatch_note
+from specload.analysis.columns import LevelColumns, read_columns
+from specload.analysis.metrics import ServerSample
+from specload.client.backends.spec import along
+from specload.core.records import OK, PHASE_MEASURE, SCHEMA_VERSION, make_record, read_records
+
+
+def rec(**kw: Any) -> Any:
+    fields: dict[str, Any] = dict(
+        level=0,
+        concurrency=1,
+        phase=PHASE_MEASURE,
+        seq=0,
+        backend="openai",
+        status=OK,
+        reason=None,
+        http_status=200,
+        output_tokens_source="usage",
+        prompt_tokens=8,
+        requested_output_tokens=64,
+        requested_prompt_tokens=8,
+        chunks=10,
+        itl_max_s=None,
+        spec_verify_ct=None,
+        worker="w",
+    )
+    fields.update(kw)
+    return make_record(t_send=0.0, t_first=0.1, t_last=0.9, t_end=1.0, output_tokens=64, **fields)
+
+
+def test_at_least_is_the_tail_share_of_the_histogram() -> None:
+    # 10 steps: 2 accepted 0, 3 accepted 1, 5 accepted 2 -> >=1: 8/10, >=2: 5/10
+    assert at_least(np.array([2, 3, 5])) == pytest.approx([0.8, 0.5])
+
+
+def test_along_buckets_steps_by_the_position_of_their_first_token() -> None:
+    # steps accepting 3, 3, 0, ... start at 1, 5, 9, 10; 30 steps of 3 after: positions 10 + 4i
+    steps = [3, 3, 0] + [3] * 30
+    got = along(steps)
+    # bucket 0: positions 1, 5, 9, then 10, 14, ..., 98 (23 of them) -> 26 steps, 3+3+0+69 accepted
+    assert got[0] == [0, 26, 75] and got[1][0] == 1 and got[0][1] + got[1][1] == 33
+
+
+def test_records_with_accepted_counts_give_one_plus_accepted_per_step() -> None:
+    a = [
+        rec(spec_verify_ct=16, spec_accepted=47, spec_drafted=48, spec_source="vllm_metrics"),
+        rec(spec_verify_ct=20, spec_accepted=20, spec_drafted=60, spec_source="vllm_metrics"),
+    ]
+    got = acceptance(LevelColumns.of(a), [], 0.0, 1.0)
+    assert got is not None
+    assert got.length == pytest.approx(1 + 67 / 36) and got.rate == pytest.approx(67 / 108)
+    assert got.sources == {"length": "vllm_metrics", "rate": "vllm_metrics"} and got.requests == 2
+
+
+def test_old_records_keep_tokens_per_verify_step() -> None:
+    got = acceptance(LevelColumns.of([rec(spec_verify_ct=32)]), [], 0.0, 1.0)
+    assert (
+        got is not None and got.length == pytest.approx(2.0) and got.sources == {"length": FROM_OLD_RECORDS}
+    )
+
+
+def test_counters_fill_what_the_records_lack() -> None:
+    s0 = ServerSample(
+        t=0.0,
+        spec_num_drafts=100,
+        spec_num_draft_tokens=300,
+        spec_num_accepted_tokens=150,
+        spec_accepted_per_pos=(80.0, 50.0, 20.0),
+    )
+    s1 = ServerSample(
+        t=2.0,
+        spec_num_drafts=200,
+        spec_num_draft_tokens=600,
+        spec_num_accepted_tokens=330,
+        spec_accepted_per_pos=(170.0, 110.0, 50.0),
+    )
+    got = acceptance(LevelColumns.of([rec()]), [s0, s1], 0.5, 2.5)
+    assert got is not None
+    # 100 steps, 300 drafted, 180 accepted: 90 / 60 / 30 steps accepted position 1 / 2 / 3
+    assert got.length == pytest.approx(2.8) and got.rate == pytest.approx(0.6)
+    assert got.per_position == pytest.approx([0.9, 0.6, 0.3])
+    assert set(got.sources.values()) == {FROM_COUNTERS}
+
+
+def test_mismatch_beyond_the_tolerance_is_a_note() -> None:
+    assert mismatch_note(3.0, 3.1, None, None) is None  # 3.3 % apart
+    note = mismatch_note(3.0, 3.3, 0.5, 0.5)
+    assert note is not None and "acceptance length 3.00 from the responses, 3.30 from the counters" in note
+
+
+def test_old_records_still_read(tmp_path: Path) -> None:
+    new = rec(spec_verify_ct=16, spec_accepted=47, spec_hist=[0, 0, 1, 15], spec_source="vllm_metrics")
+    old = {k: v for k, v in new.to_dict().items() if not k.startswith("spec_") or k == "spec_verify_ct"}
+    old["v"] = 2
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(old) + "\n" + new.to_json().decode() + "\n")
+    a, b = read_records(str(path))
+    assert (
+        a.spec_accepted is None and a.v == 2 and b.spec_hist == [0, 0, 1, 15] and b.v == SCHEMA_VERSION == 3
+    )
+    cols = next(iter(read_columns(str(path)).values()))
+    assert cols.spec.hist.tolist() == [0, 0, 1, 15] and cols.spec.hist_requests == 1
