@@ -28,6 +28,7 @@ from specload.analysis.mixstats import (
     GroupStats,
     MixStats,
 )
+from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
@@ -638,6 +639,12 @@ def _notes(run: Run) -> list[str]:
     notes += run.max_running_notes()
     notes += _slo_notes(run.levels)
     notes += _accept_note(run.levels)
+    caveat = acceptance_caveat(run)  # beside the acceptance: random prompts overstate it
+    notes += (
+        [f"Accept len and speedup measured on {caveat} (SPEED-Bench); use --dataset for real text"]
+        if caveat
+        else []
+    )
     notes += _prefix_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
