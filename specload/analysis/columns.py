@@ -93,6 +93,7 @@ class Rec(msgspec.Struct):
     prefix_group: int | None = None
     cached_tokens: int | None = None
     v: int = 1
+    category: str | None = None
 
 
 assert set(Rec.__struct_fields__) == {f for f in RequestRecord.__dataclass_fields__}, (
@@ -127,6 +128,7 @@ LABELS = {
     "http": "http_status",
     "request_class": "request_class",
     "turn": "turn",
+    "category": "category",
 }
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
-from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
+from specload.analysis.mixstats import MixStats, accept_length_of, mix_stats, prefix_cache_rate
 from specload.core import histogram, stats
 from specload.core.counters import window_ends
 from specload.core.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, level_label
@@ -645,11 +645,9 @@ def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
     s.prompt_tokens_mean = _mean_of(c.present("prompt", ok))
     s.chunk_fallback_ok = int((ok & c.is_label("source", SRC_CHUNKS)).sum())
     s.token_note = _token_note(s.chunk_fallback_ok, s.ok)
-    verify = c.col("verify")
-    used = ok & (verify > 0)  # (nan > 0 is False: no count)
-    if used.any():
-        s.accept_length = float(n[used].sum()) / float(verify[used].sum())
-        s.accept_length_requests = int(used.sum())
+    accept, used = accept_length_of(c)  # (one definition: a category's is the same over its requests)
+    if accept is not None:
+        s.accept_length, s.accept_length_requests = accept, used
         s.accept_length_source = ACCEPT_FROM_RECORDS
 
 

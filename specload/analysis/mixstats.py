@@ -90,6 +90,9 @@ class GroupStats:
     tpot_p50_ms: float | None = None
     e2e_p50_s: float | None = None
     prefix_cache_hit_rate: float | None = None  # from the records only
+    # The group's own accept length from its records (accept_length_of; docs/metrics.md, "Prompt categories")
+    accept_length: float | None = None
+    accept_length_requests: int = 0
 
 
 @dataclass
@@ -100,6 +103,7 @@ class MixStats:
     varied: bool = False  # some length asked for was not the same for every request
     classes: list[GroupStats] = field(default_factory=list)
     turns: list[GroupStats] = field(default_factory=list)
+    categories: list[GroupStats] = field(default_factory=list)  # a categorised dataset's row categories
 
 
 def _ms(v: float | None) -> float | None:
@@ -122,6 +126,17 @@ def _cached(c: LevelColumns) -> tuple[int, float, float]:
     """(requests, cached tokens, their prompt tokens) of the not-failed requests that said both."""
     said = ~c.is_label("status", FAILED) & ~np.isnan(c.col("prompt")) & ~np.isnan(c.col("cached"))
     return int(said.sum()), float(c.col("cached")[said].sum()), float(c.col("prompt")[said].sum())
+
+
+def accept_length_of(c: LevelColumns) -> tuple[float | None, int]:
+    """(accept length, requests used) from the records' own verify steps: Σ output tokens /
+    Σ spec_verify_ct over the OK requests with spec_verify_ct > 0 (docs/metrics.md, "Speculative
+    decoding: accept length", its per-request source); (None, 0) when none has it."""
+    verify = c.col("verify")
+    used = c.is_label("status", OK) & (verify > 0)  # (nan > 0 is False: no count)
+    if not used.any():
+        return None, 0
+    return float(c.col("tokens")[used].sum()) / float(verify[used].sum()), int(used.sum())
 
 
 def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) -> GroupStats:
@@ -154,6 +169,7 @@ def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) 
     g.tpot_p50_ms, g.e2e_p50_s = _ms(percentile(c.present("tpot", ok), 50.0)), percentile(e2e[ok], 50.0)
     n, cached, prompt = _cached(c)
     g.prefix_cache_hit_rate = cached / prompt if n and prompt else None
+    g.accept_length, g.accept_length_requests = accept_length_of(c)
     return g
 
 
@@ -162,14 +178,15 @@ def mix_stats(c: LevelColumns, wall: float | None) -> MixStats:
     m = MixStats(lengths={key: summarize(lengths[key]) for key, _ in LENGTHS})
     m.varied = len(np.unique(lengths["input_sent"])) > 1 or len(np.unique(lengths["output_asked"])) > 1
     groups = []
-    for kind, name in (("class", "request_class"), ("turn", "turn")):
+    for kind, name in (("class", "request_class"), ("turn", "turn"), ("category", "category")):
         codes = c.codes(name)
         for code, key in enumerate(c.labels[name]):
             mine = codes == code
             if key is not None and mine.any():
                 groups.append(((kind, key), c.subset(mine)))
+    lists = {"class": m.classes, "turn": m.turns, "category": m.categories}
     for (kind, key), group in sorted(groups, key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        (m.classes if kind == "class" else m.turns).append(group_stats(key, group, c.sent, wall))
+        lists[kind].append(group_stats(key, group, c.sent, wall))
     m.turns.sort(key=lambda g: g.key)
     return m
 

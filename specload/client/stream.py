@@ -81,6 +81,7 @@ class RequestSpec:
     turn: int | None = None
     conversation: str | None = None
     prefix_group: int | None = None
+    category: str | None = None  # a categorised dataset's row category
 
 
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
@@ -219,6 +220,7 @@ def stream_request(
             turn=spec.turn,
             conversation=spec.conversation,
             prefix_group=spec.prefix_group,
+            category=spec.category,
         )
     if ex.interrupted:
         raise Interrupted(rec)
@@ -340,4 +342,5 @@ def _record(ex: _Exchange) -> RequestRecord:
         conversation=spec.conversation,
         prefix_group=spec.prefix_group,
         cached_tokens=parser.cached_tokens,
+        category=spec.category,
     )

@@ -114,6 +114,9 @@ class RequestRecord:
     cached_tokens: int | None = None
     # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
     v: int = 2
+    # A categorised dataset's row category (specload.workload.datasets; SPEED-Bench's ``category``),
+    # None for any other prompt.
+    category: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive

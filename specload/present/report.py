@@ -457,6 +457,19 @@ def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | Non
     )
 
 
+def render_categories(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each prompt category of a categorised dataset and then all of them, with its own
+    accept length; None without categories."""
+    rows = []
+    for s, m in _mixed(levels):
+        accepts = [g.accept_length for g in m.categories] + ([s.accept_length] if m.categories else [])
+        rows += [
+            [*r, fmt_num(a, 2)] for r, a in zip(_group_rows(s, m.categories, True), accepts, strict=True)
+        ]
+    headers = [_x_header(levels), "Category", *_GROUP_HEADERS, "Accept len"]
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
@@ -715,6 +728,14 @@ def render_report(
     turns = render_turns(run.levels, fmt)
     if turns is not None:
         lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
+    categories = render_categories(run.levels, fmt)
+    if categories is not None:
+        lines += [
+            "",
+            "## Prompt categories (throughput over the level's wall time; all: the level)",
+            "",
+            categories,
+        ]
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
         lines += [
