@@ -94,6 +94,9 @@ class Rec(msgspec.Struct):
     cached_tokens: int | None = None
     v: int = 1
     category: str | None = None
+    t_first_answer: float | None = None
+    reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
 
 
 assert set(Rec.__struct_fields__) == {f for f in RequestRecord.__dataclass_fields__}, (
@@ -120,6 +123,8 @@ NUMBERS = {
     "first_event": "first_event_tokens",
     "t_sched": "t_sched",
     "cached": "cached_tokens",
+    "t_answer": "t_first_answer",
+    "reasoning": "reasoning_tokens",
 }
 # The values it counts, as codes into a list of the values in first-seen order.
 LABELS = {
@@ -129,6 +134,7 @@ LABELS = {
     "request_class": "request_class",
     "turn": "turn",
     "category": "category",
+    "reasoning_source": "reasoning_tokens_source",
 }
 
 

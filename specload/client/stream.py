@@ -117,6 +117,7 @@ class _Exchange:
     tokens_seen: int = 0  # tokens those events carried
     first_n: int = 0  # tokens of the first content event
     t_first_p: float | None = None
+    t_answer_p: float | None = None  # the first content event that was not reasoning
     last_p: float = 0.0
     t_end_p: float = 0.0
     itl_max: float = 0.0
@@ -152,6 +153,8 @@ class _Exchange:
                         b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
                         itl = self.itl
                         itl[b] = itl.get(b, 0) + n
+                    if self.t_answer_p is None and not self.parser.in_reasoning:
+                        self.t_answer_p = t
                     self.last_p = t
                     self.chunks += 1
                     self.tokens_seen += n
@@ -343,4 +346,18 @@ def _record(ex: _Exchange) -> RequestRecord:
         prefix_group=spec.prefix_group,
         cached_tokens=parser.cached_tokens,
         category=spec.category,
+        **_reasoning(ex, t_send_wall, t0),
     )
+
+
+def _reasoning(ex: _Exchange, t_send_wall: float, t0: float) -> dict[str, Any]:
+    """A reasoning stream's fields (docs/metrics.md, "Reasoning streams"); none for any other stream."""
+    parser = ex.parser
+    if not parser.reasoning_events and not parser.reasoning_tokens:
+        return {}
+    counted = parser.reasoning_tokens is None
+    return {
+        "t_first_answer": None if ex.t_answer_p is None else t_send_wall + (ex.t_answer_p - t0),
+        "reasoning_tokens": parser.reasoning_events if counted else parser.reasoning_tokens,
+        "reasoning_tokens_source": SRC_CHUNKS if counted else ex.backend.token_source,
+    }

@@ -117,6 +117,13 @@ class RequestRecord:
     # A categorised dataset's row category (specload.workload.datasets; SPEED-Bench's ``category``),
     # None for any other prompt.
     category: str | None = None
+    # Reasoning streams (chat deltas with ``reasoning`` / ``reasoning_content``; None for a stream
+    # without reasoning): the wall clock of the first answer (non-reasoning) content event, the
+    # reasoning tokens (the server's usage.completion_tokens_details.reasoning_tokens, else the
+    # reasoning events counted) and where that count came from (SRC_USAGE | SRC_CHUNKS).
+    t_first_answer: float | None = None
+    reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive

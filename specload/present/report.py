@@ -470,6 +470,44 @@ def render_categories(levels: Sequence[LevelStats], fmt: str = "github") -> str 
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
+def render_reasoning(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, its reasoning streams (analysis.reasoning); None when no level had any."""
+    rows = []
+    for s in levels:
+        r = s.reasoning
+        if r is None:
+            continue
+        rows.append(
+            [
+                _x_cell(s),
+                str(r.requests),
+                fmt_num(r.reasoning_tokens_mean, 1),
+                _pct_cell(r.reasoning_share),
+                fmt_num(r.ttft_p50_ms, 1),
+                fmt_num(r.ttft_p99_ms, 1),
+                fmt_num(r.answer_ttft_p50_ms, 1),
+                fmt_num(r.answer_ttft_p99_ms, 1),
+                fmt_num(r.answer_tok_s_mean, 1),
+                fmt_num(r.agg_answer_tok_s, 1),
+                "+".join(r.sources) or MISSING,
+            ]
+        )
+    headers = [
+        _x_header(levels),
+        "Reasoning reqs",
+        "Reasoning tokens mean",
+        "Reasoning %",
+        "TTFT p50 (ms)",
+        "TTFT p99 (ms)",
+        "First answer p50 (ms)",
+        "First answer p99 (ms)",
+        "Answer tok/s",
+        "Agg answer tok/s",
+        "Counted from",
+    ]
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
@@ -728,6 +766,14 @@ def render_report(
     turns = render_turns(run.levels, fmt)
     if turns is not None:
         lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
+    reasoning = render_reasoning(run.levels, fmt)
+    if reasoning is not None:
+        lines += [
+            "",
+            "## Reasoning streams (OK requests that streamed reasoning; docs/metrics.md)",
+            "",
+            reasoning,
+        ]
     categories = render_categories(run.levels, fmt)
     if categories is not None:
         lines += [

@@ -127,6 +127,8 @@ class SimApp:
         close_after_stream: bool = False,
         loading_s: float = 0.0,
         cache_report: bool = False,
+        reasoning_tokens: int = 0,
+        reasoning_field: str = "reasoning",
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -145,6 +147,9 @@ class SimApp:
         # The prefix cache (the engine's, if any): generated tokens are " tok", one unit each, as the
         # client sends an answer back: token ids from this server's /tokenize, or the words themselves.
         self.cache_report = cache_report
+        if reasoning_tokens < 0:
+            raise ValueError(f"--reasoning-tokens must be >= 0, got {reasoning_tokens}")
+        self.reasoning = (reasoning_tokens, reasoning_field)  # chat streams' reasoning first (ChatRenderer)
         self._out_unit_ids = self.vocab.tokenize(TOKEN_TEXT)[0]
         self._out_unit_text = word_unit(TOKEN_TEXT.strip())
         self.prompt_tokens_total = 0
@@ -242,6 +247,8 @@ class SimApp:
             req.key = self._key(body.get("prompt"))
         r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
         r.cache_report = self.cache_report
+        if isinstance(r, ChatRenderer) and self.reasoning[0]:
+            r.reason(*self.reasoning)
         return self._respond(request, req, r)
 
     def _generate(self, request: Request) -> Response | Stream | None:
