@@ -241,3 +241,29 @@ def test_sweep_of_a_reasoning_model(sim: Callable[..., SimProcess], tmp_path: Pa
     assert "## Reasoning streams" in render_report(run)
     level = json.loads((run_dir / "run.json").read_text())
     assert level["backend"] == "chat"
+
+
+def test_reasoning_counted_but_streamed_as_content_has_no_first_answer() -> None:
+    from specload.client.stream import _Exchange, _reasoning
+
+    b = get_backend("chat")
+    p = b.parser()
+    p.feed(ev({"content": "<think> hmm"}))
+    usage = {"prompt_tokens": 3, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 1}}
+    p.feed(orjson.dumps({"choices": [], "usage": usage}))
+    ex = _Exchange(_spec(2), b, "w", 1.0, None, p, p.feed, t_answer_p=5.0)
+    assert _reasoning(ex, T0, 4.0) == {
+        "t_first_answer": None,  # no reasoning delta: where the answer began is not known
+        "reasoning_tokens": 1,
+        "reasoning_tokens_source": SRC_USAGE,
+    }
+    p.reasoning_events = 1  # had a reasoning delta come first, the first content event is the answer's
+    assert _reasoning(ex, T0, 4.0)["t_first_answer"] == pytest.approx(T0 + 1.0)
+    counted = b.parser()
+    counted.feed(ev({"reasoning": " a"}))
+    ex2 = _Exchange(_spec(2), b, "w", 1.0, None, counted, counted.feed)
+    assert _reasoning(ex2, T0, 4.0) == {
+        "t_first_answer": None,  # the answer never began
+        "reasoning_tokens": 1,
+        "reasoning_tokens_source": SRC_CHUNKS,
+    }

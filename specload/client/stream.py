@@ -356,8 +356,11 @@ def _reasoning(ex: _Exchange, t_send_wall: float, t0: float) -> dict[str, Any]:
     if not parser.reasoning_events and not parser.reasoning_tokens:
         return {}
     counted = parser.reasoning_tokens is None
+    # Reasoning the server counted but streamed as content (no reasoning delta) hides where the
+    # answer began: no first answer token then.
+    answer_p = ex.t_answer_p if parser.reasoning_events else None
     return {
-        "t_first_answer": None if ex.t_answer_p is None else t_send_wall + (ex.t_answer_p - t0),
+        "t_first_answer": None if answer_p is None else t_send_wall + (answer_p - t0),
         "reasoning_tokens": parser.reasoning_events if counted else parser.reasoning_tokens,
         "reasoning_tokens_source": SRC_CHUNKS if counted else ex.backend.token_source,
     }

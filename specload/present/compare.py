@@ -373,7 +373,9 @@ def render_text(
 def side_text(comp: Comparison) -> str:
     """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
     return "\n".join(
-        header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
+        header_lines(comp)
+        + ["", *comp.sentences, *(s for cc in compare_categories(comp) for s in cc.sentences)]
+        + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
     )
 
 
