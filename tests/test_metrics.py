@@ -539,7 +539,7 @@ def test_tok_s_series_matches_the_window_integral_and_stays_linear() -> None:
 def _full_levels() -> list[LevelStats]:
     """A concurrency level and a rate level whose records have everything a figure can be made of:
     failures (a 429), a short reply, chunk-counted tokens, spec verify counts, cached prompt
-    tokens, request classes and turns, due times (some late), ITL histograms; server samples with
+    tokens, request classes, turns and categories, reasoning, due times (some late), ITL histograms; server samples with
     gauges; an SLO."""
     from specload.core.slo import parse_slo
 
@@ -580,6 +580,10 @@ def _full_levels() -> list[LevelStats]:
                 request_class="chat" if i % 2 else "code",
                 turn=i % 2,
                 cached_tokens=50 if status != FAILED else None,
+                category="coding" if i % 3 else "math",
+                t_first_answer=None if status == FAILED else t + 0.25,
+                reasoning_tokens=None if status == FAILED else 4,
+                reasoning_tokens_source=None if status == FAILED else SRC_USAGE,
             )
             recs.append(r)
         recs.append(dataclasses.replace(recs[1], phase=PHASE_WARMUP))

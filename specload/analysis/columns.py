@@ -99,6 +99,10 @@ class Rec(msgspec.Struct):
     spec_along: list[list[int]] | None = None
     spec_source: str | None = None
     v: int = 1
+    category: str | None = None
+    t_first_answer: float | None = None
+    reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
 
 
 assert set(Rec.__struct_fields__) == {f for f in RequestRecord.__dataclass_fields__}, (
@@ -127,6 +131,8 @@ NUMBERS = {
     "cached": "cached_tokens",
     "drafted": "spec_drafted",
     "accepted": "spec_accepted",
+    "t_answer": "t_first_answer",
+    "reasoning": "reasoning_tokens",
 }
 # The values it counts, as codes into a list of the values in first-seen order.
 LABELS = {
@@ -136,6 +142,8 @@ LABELS = {
     "request_class": "request_class",
     "turn": "turn",
     "spec_source": "spec_source",
+    "category": "category",
+    "reasoning_source": "reasoning_tokens_source",
 }
 
 

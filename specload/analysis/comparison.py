@@ -20,6 +20,7 @@ from typing import Any
 
 from specload.analysis.clientcheck import client_flags
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
+from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import Run
 from specload.analysis.slo_compare import SloComparison, compare_slo
 from specload.core.records import SRC_CHUNKS
@@ -659,6 +660,9 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     if noisy:
         where = ", ".join(comp.axis.at(c) for c in noisy)
         text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
+    caveat = acceptance_caveat(t.run) or acceptance_caveat(comp.baseline.run)
+    if caveat:
+        text += f" Prompts: {caveat}."
     return text
 
 

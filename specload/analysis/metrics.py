@@ -20,7 +20,8 @@ import numpy.typing as npt
 
 from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
-from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
+from specload.analysis.mixstats import MixStats, accept_length_of, mix_stats, prefix_cache_rate
+from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
 from specload.core.counters import window_ends
 from specload.core.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, level_label
@@ -198,6 +199,7 @@ class LevelStats:
     prefix_cache_hit_rate: float | None = None
     prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
     mix: MixStats | None = None
+    reasoning: ReasoningStats | None = None  # reasoning streams (specload.analysis.reasoning); None: none
     # figures of metrics.FIGURES, by name
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -743,6 +745,7 @@ def level_stats(
     _fill_throughput(s, c, start, end, cap)
     _fill_schedule(s, c)
     s.mix = mix_stats(c, s.wall_s)
+    s.reasoning = reasoning_stats(c, s.wall_s)
     s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
     for fill in FIGURES:
         fill(s, c)

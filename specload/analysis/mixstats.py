@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from specload.analysis.acceptance import acceptance
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
 from specload.core.records import FAILED, OK, SHORT
@@ -90,6 +91,9 @@ class GroupStats:
     tpot_p50_ms: float | None = None
     e2e_p50_s: float | None = None
     prefix_cache_hit_rate: float | None = None  # from the records only
+    # The group's own accept length from its records (accept_length_of; docs/metrics.md, "Prompt categories")
+    accept_length: float | None = None
+    accept_length_requests: int = 0
 
 
 @dataclass
@@ -100,6 +104,7 @@ class MixStats:
     varied: bool = False  # some length asked for was not the same for every request
     classes: list[GroupStats] = field(default_factory=list)
     turns: list[GroupStats] = field(default_factory=list)
+    categories: list[GroupStats] = field(default_factory=list)  # a categorised dataset's row categories
 
 
 def _ms(v: float | None) -> float | None:
@@ -122,6 +127,13 @@ def _cached(c: LevelColumns) -> tuple[int, float, float]:
     """(requests, cached tokens, their prompt tokens) of the not-failed requests that said both."""
     said = ~c.is_label("status", FAILED) & ~np.isnan(c.col("prompt")) & ~np.isnan(c.col("cached"))
     return int(said.sum()), float(c.col("cached")[said].sum()), float(c.col("prompt")[said].sum())
+
+
+def accept_length_of(c: LevelColumns) -> tuple[float | None, int]:
+    """(accept length, requests used) of a part of a level (a category's requests), by the level's
+    own definition (specload.analysis.acceptance, from the records only); (None, 0) without one."""
+    a = acceptance(c, (), 0.0, 0.0)
+    return (a.length, a.requests) if a is not None and a.length is not None else (None, 0)
 
 
 def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) -> GroupStats:
@@ -154,6 +166,7 @@ def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) 
     g.tpot_p50_ms, g.e2e_p50_s = _ms(percentile(c.present("tpot", ok), 50.0)), percentile(e2e[ok], 50.0)
     n, cached, prompt = _cached(c)
     g.prefix_cache_hit_rate = cached / prompt if n and prompt else None
+    g.accept_length, g.accept_length_requests = accept_length_of(c)
     return g
 
 
@@ -162,14 +175,15 @@ def mix_stats(c: LevelColumns, wall: float | None) -> MixStats:
     m = MixStats(lengths={key: summarize(lengths[key]) for key, _ in LENGTHS})
     m.varied = len(np.unique(lengths["input_sent"])) > 1 or len(np.unique(lengths["output_asked"])) > 1
     groups = []
-    for kind, name in (("class", "request_class"), ("turn", "turn")):
+    for kind, name in (("class", "request_class"), ("turn", "turn"), ("category", "category")):
         codes = c.codes(name)
         for code, key in enumerate(c.labels[name]):
             mine = codes == code
             if key is not None and mine.any():
                 groups.append(((kind, key), c.subset(mine)))
+    lists = {"class": m.classes, "turn": m.turns, "category": m.categories}
     for (kind, key), group in sorted(groups, key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        (m.classes if kind == "class" else m.turns).append(group_stats(key, group, c.sent, wall))
+        lists[kind].append(group_stats(key, group, c.sent, wall))
     m.turns.sort(key=lambda g: g.key)
     return m
 

@@ -81,6 +81,7 @@ class RequestSpec:
     turn: int | None = None
     conversation: str | None = None
     prefix_group: int | None = None
+    category: str | None = None  # a categorised dataset's row category
 
 
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
@@ -116,6 +117,7 @@ class _Exchange:
     tokens_seen: int = 0  # tokens those events carried
     first_n: int = 0  # tokens of the first content event
     t_first_p: float | None = None
+    t_answer_p: float | None = None  # the first content event that was not reasoning
     last_p: float = 0.0
     t_end_p: float = 0.0
     itl_max: float = 0.0
@@ -151,6 +153,8 @@ class _Exchange:
                         b = int(_log(gap * _INV_FLOOR) * _INV_LOG_RATIO) if gap > _FLOOR else 0
                         itl = self.itl
                         itl[b] = itl.get(b, 0) + n
+                    if self.t_answer_p is None and not self.parser.in_reasoning:
+                        self.t_answer_p = t
                     self.last_p = t
                     self.chunks += 1
                     self.tokens_seen += n
@@ -219,6 +223,7 @@ def stream_request(
             turn=spec.turn,
             conversation=spec.conversation,
             prefix_group=spec.prefix_group,
+            category=spec.category,
         )
     if ex.interrupted:
         raise Interrupted(rec)
@@ -345,4 +350,22 @@ def _record(ex: _Exchange) -> RequestRecord:
         spec_hist=parser.spec_hist,
         spec_along=parser.spec_along,
         spec_source=parser.spec_source,
+        category=spec.category,
+        **_reasoning(ex, t_send_wall, t0),
     )
+
+
+def _reasoning(ex: _Exchange, t_send_wall: float, t0: float) -> dict[str, Any]:
+    """A reasoning stream's fields (docs/metrics.md, "Reasoning streams"); none for any other stream."""
+    parser = ex.parser
+    if not parser.reasoning_events and not parser.reasoning_tokens:
+        return {}
+    counted = parser.reasoning_tokens is None
+    # Reasoning the server counted but streamed as content (no reasoning delta) hides where the
+    # answer began: no first answer token then.
+    answer_p = ex.t_answer_p if parser.reasoning_events else None
+    return {
+        "t_first_answer": None if answer_p is None else t_send_wall + (answer_p - t0),
+        "reasoning_tokens": parser.reasoning_events if counted else parser.reasoning_tokens,
+        "reasoning_tokens_source": SRC_CHUNKS if counted else ex.backend.token_source,
+    }

@@ -50,8 +50,8 @@ class Phase(str, Enum):
 
 
 # Version 2 added ``v`` itself; version 1 is every record written before (they read the same way).
-# Version 3 added the per-request acceptance fields (spec_drafted ... spec_source); older records
-# read with them None.
+# Version 3 added the per-request acceptance fields (spec_drafted ... spec_source), the category and
+# the reasoning fields; older records read with them None.
 SCHEMA_VERSION = 3
 
 # Where a record's acceptance fields came from (``spec_source``): the response itself.
@@ -134,6 +134,16 @@ class RequestRecord:
     spec_source: str | None = None
     # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
     v: int = 3
+    # A categorised dataset's row category (specload.workload.datasets; SPEED-Bench's ``category``),
+    # None for any other prompt.
+    category: str | None = None
+    # Reasoning streams (chat deltas with ``reasoning`` / ``reasoning_content``; None for a stream
+    # without reasoning): the wall clock of the first answer (non-reasoning) content event, the
+    # reasoning tokens (the server's usage.completion_tokens_details.reasoning_tokens, else the
+    # reasoning events counted) and where that count came from (SRC_USAGE | SRC_CHUNKS).
+    t_first_answer: float | None = None
+    reasoning_tokens: int | None = None
+    reasoning_tokens_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive

@@ -170,6 +170,7 @@ class RunResolver:
             tok,
             sc.output_tokens if fixed else None,
             sc.input_tokens - overhead if fixed else None,
+            sc.output_tokens,
         )
         logger.info(
             "dataset %s: %d prompts (%d asked for), prompt tokens %d..%d, output tokens %d..%d",

@@ -271,6 +271,7 @@ class SpecloadUser(User):
             turn=req.turn,
             conversation=req.conversation,
             prefix_group=req.prefix_group,
+            category=req.category,
         )
         http = self._http(cfg)  # a new user's connection is opened before its due time, not after
         if t_sched is not None:

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload.analysis.categories import CategoryComparison, compare_categories
 from specload.analysis.comparison import (
     NOISE_MARK,
     NOT_COMPARABLE,
@@ -33,6 +34,7 @@ from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
 from specload.present.acceptview import accept_rate_mean
 from specload.present.output import format_help, is_document, is_known_format, render_view
+from specload.present.output import render_table as output_table
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
@@ -240,7 +242,71 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         "sentences": comp.sentences,
         "notes": comp.notes,
         "slo": comp.slo.to_json(),
+        "categories": [_category_dict(comp, cc) for cc in compare_categories(comp)],
     }
+
+
+def _category_dict(comp: Comparison, cc: CategoryComparison) -> dict[str, Any]:
+    """One prompt category of the comparison as plain data (analysis.categories)."""
+    return {
+        "category": cc.category,
+        "figures": {label: [asdict(f) for f in fs] for label, fs in cc.figures.items()},
+        "changes": {
+            t: {"agg": [ch.to_dict() for ch in cc.agg[t]], "per_req": [ch.to_dict() for ch in cc.per_req[t]]}
+            for t in cc.agg
+        },
+        "crossovers": {
+            t: {
+                "agg": [asdict(x) for x in cc.crossovers_agg[t]],
+                "per_req": [asdict(x) for x in cc.crossovers_per_req[t]],
+            }
+            for t in cc.agg
+        },
+        "sentences": cc.sentences,
+    }
+
+
+def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
+    """The per-category table and verdict (a categorised dataset's runs); [] without categories."""
+    ccs = compare_categories(comp)
+    if not ccs:
+        return []
+    headers = [
+        "Category",
+        comp.axis.name.capitalize(),
+        "Run",
+        "Sent",
+        "Agg tok/s",
+        "Δ agg",
+        "Per-req tok/s",
+        "Δ per-req",
+        "Accept len",
+    ]
+    rows = []
+    for cc in ccs:
+        for i, c in enumerate(comp.levels):
+            for r in comp.runs:
+                f = cc.figures[r.label][i]
+                if not f.sent:
+                    continue
+                agg = cc.agg.get(r.label)
+                per = cc.per_req.get(r.label)
+                rows.append(
+                    [
+                        cc.category,
+                        f"{c:g}",
+                        r.label,
+                        str(f.sent),
+                        fmt_num(f.agg_tok_s, 1),
+                        change_cell(agg[i]) if agg else "",
+                        fmt_num(f.per_req_tok_s, 1),
+                        change_cell(per[i]) if per else "",
+                        fmt_num(f.accept_length, 2),
+                    ]
+                )
+    lines = ["", "## Per prompt category (Δ: against the baseline's same category)", ""]
+    lines.append(output_table(headers, rows, fmt, align_right=False))
+    return lines + [""] + [f"- {s}" for cc in ccs for s in cc.sentences]
 
 
 def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE) -> str:
@@ -298,6 +364,7 @@ def render_text(
     """Header, table, verdict and notes as one text (markdown when fmt is github)."""
     lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
+    lines += category_lines(comp, fmt)
     if comp.slo.slo is not None:
         lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
         lines += [f"- {s}" for s in comp.slo.sentences] or [
@@ -317,7 +384,9 @@ def render_text(
 def side_text(comp: Comparison) -> str:
     """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
     return "\n".join(
-        header_lines(comp) + ["", *comp.sentences, *comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
+        header_lines(comp)
+        + ["", *comp.sentences, *(s for cc in compare_categories(comp) for s in cc.sentences)]
+        + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
     )
 
 

@@ -29,6 +29,7 @@ from specload.analysis.mixstats import (
     GroupStats,
     MixStats,
 )
+from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
@@ -468,6 +469,57 @@ def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | Non
     )
 
 
+def render_categories(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, each prompt category of a categorised dataset and then all of them, with its own
+    accept length; None without categories."""
+    rows = []
+    for s, m in _mixed(levels):
+        accepts = [g.accept_length for g in m.categories] + ([s.accept_length] if m.categories else [])
+        rows += [
+            [*r, fmt_num(a, 2)] for r, a in zip(_group_rows(s, m.categories, True), accepts, strict=True)
+        ]
+    headers = [_x_header(levels), "Category", *_GROUP_HEADERS, "Accept len"]
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
+def render_reasoning(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
+    """Per level, its reasoning streams (analysis.reasoning); None when no level had any."""
+    rows = []
+    for s in levels:
+        r = s.reasoning
+        if r is None:
+            continue
+        rows.append(
+            [
+                _x_cell(s),
+                str(r.requests),
+                fmt_num(r.reasoning_tokens_mean, 1),
+                _pct_cell(r.reasoning_share),
+                fmt_num(r.ttft_p50_ms, 1),
+                fmt_num(r.ttft_p99_ms, 1),
+                fmt_num(r.answer_ttft_p50_ms, 1),
+                fmt_num(r.answer_ttft_p99_ms, 1),
+                fmt_num(r.answer_tok_s_mean, 1),
+                fmt_num(r.agg_answer_tok_s, 1),
+                "+".join(r.sources) or MISSING,
+            ]
+        )
+    headers = [
+        _x_header(levels),
+        "Reasoning reqs",
+        "Reasoning tokens mean",
+        "Reasoning %",
+        "TTFT p50 (ms)",
+        "TTFT p99 (ms)",
+        "First answer p50 (ms)",
+        "First answer p99 (ms)",
+        "Answer tok/s",
+        "Agg answer tok/s",
+        "Counted from",
+    ]
+    return render_table(headers, rows, fmt, align_right=False) if rows else None
+
+
 def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Mean and spread per concurrency when some level ran more than once (--repeat); else None."""
     groups = [g for g in group_repeats(levels) if len(g.repeats) > 1]
@@ -684,6 +736,12 @@ def _notes(run: Run) -> list[str]:
     notes += run.max_running_notes()
     notes += _slo_notes(run.levels)
     notes += _accept_note(run.levels)
+    caveat = acceptance_caveat(run)  # beside the acceptance: random prompts overstate it
+    notes += (
+        [f"Accept len and speedup measured on {caveat} (SPEED-Bench); use --dataset for real text"]
+        if caveat
+        else []
+    )
     notes += _prefix_note(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
@@ -762,6 +820,22 @@ def render_report(
     turns = render_turns(run.levels, fmt)
     if turns is not None:
         lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
+    reasoning = render_reasoning(run.levels, fmt)
+    if reasoning is not None:
+        lines += [
+            "",
+            "## Reasoning streams (OK requests that streamed reasoning; docs/metrics.md)",
+            "",
+            reasoning,
+        ]
+    categories = render_categories(run.levels, fmt)
+    if categories is not None:
+        lines += [
+            "",
+            "## Prompt categories (throughput over the level's wall time; all: the level)",
+            "",
+            categories,
+        ]
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
         lines += [

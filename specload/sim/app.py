@@ -131,6 +131,8 @@ class SimApp:
         loading_s: float = 0.0,
         cache_report: bool = False,
         spec_metrics: str = "none",
+        reasoning_tokens: int = 0,
+        reasoning_field: str = "reasoning",
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -152,6 +154,9 @@ class SimApp:
         if spec_metrics not in PER_REQUEST_LEVELS:
             raise ValueError(f"spec_metrics must be one of {PER_REQUEST_LEVELS}")
         self.spec_metrics = spec_metrics  # vLLM's --per-request-spec-decode-metrics
+        if reasoning_tokens < 0:
+            raise ValueError(f"--reasoning-tokens must be >= 0, got {reasoning_tokens}")
+        self.reasoning = (reasoning_tokens, reasoning_field)  # chat streams' reasoning first (ChatRenderer)
         self._out_unit_ids = self.vocab.tokenize(TOKEN_TEXT)[0]
         self._out_unit_text = word_unit(TOKEN_TEXT.strip())
         self.prompt_tokens_total = 0
@@ -252,6 +257,8 @@ class SimApp:
         r.continuous_usage, spec_details = openai_options(body)
         r.spec_metrics = self.spec_metrics
         r.sglext = spec_details and self.metrics_style == "sglang"
+        if isinstance(r, ChatRenderer) and self.reasoning[0]:
+            r.reason(*self.reasoning)
         return self._respond(request, req, r)
 
     def _generate(self, request: Request) -> Response | Stream | None:

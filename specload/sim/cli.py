@@ -115,6 +115,20 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
         help=f"the prefix cache matches whole blocks of B tokens (default {DEFAULT_BLOCK}, as vLLM)",
     )
     t.add_argument(
+        "--reasoning-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="chat: stream each answer's first N tokens as reasoning deltas, and count them in usage "
+        "completion_tokens_details.reasoning_tokens, as vLLM with a --reasoning-parser (default 0: none)",
+    )
+    t.add_argument(
+        "--reasoning-field",
+        choices=("reasoning", "reasoning_content"),
+        default="reasoning",
+        help="the reasoning delta's field: vLLM's 'reasoning' (default) or 'reasoning_content' (SGLang, older vLLM)",
+    )
+    t.add_argument(
         "--cache-report",
         action="store_true",
         help="OpenAI usage carries prompt_tokens_details.cached_tokens (vLLM --enable-prompt-tokens-details)",
@@ -330,6 +344,8 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             loading_s=args.loading_s,
             cache_report=args.cache_report,
             spec_metrics=args.per_request_spec_decode_metrics,
+            reasoning_tokens=args.reasoning_tokens,
+            reasoning_field=args.reasoning_field,
         )
     except ValueError as e:
         parser.error(str(e))

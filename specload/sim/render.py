@@ -180,6 +180,35 @@ class ChatRenderer(OpenAIRenderer):
 
     def __init__(self, model: str, model_json: bytes, prompt_tokens: int, include_usage: bool) -> None:
         super().__init__("chatcmpl", model, model_json, prompt_tokens, include_usage)
+        self.reasoning_tokens = 0  # the first tokens streamed as reasoning deltas (reason())
+        self.reasoning_field = "reasoning"
+        self._reasoning_head = b""
+        self._reasoning_sent = 0
+
+    def reason(self, tokens: int, field: str) -> None:
+        """Stream the first ``tokens`` tokens as reasoning deltas named ``field``, as a vLLM
+        --reasoning-parser server does (``reasoning``; SGLang and older vLLM: ``reasoning_content``),
+        and count them in usage ``completion_tokens_details.reasoning_tokens``. A chunk that starts
+        inside the reasoning is reasoning whole."""
+        self.reasoning_tokens = tokens
+        self._reasoning_head = self._head[: -len(self.text_open)] + b'"delta":{"%s":"' % field.encode()
+        self.reasoning_field = field
+
+    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        if total - n < self.reasoning_tokens:
+            self._reasoning_sent += n
+            return b"".join((self._reasoning_head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
+        return super().content(n, total, verify, finish)
+
+    def reasoning_done(self, total: int) -> int:
+        """Reasoning tokens among the answer's ``total``: those streamed, else (a whole response) its first."""
+        return self._reasoning_sent or min(total, self.reasoning_tokens)
+
+    def _usage_dict(self, completion_tokens: int) -> dict[str, Any]:
+        usage = super()._usage_dict(completion_tokens)
+        if self.reasoning_tokens:
+            usage["completion_tokens_details"] = {"reasoning_tokens": self.reasoning_done(completion_tokens)}
+        return usage
 
     def admitted(self) -> bytes | None:
         return self._head[: -len(self.text_open)] + (
@@ -188,7 +217,10 @@ class ChatRenderer(OpenAIRenderer):
 
     def body(self, total: int, verify: int, finish: str) -> dict[str, Any]:
         out = self._base("chat.completion")
-        message = {"role": "assistant", "content": TOKEN_TEXT * total}
+        thought = min(total, self.reasoning_tokens)
+        message: dict[str, Any] = {"role": "assistant", "content": TOKEN_TEXT * (total - thought)}
+        if thought:
+            message[self.reasoning_field] = TOKEN_TEXT * thought
         out["choices"] = [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]
         out["usage"] = self._usage_dict(total)
         out.update(self.spec_fields(total))

@@ -6,6 +6,13 @@ turns; the first turn is the prompt, the second the reference completion; shuffl
 a pair is skipped when either side has fewer than 4 tokens, the prompt more than 1024, or both
 together more than 2048; the output length is the completion's own token count unless fixed.
 Token counts come from the model's tokenizer (``--tokenizer``, else the server's ``/tokenize``).
+
+A *categorised* set (the rows SPEED-Bench publishes, arXiv 2604.09557: ``category`` and ``turns``,
+with ``question_id``, ``sub_category``, ... beside them) is a JSONL file too. Its first turn is the
+prompt; each request's record carries its row's category, so the report gives acceptance and speed
+per category. Its rows are curated (SPEED-Bench's throughput split is 1k to 32k-token prompts), so
+vLLM's ShareGPT length caps do not apply to them; a row without a reference length asks for the
+scenario's output length. Files are read from disk only: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -36,17 +43,19 @@ class Item:
     prompt: str | list[dict[str, Any]]
     prompt_tokens: int
     output_tokens: int
+    category: str | None = None  # a categorised set's row category (None: the file has none)
 
     def to_wire(self) -> dict[str, Any]:
         return {
             "prompt": self.prompt,
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
+            "category": self.category,
         }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Item:
-        return cls(d["prompt"], int(d["prompt_tokens"]), int(d["output_tokens"]))
+        return cls(d["prompt"], int(d["prompt_tokens"]), int(d["output_tokens"]), d.get("category"))
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Pair:
     prompt: str | list[dict[str, Any]]
     completion: str | None = None
     output_tokens: int | None = None
+    category: str | None = None
 
 
 def sharegpt_path() -> Path:
@@ -99,8 +109,9 @@ def sharegpt_pairs(path: Path) -> Iterator[Pair]:
 
 
 def jsonl_pairs(path: Path) -> Iterator[Pair]:
-    """One JSON object per line: ``prompt`` (text) or ``messages`` (chat), optional ``output_tokens``
-    (or ``completion``, a reference text whose token count becomes the output length)."""
+    """One JSON object per line: ``prompt`` (text), ``messages`` (chat) or ``turns`` (a categorised
+    set's user turns, the first sent); optional ``output_tokens`` (or ``completion``, a reference text
+    whose token count becomes the output length) and ``category`` (a string)."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as e:
@@ -113,12 +124,23 @@ def jsonl_pairs(path: Path) -> Iterator[Pair]:
         except orjson.JSONDecodeError as e:
             raise DatasetError(f"{path}:{no}: not JSON: {e}") from None
         prompt = d.get("messages", d.get("prompt")) if isinstance(d, dict) else None
+        if prompt is None and isinstance(d, dict) and "turns" in d:
+            turns = d["turns"]
+            if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0]:
+                raise DatasetError(f"{path}:{no}: 'turns' must be a list of texts, the first not empty")
+            prompt = turns[0]
         if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt):
-            raise DatasetError(f"{path}:{no}: expected an object with 'prompt' (text) or 'messages' (chat)")
+            raise DatasetError(
+                f"{path}:{no}: expected an object with 'prompt' (text), 'messages' (chat) or 'turns' (texts)"
+            )
         out = d.get("output_tokens")
         if out is not None and (isinstance(out, bool) or not isinstance(out, int) or out < 1):
             raise DatasetError(f"{path}:{no}: 'output_tokens' must be an integer >= 1, got {out!r}")
-        yield Pair(prompt, d.get("completion") if isinstance(d.get("completion"), str) else None, out)
+        category = d.get("category")
+        if category is not None and (not isinstance(category, str) or not category):
+            raise DatasetError(f"{path}:{no}: 'category' must be a non-empty string, got {category!r}")
+        completion = d.get("completion") if isinstance(d.get("completion"), str) else None
+        yield Pair(prompt, completion, out, category)
 
 
 def _text(prompt: str | list[dict[str, Any]]) -> str:
@@ -153,11 +175,13 @@ def sample(
     fixed_output: int | None,
     limit: int = 100_000,
     fixed_input: int | None = None,
+    default_output: int | None = None,
 ) -> list[Item]:
     """``n`` items by vLLM's ShareGPT rules (see the module docstring); fewer when the data runs out.
 
     With ``fixed_input`` each prompt (as one text) is cut to that many tokens and shorter ones are
     skipped. At most ``limit`` pairs are read before the shuffle, so a huge file costs a bounded time.
+    ``default_output``: the output length of a categorised row that has no reference length of its own.
     """
     pool = [p for _, p in zip(range(limit), pairs, strict=False)]
     random.Random(seed).shuffle(pool)
@@ -170,6 +194,8 @@ def sample(
             completion_len = p.output_tokens
         elif p.completion is not None:
             completion_len = len(tok.encode(p.completion))
+        elif p.category is not None:
+            completion_len = fixed_output or default_output or 0
         else:
             completion_len = fixed_output or 0
         output_len = fixed_output or completion_len
@@ -177,22 +203,28 @@ def sample(
             cut = cut_to(_text(p.prompt), fixed_input, tok)
             if cut is None:
                 continue
-            out.append(Item(cut[0], cut[1], output_len))
+            out.append(Item(cut[0], cut[1], output_len, p.category))
             continue
         if prompt_len < MIN_TOKENS or completion_len < MIN_TOKENS:
             continue
-        if prompt_len > MAX_PROMPT or prompt_len + completion_len > MAX_TOTAL:
-            continue
-        out.append(Item(p.prompt, prompt_len, output_len))
+        if p.category is None and (prompt_len > MAX_PROMPT or prompt_len + completion_len > MAX_TOTAL):
+            continue  # vLLM's ShareGPT caps; a categorised set's rows are curated, kept whole
+        out.append(Item(p.prompt, prompt_len, output_len, p.category))
     return out
 
 
 def load_items(
-    name: str, n: int, seed: int, tok: Tokenizer, fixed_output: int | None, fixed_input: int | None = None
+    name: str,
+    n: int,
+    seed: int,
+    tok: Tokenizer,
+    fixed_output: int | None,
+    fixed_input: int | None = None,
+    default_output: int | None = None,
 ) -> list[Item]:
     """``sharegpt`` or a JSONL path, sampled; DatasetError when nothing usable comes out."""
     pairs = sharegpt_pairs(sharegpt_path()) if name == SHAREGPT else jsonl_pairs(Path(name))
-    items = sample(pairs, n, seed, tok, fixed_output, fixed_input=fixed_input)
+    items = sample(pairs, n, seed, tok, fixed_output, fixed_input=fixed_input, default_output=default_output)
     if not items:
         raise DatasetError(
             f"dataset {name!r}: no prompt passed the length rules (4..{MAX_PROMPT} prompt tokens)"

@@ -29,13 +29,30 @@ once per process and copied.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from specload.workload.vocab import WORDS, IdPool, word_count_text
 
 IDS, TEXT = "ids", "text"
+# What the prompts are, as run.json ``prompts.material`` says: random draws make the target accept
+# more (or other) drafts than real text does (SPEED-Bench, arXiv 2604.09557), so a report says so.
+RANDOM_IDS, RANDOM_WORDS, DATASET = "random token ids", "random words", "dataset"
+
+
+def material_of(p: Mapping[str, Any]) -> str | None:
+    """The material of run.json ``prompts`` (RANDOM_IDS, RANDOM_WORDS or DATASET); None when not
+    recorded. A run.json written before ``material`` existed gets it from its kind and origin."""
+    m = p.get("material")
+    if isinstance(m, str) and m:
+        return m
+    origin = p.get("origin")
+    if not isinstance(origin, str) or not origin:
+        return None
+    if origin.startswith("dataset"):
+        return DATASET
+    return RANDOM_IDS if p.get("kind") == IDS else RANDOM_WORDS
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,7 @@ class PromptSource:
             "exact": self.exact,
             "distinct_ids": None if self.ids is None else self.ids.size,
             "words": None if self.kind != TEXT else len(self.words),
+            "material": material_of({"kind": self.kind, "origin": self.origin}),
         }
 
     def to_wire(self) -> dict[str, Any]:

@@ -189,6 +189,7 @@ class Planned:
     conversation: str | None
     prefix_group: int | None
     conv: Conversation | None = None  # the conversation it is a turn of
+    category: str | None = None  # a categorised dataset's row category (datasets.Item.category)
 
     @property
     def wants_answer(self) -> bool:
@@ -231,7 +232,14 @@ class RequestMaker:
             if not keep_grant_output and not c.output_dist.fixed:
                 out = draw_request(self.classes, sc.seed, level, phase, seq).output_tokens
             return Planned(
-                item.prompt, item.prompt_tokens + self.prompts.overhead, out, None, None, None, None
+                item.prompt,
+                item.prompt_tokens + self.prompts.overhead,
+                out,
+                None,
+                None,
+                None,
+                None,
+                category=item.category,
             )
         n = prompt_number(level, phase, seq)
         if conv is not None and (conv.level != level or conv.phase != phase or conv.turn >= conv.cls.turns):

@@ -43,6 +43,9 @@ class StreamParser(ABC):
         "spec_along",
         "spec_source",
         "counted_events",
+        "reasoning_tokens",
+        "reasoning_events",
+        "in_reasoning",
     )
 
     def __init__(self) -> None:
@@ -64,6 +67,12 @@ class StreamParser(ABC):
         # True while every content event said how many tokens it carried (a running count, such as
         # vLLM's continuous_usage_stats), so that ITL is per token; None before the first one.
         self.counted_events: bool | None = None
+        # Reasoning streams (chat deltas with ``reasoning`` / ``reasoning_content``): the server's count
+        # (usage.completion_tokens_details.reasoning_tokens), the reasoning events seen, and whether the
+        # last content event was reasoning (the stream loop takes the first one that is not as the answer's).
+        self.reasoning_tokens: int | None = None
+        self.reasoning_events = 0
+        self.in_reasoning = False
 
     def feed(self, payload: bytes) -> int:
         """Digest one event; return how many output tokens it carries (0: not a content event).
@@ -93,6 +102,9 @@ class StreamParser(ABC):
             details = usage.get("prompt_tokens_details")  # vLLM/SGLang with prompt token details enabled
             if details:
                 self.cached_tokens = count(details.get("cached_tokens"), "cached_tokens")
+            done = usage.get("completion_tokens_details")  # vLLM with a reasoning parser, OpenAI
+            if done:
+                self.reasoning_tokens = count(done.get("reasoning_tokens"), "reasoning_tokens")
 
     def take_error(self, event: dict[str, Any]) -> None:
         err = event["error"]

@@ -4,6 +4,11 @@ The prompt is text sized to about N tokens; the real input length is whatever th
 counts (``usage.prompt_tokens``, chat template included) and is reported as such. The first
 event of a chat stream is role-only (``{"role": "assistant", "content": ""}``): it is sent
 before any token is generated, so it is not the first token.
+
+A reasoning model's deltas carry ``reasoning`` (vLLM since it renamed the field, OpenRouter) or
+``reasoning_content`` (SGLang, older vLLM) before its answer's ``content``: they are output tokens
+(TTFT is the first of any kind) but not the answer, so they are counted apart (``reasoning_events``)
+and flagged, and the answer's first token is the first content delta after them.
 """
 
 from __future__ import annotations
@@ -23,13 +28,16 @@ class ChatParser(CompletionsParser):
         if choice is None:
             return 0
         delta = choice.get("delta") or {}
-        if delta.get("reasoning_content") or delta.get("reasoning"):
-            return self.tokens_of(ev, before)
         content = delta.get("content")
+        if not content and (delta.get("reasoning") or delta.get("reasoning_content")):
+            self.reasoning_events += 1
+            self.in_reasoning = True
+            return self.tokens_of(ev, before)
         if content is None:
             return 0
         if content == "" and ("role" in delta or choice.get("finish_reason")):
             return 0  # role-only opening event, or a closing event with no token
+        self.in_reasoning = False
         if self.text is not None:
             self.text.append(content)
         return self.tokens_of(ev, before)
