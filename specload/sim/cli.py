@@ -100,6 +100,17 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per stream event after the first")
     t.add_argument("--time-scale", type=float, default=1.0, help="multiply every engine duration")
     t.add_argument(
+        "--speed-up-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fixed engine: every request admitted after the first N runs --speed-up times faster (a server "
+        "whose speed changes mid-run, e.g. a warm-up; default: never)",
+    )
+    t.add_argument(
+        "--speed-up", type=float, default=2.0, metavar="F", help="see --speed-up-after (default 2)"
+    )
+    t.add_argument(
         "--prefix-cache-tokens",
         type=int,
         default=0,
@@ -216,6 +227,9 @@ def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "batch":
         from specload.sim.batch import BatchEngine
 
+        if args.speed_up_after is not None:
+            raise ValueError("--speed-up-after needs --engine fixed")
+
         return BatchEngine.from_preset(
             args.preset or "baseline", args.param, time_scale=args.time_scale, prefix_cache=cache
         )
@@ -229,6 +243,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
         tokens_per_chunk=args.tokens_per_chunk,
         time_scale=args.time_scale,
         prefix_cache=cache,
+        speed_up_after=args.speed_up_after,
+        speed_up=args.speed_up,
     )
 
 
