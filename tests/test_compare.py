@@ -304,8 +304,11 @@ def test_queue_from_samples_alone(tmp_path: Path) -> None:
     base = write_run(tmp_path / "b", "baseline", BASE_AGG, BASE_PER)
     mtp = write_run(tmp_path / "m", "mtp", MTP_AGG, MTP_PER, cap=CAP)
     comp = build_comparison([load_run(base), load_run(mtp)])
+    # ... and the running gauge's plateau behind that queue shows the cap the server did not say
     assert comp.sentences[0].endswith(
-        "-37% (C=128). " + SINGLE_RUNS + " At C>=64 the server queued requests."
+        "-37% (C=128). "
+        + SINGLE_RUNS
+        + " At C>=64 the server queued requests: its max_running_requests is 48, inferred from its gauges."
     )
     # and no queue part at all without samples or a cap
     plain = write_run(tmp_path / "p", "mtp", MTP_AGG, MTP_PER)

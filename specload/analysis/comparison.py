@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specload.analysis.cap import RunningCap
 from specload.analysis.clientcheck import client_flags
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
 from specload.analysis.run import Run
@@ -381,6 +382,7 @@ def crossover_sentence(
     max_running: int | None = None,
     tpot_changes: Sequence[float | None] = (),
     axis: Axis = CONCURRENCY,
+    cap_how: str = "",
 ) -> str:
     """The verdict for one treatment run vs the baseline, in plain words.
 
@@ -403,7 +405,7 @@ def crossover_sentence(
     decode = _tpot_part(levels, tpot_changes, axis)
     if decode:
         text += f" {decode}."
-    text += _queue_part(queue_from, max_running, axis)
+    text += _queue_part(queue_from, max_running, axis, cap_how)
     return text + _left_out_part(levels, agg_chs, per_chs, axis)
 
 
@@ -420,7 +422,7 @@ def _left_out_part(levels: Sequence[float], agg: Sequence[Change], per: Sequence
 
 def _queue_part(queue_from: float | None, max_running: int | None, axis: Axis, cap_how: str = "") -> str:
     """' At C>=16 the server queued requests: its max_running_requests is 8.' ('' when it never queued).
-    ``cap_how``: how the cap is known when the server did not say it (' (inferred: ...)')."""
+    ``cap_how``: how the cap is known when SGLang's own field did not say it (', inferred from its gauges')."""
     if queue_from is None:
         return ""
     where = axis.from_(queue_from)
@@ -651,6 +653,11 @@ class ComparedRun:
     figures: dict[float, RepeatedLevelStats]  # by concurrency (or rate), for every level of the comparison
     max_running: int | None  # server max_running_requests from run.json (effective one first)
     quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency (or rate)
+    cap: RunningCap | None = None  # max_running and how it is known (declared or inferred, analysis.cap)
+
+    @property
+    def cap_how(self) -> str:
+        return self.cap.how if self.cap is not None else ""
 
     @property
     def simulated(self) -> bool:
@@ -733,7 +740,7 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     ):
         # every level there is to compare is a single run: the measurements, and nothing firmer
         text = f"{t.label} vs {comp.baseline.label}: {told}"
-        text += _queue_part(t.queue_from(), t.max_running, comp.axis)
+        text += _queue_part(t.queue_from(), t.max_running, comp.axis, t.cap_how)
         return text + _left_out_part(comp.levels, agg, per, comp.axis)
     text = crossover_sentence(
         t.label,
@@ -744,6 +751,7 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
         max_running=t.max_running,
         tpot_changes=[None if s else y for y, s in zip(tpot, single, strict=True)],
         axis=comp.axis,
+        cap_how=t.cap_how,
     )
     if told is not None:
         text += f" Besides, {told}"
@@ -790,9 +798,15 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     cruns = []
     for label, r in zip(labels, runs, strict=True):
         figs = {c: repeats_at(r.levels, c, axis.rate) for c in levels}
+        cap = r.cap
         cruns.append(
             ComparedRun(
-                label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}
+                label,
+                r,
+                figs,
+                cap.value if cap is not None else None,
+                {c: level_quality(figs[c]) for c in levels},
+                cap,
             )
         )
     base = cruns[0]
@@ -908,6 +922,8 @@ def _notes(comp: Comparison) -> list[str]:
             "no difference at 5%: the change is inside the noise"
         )
     for r in comp.runs:
+        if r.cap is not None and r.cap.detail:
+            notes.append(f"{r.label}: {r.cap.detail}")
         notes += [f"{r.label}: {n}" for n in r.run.max_running_notes()]
     notes += drift_notes(comp)
     return notes

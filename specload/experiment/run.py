@@ -29,6 +29,7 @@ from specload.analysis.run import Run, load_run
 from specload.client.introspect import server_config
 from specload.client.probe import ServerUnreachable
 from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
+from specload.experiment.cap import declare_command_cap
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
 from specload.experiment.record import (
     COMPLETED,
@@ -241,6 +242,8 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
                 _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
             )
         e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
+        if e.run_dir is not None and server.argv:
+            declare_command_cap(e.run_dir, server.argv)
         if watch.code is not None or server.exit_code() is not None:
             e.status, e.message = SERVER_DIED, _died(server)
         elif outcome.exit_code == EXIT_OK:

@@ -201,6 +201,7 @@ def _run_info(r: ComparedRun, baseline: bool) -> dict[str, Any]:
         "simulated": r.simulated,
         "speculative_algorithm": m.server.speculative_algorithm,
         "max_running_requests": r.max_running,
+        "running_cap": r.cap.to_json() if r.cap is not None else None,
     }
 
 

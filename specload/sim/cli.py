@@ -49,7 +49,26 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
     a("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
     a("--model", default="specload-sim", help="served model name (default specload-sim)")
     a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
-    a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
+    a(
+        "--metrics-style",
+        choices=METRICS_STYLES,
+        default="sglang",
+        help="/metrics gauge names; none = 404 (default sglang; vllm with --max-num-seqs)",
+    )
+    a(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="answer as vLLM does, with its running cap N (vLLM's --max-num-seqs; sets --max-running, or the batch "
+        "engine's max_running_requests): vllm:* gauges, no SGLang /get_server_info, and /server_info only with "
+        "--vllm-server-dev-mode",
+    )
+    a(
+        "--vllm-server-dev-mode",
+        action="store_true",
+        help="with --max-num-seqs: serve vLLM's dev-mode /server_info (VLLM_SERVER_DEV_MODE=1), which says max_num_seqs",
+    )
     # What a real llama.cpp server does that a client must cope with (docs/simulator.md).
     a(
         "--vocab-size",
@@ -230,15 +249,21 @@ def build_engine(args: argparse.Namespace) -> Engine:
         if args.speed_up_after is not None:
             raise ValueError("--speed-up-after needs --engine fixed")
 
+        params = list(args.param)
+        if args.max_num_seqs is not None:
+            params += [
+                f"max_running_requests={args.max_num_seqs}",
+                f"spec_max_running_requests={args.max_num_seqs}",
+            ]
         return BatchEngine.from_preset(
-            args.preset or "baseline", args.param, time_scale=args.time_scale, prefix_cache=cache
+            args.preset or "baseline", params, time_scale=args.time_scale, prefix_cache=cache
         )
     if args.preset is not None or args.param:
         raise ValueError("--preset and --param need --engine batch")
     return FixedEngine(
         ttft_s=args.ttft_ms / 1e3,
         itl_s=args.itl_ms / 1e3,
-        max_running=args.max_running,
+        max_running=args.max_num_seqs if args.max_num_seqs is not None else args.max_running,
         prefill_per_token_s=args.prefill_us_per_token / 1e6,
         tokens_per_chunk=args.tokens_per_chunk,
         time_scale=args.time_scale,
@@ -331,12 +356,16 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             engine,
             args.model,
             args.max_model_len,
-            args.metrics_style,
+            "vllm"
+            if args.max_num_seqs is not None and args.metrics_style == "sglang"
+            else args.metrics_style,
             faults,
             vocab=Vocab(args.vocab_size, args.chat_template_tokens),
             close_after_stream=args.close_after_stream,
             loading_s=args.loading_s,
             cache_report=args.cache_report,
+            vllm=args.max_num_seqs is not None,
+            vllm_dev_mode=args.vllm_server_dev_mode,
         )
     except ValueError as e:
         parser.error(str(e))
