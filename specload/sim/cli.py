@@ -112,6 +112,13 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="batch engine: override one preset parameter (a TOML value), e.g. spec_max_running_requests=128",
     )
+    t.add_argument(
+        "--speculative-num-steps",
+        type=int,
+        default=None,
+        metavar="K",
+        help="batch engine: draft tokens per step, as SGLang's flag (the preset's spec_num_steps)",
+    )
     t.add_argument("--ttft-ms", type=float, default=50.0, help="time to first token after admission")
     t.add_argument("--itl-ms", type=float, default=10.0, help="time between tokens")
     t.add_argument("--prefill-us-per-token", type=float, default=0.0, help="extra TTFT per prompt token")
@@ -250,6 +257,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
             raise ValueError("--speed-up-after needs --engine fixed")
 
         params = list(args.param)
+        if args.speculative_num_steps is not None:  # SGLang's flag for the draft length
+            params.append(f"spec_num_steps={args.speculative_num_steps}")
         if args.max_num_seqs is not None:
             params += [
                 f"max_running_requests={args.max_num_seqs}",
@@ -258,8 +267,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
         return BatchEngine.from_preset(
             args.preset or "baseline", params, time_scale=args.time_scale, prefix_cache=cache
         )
-    if args.preset is not None or args.param:
-        raise ValueError("--preset and --param need --engine batch")
+    if args.preset is not None or args.param or args.speculative_num_steps is not None:
+        raise ValueError("--preset, --param and --speculative-num-steps need --engine batch")
     return FixedEngine(
         ttft_s=args.ttft_ms / 1e3,
         itl_s=args.itl_ms / 1e3,
