@@ -949,6 +949,6 @@ def drift_notes(comp: Comparison) -> list[str]:
                     f"{comp.axis.at(c)}{rep}: {r.label}'s throughput drifted within the level {DRIFT_MARK}: "
                     f"{s.drift.describe()}; its figures average two speeds, so a change there measures the "
                     "moment as much as the server (warm-up or compilation at a new batch size, a neighbour on the "
-                    "machine); a warm-up (--warmup) or repeats tell which"
+                    "machine); a warm-up (--warmup-requests N) or repeats tell which"
                 )
     return notes
