@@ -58,11 +58,27 @@ REF_PER = [change_pct(BASE_PER[c], MTP_PER[c]) for c in LEVELS]
 Y32, Y64 = REF_AGG[3], REF_AGG[4]
 REF_CROSS = 2 ** (5 + Y32 / (Y32 - Y64))  # log2-linear between C=32 (x=5) and C=64 (x=6): ≈ 37.9
 
-REF_SENTENCE = (
+# The reference's changes told as findings, as they would be if each level had repeats that bear them out.
+FIRM_REF_SENTENCE = (
     "mtp raises aggregate tok/s up to C=32 (+11%) and lowers it from C=64 (-32%), crossover near "
     "C≈38 (between C=32 and C=64); per-request speed stays higher at every level (+57% at C=128). "
     "Running requests decode faster at every level (TPOT -37% at C=128). "
     "At C>=64 the server queued requests: its max_running_requests is 48."
+)
+# The reference pair is one run of each (as the reference deployment's was): its changes are told as
+# measurements, not as a rise, a fall or a crossover (docs/metrics.md, "Single runs").
+SINGLE_RUNS = (
+    "One run per level cannot tell a change from the spread between runs, which only repeats measure; "
+    "repeats would settle it: sweep both again with `--repeat 3` (each level three times, pooled by specload "
+    "compare), or make them arms of `specload experiment --repeat 3`, which interleaves them (A, B, A, B, ...) "
+    "so that drift of the machine lands in the interval instead of in the difference."
+)
+REF_SENTENCE = (
+    "mtp vs baseline: at C=1, 4, 16, 32, 64, 128 each side is a single run, so these changes are no finding "
+    "yet: aggregate tok/s +12% (C=1), +40% (C=4), +39% (C=16), +11% (C=32), -32% (C=64), -42% (C=128); its "
+    "sign changes between C=32 and C=64; per-request tok/s +12% (C=1), +48% (C=4), +41% (C=16), +38% (C=32), "
+    "+64% (C=64), +57% (C=128); TPOT p50 -11% (C=1), -33% (C=4), -29% (C=16), -28% (C=32), -39% (C=64), "
+    f"-37% (C=128). {SINGLE_RUNS} At C>=64 the server queued requests: its max_running_requests is 48."
 )
 
 
@@ -197,7 +213,7 @@ def test_sentence_reference() -> None:
     s = crossover_sentence(
         "mtp", list(LEVELS), REF_AGG, REF_PER, queue_from=64, max_running=48, tpot_changes=tpot
     )
-    assert s == REF_SENTENCE
+    assert s == FIRM_REF_SENTENCE
 
 
 def test_sentence_never_crosses() -> None:
@@ -265,11 +281,11 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
     rows = {r[0]: dict(zip(cols, r, strict=True)) for r in table_rows(comp)}
     expected_agg = {"1": "+12%", "4": "+40%", "16": "+39%", "32": "+11%", "64": "-32%", "128": "-42%"}
     for c, change in expected_agg.items():
-        assert rows[c]["Δ agg mtp"] == change, c
+        assert rows[c]["Δ agg mtp"] == change + " (1 run)", c
         assert rows[c]["Δ per-req mtp"].startswith("+"), c  # mtp faster per request everywhere
     assert (rows["64"]["Agg tok/s baseline"], rows["64"]["Agg tok/s mtp"]) == ("2327.0", "1571.1")
     assert (rows["128"]["Per-req tok/s baseline"], rows["128"]["Per-req tok/s mtp"]) == ("41.0", "64.5")
-    assert rows["128"]["Δ per-req mtp"] == "+57%"
+    assert rows["128"]["Δ per-req mtp"] == "+57% (1 run)"
     assert rows["1"]["Accept len mtp"] == "2.00" and rows["64"]["Accept len mtp"] == "1.60"
     assert rows["1"]["Accept len baseline"] == "-"
     assert rows["32"]["Srv run/queue mtp"] == "32 / 0"
@@ -288,13 +304,16 @@ def test_queue_from_samples_alone(tmp_path: Path) -> None:
     base = write_run(tmp_path / "b", "baseline", BASE_AGG, BASE_PER)
     mtp = write_run(tmp_path / "m", "mtp", MTP_AGG, MTP_PER, cap=CAP)
     comp = build_comparison([load_run(base), load_run(mtp)])
-    assert comp.sentences[0].endswith("(TPOT -37% at C=128). At C>=64 the server queued requests.")
+    # ... and the running gauge's plateau behind that queue shows the cap the server did not say
+    assert comp.sentences[0].endswith(
+        "-37% (C=128). "
+        + SINGLE_RUNS
+        + " At C>=64 the server queued requests: its max_running_requests is 48, inferred from its gauges."
+    )
     # and no queue part at all without samples or a cap
     plain = write_run(tmp_path / "p", "mtp", MTP_AGG, MTP_PER)
     comp = build_comparison([load_run(base), load_run(plain)])
-    assert comp.sentences[0].endswith(
-        "(+57% at C=128). Running requests decode faster at every level (TPOT -37% at C=128)."
-    )
+    assert comp.sentences[0].endswith("-37% (C=128). " + SINGLE_RUNS)
     assert not any(c.startswith("Srv") for c in table_columns(comp))
     assert not any(c.startswith("Accept") for c in table_columns(comp))
 
@@ -313,7 +332,7 @@ def test_missing_level_shown_not_dropped(tmp_path: Path) -> None:
     assert rows["256"]["Agg tok/s baseline"] == "-" and rows["256"]["Agg tok/s mtp"] == "1700.0"
     assert "C=128: no measured requests in mtp; shown as -" in comp.notes
     assert "C=256: no measured requests in baseline; shown as -" in comp.notes
-    assert "(+64% at C=64)" in comp.sentences[0]  # the last level both runs have
+    assert "+64% (C=64); TPOT" in comp.sentences[0]  # the last level both runs have
 
 
 def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
@@ -337,7 +356,7 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     assert rows["1"]["Δ agg mtp"] == "+19% (±33%) ~"
     assert rows["4"]["Δ agg mtp"] == "+20% (±3%)"
     assert rows["4"]["Δ per-req mtp"] == "+10% (±0.0%)"
-    assert rows["16"]["Δ agg mtp"] == "+12%"  # single repeat: no interval
+    assert rows["16"]["Δ agg mtp"] == "+12% (1 run)"  # single repeat: no interval, no finding
     agg = comp.agg["mtp"]
     # printed: delta method, R = 125/105, (25 + R² 25) / 105², df Welch–Satterthwaite of the two terms
     r = 125 / 105
@@ -348,6 +367,12 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     # variances 9 and 9, n = 3: se² = 3 + 3, df = 36 / (9/2 + 9/2) = 4 -> t = 2.7764
     assert agg[1].test_hw == pytest.approx(2.776445 * math.sqrt(6) / 300 * 100, rel=1e-6)
     assert agg[0].noise and not agg[1].noise
+    assert comp.sentences[0].startswith(
+        "mtp raises aggregate tok/s at every level outside the noise (+20%; C=1: +19.0%, inside the noise)"
+    ), comp.sentences[0]
+    assert (
+        "Besides, at C=16 each side is a single run, so these changes are no finding yet" in comp.sentences[0]
+    )
     assert comp.sentences[0].endswith("The changes marked ~ (C=1) are inside the noise of the repeats.")
     assert any(
         "~ means Welch's t test of the means finds no difference at 5%: the change is inside the noise" in n
@@ -384,9 +409,13 @@ def test_three_runs(tmp_path: Path) -> None:
     ]
     assert len(comp.sentences) == 2
     assert comp.sentences[0].startswith(
-        "mtp raises aggregate tok/s up to C=1 (+20%) and lowers it from C=4 (-10%)"
+        "mtp vs baseline: at C=1, 4 each side is a single run, so these changes are no finding yet: "
+        "aggregate tok/s +20% (C=1), -10% (C=4); its sign changes between C=1 and C=4"
     )
-    assert comp.sentences[1].startswith("eagle raises aggregate tok/s at every level measured (+10%)")
+    assert comp.sentences[1].startswith(
+        "eagle vs baseline: at C=1, 4 each side is a single run, so these changes are no finding yet: "
+        "aggregate tok/s +10% (C=1), +10% (C=4);"
+    )
 
 
 def test_config_differences_noted(tmp_path: Path) -> None:
@@ -427,7 +456,7 @@ def test_every_format(
     elif fmt == "csv":
         rows = list(csv.DictReader(io.StringIO(text)))
         assert [r["C"] for r in rows] == [str(c) for c in LEVELS]
-        assert rows[4]["Δ agg mtp"] == "-32%" and rows[0]["Accept len baseline"] == ""
+        assert rows[4]["Δ agg mtp"] == "-32% (1 run)" and rows[0]["Accept len baseline"] == ""
     else:
         assert "Agg tok/s mtp" in text and REF_SENTENCE in text and "SIMULATED" in text
         assert "server: engine sglang, speculative_algorithm NEXTN, max_running_requests 48" in text

@@ -135,11 +135,18 @@ def _rows(comp: Any) -> dict[str, dict[str, str]]:
 
 
 def test_text_json_and_plot_share_one_crossover(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # two repeats of each level (alike, so the intervals are 0): a crossover only repeats can state
     base = write_run(
-        tmp_path / "b", "baseline", {16: 1000.0, 32: 1000.0, 64: 1000.0}, {16: 50.0, 32: 50.0, 64: 50.0}
+        tmp_path / "b",
+        "baseline",
+        {16: [1000.0] * 2, 32: [1000.0] * 2, 64: [1000.0] * 2},
+        {16: [50.0] * 2, 32: [50.0] * 2, 64: [50.0] * 2},
     )
     mtp = write_run(
-        tmp_path / "m", "mtp", {16: 1100.0, 32: 1005.0, 64: 700.0}, {16: 60.0, 32: 55.0, 64: 40.0}
+        tmp_path / "m",
+        "mtp",
+        {16: [1100.0] * 2, 32: [1005.0] * 2, 64: [700.0] * 2},
+        {16: [60.0] * 2, 32: [55.0] * 2, 64: [40.0] * 2},
     )
     comp = build_comparison([load_run(base), load_run(mtp)])
     (x,) = comp.crossovers["mtp"].agg
@@ -207,7 +214,7 @@ def test_chunk_counted_tokens_make_a_level_not_comparable(tmp_path: Path) -> Non
     rows = _rows(comp)
     assert rows["64"]["Δ agg mtp"] == "n/c" and rows["64"]["Δ per-req mtp"] == "n/c"
     assert rows["64"]["Δ TPOT mtp"] == "n/c"
-    assert rows["32"]["Δ agg mtp"] == "+10%"
+    assert rows["32"]["Δ agg mtp"] == "+10% (1 run)"
     assert any(
         n.startswith("C=64: not comparable (n/c)")
         and "mtp counted output tokens from stream chunks for 128 of 128 requests" in n
@@ -215,8 +222,12 @@ def test_chunk_counted_tokens_make_a_level_not_comparable(tmp_path: Path) -> Non
     ), comp.notes
     # the crossover skips C=64 and says so
     (x,) = comp.crossovers["mtp"].agg
-    assert (x.low, x.high, x.skipped) == (32, 128, (64,))
-    assert "between C=32 and C=128; C=64 left out, not comparable" in comp.sentences[0]
+    assert (x.low, x.high, x.skipped, x.single_runs) == (32, 128, (64,), True)
+    # single runs: the sign change is told as measured, never as a crossover
+    assert (
+        "its sign changes between C=32 and C=128" in comp.sentences[0]
+        and "crossover" not in comp.sentences[0]
+    )
     assert "Not comparable, so left out of this verdict: C=64 (see the notes)." in comp.sentences[0]
     ch = to_dict(comp)["levels"][2]["changes"]["mtp"]
     assert (
@@ -240,7 +251,7 @@ def test_failed_or_short_above_the_threshold_make_a_level_not_comparable(tmp_pat
     comp = build_comparison([load_run(base), load_run(mtp)])
     rows = _rows(comp)
     assert rows["32"]["Δ agg mtp"] == "n/c"
-    assert rows["16"]["Δ agg mtp"] == "+30%"
+    assert rows["16"]["Δ agg mtp"] == "+30% (1 run)"
     assert any(
         n.startswith("C=32: not comparable (n/c)") and "mtp: 5 of 64 requests failed or short (7.8%)" in n
         for n in comp.notes
@@ -275,5 +286,5 @@ def test_different_requested_lengths_and_prompt_material(tmp_path: Path) -> None
     meta["prompts"]["origin"] = "tokenizer Qwen/Qwen3"
     (mtp / "run.json").write_text(json.dumps(meta))
     comp = build_comparison([load_run(base), load_run(mtp)])
-    assert _rows(comp)["16"]["Δ agg mtp"] == "+30%"
+    assert _rows(comp)["16"]["Δ agg mtp"] == "+30% (1 run)"
     assert any(n.startswith("the runs' prompts differ") for n in comp.notes)

@@ -11,6 +11,7 @@ comparability rule and the verdict.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specload.analysis.cap import RunningCap
 from specload.analysis.clientcheck import client_flags
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
 from specload.analysis.prompt_material import acceptance_caveat
@@ -97,6 +99,7 @@ class Change:
     ci: float | None = None  # printed 95% half-width, percent (None without >= 2 repeats in both runs)
     test_hw: float | None = None  # the ~ test's threshold, percent (None: ``ci`` is the threshold)
     comparable: bool = True  # False: the runs are not comparable at this level; shown as n/c
+    single: bool = False  # a single run on one side at least: no interval, and no finding (SINGLE_MARK)
 
     @property
     def noise(self) -> bool:
@@ -127,6 +130,7 @@ class Change:
             "noise": self.noise,
             "noise_test_half_width_pct": self.test_hw,
             "comparable": self.comparable,
+            "single_run": self.single,
         }
 
 
@@ -137,7 +141,8 @@ def change_of(
     ci = ci_change(base, new)
     if ci is not None:
         return Change(ci.pct, ci.half_width, ci.test_half_width)
-    return Change(change_pct(base_mean, new_mean))
+    pct = change_pct(base_mean, new_mean)
+    return Change(pct, single=pct is not None)
 
 
 def _as_change(y: Change | float | None) -> Change:
@@ -157,6 +162,7 @@ class Crossover:
     direction: str  # "down": gain turns into loss; "up": loss turns into gain
     inside_noise: bool = False  # the crossing is at a level whose change is inside the noise
     skipped: tuple[float, ...] = ()  # levels between low and high left out: not comparable
+    single_runs: bool = False  # low or high is a single run: a sign change measured, not a finding
 
 
 def crossover(levels: Sequence[float], changes: Sequence[Change | float | None]) -> list[Crossover]:
@@ -377,6 +383,7 @@ def crossover_sentence(
     max_running: int | None = None,
     tpot_changes: Sequence[float | None] = (),
     axis: Axis = CONCURRENCY,
+    cap_how: str = "",
 ) -> str:
     """The verdict for one treatment run vs the baseline, in plain words.
 
@@ -399,23 +406,97 @@ def crossover_sentence(
     decode = _tpot_part(levels, tpot_changes, axis)
     if decode:
         text += f" {decode}."
-    if queue_from is not None:
-        where = axis.from_(queue_from)
-        text += f" {where[0].upper()}{where[1:]} the server queued requests"
-        if max_running is not None and queue_from > max_running:
-            text += f": its max_running_requests is {max_running}."
-        elif max_running is not None:
-            text += f" (its max_running_requests is {max_running})."
-        else:
-            text += "."
+    text += _queue_part(queue_from, max_running, axis, cap_how)
+    return text + _left_out_part(levels, agg_chs, per_chs, axis)
+
+
+def _left_out_part(levels: Sequence[float], agg: Sequence[Change], per: Sequence[Change], axis: Axis) -> str:
     left_out = [
         c
-        for c, a, p in zip(levels, agg_chs, per_chs, strict=True)
+        for c, a, p in zip(levels, agg, per, strict=True)
         if any(ch.pct is not None and not ch.comparable for ch in (a, p))
     ]
-    if left_out:
-        text += f" Not comparable, so left out of this verdict: {', '.join(axis.at(c) for c in left_out)} (see the notes)."
-    return text
+    if not left_out:
+        return ""
+    return f" Not comparable, so left out of this verdict: {', '.join(axis.at(c) for c in left_out)} (see the notes)."
+
+
+def _queue_part(queue_from: float | None, max_running: int | None, axis: Axis, cap_how: str = "") -> str:
+    """' At C>=16 the server queued requests: its max_running_requests is 8.' ('' when it never queued).
+    ``cap_how``: how the cap is known when SGLang's own field did not say it (', inferred from its gauges')."""
+    if queue_from is None:
+        return ""
+    where = axis.from_(queue_from)
+    text = f" {where[0].upper()}{where[1:]} the server queued requests"
+    if max_running is not None and queue_from > max_running:
+        return text + f": its max_running_requests is {max_running}{cap_how}."
+    if max_running is not None:
+        return text + f" (its max_running_requests is {max_running}{cap_how})."
+    return text + "."
+
+
+# ---------------------------------------------------------------- single runs: what one run can show
+
+SINGLE_MARK = "(1 run)"  # next to a change measured from a single run on one side at least
+# How to turn single runs into repeats, said wherever a change is left without a verdict.
+REPEAT_ADVICE = (
+    "repeats would settle it: sweep both again with `--repeat 3` (each level three times, pooled by specload "
+    "compare), or make them arms of `specload experiment --repeat 3`, which interleaves them (A, B, A, B, ...) so "
+    "that drift of the machine lands in the interval instead of in the difference"
+)
+
+
+def _quote(pts: Sequence[tuple[float, float]], axis: Axis) -> str:
+    """'-4% (C=1), +2% (C=4)'; over eight levels the range: '-4% to +6% (C=1 to 64)'."""
+    if len(pts) <= 8:
+        return ", ".join(f"{_whole(y)} ({axis.at(c)})" for c, y in pts)
+    return f"{_range([y for _, y in pts], _whole)} ({axis.at(pts[0][0])} to {pts[-1][0]:g})"
+
+
+def _whole(pct: float) -> str:
+    """A single run's change in whole percents (+12%), one decimal under 1% (+0.4%), never 0%."""
+    return fmt_pct(pct) if abs(pct) >= 1 else fmt_raw_pct(pct)
+
+
+def single_run_part(
+    levels: Sequence[float],
+    agg_changes: Sequence[Change],
+    per_req_changes: Sequence[Change],
+    tpot_changes: Sequence[float | None] = (),
+    axis: Axis = CONCURRENCY,
+) -> str | None:
+    """The changes at the levels that are a single run (on one side at least), told as measurements,
+    never as a rise, a fall or a crossover: one run per level gives no spread between runs to hold
+    a change against (docs/metrics.md, "Single runs"). None when no level is a single run."""
+    single = [
+        i
+        for i, (a, p) in enumerate(zip(agg_changes, per_req_changes, strict=True))
+        if (a.usable and a.single) or (p.usable and p.single)
+    ]
+    if not single:
+        return None
+    tp = list(tpot_changes) + [None] * (len(levels) - len(tpot_changes))
+    parts = []
+    for name, chs in (("aggregate tok/s", agg_changes), ("per-request tok/s", per_req_changes)):
+        pts = [(levels[i], chs[i].pct or 0.0) for i in single if chs[i].usable and chs[i].single]
+        if not pts:
+            continue
+        text = f"{name} {_quote(pts, axis)}"
+        flips = [(a, b) for (a, ya), (b, yb) in zip(pts, pts[1:], strict=False) if (ya > 0) != (yb > 0)]
+        if flips:
+            text += "; its sign changes between " + " and between ".join(
+                f"{axis.at(a)} and {axis.at(b)}" for a, b in flips
+            )
+        parts.append(text)
+    tpot = [(levels[i], y) for i in single if (y := tp[i]) is not None]
+    if tpot:
+        parts.append(f"TPOT p50 {_quote(tpot, axis)}")
+    where = axis.many([levels[i] for i in single])
+    return (
+        f"at {where} each side is a single run, so these changes are no finding yet: {'; '.join(parts)}. "
+        "One run per level cannot tell a change from the spread between runs, which only repeats measure; "
+        f"{REPEAT_ADVICE}."
+    )
 
 
 # ---------------------------------------------------------------- comparability
@@ -573,6 +654,11 @@ class ComparedRun:
     figures: dict[float, RepeatedLevelStats]  # by concurrency (or rate), for every level of the comparison
     max_running: int | None  # server max_running_requests from run.json (effective one first)
     quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency (or rate)
+    cap: RunningCap | None = None  # max_running and how it is known (declared or inferred, analysis.cap)
+
+    @property
+    def cap_how(self) -> str:
+        return self.cap.how if self.cap is not None else ""
 
     @property
     def simulated(self) -> bool:
@@ -639,19 +725,37 @@ def unique_labels(names: Sequence[str]) -> list[str]:
     return out
 
 
+def _firm(ch: Change, single: bool) -> Change:
+    """The change as the firm part of the verdict sees it: none at a single-run level."""
+    return Change(None) if single else ch
+
+
 def _sentence(comp: Comparison, t: ComparedRun) -> str:
     agg, per = comp.agg[t.label], comp.per_req[t.label]
     checks = comp.checks[t.label]
+    tpot = [y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)]
+    single = [(a.usable and a.single) or (p.usable and p.single) for a, p in zip(agg, per, strict=True)]
+    told = single_run_part(comp.levels, agg, per, tpot, comp.axis)
+    if told is not None and all(
+        s or not (a.usable or p.usable) for s, a, p in zip(single, agg, per, strict=True)
+    ):
+        # every level there is to compare is a single run: the measurements, and nothing firmer
+        text = f"{t.label} vs {comp.baseline.label}: {told}"
+        text += _queue_part(t.queue_from(), t.max_running, comp.axis, t.cap_how)
+        return text + _left_out_part(comp.levels, agg, per, comp.axis)
     text = crossover_sentence(
         t.label,
         comp.levels,
-        agg,
-        per,
+        [_firm(a, s) for a, s in zip(agg, single, strict=True)],
+        [_firm(p, s) for p, s in zip(per, single, strict=True)],
         queue_from=t.queue_from(),
         max_running=t.max_running,
-        tpot_changes=[y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)],
+        tpot_changes=[None if s else y for y, s in zip(tpot, single, strict=True)],
         axis=comp.axis,
+        cap_how=t.cap_how,
     )
+    if told is not None:
+        text += f" Besides, {told}"
     noisy = [
         c
         for c, a, p in zip(comp.levels, agg, per, strict=True)
@@ -667,7 +771,16 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
 
 
 def _with(ch: Change, check: LevelCheck) -> Change:
-    return ch if check.comparable else Change(ch.pct, ch.ci, ch.test_hw, comparable=False)
+    return ch if check.comparable else Change(ch.pct, ch.ci, ch.test_hw, comparable=False, single=ch.single)
+
+
+def _marked(levels: Sequence[float], changes: Sequence[Change]) -> list[Crossover]:
+    """The crossovers, those with a single run at either end marked as such (Crossover.single_runs)."""
+    single = {c for c, ch in zip(levels, changes, strict=True) if ch.single}
+    return [
+        dataclasses.replace(x, single_runs=True) if x.low in single or x.high in single else x
+        for x in crossover(levels, changes)
+    ]
 
 
 def build_comparison(runs: Sequence[Run]) -> Comparison:
@@ -689,9 +802,15 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     cruns = []
     for label, r in zip(labels, runs, strict=True):
         figs = {c: repeats_at(r.levels, c, axis.rate) for c in levels}
+        cap = r.cap
         cruns.append(
             ComparedRun(
-                label, r, figs, r.info.server.max_running, {c: level_quality(figs[c]) for c in levels}
+                label,
+                r,
+                figs,
+                cap.value if cap is not None else None,
+                {c: level_quality(figs[c]) for c in levels},
+                cap,
             )
         )
     base = cruns[0]
@@ -717,7 +836,7 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
         ]
         comp.agg[t.label], comp.per_req[t.label], comp.checks[t.label] = agg, per, checks
         comp.tpot[t.label] = [change_pct(b.tpot_p50_ms_mean, n.tpot_p50_ms_mean) for b, n in pairs]
-        comp.crossovers[t.label] = Crossovers(crossover(levels, agg), crossover(levels, per))
+        comp.crossovers[t.label] = Crossovers(_marked(levels, agg), _marked(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
     comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns])
     comp.notes = _notes(comp) + comp.slo.notes
@@ -807,5 +926,33 @@ def _notes(comp: Comparison) -> list[str]:
             "no difference at 5%: the change is inside the noise"
         )
     for r in comp.runs:
+        if r.cap is not None and r.cap.detail:
+            notes.append(f"{r.label}: {r.cap.detail}")
         notes += [f"{r.label}: {n}" for n in r.run.max_running_notes()]
+    notes += drift_notes(comp)
+    return notes
+
+
+DRIFT_MARK = "(drift)"  # next to a run's Agg tok/s at a level whose throughput drifted within itself
+
+
+def drifted(f: RepeatedLevelStats) -> list[LevelStats]:
+    """The repeats of a level whose throughput drifted within themselves (specload.analysis.drift)."""
+    return [s for s in f.levels if s.drift is not None and s.drift.flagged]
+
+
+def drift_notes(comp: Comparison) -> list[str]:
+    """One note per run and level whose throughput drifted within the level."""
+    notes = []
+    for c in comp.levels:
+        for r in comp.runs:
+            for s in drifted(r.figures[c]):
+                rep = f" (repeat {s.repeat + 1})" if len(r.figures[c].levels) > 1 else ""
+                assert s.drift is not None
+                notes.append(
+                    f"{comp.axis.at(c)}{rep}: {r.label}'s throughput drifted within the level {DRIFT_MARK}: "
+                    f"{s.drift.describe()}; its figures average two speeds, so a change there measures the "
+                    "moment as much as the server (warm-up or compilation at a new batch size, a neighbour on the "
+                    "machine); a warm-up (--warmup-requests N) or repeats tell which"
+                )
     return notes

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
+from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
 from specload.analysis.mixstats import MixStats, accept_length_of, mix_stats, prefix_cache_rate
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
@@ -160,6 +161,7 @@ class LevelStats:
     prompt_mismatch: int = 0  # records whose server prompt count != requested
     steady_tok_s: float | None = None
     steady_window_s: float | None = None
+    drift: Drift | None = None  # the steady window's second half against its first (specload.analysis.drift)
     mean_concurrency: float | None = None  # sum(e2e) / wall_s
     peak_in_flight: int | None = None  # most measured requests in flight at once (client side)
     req_s: float | None = None  # OK requests / wall_s
@@ -511,7 +513,13 @@ def steady_tok_s(
     """(tokens/s inside the steady window, window length): the rate the server sustains while
     saturated, without the prefill burst at the start and the drain at the end."""
     tl = _timeline(records)
-    window = steady_window(tl, concurrency, max_dip_s, cap)
+    return steady_rate_in(tl, steady_window(tl, concurrency, max_dip_s, cap), min_window_s)
+
+
+def steady_rate_in(
+    tl: Timeline, window: tuple[float, float] | None, min_window_s: float = STEADY_MIN_WINDOW_S
+) -> tuple[float | None, float | None]:
+    """``steady_tok_s`` of a steady window already found."""
     if window is None:
         return None, None
     a, b = window
@@ -519,6 +527,16 @@ def steady_tok_s(
     if length < min_window_s:
         return None, length
     return float(_window_tokens(tl, a, b).sum()) / length, length
+
+
+def level_drift(tl: Timeline, window: tuple[float, float] | None) -> Drift | None:
+    """The drift of the steady window's output tok/s (specload.analysis.drift), over DRIFT_SEGMENTS
+    equal segments of it, each request's tokens spread as in the steady rate."""
+    if window is None or window[1] - window[0] < STEADY_MIN_WINDOW_S:
+        return None
+    a, b = window
+    rates = tok_s_series(tl, (b - a) / DRIFT_SEGMENTS, span=(a, b))[:DRIFT_SEGMENTS]
+    return drift_of(rates)
 
 
 def tok_s_series(
@@ -625,7 +643,9 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
         s.total_tok_s = s.input_tok_s + s.agg_tok_s
     s.peak_in_flight = peak_in_flight(tl)
     if s.rate is None:  # an open loop has no saturated closed-loop window to measure
-        s.steady_tok_s, s.steady_window_s = steady_tok_s(tl, s.concurrency, cap=cap)
+        window = steady_window(tl, s.concurrency, cap=cap)
+        s.steady_tok_s, s.steady_window_s = steady_rate_in(tl, window)
+        s.drift = level_drift(tl, window)
     elif len(tl) > 1:
         first, last = float(tl.t_send.min()), float(tl.t_send.max())
         if last > first:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specload.analysis import forked
+from specload.analysis.cap import RunningCap, running_cap
 from specload.analysis.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -78,14 +79,19 @@ class Run:
         """run.json's label, else the directory's name (what a run is called in headers)."""
         return self.info.label or self.run_dir.resolve().name
 
+    @property
+    def cap(self) -> RunningCap | None:
+        """The server's cap on running requests, declared or inferred from its gauges (specload.analysis.cap)."""
+        return running_cap(self.info.server, self.samples)
+
     def max_running_notes(self) -> list[str]:
-        """One note per concurrency above the server's max_running_requests."""
-        cap = self.info.server.max_running
+        """One note per concurrency above the server's max_running_requests (declared or inferred)."""
+        cap = self.cap
         if cap is None:
             return []
-        over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap})
+        over = sorted({s.concurrency for s in self.levels if s.rate is None and s.concurrency > cap.value})
         return [
-            f"C={c} exceeds the server's max_running_requests ({cap}): the excess requests queue"
+            f"C={c} exceeds the server's max_running_requests ({cap.value}{cap.how}): the excess requests queue"
             for c in over
         ]
 

@@ -175,12 +175,60 @@ def server_config(
         if served is not None and served.max_model_len is not None:
             cfg.setdefault("engine", "vllm")
             cfg["max_model_len"] = served.max_model_len
+        if cfg.get("engine") == "vllm":
+            status, dev = get_json(host, VLLM_SERVER_INFO, timeout, insecure, send_key)
+            if status == 200:
+                cfg.update(vllm_dev_config(dev))
+        elif "engine" not in cfg:
+            status, props = get_json(host, "/props", timeout, insecure, send_key)
+            if status == 200:
+                cfg.update(llamacpp_props(props))
         status, version = get_json(host, "/version", timeout, insecure, send_key)
         if status == 200 and isinstance(version, dict) and "version" in version:
             cfg["version"] = version["version"]
     except ServerUnreachable as e:
         logger.warning("server introspection stopped: %s", e)
     return scrub_secrets(cfg, api_key())
+
+
+# run.json ``server`` key: where the cap in ``max_running_requests`` was read, when not from SGLang's own field.
+CAP_SOURCE = "max_running_requests_source"
+# vLLM's dev-mode endpoint (VLLM_SERVER_DEV_MODE=1): its whole config, here as JSON.
+VLLM_SERVER_INFO = "/server_info?config_format=json"
+_VLLM_SPEC_FIELDS = ("method", "num_speculative_tokens", "model", "prompt_lookup_max", "prompt_lookup_min")
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def vllm_dev_config(body: Any) -> dict[str, Any]:
+    """What run.json keeps of vLLM's ``/server_info`` (dev mode): ``max_num_seqs`` (also as the cap,
+    ``max_running_requests``) and ``speculative_config``'s draft settings; {} for another shape."""
+    vc = body.get("vllm_config") if isinstance(body, dict) else None
+    if not isinstance(vc, dict):
+        return {}
+    out: dict[str, Any] = {}
+    sched = vc.get("scheduler_config")
+    n = _count(sched.get("max_num_seqs")) if isinstance(sched, dict) else None
+    if n is not None:
+        out["max_num_seqs"] = n
+        out["max_running_requests"] = n
+        out[CAP_SOURCE] = "vLLM /server_info scheduler_config.max_num_seqs"
+    spec = vc.get("speculative_config")
+    if isinstance(spec, dict):
+        out["speculative_config"] = {k: spec[k] for k in _VLLM_SPEC_FIELDS if k in spec}
+    elif "speculative_config" in vc:
+        out["speculative_config"] = None
+    return out
+
+
+def llamacpp_props(body: Any) -> dict[str, Any]:
+    """What run.json keeps of llama.cpp's ``/props``: ``total_slots``, its cap on running requests."""
+    n = _count(body.get("total_slots")) if isinstance(body, dict) else None
+    if n is None:
+        return {}
+    return {"total_slots": n, "max_running_requests": n, CAP_SOURCE: "llama.cpp /props total_slots"}
 
 
 _SECRET_NAME = re.compile(r"key|secret|passw|token|credential|auth", re.IGNORECASE)

@@ -24,11 +24,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specload.analysis.comparison import build_comparison
+from specload.analysis.comparison import Comparison, build_comparison
+from specload.analysis.draftlen import draft_length_table, render_draft_length
 from specload.analysis.run import Run, load_run
 from specload.client.introspect import server_config
 from specload.client.probe import ServerUnreachable
 from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
+from specload.experiment.cap import declare_command_cap
+from specload.experiment.draft import draft_family
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
 from specload.experiment.record import (
     COMPLETED,
@@ -75,6 +78,7 @@ from specload.present.output import is_document, is_known_format
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView
 
+DRAFT_LENGTH_MD = "draft-length.md"  # the draft-length table, when arms differ only in draft length
 EXIT_REFUSED = 4  # a speculative arm's server showed no accepted draft token
 DEATH_POLL_S = 0.2
 
@@ -241,6 +245,8 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
                 _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
             )
         e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
+        if e.run_dir is not None and server.argv:
+            declare_command_cap(e.run_dir, server.argv)
         if watch.code is not None or server.exit_code() is not None:
             e.status, e.message = SERVER_DIED, _died(server)
         elif outcome.exit_code == EXIT_OK:
@@ -417,9 +423,25 @@ def run_experiment(s: ExperimentSettings) -> int:
         "capacity": comp.slo.sentences,
         "notes": comp.notes,
     }
+    ex.comparison.update(draft_lengths(ex, comp))
     ex.save()
     print(f"specload: experiment {directory} ({ex.path.name})", flush=True)
     return EXIT_OK
+
+
+def draft_lengths(ex: Experiment, comp: Comparison) -> dict[str, Any]:
+    """When some arms differ only in draft length: the draft-length table, printed and written as
+    draft-length.md ({} otherwise); experiment.json ``comparison.draft_length``."""
+    family = draft_family([(a.label, a.command) for a in ex.plan.arms if a.command is not None])
+    table = draft_length_table(comp, family) if family else None
+    if table is None:
+        return {}
+    text = render_draft_length(table, "Req/s" if comp.axis.rate else "C")
+    path = ex.directory / DRAFT_LENGTH_MD
+    path.write_text(text)
+    print("")
+    print(text, end="", flush=True)
+    return {"draft_length": table.to_json(), "draft_length_markdown": str(path)}
 
 
 def _report_failure(ex: Experiment, failed: RunEntry) -> int:

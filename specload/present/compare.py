@@ -18,13 +18,16 @@ from typing import Any, TextIO
 
 from specload.analysis.categories import CategoryComparison, compare_categories
 from specload.analysis.comparison import (
+    DRIFT_MARK,
     NOISE_MARK,
     NOT_COMPARABLE,
+    SINGLE_MARK,
     Change,
     ComparedRun,
     Comparison,
     LevelCheck,
     build_comparison,
+    drifted,
 )
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
@@ -60,7 +63,14 @@ def change_cell(ch: Change) -> str:
     text = fmt_pct(ch.pct)
     if ch.ci is not None:
         text += f" ({_fmt_half(ch.ci)})"
+    if ch.single:
+        text += f" {SINGLE_MARK}"
     return text + (f" {NOISE_MARK}" if ch.noise else "")
+
+
+def agg_cell(f: RepeatedLevelStats) -> str:
+    """A run's aggregate tok/s, with DRIFT_MARK when its throughput drifted within the level."""
+    return fmt_num(f.agg_tok_s_mean, 1) + (f" {DRIFT_MARK}" if drifted(f) else "")
 
 
 def _has(comp: Comparison, attr: str) -> bool:
@@ -140,7 +150,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
         figs = [r.figures[c] for r in comp.runs]
         ts = comp.treatments
         row = [f"{c:g}"]
-        row += [fmt_num(f.agg_tok_s_mean, 1) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
+        row += [agg_cell(f) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
         row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [
             change_cell(comp.per_req[t.label][i]) for t in ts
         ]
@@ -204,6 +214,7 @@ def _run_info(r: ComparedRun, baseline: bool) -> dict[str, Any]:
         "simulated": r.simulated,
         "speculative_algorithm": m.server.speculative_algorithm,
         "max_running_requests": r.max_running,
+        "running_cap": r.cap.to_json() if r.cap is not None else None,
     }
 
 

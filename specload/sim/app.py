@@ -27,7 +27,7 @@ import orjson
 
 from specload.sim.faults import FaultInjector, Faults, RequestFaults
 from specload.sim.httpd import App, Request, Response, Stream
-from specload.sim.info import METRICS_STYLES, metrics_text, server_info
+from specload.sim.info import METRICS_STYLES, metrics_text, server_info, vllm_server_info
 from specload.sim.prefix import PromptKey, chat_units, text_units, word_unit
 from specload.sim.protocol import (
     GenRequest,
@@ -133,6 +133,8 @@ class SimApp:
         spec_metrics: str = "none",
         reasoning_tokens: int = 0,
         reasoning_field: str = "reasoning",
+        vllm: bool = False,
+        vllm_dev_mode: bool = False,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -174,6 +176,11 @@ class SimApp:
             self._routes["/metrics"] = ("GET", self._metrics)
             self._routes["/get_server_info"] = ("GET", self._server_info)
             self._routes["/server_info"] = ("GET", self._server_info)
+        if vllm:  # vLLM's endpoints: no SGLang server info; its own /server_info only in dev mode
+            self._routes.pop("/get_server_info", None)
+            self._routes.pop("/server_info", None)
+            if vllm_dev_mode:
+                self._routes["/server_info"] = ("GET", self._vllm_server_info)
 
     def __call__(self, request: Request) -> Response | Stream | None:
         path = request.path
@@ -217,6 +224,9 @@ class SimApp:
 
     def _server_info(self, request: Request) -> Response:
         return _json(self.server_info())
+
+    def _vllm_server_info(self, request: Request) -> Response:
+        return _json(vllm_server_info(self.engine, self.model, self.max_model_len))
 
     def metrics_text(self) -> str:
         return metrics_text(

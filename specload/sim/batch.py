@@ -115,6 +115,9 @@ class BatchParams:
     spec_accept_decay: float = 0.0
     draft_ms: tuple[tuple[float, float], ...] = ((1, 0.0),)  # per draft token
     verify_ms: tuple[tuple[float, float], ...] | None = None  # None: decode_ms
+    # The verify pass's cost of each draft token of each running request (k x batch of them a step):
+    # what makes a longer draft pay at small batches and cost at large ones.
+    verify_us_per_draft_token: float = 0.0
     draft_kv_tokens: int = 0  # KV tokens the draft's memory takes from kv_budget_tokens
     spec_max_running_requests: int | None = None  # replaces max_running_requests when speculative
     seed: int = 0
@@ -339,7 +342,7 @@ class BatchScheduler:
             + p.prefill_us_per_token * prefill_tokens / 1e3
         )
         if self.k:
-            ms += self.k * self._draft(batch)
+            ms += self.k * self._draft(batch) + self.k * batch * p.verify_us_per_draft_token / 1e3
         return ms * self.time_scale / 1e3
 
     # -- requests ---------------------------------------------------------------------------------------

@@ -50,7 +50,26 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
     a("--port", type=int, default=30000, help="port to bind; 0 picks a free one (default 30000)")
     a("--model", default="specload-sim", help="served model name (default specload-sim)")
     a("--max-model-len", type=int, default=8192, help="context length; longer requests get HTTP 400")
-    a("--metrics-style", choices=METRICS_STYLES, default="sglang", help="/metrics gauge names; none = 404")
+    a(
+        "--metrics-style",
+        choices=METRICS_STYLES,
+        default="sglang",
+        help="/metrics gauge names; none = 404 (default sglang; vllm with --max-num-seqs)",
+    )
+    a(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="answer as vLLM does, with its running cap N (vLLM's --max-num-seqs; sets --max-running, or the batch "
+        "engine's max_running_requests): vllm:* gauges, no SGLang /get_server_info, and /server_info only with "
+        "--vllm-server-dev-mode",
+    )
+    a(
+        "--vllm-server-dev-mode",
+        action="store_true",
+        help="with --max-num-seqs: serve vLLM's dev-mode /server_info (VLLM_SERVER_DEV_MODE=1), which says max_num_seqs",
+    )
     # What a real llama.cpp server does that a client must cope with (docs/simulator.md).
     a(
         "--vocab-size",
@@ -94,12 +113,30 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="batch engine: override one preset parameter (a TOML value), e.g. spec_max_running_requests=128",
     )
+    t.add_argument(
+        "--speculative-num-steps",
+        type=int,
+        default=None,
+        metavar="K",
+        help="batch engine: draft tokens per step, as SGLang's flag (the preset's spec_num_steps)",
+    )
     t.add_argument("--ttft-ms", type=float, default=50.0, help="time to first token after admission")
     t.add_argument("--itl-ms", type=float, default=10.0, help="time between tokens")
     t.add_argument("--prefill-us-per-token", type=float, default=0.0, help="extra TTFT per prompt token")
     t.add_argument("--max-running", type=int, default=48, help="running-request cap; the rest queue FIFO")
     t.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens per stream event after the first")
     t.add_argument("--time-scale", type=float, default=1.0, help="multiply every engine duration")
+    t.add_argument(
+        "--speed-up-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fixed engine: every request admitted after the first N runs --speed-up times faster (a server "
+        "whose speed changes mid-run, e.g. a warm-up; default: never)",
+    )
+    t.add_argument(
+        "--speed-up", type=float, default=2.0, metavar="F", help="see --speed-up-after (default 2)"
+    )
     t.add_argument(
         "--prefix-cache-tokens",
         type=int,
@@ -238,19 +275,32 @@ def build_engine(args: argparse.Namespace) -> Engine:
     if args.engine == "batch":
         from specload.sim.batch import BatchEngine
 
+        if args.speed_up_after is not None:
+            raise ValueError("--speed-up-after needs --engine fixed")
+
+        params = list(args.param)
+        if args.speculative_num_steps is not None:  # SGLang's flag for the draft length
+            params.append(f"spec_num_steps={args.speculative_num_steps}")
+        if args.max_num_seqs is not None:
+            params += [
+                f"max_running_requests={args.max_num_seqs}",
+                f"spec_max_running_requests={args.max_num_seqs}",
+            ]
         return BatchEngine.from_preset(
-            args.preset or "baseline", args.param, time_scale=args.time_scale, prefix_cache=cache
+            args.preset or "baseline", params, time_scale=args.time_scale, prefix_cache=cache
         )
-    if args.preset is not None or args.param:
-        raise ValueError("--preset and --param need --engine batch")
+    if args.preset is not None or args.param or args.speculative_num_steps is not None:
+        raise ValueError("--preset, --param and --speculative-num-steps need --engine batch")
     return FixedEngine(
         ttft_s=args.ttft_ms / 1e3,
         itl_s=args.itl_ms / 1e3,
-        max_running=args.max_running,
+        max_running=args.max_num_seqs if args.max_num_seqs is not None else args.max_running,
         prefill_per_token_s=args.prefill_us_per_token / 1e6,
         tokens_per_chunk=args.tokens_per_chunk,
         time_scale=args.time_scale,
         prefix_cache=cache,
+        speed_up_after=args.speed_up_after,
+        speed_up=args.speed_up,
     )
 
 
@@ -337,7 +387,9 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             engine,
             args.model,
             args.max_model_len,
-            args.metrics_style,
+            "vllm"
+            if args.max_num_seqs is not None and args.metrics_style == "sglang"
+            else args.metrics_style,
             faults,
             vocab=Vocab(args.vocab_size, args.chat_template_tokens),
             close_after_stream=args.close_after_stream,
@@ -346,6 +398,8 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             spec_metrics=args.per_request_spec_decode_metrics,
             reasoning_tokens=args.reasoning_tokens,
             reasoning_field=args.reasoning_field,
+            vllm=args.max_num_seqs is not None,
+            vllm_dev_mode=args.vllm_server_dev_mode,
         )
     except ValueError as e:
         parser.error(str(e))

@@ -153,3 +153,24 @@ def _spec_rows(style: str, prefix: str, c: SpecCounters) -> list[_Row]:
         (prefix + "spec_accept_length", "gauge", "Tokens per verify step.", accept),
         (prefix + "spec_verify_calls_total", "counter", "Verify steps of all requests.", c.verify_calls),
     ]
+
+
+def vllm_server_info(engine: Engine, model: str, max_model_len: int) -> dict[str, Any]:
+    """vLLM's dev-mode ``/server_info?config_format=json`` (VLLM_SERVER_DEV_MODE=1), the fields specload
+    reads: ``vllm_config.scheduler_config.max_num_seqs`` and ``vllm_config.speculative_config``."""
+    info = engine.server_info()
+    k = info.get("speculative_num_steps")
+    spec = (
+        {"method": str(info.get("speculative_algorithm") or "ngram").lower(), "num_speculative_tokens": k}
+        if k
+        else None
+    )
+    return {
+        "vllm_config": {
+            "model_config": {"model": model, "max_model_len": max_model_len},
+            "scheduler_config": {"max_num_seqs": info.get("max_running_requests")},
+            "speculative_config": spec,
+        },
+        "vllm_env": {},
+        "system_env": {},
+    }

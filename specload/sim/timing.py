@@ -233,7 +233,11 @@ class FixedEngine(Engine):
         tokens_per_chunk: int = 1,
         time_scale: float = 1.0,
         prefix_cache: PrefixCache | None = None,
+        speed_up_after: int | None = None,
+        speed_up: float = 2.0,
     ) -> None:
+        if speed_up <= 0:
+            raise ValueError(f"speed_up must be > 0, got {speed_up}")
         if min(ttft_s, itl_s, prefill_per_token_s) < 0:
             raise ValueError("ttft_s, itl_s and prefill_per_token_s must be >= 0")
         if tokens_per_chunk < 1:
@@ -248,6 +252,11 @@ class FixedEngine(Engine):
         self.time_scale = time_scale
         self._slots = FifoSlots(max_running)
         self.prefix_cache = prefix_cache
+        # A server that changes speed mid-run (a warm-up, a compilation, a neighbour leaving): every
+        # request admitted after the first ``speed_up_after`` runs ``speed_up`` times faster.
+        self.speed_up_after = speed_up_after
+        self.speed_up = speed_up
+        self._admitted = 0
 
     @property
     def running(self) -> int:
@@ -270,6 +279,9 @@ class FixedEngine(Engine):
             if max_tokens <= 0:
                 return
             scale = self.time_scale
+            self._admitted += 1
+            if self.speed_up_after is not None and self._admitted > self.speed_up_after:
+                scale /= self.speed_up
             first = admitted_at + (self.ttft_s + self.prefill_per_token_s * (prompt_tokens - cached)) * scale
             itl = self.itl_s * scale
             per_chunk = self.tokens_per_chunk
@@ -311,5 +323,10 @@ class FixedEngine(Engine):
                 "prefill_per_token_s": self.prefill_per_token_s,
                 "tokens_per_chunk": self.tokens_per_chunk,
                 "time_scale": self.time_scale,
+                **(
+                    {"speed_up_after": self.speed_up_after, "speed_up": self.speed_up}
+                    if self.speed_up_after
+                    else {}
+                ),
             },
         }

@@ -1,0 +1,132 @@
+"""The running cap on every engine: read where the server says it, else inferred from its gauges
+(docs/metrics.md, "The running cap"), and named in the notes and the verdict either way."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specload.analysis.cap import infer_cap, running_cap
+from specload.analysis.comparison import build_comparison
+from specload.analysis.metrics import ServerSample
+from specload.analysis.run import load_run
+from specload.client.introspect import llamacpp_props, server_config, vllm_dev_config
+from specload.core.rundir import ServerInfo
+from specload.experiment.cap import command_cap, declare_command_cap
+from tests.conftest import specload_cmd
+
+
+def _samples(*pairs: tuple[float, float]) -> list[ServerSample]:
+    return [ServerSample(t=float(i), running=r, queued=q) for i, (r, q) in enumerate(pairs)]
+
+
+def test_a_running_plateau_with_a_queue_behind_it_is_the_cap() -> None:
+    ramp = [(1, 0), (2, 0), (4, 0)]
+    held = [(8, 3), (8, 5), (7, 1), (8, 8), (8, 2)]  # one moment of admission at 7
+    assert infer_cap(_samples(*ramp, *held)) == (8, 4, 5)
+    cap = running_cap(ServerInfo({}), _samples(*ramp, *held))
+    assert cap is not None and cap.inferred and cap.value == 8 and cap.how == ", inferred from its gauges"
+    assert "running gauge held 8 while its queue gauge was above zero (4 of 5 samples" in cap.detail
+    # more running elsewhere: the queue was a moment of admission, not a cap
+    assert infer_cap(_samples(*held, (9, 0))) is None
+    # too few samples at the top, or a queue while the running count wanders
+    assert infer_cap(_samples((8, 1), (8, 1), (3, 1))) is None
+    assert infer_cap(_samples((8, 1), (6, 1), (5, 1), (4, 1), (3, 1), (8, 2), (8, 1))) is None
+    assert infer_cap(_samples((4, 0), (4, 0), (4, 0))) is None  # no queue: no cap shown
+    # a declared cap wins, and says where it was read
+    declared = running_cap(ServerInfo({"max_running_requests": 6, "max_running_requests_source": "X"}), [])
+    assert (
+        declared is not None
+        and not declared.inferred
+        and (declared.value, declared.how) == (6, ", read from X")
+    )
+    sglang = running_cap(ServerInfo({"max_running_requests": 48}), _samples(*held))
+    assert sglang is not None and (sglang.value, sglang.how) == (48, "")
+
+
+def test_the_engines_own_words_for_the_cap() -> None:
+    dev = {
+        "vllm_config": {
+            "scheduler_config": {"max_num_seqs": 8, "max_num_batched_tokens": 2048},
+            "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3},
+        }
+    }
+    assert vllm_dev_config(dev) == {
+        "max_num_seqs": 8,
+        "max_running_requests": 8,
+        "max_running_requests_source": "vLLM /server_info scheduler_config.max_num_seqs",
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3},
+    }
+    assert vllm_dev_config({"vllm_config": "model='m', speculative_config=None"}) == {}  # the text format
+    assert llamacpp_props({"total_slots": 3, "n_ctx": 2048}) == {
+        "total_slots": 3,
+        "max_running_requests": 3,
+        "max_running_requests_source": "llama.cpp /props total_slots",
+    }
+    assert llamacpp_props({"total_slots": 0}) == {}
+    assert command_cap(["vllm", "--max-num-seqs", "8", "--port", "1"]) == (8, "--max-num-seqs")
+    assert command_cap(["x", "--max-num-seqs=16"]) == (16, "--max-num-seqs")
+    assert command_cap(["llama-server", "-np", "4"]) == (4, "-np")
+    assert command_cap(["x", "--max-num-seqs"]) is None
+
+
+def test_a_started_servers_command_line_cap_goes_into_run_json(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"server": {"engine": "vllm", "max_model_len": 2048}}))
+    assert declare_command_cap(tmp_path, ["python", "-m", "vllm", "--max-num-seqs", "2"]) == 2
+    server = json.loads((tmp_path / "run.json").read_text())["server"]
+    assert server["max_running_requests"] == 2 and server["engine"] == "vllm"
+    assert server["max_running_requests_source"] == "the --max-num-seqs 2 of the server's command line"
+    # a server that said its cap keeps it
+    (tmp_path / "run.json").write_text(json.dumps({"server": {"max_running_requests": 48}}))
+    assert declare_command_cap(tmp_path, ["x", "--max-num-seqs", "2"]) is None
+
+
+def _sweep(server: Any, out: Path, label: str) -> Path:
+    flags = ("--levels", "1,4", "--min-requests", "8", "--input-tokens", "16", "--output-tokens", "60")
+    done = subprocess.run(
+        specload_cmd("sweep", "--host", server.url, "--out", str(out), "--label", label, *flags),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    return run_dir
+
+
+VLLM_LIKE = ("--max-num-seqs", "2", "--ttft-ms", "20", "--itl-ms", "25")
+
+
+@pytest.mark.timing
+def test_a_vllm_server_that_does_not_say_its_cap_shows_it_in_its_gauges(sim: Any, tmp_path: Path) -> None:
+    server = sim(*VLLM_LIKE)
+    cfg = server_config(server.url)
+    assert cfg["engine"] == "vllm" and "max_running_requests" not in cfg  # no /get_server_info, no dev mode
+    a = load_run(_sweep(server, tmp_path / "a", "a"))
+    b = load_run(_sweep(server, tmp_path / "b", "b"))
+    assert a.cap is not None and a.cap.inferred and a.cap.value == 2, a.samples
+    assert a.max_running_notes() == [
+        "C=4 exceeds the server's max_running_requests (2, inferred from its gauges): the excess requests queue"
+    ]
+    comp = build_comparison([a, b])
+    assert (
+        "At C>=4 the server queued requests: its max_running_requests is 2, inferred from its gauges."
+        in (comp.sentences[0])
+    )
+    assert any(
+        n.startswith("b: max_running_requests 2 inferred: the server did not say its cap") for n in comp.notes
+    )
+
+
+def test_a_vllm_server_in_dev_mode_says_its_cap(sim: Any) -> None:
+    server = sim(*VLLM_LIKE, "--vllm-server-dev-mode")
+    cfg = server_config(server.url)
+    assert (cfg["engine"], cfg["max_num_seqs"], cfg["max_running_requests"]) == ("vllm", 2, 2)
+    assert cfg["max_running_requests_source"] == "vLLM /server_info scheduler_config.max_num_seqs"
+    assert cfg["speculative_config"] is None
+    cap = running_cap(ServerInfo(cfg), [])
+    assert cap is not None and cap.how == ", read from vLLM /server_info scheduler_config.max_num_seqs"
