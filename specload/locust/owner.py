@@ -49,7 +49,7 @@ from specload.locust.reportjob import ReportJob
 from specload.locust.resolve import CannotStart, ResolvedRun, RunResolver
 from specload.locust.tickets import TicketDesk
 from specload.locust.user import UserSide
-from specload.sweep.levels import Change, Outcome, SweepController
+from specload.sweep.levels import Change, LevelStatus, Outcome, SweepController
 from specload.workload.vocab import invalid_prompt_hint
 
 __all__ = ["CannotStart", "ResolvedRun", "SweepOwner", "sweep_owner"]
@@ -213,7 +213,8 @@ class SweepOwner:
             self.recorder.write_capacity(self.levels.capacity)
         self.write_meta()
         self.recorder.release_reserve()
-        self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
+        whole = all(lv.status != LevelStatus.INCOMPLETE for lv in ctrl.levels)  # (most of a budget lost)
+        self.env.process_exit_code = 0 if status == RUN_COMPLETED and whole else 1
         logger.info(
             "sweep %s%s; results in %s",
             status,
