@@ -25,6 +25,7 @@ from specload.analysis.capacity import KIND_CONCURRENCY, SearchSpace
 from specload.client.http import check_host
 from specload.core.resources import locustfile_path
 from specload.core.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
+from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
 from specload.present.output import is_known_format
 from specload.present.tableview import WHOLE, TableView
 from specload.workload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
@@ -102,9 +103,21 @@ def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
             f"--label: expected 1..{MAX_LABEL} characters not starting with '-', "
             f"got {s.label[:40]!r}{'...' if len(s.label) > 40 else ''}",
         )
+    if s.workers is not None and (why := token_problem(master_token())):
+        raise LaunchError(EXIT_USAGE, f"--workers: {why}")
     _check_out(s.out)
     _ensure_open_files(max(sc.levels), s.processes)
     return sc, host
+
+
+def locust_env(s: SweepSettings, host: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The Locust child's environment: ours, with what argv would show to every user of the machine
+    (``ps``): the host URL, which may hold a user:password, and, for ``--processes``, a master token
+    made for this run that only its own processes inherit (specload.locust.channel)."""
+    env = {**os.environ, "LOCUST_HOST": host, **(extra or {})}
+    if s.processes is not None:
+        env[MASTER_TOKEN_ENV] = new_master_token()
+    return env
 
 
 FD_HEADROOM = 64  # files a Locust process holds besides one connection per user (logs, CSV, ZMQ, ...)
@@ -278,8 +291,6 @@ def run_sweep(
         "-f",
         str(s.locustfile),
         "--headless",
-        "--host",
-        host,
         "--run-dir",
         run_dir,
         "--csv",
@@ -295,7 +306,7 @@ def run_sweep(
         *s.locust_args,
     ]
     print(f"specload: run directory {run_dir}", flush=True)
-    return _outcome(run_dir, run_locust(cmd), report_format, view)
+    return _outcome(run_dir, run_locust(cmd, locust_env(s, host)), report_format, view)
 
 
 def run_capacity(
@@ -376,8 +387,6 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
         "locust",
         "-f",
         str(s.locustfile),
-        "--host",
-        host,
         "--web-host",
         web_host,
         "--web-port",
@@ -392,10 +401,10 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
         *s.locust_args,
     ]
     url = f"http://{web_host}:{web_port}"
-    env = None
+    env = locust_env(s, host)
     if web_auth:
         token = new_token()
-        env = {**os.environ, WEB_TOKEN_ENV: token}
+        env[WEB_TOKEN_ENV] = token
         print(
             f"specload: web UI on {url}{PAGE} (Locust's own pages at {url}/); log in with any user name and "
             f"the password {token}"
@@ -420,6 +429,9 @@ def run_worker(
     locust_args: Sequence[str] = (),
     locustfile: Path = DEFAULT_LOCUSTFILE,
 ) -> int:
+    if why := token_problem(master_token()):
+        print(f"specload: {why}", file=sys.stderr)
+        return EXIT_USAGE
     cmd = [
         sys.executable,
         "-m",

@@ -33,6 +33,8 @@ pytestmark = [
 
 SERVER_PORT, MASTER_PORT = 8000, 5557
 FORGER = Path(__file__).parent / "fixtures" / "forger.py"
+TICKET_FORGER = Path(__file__).parent / "fixtures" / "ticket_forger.py"
+TOKEN = "t" * 40  # SPECLOAD_MASTER_TOKEN, the same on the master and both workers (docs/deploy.md)
 BUDGET = 40
 SKEW_S = 0.25
 
@@ -56,6 +58,7 @@ class Cluster:
     killed_at: float
     skewed: bool
     server_log: str
+    ticket_forger_log: str
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +118,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                     "--out",
                     str(out),
                 ),
-            )
+            ),
+            env={**os.environ, "SPECLOAD_MASTER_TOKEN": TOKEN},
         )
         worker = specload_cmd("worker", "--master-host", master_addr, "--master-port", str(MASTER_PORT))
         skew = faketime_env(SKEW_S)
-        procs.popen(net.run_in("worker1", worker), env={**os.environ, **(skew or {})})
-        procs.popen(net.run_in("worker2", worker))
+        token = {"SPECLOAD_MASTER_TOKEN": TOKEN}
+        procs.popen(net.run_in("worker1", worker), env={**os.environ, **(skew or {}), **token})
+        procs.popen(net.run_in("worker2", worker), env={**os.environ, **token})
 
         def worker2_mid_request() -> bool:
             """0.41 s requests back to back: 0.1-0.3 s after one ended, the next is in flight."""
@@ -147,6 +152,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
         )
         assert intruder.wait(timeout=30) == 0, procs.log(intruder)
+        # Meanwhile a process asks for real tickets (review ab9c161, H2), with a made-up token proof.
+        asker = procs.popen(
+            net.run_in(
+                "intruder",
+                [sys.executable, str(TICKET_FORGER), master_addr, str(MASTER_PORT), "forge", "nojoin", "4"],
+            )
+        )
 
         def worker2_clock_known() -> bool:
             """The master has had a quiet round trip with worker2 (it re-measures every few seconds:
@@ -161,9 +173,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         killed_at = time.time()
         assert net.kill_host("worker2"), "worker2 had no process to kill"
         code = master.wait(timeout=120)  # Locust notices the silence after ~3 missed 1 s heartbeats
+        assert asker.wait(timeout=30) == 0, procs.log(asker)
         (run_dir,) = list(out.iterdir())
         yield Cluster(
-            code, procs.log(master), run_dir, dict(net.hosts), killed_at, skew is not None, procs.log(sim)
+            code,
+            procs.log(master),
+            run_dir,
+            dict(net.hosts),
+            killed_at,
+            skew is not None,
+            procs.log(sim),
+            procs.log(asker),
         )
     finally:
         procs.stop_all()
@@ -202,6 +222,16 @@ def test_the_sweep_completes_with_exact_budgets_and_every_record_shipped(cluster
     assert lost not in {r.worker for r in by_level[1]}  # the next level ran on the survivor alone
     # Every record the lost worker finished reached the master before it died.
     assert all(r.t_end < c.killed_at + 0.05 for r in by_level[0] if r.worker == lost)
+
+
+def test_a_process_asking_for_tickets_without_the_token_gets_none(cluster: Cluster) -> None:
+    c = cluster
+    assert "granted 0" in c.ticket_forger_log, c.ticket_forger_log
+    assert (
+        "ignored a ticket request from a process that is not a worker of this master from FORGED_forge"
+        in c.log
+    )
+    assert not any(r.worker.startswith("FORGED") for r in _records(c))
 
 
 def test_a_forger_on_the_master_port_cannot_add_or_return_requests(cluster: Cluster) -> None:

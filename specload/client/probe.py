@@ -5,8 +5,10 @@ Used once before a sweep (from the process that runs the sweep), never on the ho
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import gevent
 import orjson
 
 from specload.client.http import base_headers, describe_connect_error, endpoint, make_client, server_message
@@ -14,6 +16,30 @@ from specload.client.http import base_headers, describe_connect_error, endpoint,
 
 class ServerUnreachable(RuntimeError):
     """The host did not answer at all; nothing can be measured."""
+
+
+class NoCompleteAnswer(RuntimeError):
+    """A question asked before the sweep got no complete answer within its overall deadline."""
+
+
+# A question before the sweep may take this many read timeouts in all: the read timeout alone is a
+# silence timer, which a server that sends a byte now and then (SSE comments, endless tokens) resets.
+DEADLINE_READ_TIMEOUTS = 3
+
+T = TypeVar("T")
+
+
+def pre_sweep_deadline(read_timeout: float, connect_timeout: float) -> float:
+    return connect_timeout + DEADLINE_READ_TIMEOUTS * read_timeout
+
+
+def within(seconds: float, what: str, ask: Callable[[], T]) -> T:
+    """``ask()``, or NoCompleteAnswer once ``seconds`` have passed (its connection is dropped)."""
+    try:
+        with gevent.Timeout(seconds):
+            return ask()
+    except gevent.Timeout:
+        raise NoCompleteAnswer(f"{what}: no complete answer within {seconds:g} s") from None
 
 
 def get_json(
@@ -36,10 +62,17 @@ def _call(
     """A non-200 status comes with the server's message in place of the body."""
     client = make_client(host, timeout, timeout, insecure)
     headers = base_headers(stream=False, send_key=send_key)
-    try:
+
+    def ask() -> tuple[Any, bytes]:
         resp = client.request(method, endpoint(host, path), body=payload, headers=headers)
         raw = resp.read()
         resp.release()
+        return resp, raw
+
+    try:
+        resp, raw = within(pre_sweep_deadline(timeout, timeout), f"{host}{path}", ask)
+    except NoCompleteAnswer as e:
+        raise ServerUnreachable(str(e)) from None
     except Exception as e:  # noqa: BLE001
         raise ServerUnreachable(f"{host}{path}: {describe_connect_error(e, timeout)}") from None
     finally:

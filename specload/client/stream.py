@@ -94,6 +94,12 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
 
 
+def overrun_cap(asked: int) -> int:
+    """Tokens a stream may carry before it is cut as failed: what was asked, and a margin for a
+    server that counts a few more (a speculative step's extra tokens, a stop sequence's)."""
+    return asked + max(16, asked // 4)
+
+
 @dataclass(slots=True)
 class _Exchange:
     """One request from its send to its record: what the SSE reader (``take``, called by
@@ -159,6 +165,11 @@ class _Exchange:
                     self.chunks += 1
                     self.tokens_seen += n
                     streamed_tokens[0] += n
+                    if self.tokens_seen > overrun_cap(self.spec.requested_output_tokens):
+                        # A stream that never ends must not hold a request (or the probe) for ever.
+                        asked = self.spec.requested_output_tokens
+                        self.reason = f"the server sent more than the {asked} tokens asked for"
+                        return True
                 elif self.parser.error is not None:
                     self.reason = f"server error in stream after {self.tokens_seen} tokens: {shorten(self.parser.error)}"
                     return True

@@ -24,6 +24,7 @@ from specload.analysis.live import LiveRun
 from specload.client.http import redact_host
 from specload.core.records import RequestRecord
 from specload.core.rundir import RUN_COMPLETED, RUN_FAILED, RUN_INTERRUPTED, ClientClock, RunMeta
+from specload.locust.channel import FOR_TICKETS, master_token, proven, token_problem
 from specload.locust.clientwatch import ClientWatch
 from specload.locust.levelcontrol import LevelControl
 from specload.locust.progressbar import ProgressBar, start_progress
@@ -48,7 +49,7 @@ from specload.locust.reportjob import ReportJob
 from specload.locust.resolve import CannotStart, ResolvedRun, RunResolver
 from specload.locust.tickets import TicketDesk
 from specload.locust.user import UserSide
-from specload.sweep.levels import Change, Outcome, SweepController
+from specload.sweep.levels import Change, LevelStatus, Outcome, SweepController
 from specload.workload.vocab import invalid_prompt_hint
 
 __all__ = ["CannotStart", "ResolvedRun", "SweepOwner", "sweep_owner"]
@@ -77,6 +78,7 @@ class SweepOwner:
         self.recorder = RunRecorder(environment, self._stop_on_write_error)
         self.desk = TicketDesk(environment, self._running, self.broadcast)
         self.watch = ClientWatch(environment, self._on_clock, lambda: self.levels.ctrl, self._report)
+        self.token = master_token()  # what a master's workers prove they know (specload.locust.channel)
 
     # what the rest of the glue reads -------------------------------------------------------------
     @property
@@ -136,6 +138,8 @@ class SweepOwner:
         self.close_run()  # the previous run (web UI), should a new start come before its test_stop did
         self.failure = None
         try:
+            if isinstance(self.env.runner, MasterRunner) and (why := token_problem(self.token)):
+                raise CannotStart(why)
             run = self.resolver.resolve()
             run_dir = self.recorder.open(run.label)
         except CannotStart as e:
@@ -209,7 +213,8 @@ class SweepOwner:
             self.recorder.write_capacity(self.levels.capacity)
         self.write_meta()
         self.recorder.release_reserve()
-        self.env.process_exit_code = 0 if status == RUN_COMPLETED else 1
+        whole = all(lv.status != LevelStatus.INCOMPLETE for lv in ctrl.levels)  # (most of a budget lost)
+        self.env.process_exit_code = 0 if status == RUN_COMPLETED and whole else 1
         logger.info(
             "sweep %s%s; results in %s",
             status,
@@ -304,13 +309,30 @@ class SweepOwner:
         else:
             self.desk.ignore(node, f"a malformed {kind} message ({e})")
 
+    def _admitted(self, node: str, what: str, auth: str, kind: str) -> bool:
+        """A master takes a ticket request, a record or a return only from a worker that joined
+        (and is not missing) and shows the master token's proof for it: anyone can reach the
+        master port and claim any worker id. (A local run's messages come from itself.)"""
+        runner = self.env.runner
+        if not isinstance(runner, MasterRunner):
+            return True
+        worker = runner.clients.get(node)
+        if worker is None or worker.state == STATE_MISSING:
+            self.desk.ignore(node, f"a {kind} from a process that is not a worker of this master")
+            return False
+        if not proven(self.token, node, what, auth):
+            self.desk.ignore(node, f"a {kind} without a valid proof of the master token")
+            return False
+        return True
+
     def on_ticket_req(self, environment: Any, msg: Any, **_: Any) -> None:
         try:
-            uid = decode(TicketRequest.from_wire, msg.data).uid
+            req = decode(TicketRequest.from_wire, msg.data)
         except WireError as e:
             self._unreadable(msg.node_id, "ticket request", e)
             return
-        self.desk.request(msg.node_id, uid)
+        if self._admitted(msg.node_id, FOR_TICKETS, req.auth, "ticket request"):
+            self.desk.request(msg.node_id, req.uid)
 
     def ticket_request(self, node: str, uid: str) -> None:
         """User ``uid`` of process ``node`` asks for a ticket (a message, or a call in a local run)."""
@@ -321,6 +343,8 @@ class SweepOwner:
             back = decode(TicketReturn.from_wire, msg.data)
         except WireError as e:
             self._unreadable(msg.node_id, "ticket return", e)
+            return
+        if not self._admitted(msg.node_id, back.ticket, back.auth, "ticket return"):
             return
         if not self.desk.redeem(msg.node_id, (back.level, back.phase, back.seq), back.ticket):
             self.desk.ignore(
@@ -340,7 +364,8 @@ class SweepOwner:
         except WireError as e:
             self._unreadable(msg.node_id, "record", e)
             return
-        self.take_record(msg.node_id, rec, m.ticket, m.record)
+        if self._admitted(msg.node_id, m.ticket, m.auth, "record"):
+            self.take_record(msg.node_id, rec, m.ticket, m.record)
 
     def take_record(self, node: str, rec: RequestRecord, ticket: str, line: Any) -> None:
         """A finished request's record from process ``node`` (a message, or a call in a local run);

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from specload import __version__
 from specload.analysis.clientcheck import ProcessLoad
+from specload.client.http import redact_host
 from specload.core.records import Phase, RequestRecord
 from specload.sweep.levels import Grant, SweepState
 from specload.workload.config import Scenario, ScenarioError, scenario_from_dict
@@ -96,7 +97,9 @@ class RunConfig:
         return {
             "scenario": self.scenario.to_dict(),
             "model": self.model,
-            "host": self.host,
+            # Without any user:password part: every process that joins hears this (specload never
+            # sends URL credentials to the server; the API key goes by each process's environment).
+            "host": redact_host(self.host),
             "prompts": self.prompts.to_wire(),
             "insecure": self.insecure,
             "send_key": self.send_key,
@@ -155,14 +158,15 @@ class StateMsg:
 @dataclass(frozen=True, slots=True)
 class TicketRequest:
     uid: str
+    auth: str = ""  # the sender's proof that it knows the master token (specload.locust.channel)
 
     def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "uid": self.uid}
+        return {_V: WIRE_VERSION, "uid": self.uid, "auth": self.auth}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketRequest:
         wire_version(d)
-        return cls(str(d["uid"]))
+        return cls(str(d["uid"]), str(d.get("auth") or ""))
 
 
 _GRANT_FIELDS = tuple(f.name for f in fields(Grant))
@@ -216,6 +220,7 @@ class TicketReturn:
     phase: str
     seq: int
     ticket: str = ""
+    auth: str = ""  # proof of the master token for this ticket (specload.locust.channel)
 
     def to_wire(self) -> dict[str, Any]:
         return {_V: WIRE_VERSION, **asdict(self)}
@@ -223,7 +228,13 @@ class TicketReturn:
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> TicketReturn:
         wire_version(d)
-        return cls(int(d["level"]), str(d["phase"]), int(d["seq"]), str(d.get("ticket") or ""))
+        return cls(
+            int(d["level"]),
+            str(d["phase"]),
+            int(d["seq"]),
+            str(d.get("ticket") or ""),
+            str(d.get("auth") or ""),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,18 +243,19 @@ class RecordMsg:
 
     record: dict[str, Any]  # RequestRecord.to_dict() (= asdict): written to records.jsonl as is
     ticket: str
+    auth: str = ""  # proof of the master token for this ticket (specload.locust.channel)
 
     def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "record": self.record, "ticket": self.ticket}
+        return {_V: WIRE_VERSION, "record": self.record, "ticket": self.ticket, "auth": self.auth}
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> RecordMsg:
         wire_version(d)
-        return cls(dict(d["record"]), str(d.get("ticket") or ""))
+        return cls(dict(d["record"]), str(d.get("ticket") or ""), str(d.get("auth") or ""))
 
     @classmethod
-    def of(cls, rec: RequestRecord, ticket: str) -> RecordMsg:
-        return cls(rec.to_dict(), ticket)
+    def of(cls, rec: RequestRecord, ticket: str, auth: str = "") -> RecordMsg:
+        return cls(rec.to_dict(), ticket, auth)
 
     def parsed(self) -> RequestRecord:
         return RequestRecord.from_dict(self.record)

@@ -20,6 +20,7 @@ from specload.client.backends import Backend, get_backend
 from specload.client.http import base_headers, endpoint, make_client, warm_up
 from specload.client.stream import Interrupted, RequestSpec, stream_request
 from specload.core.records import RequestRecord, now
+from specload.locust.channel import FOR_TICKETS, master_token, proof
 from specload.locust.events import fire_record
 from specload.locust.protocol import (
     LOCAL_NODE,
@@ -69,6 +70,10 @@ class UserSide:
         # ticket and record (~10 % of the client's CPU per request). None: messages (workers).
         self.local_owner: Any = None
         self._refused: set[str] = set()  # the kinds of the owner's messages refused (said once each)
+        self._token = master_token()  # proves to the master that this worker is one of the run's
+
+    def _auth(self, what: str) -> str:
+        return "" if self._token is None else proof(self._token, self.worker, what)
 
     # message handlers -------------------------------------------------------------------------
     def _refuse(self, what: str, e: WireError) -> None:
@@ -128,7 +133,8 @@ class UserSide:
         assert reply.grant is not None
         g = reply.grant
         self.runner.send_message(
-            MSG_TICKET_RETURN, TicketReturn(g.level, g.phase, g.seq, reply.ticket).to_wire()
+            MSG_TICKET_RETURN,
+            TicketReturn(g.level, g.phase, g.seq, reply.ticket, self._auth(reply.ticket)).to_wire(),
         )
 
     # user API ---------------------------------------------------------------------------------
@@ -171,7 +177,7 @@ class UserSide:
         if owner is not None:
             owner.ticket_request(LOCAL_NODE, uid)
         else:
-            self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid).to_wire())
+            self.runner.send_message(MSG_TICKET_REQ, TicketRequest(uid, self._auth(FOR_TICKETS)).to_wire())
         try:
             reply = waiter.get(timeout=_TICKET_REPLY_S)
         except gevent.Timeout:
@@ -186,7 +192,7 @@ class UserSide:
         if owner is not None:
             owner.take_record(LOCAL_NODE, record, ticket, record)
         else:
-            self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket).to_wire())
+            self.runner.send_message(MSG_RECORD, RecordMsg.of(record, ticket, self._auth(ticket)).to_wire())
 
 
 def current_user_side(environment: Any) -> UserSide | None:

@@ -456,6 +456,11 @@ class SweepController:
         if lv.phase != DRAINING or lv.in_flight > 0:
             return []
         lv.phase, lv.status, lv.t_end = DONE, LevelStatus.COMPLETED, now
+        if 2 * lv.lost > lv.received:
+            # Most of its budget never reported: what was measured is not the level asked for.
+            lv.status = LevelStatus.INCOMPLETE
+            lost = f"{lv.lost} of its {lv.received} measured requests were lost (more than half)"
+            lv.note = f"{lv.note}; {lost}" if lv.note else lost
         changes = [Change.DONE]
         if lv.received > 0 and lv.ok == 0 and lv.short == 0 and lv.refused < lv.received:
             # (A level refused whole is an outage's: the outage timeout decides whether to go on.)

@@ -13,7 +13,8 @@ import logging
 from dataclasses import replace
 
 from specload.client.backends import Backend
-from specload.client.http import base_headers, endpoint, make_client
+from specload.client.http import base_headers, endpoint, make_client, redact_host
+from specload.client.probe import NoCompleteAnswer, pre_sweep_deadline, within
 from specload.client.stream import RequestSpec, stream_request
 from specload.core.records import FAILED
 from specload.workload.config import LEGACY_RANGE_DEFAULT, Scenario
@@ -98,18 +99,25 @@ def measure_overhead(
         requested_prompt_tokens=PROBE_TOKENS,
     )
     client = make_client(host, sc.read_timeout_s, sc.connect_timeout_s, insecure)
+    deadline = pre_sweep_deadline(sc.read_timeout_s, sc.connect_timeout_s)
     try:
-        rec = stream_request(
-            client,
-            endpoint(host, backend.path),
-            body,
-            base_headers(True, send_key),
-            backend,
-            spec,
-            "probe",
-            sc.read_timeout_s,
-            sc.connect_timeout_s,
+        rec = within(
+            deadline,
+            f"the probe request to {redact_host(host)}",
+            lambda: stream_request(
+                client,
+                endpoint(host, backend.path),
+                body,
+                base_headers(True, send_key),
+                backend,
+                spec,
+                "probe",
+                sc.read_timeout_s,
+                sc.connect_timeout_s,
+            ),
         )
+    except NoCompleteAnswer as e:
+        raise PromptProbeFailed(f"{e} (a stream that never ends?)") from None
     finally:
         client.close()
     if rec.status == FAILED:
