@@ -152,8 +152,9 @@ def run_demo(scenario: str, out: str, view: TableView = WHOLE) -> int:
     print(
         f"\nspecload demo: SIMULATED at {1 / DEMO_TIME_SCALE:g}x real time, so absolute tok/s are "
         f"{1 / DEMO_TIME_SCALE:g}x the simulated deployment's and the SLO's thresholds are {DEMO_TIME_SCALE:g}x its;\n"
-        "the changes, the crossover and the capacities do not depend on the time scale. Against a real server: "
-        "make sweep HOST=http://server:port LABEL=... (README).",
+        "the changes, the crossover and the capacities do not depend on the time scale.\n"
+        "Against a real server: specload sweep --host http://server:port --label NAME "
+        "(in a clone: make sweep HOST=http://server:port LABEL=NAME; README).",
         flush=True,
     )
     return code
