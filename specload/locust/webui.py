@@ -84,7 +84,7 @@ _PAGE_STATE = {
     "stopped": "stopped",
     "missing": "stopped",
 }
-_DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json"}
+_DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json", "html": "text/html"}
 
 
 def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
@@ -598,7 +598,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         if owner.active and owner.run_dir and path == Path(owner.run_dir).resolve():
             return jsonify({"error": "this run is still going: its report is made when it ends"}), 409
         bundle = bundles.get("report", [path])
-        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv")}), (
+        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv", "html")}), (
             500 if "error" in bundle else 200
         )
 
@@ -624,7 +624,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     def _compare() -> Any:
         _names, bundle = compared()
         return jsonify(
-            {k: v for k, v in bundle.items() if k not in ("json", "csv", "png")}
+            {k: v for k, v in bundle.items() if k not in ("json", "csv", "png", "html")}
             | {"plot": bundle.get("png") is not None}
         ), (500 if "error" in bundle else 200)
 

@@ -68,6 +68,23 @@ def register(name: str, render: Callable[[Table], str], *, document: bool = True
     return fmt
 
 
+# Page formats: the whole report or comparison as one file of its own (specload.present.htmlpage),
+# written next to report.md / comparison.md while the terminal gets the usual text. "html" is also
+# a tabulate table format; as --format it means the page.
+PAGES: dict[str, str] = {}  # format -> the file it writes, in the run or comparison directory
+
+
+def register_page(name: str, suffix: str) -> None:
+    PAGES[name] = suffix
+
+
+def is_page(fmt: str) -> bool:
+    return fmt in PAGES
+
+
+register_page("html", ".html")
+
+
 def is_known_format(fmt: str) -> bool:
     return fmt in FORMATS or fmt in tabulate_formats
 
@@ -88,7 +105,10 @@ def check_format(fmt: str) -> None:
 
 def format_help() -> str:
     """``--format``'s help: the registered formats as they are when the parser is made."""
-    return f"github (default), plain, any other tabulate format, {', '.join(FORMATS)}"
+    return (
+        f"github (default), plain, any other tabulate format, {', '.join(FORMATS)}; "
+        "html: also write one self-contained HTML file (report.html / comparison.html) with the charts"
+    )
 
 
 def _csv(table: Table) -> str:

@@ -34,7 +34,14 @@ from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
-from specload.present.output import format_help, is_document, is_known_format, render_table, render_view
+from specload.present.output import (
+    format_help,
+    is_document,
+    is_known_format,
+    is_page,
+    render_table,
+    render_view,
+)
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
 REASON_WIDTH = 120
@@ -759,6 +766,12 @@ def print_report(
     err = err or sys.stderr
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
+    if is_page(fmt):  # the page file, then the usual text on the terminal
+        from specload.present.htmlpage import write_report_page
+
+        page = write_report_page(run, render_report(run, "github", percentiles))
+        print(f"wrote {page}", file=err)
+        fmt = "github"
     out.write(render_report(run, fmt, percentiles, view))
     if is_document(fmt):
         print(side_text(run), file=err)

@@ -259,7 +259,7 @@ function renderRun(d) {
   }
   const scen = [r.scenario, r.scenario_file && `(${r.scenario_file})`].filter(Boolean).join(" ");
   const links = r.report ? `<span class="downloads">Report: <a href="#" id="open-report" data-run="${esc(r.name)}">view</a>` +
-    ["md", "csv", "json"].map((f) => `<a href="runs/${encodeURIComponent(r.name)}/report.${f}" download>${f}</a>`).join("") + "</span>" : "";
+    ["md", "csv", "json", "html"].map((f) => `<a href="runs/${encodeURIComponent(r.name)}/report.${f}" download>${f}</a>`).join("") + "</span>" : "";
   el.innerHTML = `<h2>Run <span id="run-name">${esc(r.name)}</span> <span class="muted" id="run-status">${esc(r.status)}</span></h2>` +
     `<div class="kv"><span>run dir <b id="run-dir">${esc(r.run_dir)}</b></span><span>scenario <b id="run-scenario">${esc(scen || "-")}</b></span>` +
     `<span>label <b>${esc(r.label)}</b></span><span>host <b>${esc(r.host)}</b></span><span>model <b>${esc(r.model || "-")}</b></span>` +
@@ -410,7 +410,7 @@ async function openReport(name) {
   if (d.error) { el.innerHTML = `<p class="error">${esc(d.error)}</p>`; return; }
   const base = `runs/${encodeURIComponent(name)}/report`;
   el.innerHTML = `<h2 id="report-title">Report: ${esc(name)}</h2>` +
-    `<p class="downloads">Download: ${["md", "csv", "json"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f.toUpperCase()}</a>`).join("")}</p>` +
+    `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f === "html" ? "report.html" : f.toUpperCase()}</a>`).join("")}</p>` +
     `<div class="charts">${levelCharts("report-chart", d.levels, "no level with requests").join("")}</div>` +
     `<div id="report-body">${markdown(d.markdown)}</div>`;
   el.scrollIntoView({ behavior: "smooth", block: "start" });
@@ -434,7 +434,7 @@ async function compareSelected() {
   const table = `<div class="table-wrap"><table id="compare-table"><thead><tr>${d.columns.map((c, j) => `<th class="${j ? "" : "l"}">${esc(c)}</th>`).join("")}</tr></thead>` +
     `<tbody>${d.rows.map((r) => `<tr>${r.map((c, j) => `<td class="${j ? "" : "l"}">${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
   el.innerHTML = `<h2 id="compare-title">Comparison: ${esc(d.runs.join(" vs "))} <span class="muted small">(the first is the baseline)</span></h2>` +
-    `<p class="downloads">Download: ${["md", "csv", "json"].map((f) => `<a href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f.toUpperCase()}</a>`).join("")}` +
+    `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="compare-${f}" href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f === "html" ? "comparison.html" : f.toUpperCase()}</a>`).join("")}` +
     (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" + table +
     `<h3>Verdict</h3><ul id="verdict">${d.sentences.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` +
     (d.notes.length ? `<h3>Notes</h3><ul>${d.notes.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` : "") +
