@@ -31,9 +31,10 @@ from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
-from specload.present.output import format_help, is_document, is_known_format, is_page, render_view
+from specload.present.colour import for_stream, is_terminal
+from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.plot import plot_comparison, plot_pareto
-from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.present.tableview import WHOLE, TableView, columns_help, terminal_width, view_for
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -466,7 +467,10 @@ def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextI
     """Print a comparison as ``specload compare`` does: the text, then which files were written."""
     out = out or sys.stdout
     err = err or sys.stderr
-    out.write(result.text)
+    text = result.text
+    if result.fmt == "github" and is_terminal(out):  # every table and line fitted to its width
+        text = fit_text(text, terminal_width(), COMPARISON_MD)
+    out.write(for_stream(text, out))
     if result.side is not None:
         print(result.side, file=err)
     for path in result.written:

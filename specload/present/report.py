@@ -34,7 +34,9 @@ from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
+from specload.present.colour import for_stream, is_terminal
 from specload.present.output import (
+    fit_text,
     format_help,
     is_document,
     is_known_format,
@@ -772,7 +774,10 @@ def print_report(
         page = write_report_page(run, render_report(run, "github", percentiles))
         print(f"wrote {page}", file=err)
         fmt = "github"
-    out.write(render_report(run, fmt, percentiles, view))
+    text = render_report(run, fmt, percentiles, view)
+    if fmt == "github" and view.width is not None and is_terminal(out):  # every table and line fitted to it
+        text = fit_text(text, view.width, REPORT_MD)
+    out.write(for_stream(text, out))
     if is_document(fmt):
         print(side_text(run), file=err)
     if not write_md:
