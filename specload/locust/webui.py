@@ -52,6 +52,7 @@ from specload.locust.options import (
 )
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
+from specload.present.report import slo_met_cell
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
 from specload.workload.config import FIELDS
@@ -283,6 +284,12 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         "client": cell(fig),
         "client_flag": flag,
         "final": final,
+        # the run's SLO, judged as the report judges it (None without one), and why requests failed
+        "slo_met": slo_met_cell(s.slo) if s is not None and s.slo is not None else None,
+        "slo_good_pct": _r(100.0 * g, 0)
+        if s is not None and s.slo is not None and (g := s.slo.good_share) is not None
+        else None,
+        "reasons": sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3] if s is not None else [],
     }
 
 
