@@ -1,4 +1,4 @@
-"""The ``specload`` command: sweep, capacity, ui, worker, report, compare, sim, demo, experiment.
+"""The specload command: sweep, capacity, ui, worker, report, compare, sim, demo, experiment.
 
 ``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.analysis.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+from specload import __version__
 from specload.core.resources import builtin_scenarios, locustfile_path
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
@@ -36,6 +38,64 @@ def _die(code: int, message: str) -> int:
     return code
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line that says where the help is.
+
+    argparse's own error prints the whole usage (30 lines for ``sweep``) before the one line that
+    matters; a user who typed one flag wrong needs that line and the way to the rest.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that names each option's default, when it has one worth naming."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if (
+            "default" in text
+            or d is None
+            or d is False
+            or d is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: {d})" if text else f"default: {d}"
+
+
+def _field_default(spec: object) -> str:
+    """A scenario field's default as its flag would write it; "" when the field is unset by default."""
+    default = getattr(spec, "default", None)
+    if default is None or default == "" or default == []:
+        return ""
+    text = spec.to_option(default)  # type: ignore[attr-defined]
+    return f" (default: {text})"
+
+
+def root_host(host: str) -> tuple[str, str | None]:
+    """``--host`` without a trailing ``/v1``, and the line that says so (None when unchanged).
+
+    The OpenAI SDK and ``vllm bench serve --base-url`` take ``http://server/v1``; specload adds
+    ``/v1/...`` (or SGLang's ``/generate``) itself and keeps any other path as a proxy prefix, so a
+    ``/v1`` typed out of habit would give ``/v1/v1/models``.
+    """
+    if not host:
+        return host, None
+    parts = urlsplit(host)
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        return host, None
+    root = urlunsplit((parts.scheme, parts.netloc, path[: -len("/v1")], parts.query, parts.fragment))
+    return root, f"--host {host} ends in /v1: using {root} (specload adds the /v1/... paths itself)"
+
+
 def _add_scenario_flags(p: argparse.ArgumentParser, experiment: bool = False) -> None:
     """The scenario's flags; an experiment takes its scenario from its file, and its --repeat is its own."""
     if not experiment:
@@ -55,7 +115,7 @@ def _add_scenario_flags(p: argparse.ArgumentParser, experiment: bool = False) ->
             dest=f"sc_{spec.name}",
             type=spec.option_type,
             default=None,
-            help=spec.help,
+            help=spec.help.replace("%", "%%") + _field_default(spec),
             metavar=spec.dest.upper(),
         )
 
@@ -69,8 +129,11 @@ def settings(args: argparse.Namespace) -> SweepSettings:
     overrides = {
         spec.name: value for spec in FLAG_FIELDS if (value := getattr(args, f"sc_{spec.name}")) is not None
     }
+    host, said = root_host(args.host)
+    if said:
+        print(f"specload: {said}", file=sys.stderr)
     return SweepSettings(
-        host=args.host,
+        host=host,
         scenario_file=args.scenario,
         overrides=overrides,
         label=args.label,
@@ -173,7 +236,14 @@ def _add_locust_common(p: argparse.ArgumentParser) -> None:
         default=None,
         help="Locust worker processes on this machine (-1: one per core)",
     )
-    p.add_argument("locust_args", nargs="*", help="extra Locust options after --, e.g. -- --loglevel DEBUG")
+    # Only the words after `--` are Locust's (main splits them off); a word argparse leaves here is a
+    # stray one, refused before anything starts.
+    p.add_argument(
+        "locust_args",
+        nargs="*",
+        metavar="-- LOCUST_OPTION",
+        help="extra Locust options after --, e.g. -- --loglevel DEBUG",
+    )
 
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
@@ -187,7 +257,8 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specload", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="specload", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"specload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser(
@@ -264,9 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
         "compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False
     )
 
-    p = sub.add_parser("demo", help="sweep the built-in simulated server and print the table")
-    p.add_argument("--out", default="results")
-    p.add_argument("--scenario", default="demo")
+    p = sub.add_parser(
+        "demo",
+        help="baseline vs MTP on two built-in simulated servers: sweeps, comparison, capacity (no GPU)",
+        description="Sweep two SIMULATED servers (a baseline and its MTP speculative-decoding twin), compare "
+        "them, and search each one's capacity under the scenario's SLO. About two minutes; "
+        "`specload demo --scenario smoke` is a 20-second check of the same path.",
+    )
+    p.add_argument("--out", default="results", help="parent directory of the demo's run directories")
+    p.add_argument(
+        "--scenario",
+        default="demo",
+        help=f"scenario TOML file or built-in name ({', '.join(builtin_scenarios())})",
+    )
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
 
     p = sub.add_parser(
@@ -294,6 +375,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _split_locust_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """specload's own arguments, and the Locust options after the first ``--``."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _stray_words(head: list[str], stray: list[str]) -> str:
+    """The error for words no flag took: most often a list typed with spaces (``--levels 1 4 16``).
+
+    Such words used to reach Locust, which took them for user class names ("Unknown User(s): 4, 16").
+    """
+    words = " ".join(stray)
+    i = head.index(stray[0]) if stray[0] in head else -1
+    flag = next((w for w in reversed(head[:i]) if w.startswith("--")), None) if i > 0 else None
+    lists = {spec.flag for spec in FLAG_FIELDS if isinstance(spec.default, list)}
+    if flag is not None and flag in lists and head.index(flag) + 2 == i:
+        joined = ",".join([head[i - 1], *stray])
+        hint = f"a list takes commas, no spaces: {flag} {joined}"
+    else:
+        hint = "every value belongs to a flag"
+    return (
+        f"stray word(s) {words!r}: {hint}; extra Locust options go after -- (see specload {head[0]} --help)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `sim`, `report` and `compare` own their whole argument lists (their parsers live with them).
@@ -309,7 +417,13 @@ def main(argv: list[str] | None = None) -> int:
         from specload.present.compare import main as compare_main
 
         return compare_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    head, tail = _split_locust_args(argv)
+    args = parser.parse_args(head)
+    if getattr(args, "locust_args", None):
+        return _die(EXIT_USAGE, _stray_words(head, args.locust_args))
+    if hasattr(args, "locust_args"):
+        args.locust_args = tail
     if args.command == "locustfile":
         print(locustfile_path())
         return 0

@@ -114,3 +114,98 @@ def test_every_command_prints_its_help(command: str, capsys: pytest.CaptureFixtu
         main([command, "--help"])
     assert exited.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from specload import __version__
+    from specload.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"specload {__version__}"
+
+
+def test_help_names_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    from specload.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Prompt length in tokens (default: 1000)" in out
+    assert "(default: 1,4,16,32,64,128)" in out and "(default: openai)" in out
+    assert "(default: results)" in out and "(default: None)" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["sweep", "--host", "http://127.0.0.1:1", "--output-tokens", "lots"], "invalid int value: 'lots'"),
+        (["sweep", "--scenario", "smoke"], "the following arguments are required: --host"),
+        (["sweep", "--host", "http://127.0.0.1:1", "--level", "1,2"], "ambiguous option: --level"),
+        (["demo", "--colums", "x"], "unrecognized arguments: --colums"),
+    ],
+)
+def test_argparse_errors_are_one_line_naming_the_help(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from specload.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert f"(see specload {argv[0]} --help)" in err or "(see specload --help)" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--levels", "1", "4", "16"], "'4 16': a list takes commas, no spaces: --levels 1,4,16"),
+        (["--rates", "1", "2"], "--rates 1,2"),
+        (["--scenario", "smoke", "8"], "'8': every value belongs to a flag"),
+    ],
+)
+def test_stray_words_are_refused_before_anything_starts(tmp_path, flags: list[str], says: str) -> None:  # type: ignore[no-untyped-def]
+    """Words no flag took used to reach Locust as user class names ("Unknown User(s): 4, 16", exit 1)."""
+    from specload.cli import main
+
+    out = tmp_path / "o"
+    code, err = _main_err(main, ["sweep", "--host", "http://127.0.0.1:1", "--out", str(out), *flags])
+    assert code == 2 and says in err and "extra Locust options go after --" in err, err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_words_after_the_double_dash_are_locusts() -> None:
+    from specload.cli import _split_locust_args
+
+    head, tail = _split_locust_args(["sweep", "--host", "h", "--", "--loglevel", "DEBUG", "--", "x"])
+    assert head == ["sweep", "--host", "h"] and tail == ["--loglevel", "DEBUG", "--", "x"]
+
+
+@pytest.mark.parametrize(
+    ("host", "root"),
+    [
+        ("http://server:8000/v1", "http://server:8000"),
+        ("http://server:8000/v1/", "http://server:8000"),
+        ("https://proxy/llm/v1", "https://proxy/llm"),
+    ],
+)
+def test_a_host_ending_in_v1_is_taken_as_its_root(
+    host: str, root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = settings(sweep_args_host(host))
+    assert s.host == root
+    err = capsys.readouterr().err
+    assert f"--host {host} ends in /v1: using {root}" in err
+
+
+def test_other_hosts_are_kept_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    for host in ("http://server:8000", "http://proxy/llm", "http://server/v10"):
+        assert settings(sweep_args_host(host)).host == host
+    assert capsys.readouterr().err == ""
+
+
+def sweep_args_host(host: str):  # type: ignore[no-untyped-def]
+    return build_parser().parse_args(["sweep", "--host", host])

@@ -100,7 +100,7 @@ def test_load_demo() -> None:
     assert sc.name == "demo"
     # The reference sweep's shape (levels, prompt, budgets), shorter outputs, SGLang for accept length.
     assert sc.input_tokens == 1000 and sc.output_tokens < 1000
-    assert sc.levels == [1, 4, 16, 32, 64, 128]
+    assert sc.levels == [1, 4, 16, 32, 64]  # 128 left out: the demo's two minutes; C=64 is past the cap
     assert (sc.budget(1), sc.budget(64)) == (4, 128)
     assert sc.backend == "sglang"
 

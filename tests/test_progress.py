@@ -212,13 +212,14 @@ def test_the_owners_bar_redraws_under_the_log_lines_and_gives_the_handlers_back(
         lg.warning("a log line")
         drawn = term.getvalue()
         bar.stop()
-        assert handler.stream is term
+        assert handler.stream is term and handler.formatter is None  # and its own formatter again
         line = render(snap(c, clk), 80)  # a StringIO has no size: 80 columns (the clock stands still)
         assert line.startswith("level 1/1 c004 [......")
         blank = "\r" + " " * len(line) + "\r"
         assert re.fullmatch(
-            f"(\\r{re.escape(line)})+{re.escape(blank)}a log line\n\\r{re.escape(line)}", drawn
+            f"(\\r{re.escape(line)})+{re.escape(blank)}warning: a log line\n\\r{re.escape(line)}", drawn
         ), drawn
+        # (on the terminal, specload's lines lose Locust's log prefix; a warning keeps its level)
         assert term.getvalue() == drawn + blank  # stopped: the line is blanked, nothing drawn after
         lg.warning("after")
         assert (

@@ -73,7 +73,7 @@ def note(text: str) -> str | None:
 def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
     assert len(RANK) == len(PRIORITY)  # each key once
     assert {c.key for c in LEVEL_COLUMNS} <= set(FIGURES)
-    assert [f.key for f in PRIORITY[:7]] == [
+    assert [f.key for f in PRIORITY[:8]] == [
         "rate",
         "c",
         "agg",
@@ -81,8 +81,9 @@ def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
         "tokens",
         "wall",
         "ok",
-    ]  # the seed first
-    assert [f.key for f in PRIORITY[7:14]] == [
+        "accept",
+    ]  # the seed first, and a speculative run's acceptance length
+    assert [f.key for f in PRIORITY[8:15]] == [
         "fail",
         "short",
         "429",
@@ -212,9 +213,10 @@ def test_hidden_note_is_one_line_within_the_width() -> None:
 @pytest.mark.parametrize(
     ("width", "shown"),
     [
-        (80, [*SEED, "Fail", "Short"]),
-        (120, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)"]),
-        (123, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)", "Srv queue max"]),
+        # a speculative run's acceptance length comes right after the seed (the table's own order)
+        (80, [*SEED, "Fail", "Accept len"]),
+        (120, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)", "Accept len"]),
+        (136, [*SEED, "Fail", "Short", "TTFT p50 (ms)", "TPOT p50 (ms)", "Accept len", "Srv queue max"]),
         (
             250,
             [
@@ -292,7 +294,7 @@ def test_report_prints_the_view_and_writes_the_whole_table(pair: tuple[Path, Pat
     printed = out.getvalue()
     assert max(len(ln) for ln in table_lines(printed)) <= 100
     assert (note(printed) or "").startswith(
-        "12 more columns with --columns all (or in report.md): TTFT p99, TPOT p50, "
+        "12 more columns with --columns all (or in report.md): TTFT p50, TTFT p99, TPOT p50, "
     )
     assert path is not None and path.read_text() == render_report(run, "github")  # report.md: whole
     assert len(header(path.read_text())) == 21
@@ -313,7 +315,7 @@ def test_report_command_columns_flag(pair: tuple[Path, Path], capsys: pytest.Cap
     [
         (80, ["agg"]),  # C and the aggregate are shown whatever the width
         (120, ["agg", "per_req"]),
-        (250, ["agg", "per_req", "ttft_p50", "tpot_p50"]),
+        (250, ["agg", "per_req", "ttft_p50", "accept"]),
         (350, ["agg", "per_req", "ttft_p50", "tpot_p50", "srv_run_queue", "accept", "ttft_p99"]),  # all: 349
     ],
 )

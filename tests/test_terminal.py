@@ -1,9 +1,11 @@
-"""`specload sweep` on a terminal and off it: a real short sweep against the simulator, once under a
-pseudo-terminal (python's ``pty``, 100 columns) and once with pipes, as in CI.
+"""`specload sweep` on a terminal and off it: a real short sweep against the simulator, under a
+pseudo-terminal (python's ``pty``, 80 and 200 columns) and with pipes, as in CI.
 
 On the terminal: a progress line per level, redrawn in place with ``\\r``, the log lines kept whole
-above it, and the final table within the terminal's width. Off it: the plain log lines of before,
-not one ``\\r``, and the table fitted to the default width (120).
+above it without Locust's log prefix, the verdict words in colour (not with NO_COLOR), and every
+line of the final report (each table, each verdict) within the terminal's width. Off it: the plain
+log lines of before, prefix and all, not one ``\\r`` nor a colour code, and the table fitted to
+the default width (120).
 """
 
 from __future__ import annotations
@@ -20,16 +22,20 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
+
 from specload.present.tableview import DEFAULT_WIDTH
 from tests.conftest import REPO, specload_cmd
 
 SIM_ARGS = ("--ttft-ms", "100", "--itl-ms", "20", "--max-running", "64", "--model", "m")
 LEVELS = (2, 4)  # budgets 4 and 8: two waves of ~0.9 s each
-COLS = 100
+COLS = (80, 200)
 BAR = re.compile(
     r"\r(level (\d)/2 (c\d{3}) \[[#.]+\] (\d+)/(\d+) req, \d+ in flight, (?:-|\d+\.\d) tok/s \[\d\d:\d\d<(?:\?|\d\d:\d\d)\])"
 )
 LOG_LINE = re.compile(r"^\[[^\]]+\] [^ ]+/(INFO|WARNING)/specload: level (\d)/2 (c\d{3}) (started|done): ")
+TTY_LINE = re.compile(r"^()level (\d)/2 (c\d{3}) (started|done): ")  # on a terminal: no log prefix
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _env() -> dict[str, str]:
@@ -58,16 +64,20 @@ def _sweep_cmd(url: str, out: Path) -> list[str]:
         "40",
         "--out",
         str(out),
+        "--slo",
+        "ttft_p99=30s",
     )
 
 
-def _run_in_pty(cmd: list[str], cols: int, timeout: float = 120.0) -> tuple[int, str]:
+def _run_in_pty(
+    cmd: list[str], cols: int, timeout: float = 120.0, env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Run ``cmd`` with a pseudo-terminal of ``cols`` columns as its stdin, stdout and stderr; its exit
     code and everything it wrote. The process group is interrupted, then killed, if it outlives ``timeout``."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
     proc = subprocess.Popen(
-        cmd, stdin=slave, stdout=slave, stderr=slave, env=_env(), cwd=str(REPO), start_new_session=True
+        cmd, stdin=slave, stdout=slave, stderr=slave, env=env or _env(), cwd=str(REPO), start_new_session=True
     )
     os.close(slave)
     out = bytearray()
@@ -112,9 +122,10 @@ def _check_table(text: str, width: int) -> None:
     assert len(note) <= width
 
 
-def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("cols", COLS)
+def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path, cols: int) -> None:  # type: ignore[no-untyped-def]
     server = sim(*SIM_ARGS)
-    code, raw = _run_in_pty(_sweep_cmd(server.url, tmp_path / "out"), COLS)
+    code, raw = _run_in_pty(_sweep_cmd(server.url, tmp_path / "out"), cols)
     assert code == 0, raw[-3000:]
     text = raw.replace("\r\n", "\n")  # the terminal's own newline translation; every other \r is ours
     # The bar of each level, redrawn in place: several different states, each after a \r.
@@ -128,11 +139,12 @@ def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> Non
         assert any(re.search(r"\d+\.\d tok/s \[\d\d:\d\d<\d\d:\d\d\]", b[0]) for b in mine), (
             mine
         )  # rate, time left
-    assert all(len(b[0]) <= COLS - 1 for b in bars)
+    assert all(len(b[0]) <= cols - 1 for b in bars)
     # The log lines stay whole, each on its own line: the bar is blanked before one is written.
     logged = []
     for line in text.split("\n"):
-        m = LOG_LINE.match(line.rsplit("\r", 1)[-1])
+        assert not LOG_LINE.match(line.rsplit("\r", 1)[-1]), line  # specload's lines: no Locust prefix
+        m = TTY_LINE.match(line.rsplit("\r", 1)[-1])
         if m:
             logged.append((m.group(3), m.group(4)))
             drawn = line.split("\r")[
@@ -143,10 +155,27 @@ def test_progress_bar_and_fitted_table_on_a_terminal(sim, tmp_path: Path) -> Non
                 assert blank.strip() == "" and len(blank) >= max(map(len, drawn[:-1]), default=0), repr(line)
     assert logged == [("c002", "started"), ("c002", "done"), ("c004", "started"), ("c004", "done")]
     assert not re.search(r"tok/s \[[^\]\n]*\]\[", text)  # no bar glued to a log line
-    # The final table, printed after the bar is gone, fits the terminal; the note says what is hidden.
+    # The final report, printed after the bar is gone, fits the terminal: every table (the notes say
+    # what is hidden) and every verdict line, wrapped at word boundaries; its verdict words in colour.
     table = text[text.index("# specload report") :]
     assert "\r" not in table
-    _check_table(table, COLS)
+    assert re.search(r"\x1b\[32mmeets?\x1b\[0m", table), table
+    plain = ANSI.sub("", table)
+    _check_table(plain, cols)
+    assert "## SLO" in plain and "## Throughput" in plain and "## Latency distributions" in plain
+    # (a path longer than the width cannot be wrapped: the one word it is stays whole)
+    over = [ln for ln in plain.splitlines() if len(ln) > cols and max(map(len, ln.split())) < cols - 8]
+    assert not over, over
+    # every line of words ends at a word: no word is cut in two
+    assert not [ln for ln in plain.splitlines() if not ln.startswith("|") and re.search(r"\w-$", ln)]
+
+
+def test_no_colour_with_no_color(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    server = sim(*SIM_ARGS)
+    code, raw = _run_in_pty(_sweep_cmd(server.url, tmp_path / "out"), 120, env={**_env(), "NO_COLOR": "1"})
+    assert code == 0, raw[-3000:]
+    assert "\x1b[" not in raw[raw.index("# specload report") :]
+    assert re.search(r"\bmeets?\b", raw[raw.index("# specload report") :])
 
 
 def test_plain_lines_and_default_width_without_a_terminal(sim, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -162,6 +191,7 @@ def test_plain_lines_and_default_width_without_a_terminal(sim, tmp_path: Path) -
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "\r" not in out.stdout + out.stderr  # no bar, no redraw: lines only, as in CI logs
+    assert "\x1b[" not in out.stdout + out.stderr  # no colour off a terminal
     logged = [(m.group(3), m.group(4)) for ln in out.stderr.splitlines() if (m := LOG_LINE.match(ln))]
     assert logged == [("c002", "started"), ("c002", "done"), ("c004", "started"), ("c004", "done")]
     assert re.search(r"/INFO/specload: level 1/2 c002 started: C=2, 4 requests\n", out.stderr)

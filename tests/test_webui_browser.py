@@ -309,6 +309,8 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     page.wait_for_function("document.querySelector('#run-status').textContent === 'interrupted'", timeout=T)
     page.wait_for_selector("#open-report")
     assert json.loads((second / "run.json").read_text())["status"] == "interrupted"
+    # the level stopped before its budget is drawn as such
+    assert "incomplete" in page.text_content("#levels-table tr.incomplete td:nth-child(2)")
     assert (second / "report.md").exists() and (second / "locust.json").exists()
     shot(ui, page, "06-stopped")
 
@@ -332,6 +334,9 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
 
     # Locust's own numbers are the run's requests: its Statistics rows and header failure share.
     records = read_records(str(third / "records.jsonl"))
+    # specload's page names why requests failed, with their counts
+    reasons = page.text_content("#failure-reasons") or ""
+    assert "HTTP 500" in reasons and "×" in reasons, reasons
     locust.wait_for_selector("table")
     rows = table(locust, "table")
     col = {name.replace("\n", " "): i for i, name in enumerate(rows[0])}
@@ -381,6 +386,18 @@ def test_a_finished_runs_report_in_the_browser(ui: UI, page: Any) -> None:
         reply = page.request.get(f"{ui.base}/specload/{href}")
         assert reply.ok and reply.text() == expected, fmt
         assert "attachment" in reply.headers["content-disposition"]
+    # and the self-contained HTML report, as `specload report --format html` writes it
+    reply = page.request.get(f"{ui.base}/specload/{page.get_attribute('#report-html', 'href')}")
+    assert reply.ok and reply.headers["content-type"].startswith("text/html")
+    assert "attachment" in reply.headers["content-disposition"]
+    html = reply.text()
+    for line in (first / "report.md").read_text().splitlines():
+        if line.startswith("## "):
+            assert f"<h2>{line[3:].strip()}</h2>" in html.replace("&gt;", ">").replace("&lt;", "<"), line
+    assert {"agg_tok_s", "ttft", "pareto", "errors", "tok_s_over_time"} <= set(
+        re.findall(r'data-chart="([^"]+)"', html)
+    )
+    assert "<script" not in html
 
 
 def test_two_runs_compared_in_the_browser(ui: UI, page: Any) -> None:
@@ -402,6 +419,13 @@ def test_two_runs_compared_in_the_browser(ui: UI, page: Any) -> None:
     verdict = page.eval_on_selector_all("#verdict li", "ls => ls.map(l => l.innerText)")
     assert verdict == [s.replace("**", "").replace("`", "") for s in comp.sentences]
     assert page.text_content("#compare-title").startswith("Comparison: smoke vs faulty")
+    reply = page.request.get(f"{ui.base}/specload/{page.get_attribute('#compare-html', 'href')}")
+    assert reply.ok and reply.headers["content-type"].startswith("text/html")
+    html = reply.text()
+    assert "<h2>Verdict</h2>" in html and "<script" not in html
+    assert {"agg_tok_s", "per_req_tok_s", "ttft", "tpot", "pareto", "errors"} <= set(
+        re.findall(r'data-chart="([^"]+)"', html)
+    )
 
 
 def test_a_script_in_a_link_from_another_site_runs_nothing(ui: UI, browser: Any) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import LevelStats, ServerSample, level_stats
 from specload.core.records import RequestRecord
+from specload.core.slo import Slo
 
 # A live level's figures are recomputed at most every this many seconds, or ten times as long as
 # the last computation took (a level of 100k requests must not keep the owner's process busy).
@@ -48,9 +49,10 @@ class LiveLevel:
 class LiveRun:
     """The live figures of one run (a new one per run)."""
 
-    def __init__(self, n_levels: int, cap: int | None = None) -> None:
+    def __init__(self, n_levels: int, cap: int | None = None, slo: Slo | None = None) -> None:
         self.levels = [LiveLevel() for _ in range(n_levels)]
         self.cap = cap  # the server's max_running_requests, as the report uses it
+        self.slo = slo  # the run's SLO: each level judged as the report judges it (LevelStats.slo)
         self.samples: list[ServerSample] = []
 
     def _level(self, index: int) -> LiveLevel | None:
@@ -138,6 +140,7 @@ class LiveRun:
                 samples=self.samples,
                 cap=self.cap,
                 rate=rate,
+                slo=self.slo,
             )
             lv.cost_s = time.perf_counter() - t0
             lv.stats_records, lv.stats_at = lv.records, now

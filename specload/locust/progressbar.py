@@ -18,7 +18,7 @@ from typing import Any, TextIO
 import gevent
 
 from specload.core.records import Phase
-from specload.present.progress import TerminalLine, render, snapshot, terminal_handlers
+from specload.present.progress import PlainFormatter, TerminalLine, render, snapshot, terminal_handlers
 from specload.sweep.levels import SweepController
 
 logger = logging.getLogger("specload")
@@ -50,13 +50,15 @@ class ProgressBar:
         self.ctrl_of = ctrl_of
         self.stream = stream
         self.line = TerminalLine(stream, self.text)
-        self._handlers: list[tuple[logging.StreamHandler[Any], Any]] = []  # and each one's own stream
+        # and each one's own stream and formatter
+        self._handlers: list[tuple[logging.StreamHandler[Any], Any, logging.Formatter | None]] = []
         self._greenlet: Any = None
 
     def start(self) -> ProgressBar:
         around = self.line.stream_for()
         for h in terminal_handlers(self.stream):
-            self._handlers.append((h, h.setStream(around)))
+            self._handlers.append((h, h.setStream(around), h.formatter))
+            h.setFormatter(PlainFormatter(h.formatter))  # specload's lines without Locust's prefix
         self._greenlet = gevent.spawn(self._run)
         return self
 
@@ -88,8 +90,9 @@ class ProgressBar:
 
     def _release(self) -> None:
         self.line.clear()
-        for h, original in self._handlers:
+        for h, original, formatter in self._handlers:
             h.setStream(original)
+            h.setFormatter(formatter)
         self._handlers = []
 
 

@@ -52,6 +52,7 @@ from specload.locust.options import (
 )
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
+from specload.present.report import slo_met_cell
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
 from specload.workload.config import FIELDS
@@ -84,7 +85,7 @@ _PAGE_STATE = {
     "stopped": "stopped",
     "missing": "stopped",
 }
-_DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json"}
+_DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/json", "html": "text/html"}
 
 
 def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
@@ -283,6 +284,12 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         "client": cell(fig),
         "client_flag": flag,
         "final": final,
+        # the run's SLO, judged as the report judges it (None without one), and why requests failed
+        "slo_met": slo_met_cell(s.slo) if s is not None and s.slo is not None else None,
+        "slo_good_pct": _r(100.0 * g, 0)
+        if s is not None and s.slo is not None and (g := s.slo.good_share) is not None
+        else None,
+        "reasons": sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3] if s is not None else [],
     }
 
 
@@ -598,7 +605,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
         if owner.active and owner.run_dir and path == Path(owner.run_dir).resolve():
             return jsonify({"error": "this run is still going: its report is made when it ends"}), 409
         bundle = bundles.get("report", [path])
-        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv")}), (
+        return jsonify({k: v for k, v in bundle.items() if k not in ("json", "csv", "html")}), (
             500 if "error" in bundle else 200
         )
 
@@ -624,7 +631,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     def _compare() -> Any:
         _names, bundle = compared()
         return jsonify(
-            {k: v for k, v in bundle.items() if k not in ("json", "csv", "png")}
+            {k: v for k, v in bundle.items() if k not in ("json", "csv", "png", "html")}
             | {"plot": bundle.get("png") is not None}
         ), (500 if "error" in bundle else 200)
 

@@ -36,10 +36,11 @@ from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
 from specload.present.acceptview import accept_rate_mean
-from specload.present.output import format_help, is_document, is_known_format, render_view
+from specload.present.colour import for_stream, is_terminal
+from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.output import render_table as output_table
 from specload.present.plot import plot_comparison, plot_pareto
-from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.present.tableview import WHOLE, TableView, columns_help, terminal_width, view_for
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -426,6 +427,7 @@ class ComparisonResult:
     markdown: Path  # comparison.md
     plot: Path | None  # the PNG; None with no plot or without matplotlib
     pareto: Path | None = None  # pareto.png next to it (per-user vs aggregate tok/s)
+    page: Path | None = None  # comparison.html (--format html), next to comparison.md
 
     @property
     def sentences(self) -> list[str]:
@@ -434,7 +436,7 @@ class ComparisonResult:
 
     @property
     def written(self) -> list[Path]:
-        return [self.markdown] + [p for p in (self.plot, self.pareto) if p is not None]
+        return [self.markdown] + [p for p in (self.plot, self.pareto, self.page) if p is not None]
 
 
 def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
@@ -541,16 +543,25 @@ def run_compare(
             pareto_name=None if pareto is None else _plot_ref(pareto, out_dir),
         )
     )
+    page = None
+    if is_page(fmt):  # the page file, then the usual text on the terminal
+        from specload.present.htmlpage import COMPARISON_HTML, write_compare_page
+
+        page = write_compare_page(comp, render_text(comp, "github"), out_dir / COMPARISON_HTML)
+        fmt = "github"
     if is_document(fmt):
         return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
+    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto, page)
 
 
 def print_result(result: ComparisonResult, out: TextIO | None = None, err: TextIO | None = None) -> None:
     """Print a comparison as ``specload compare`` does: the text, then which files were written."""
     out = out or sys.stdout
     err = err or sys.stderr
-    out.write(result.text)
+    text = result.text
+    if result.fmt == "github" and is_terminal(out):  # every table and line fitted to its width
+        text = fit_text(text, terminal_width(), COMPARISON_MD)
+    out.write(for_stream(text, out))
     if result.side is not None:
         print(result.side, file=err)
     for path in result.written:

@@ -20,6 +20,7 @@ import contextlib
 import csv
 import io
 import json
+import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,23 @@ def register(name: str, render: Callable[[Table], str], *, document: bool = True
     return fmt
 
 
+# Page formats: the whole report or comparison as one file of its own (specload.present.htmlpage),
+# written next to report.md / comparison.md while the terminal gets the usual text. "html" is also
+# a tabulate table format; as --format it means the page.
+PAGES: dict[str, str] = {}  # format -> the file it writes, in the run or comparison directory
+
+
+def register_page(name: str, suffix: str) -> None:
+    PAGES[name] = suffix
+
+
+def is_page(fmt: str) -> bool:
+    return fmt in PAGES
+
+
+register_page("html", ".html")
+
+
 def is_known_format(fmt: str) -> bool:
     return fmt in FORMATS or fmt in tabulate_formats
 
@@ -88,7 +106,10 @@ def check_format(fmt: str) -> None:
 
 def format_help() -> str:
     """``--format``'s help: the registered formats as they are when the parser is made."""
-    return f"github (default), plain, any other tabulate format, {', '.join(FORMATS)}"
+    return (
+        f"github (default), plain, any other tabulate format, {', '.join(FORMATS)}; "
+        "html: also write one self-contained HTML file (report.html / comparison.html) with the charts"
+    )
 
 
 def _csv(table: Table) -> str:
@@ -178,3 +199,62 @@ def render_view(
     if choice.hidden:
         text += "\n\n" + hidden_note(choice.hidden, view.width, kept_in, choice.hidden_columns(len(headers)))
     return text
+
+
+def _pipe_cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _fit_pipe_table(lines: Sequence[str], width: int, kept_in: str) -> list[str]:
+    """A github table wider than ``width`` with its rightmost columns left out until it fits (the
+    first always kept), and the line naming them. The secondary tables (distributions, throughput,
+    SLO, lengths) put their columns in the order that matters: the per-level table, whose columns
+    are ranked by tableview.PRIORITY, is fitted before it is printed (render_view)."""
+    headers = _pipe_cells(lines[0])
+    rows = [_pipe_cells(line) for line in lines[2:]]
+    if any(len(r) != len(headers) for r in rows):
+        return list(lines)  # not a table this function made sense of: leave it as it is
+    n = len(headers)
+    with _compact():
+        while True:
+            text = render_table(headers[:n], [r[:n] for r in rows], "github")
+            if _width(text) <= width or n == 1:
+                break
+            n -= 1
+    out = text.splitlines()
+    if n < len(headers):
+        hidden = headers[n:]
+        note = f"{len(hidden)} more column{'s' if len(hidden) > 1 else ''} in {kept_in}: {', '.join(hidden)}"
+        out += ["", *textwrap.wrap(note, width, break_long_words=False)]
+    return out
+
+
+def fit_text(text: str, width: int | None, kept_in: str) -> str:
+    """A report's or comparison's text as a terminal of ``width`` columns shows it: every github
+    table fitted to the width, and every longer line of words wrapped at word boundaries (a list
+    item's continuation indented under its text). None: unchanged. The files keep the whole text."""
+    if width is None:
+        return text
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("|"):
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            block = lines[i:j]
+            too_wide = max(len(b) for b in block) > width
+            out += _fit_pipe_table(block, width, kept_in) if too_wide and len(block) >= 2 else block
+            i = j
+            continue
+        if len(line) > width:
+            indent = "  " if line.startswith("- ") else ""
+            out += textwrap.wrap(
+                line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+            ) or [line]
+        else:
+            out.append(line)
+        i += 1
+    return "\n".join(out)

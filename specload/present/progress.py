@@ -218,6 +218,27 @@ class _AroundLine:
         return True
 
 
+class PlainFormatter(logging.Formatter):
+    """specload's own log lines on a terminal without Locust's ``[time] host/LEVEL/logger:`` prefix
+    (44 characters of every line); a warning or error keeps its level as a word. Lines of other
+    loggers (Locust's) are formatted as before, by ``inner``. Used only while the progress line
+    holds the terminal: files, pipes and CI logs keep the prefix."""
+
+    def __init__(self, inner: logging.Formatter | None) -> None:
+        super().__init__()
+        self.inner = inner or logging.Formatter()
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.name != "specload" and not record.name.startswith("specload."):
+            return self.inner.format(record)
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            text = f"{record.levelname.lower()}: {text}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
 def terminal_handlers(stream: TextIO) -> list[logging.StreamHandler[Any]]:
     """The logging handlers that write to ``stream`` (the terminal), in every logger."""
     loggers: list[Any] = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]

@@ -44,7 +44,16 @@ from specload.present.acceptview import (
     rate_cell,
     render_acceptance,
 )
-from specload.present.output import format_help, is_document, is_known_format, render_table, render_view
+from specload.present.colour import for_stream, is_terminal
+from specload.present.output import (
+    fit_text,
+    format_help,
+    is_document,
+    is_known_format,
+    is_page,
+    render_table,
+    render_view,
+)
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 
 REASON_WIDTH = 120
@@ -887,7 +896,16 @@ def print_report(
     err = err or sys.stderr
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
-    out.write(render_report(run, fmt, percentiles, view))
+    if is_page(fmt):  # the page file, then the usual text on the terminal
+        from specload.present.htmlpage import write_report_page
+
+        page = write_report_page(run, render_report(run, "github", percentiles))
+        print(f"wrote {page}", file=err)
+        fmt = "github"
+    text = render_report(run, fmt, percentiles, view)
+    if fmt == "github" and view.width is not None and is_terminal(out):  # every table and line fitted to it
+        text = fit_text(text, view.width, REPORT_MD)
+    out.write(for_stream(text, out))
     if is_document(fmt):
         print(side_text(run), file=err)
     if not write_md:

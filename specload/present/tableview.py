@@ -48,8 +48,8 @@ SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = (
 SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
 
 # Most important first. By default a table shows the longest head of this list that fits the width
-# (dropping from the tail until it fits), in the table's own column order: the seed's columns, then
-# whether the level's requests came back whole (failed, short, rate limited: figures of a level
+# (dropping from the tail until it fits), in the table's own column order: the seed's columns and
+# the acceptance length (only a speculative run has one), then whether the level's requests came back whole (failed, short, rate limited: figures of a level
 # with some are suspect), how it felt (first token, decode speed), the server's queue, then the
 # rest. With tabulate's github layout made compact, 120 characters hold the per-level table up to
 # TPOT p50 (107), and the queue from 123. A key a table does not have (or a column no level has a
@@ -64,6 +64,8 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("tokens", "Tokens", (SEED,)),
     Figure("wall", "Wall(s)", (SEED,)),
     Figure("ok", "Ok", (SEED, FAILURES)),
+    # The acceptance length: the headline of a speculative run, and absent (so free) from any other.
+    Figure("accept", "Accept len", (SERVER,)),
     Figure("fail", "Fail", (FAILURES,)),
     Figure("short", "Short", (FAILURES,)),
     Figure("429", "429", (FAILURES,)),  # (only in a table where a level was rate limited)
@@ -74,7 +76,6 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
     Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
-    Figure("accept", "Accept len", (SERVER,)),
     Figure("accept_rate", "Accept rate %", (SERVER,)),  # (speculative servers: accepted / drafted)
     Figure(
         "prefix_hit", "Prefix hit %", (SERVER,)

@@ -91,14 +91,18 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
 def report_bundle(run_dir: str | Path) -> dict[str, Any]:
     """One run's report: the markdown (report.md's text), the json and csv ``specload report`` prints,
     and every level's figures (the json's data, for the page's charts)."""
+    from specload.present.htmlpage import report_page
+
     run = load_run(run_dir)
     as_json = render_report(run, "json")
+    markdown = render_report(run, "github")
     return {
         "run_dir": str(run.run_dir),
         "label": run.label,
         "status": run.info.status,
         "simulated": run.info.simulated,
-        "markdown": render_report(run, "github"),
+        "markdown": markdown,
+        "html": report_page(run, markdown),  # report.html, the self-contained page (--format html)
         "json": as_json,
         "csv": render_report(run, "csv"),
         "levels": [level_json(s) for s in run.levels],
@@ -120,9 +124,13 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
                 plot_note = MISSING_NOTICE
             else:
                 png = base64.b64encode(path.read_bytes()).decode()
+    from specload.present.htmlpage import compare_page
+
+    markdown = compare_text(comp, "github")
     return {
         "runs": [r.label for r in comp.runs],
-        "markdown": compare_text(comp, "github"),
+        "markdown": markdown,
+        "html": compare_page(comp, markdown),  # comparison.html (--format html)
         "columns": table_columns(comp),
         "rows": table_rows(comp),
         "sentences": comp.sentences,

@@ -259,7 +259,7 @@ function renderRun(d) {
   }
   const scen = [r.scenario, r.scenario_file && `(${r.scenario_file})`].filter(Boolean).join(" ");
   const links = r.report ? `<span class="downloads">Report: <a href="#" id="open-report" data-run="${esc(r.name)}">view</a>` +
-    ["md", "csv", "json"].map((f) => `<a href="runs/${encodeURIComponent(r.name)}/report.${f}" download>${f}</a>`).join("") + "</span>" : "";
+    ["md", "csv", "json", "html"].map((f) => `<a href="runs/${encodeURIComponent(r.name)}/report.${f}" download>${f}</a>`).join("") + "</span>" : "";
   el.innerHTML = `<h2>Run <span id="run-name">${esc(r.name)}</span> <span class="muted" id="run-status">${esc(r.status)}</span></h2>` +
     `<div class="kv"><span>run dir <b id="run-dir">${esc(r.run_dir)}</b></span><span>scenario <b id="run-scenario">${esc(scen || "-")}</b></span>` +
     `<span>label <b>${esc(r.label)}</b></span><span>host <b>${esc(r.host)}</b></span><span>model <b>${esc(r.model || "-")}</b></span>` +
@@ -293,20 +293,27 @@ function renderLevels(d) {
   if (!rows.length) { $("#levels").innerHTML = '<p class="muted">-</p>'; return; }
   const server = rows.some((r) => r.server_running_max !== null || r.server_queued_max !== null);
   const accept = rows.some((r) => r.accept_length !== null);
+  const slo = rows.some((r) => r.slo_met !== null && r.slo_met !== undefined);
   const cur = d.current ? d.current.index : -1;
   const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
   const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", "Agg tok/s", "Live tok/s", "Per-req tok/s",
     "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)", ...(server ? ["Srv run/queue"] : []),
-    ...(accept ? ["Accept len"] : []), "Client"];
+    ...(accept ? ["Accept len"] : []), ...(slo ? ["SLO met", "Good %"] : []), "Client"];
   const body = rows.map((r) => {
     const cells = [xOf(r) + (r.repeat ? ` r${r.repeat}` : ""), r.phase, r.budget ? `${r.done}/${r.budget}` : String(r.done),
       r.ok, r.failed, r.short, num(r.agg_tok_s), num(r.live_tok_s), num(r.per_req_tok_s), num(r.ttft_p50_ms), num(r.ttft_p99_ms),
       num(r.tpot_p50_ms), num(r.tpot_p99_ms), ...(server ? [`${count(r.server_running_max)} / ${count(r.server_queued_max)}`] : []),
-      ...(accept ? [num(r.accept_length, 2)] : [])];
+      ...(accept ? [num(r.accept_length, 2)] : []), ...(slo ? [r.slo_met ?? "-", num(r.slo_good_pct, 0)] : [])];
     const client = r.client_flag ? `<td class="flag" title="${esc(r.client_flag)}">${esc(r.client)}</td>` : `<td class="l">${esc(r.client)}</td>`;
-    return `<tr data-level="${esc(r.label)}" class="${r.index === cur ? "current" : ""}">${cells.map((c, j) => `<td class="${j === 1 ? "l" : ""}">${esc(c)}</td>`).join("")}${client}</tr>`;
+    // a level stopped before its budget is drawn as such (status "incomplete", in italics)
+    const cls = [r.index === cur ? "current" : "", r.status === "incomplete" ? "incomplete" : ""].join(" ").trim();
+    return `<tr data-level="${esc(r.label)}" class="${cls}">${cells.map((c, j) => `<td class="${j === 1 ? "l" : ""}">${esc(c)}</td>`).join("")}${client}</tr>`;
   }).join("");
-  $("#levels").innerHTML = `<table id="levels-table"><thead><tr>${head.map((h, j) => `<th class="${j === 1 || j === head.length - 1 ? "l" : ""}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>`;
+  // why requests failed: each level's most frequent reasons, with their counts
+  const reasons = rows.filter((r) => r.reasons && r.reasons.length).map((r) =>
+    `<li data-level="${esc(r.label)}">${esc(levelName(r))}: ${r.reasons.map(([why, n]) => `${n} × ${esc(why)}`).join("; ")}</li>`).join("");
+  $("#levels").innerHTML = `<table id="levels-table"><thead><tr>${head.map((h, j) => `<th class="${j === 1 || j === head.length - 1 ? "l" : ""}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>` +
+    (reasons ? `<h3>Failed and short requests</h3><ul id="failure-reasons">${reasons}</ul>` : "");
 }
 
 function renderCharts(d) {
@@ -410,7 +417,7 @@ async function openReport(name) {
   if (d.error) { el.innerHTML = `<p class="error">${esc(d.error)}</p>`; return; }
   const base = `runs/${encodeURIComponent(name)}/report`;
   el.innerHTML = `<h2 id="report-title">Report: ${esc(name)}</h2>` +
-    `<p class="downloads">Download: ${["md", "csv", "json"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f.toUpperCase()}</a>`).join("")}</p>` +
+    `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f === "html" ? "report.html" : f.toUpperCase()}</a>`).join("")}</p>` +
     `<div class="charts">${levelCharts("report-chart", d.levels, "no level with requests").join("")}</div>` +
     `<div id="report-body">${markdown(d.markdown)}</div>`;
   el.scrollIntoView({ behavior: "smooth", block: "start" });
@@ -434,7 +441,7 @@ async function compareSelected() {
   const table = `<div class="table-wrap"><table id="compare-table"><thead><tr>${d.columns.map((c, j) => `<th class="${j ? "" : "l"}">${esc(c)}</th>`).join("")}</tr></thead>` +
     `<tbody>${d.rows.map((r) => `<tr>${r.map((c, j) => `<td class="${j ? "" : "l"}">${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
   el.innerHTML = `<h2 id="compare-title">Comparison: ${esc(d.runs.join(" vs "))} <span class="muted small">(the first is the baseline)</span></h2>` +
-    `<p class="downloads">Download: ${["md", "csv", "json"].map((f) => `<a href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f.toUpperCase()}</a>`).join("")}` +
+    `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="compare-${f}" href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f === "html" ? "comparison.html" : f.toUpperCase()}</a>`).join("")}` +
     (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" + table +
     `<h3>Verdict</h3><ul id="verdict">${d.sentences.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` +
     (d.notes.length ? `<h3>Notes</h3><ul>${d.notes.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` : "") +

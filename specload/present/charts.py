@@ -1,0 +1,218 @@
+"""Which charts a report and a comparison draw, and from which figures (specload.present.svg draws them).
+
+Every value here is a figure the tables already print (LevelStats, docs/metrics.md), put on an
+axis: nothing is computed for a chart alone except the failure share, which is the table's
+Fail + Short over the level's measured requests. One run is a comparison of one: the same list
+of charts, one line per run, so the HTML report and comparison show the same pictures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats, ServerSample
+from specload.present.svg import Chart, Mark, Series
+
+
+@dataclass(frozen=True)
+class RunLines:
+    """One run as its charts need it: a name, its levels, its server samples, its request cap."""
+
+    label: str
+    levels: Sequence[LevelStats]
+    samples: Sequence[ServerSample] = ()
+    max_running: int | None = None
+
+
+def _by_x(
+    levels: Sequence[LevelStats], value: Callable[[LevelStats], float | None]
+) -> tuple[list[float], list[float | None]]:
+    """Per distinct x (concurrency or rate), the mean over its repeats that have a value."""
+    xs = sorted({s.x for s in levels})
+    ys: list[float | None] = []
+    for x in xs:
+        vals = [v for s in levels if s.x == x and (v := value(s)) is not None and math.isfinite(v)]
+        ys.append(sum(vals) / len(vals) if vals else None)
+    return [float(x) for x in xs], ys
+
+
+def _dist_ms(key: str, q: float) -> Callable[[LevelStats], float | None]:
+    def value(s: LevelStats) -> float | None:
+        d = s.dists.get(key)
+        v = None if d is None else d.p.get(q)
+        return None if v is None else v * 1000.0
+
+    return value
+
+
+def _fail_pct(s: LevelStats) -> float | None:
+    return None if not s.sent else 100.0 * (s.failed + s.short) / s.sent
+
+
+def _is_rate(runs: Sequence[RunLines]) -> bool:
+    return any(s.rate is not None for r in runs for s in r.levels)
+
+
+def _x_label(rate: bool) -> str:
+    return "request rate (requests/s)" if rate else "concurrency C (log2)"
+
+
+def _cap_marks(runs: Sequence[RunLines], rate: bool) -> list[Mark]:
+    if rate:
+        return []
+    return [
+        Mark(
+            float(r.max_running),
+            f"{r.label}: cap {r.max_running}" if len(runs) > 1 else f"cap {r.max_running}",
+        )
+        for r in runs
+        if r.max_running is not None and any(s.concurrency > r.max_running for s in r.levels)
+    ]
+
+
+def _per_level(
+    key: str,
+    title: str,
+    y_label: str,
+    runs: Sequence[RunLines],
+    lines: Sequence[tuple[str, Callable[[LevelStats], float | None], bool]],
+    marks: Sequence[Mark] = (),
+) -> Chart:
+    """A figure against the level axis: for each run, one line per (suffix, value, dashed)."""
+    rate = _is_rate(runs)
+    series = []
+    for r in runs:
+        for suffix, value, dashed in lines:
+            xs, ys = _by_x(r.levels, value)
+            name = " ".join(p for p in (r.label if len(runs) > 1 else "", suffix) if p) or r.label
+            series.append(Series(name, xs, ys, dashed))
+    return Chart(key, title, _x_label(rate), y_label, series, log2_x=not rate, marks=list(marks))
+
+
+def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[Chart]:
+    """The charts against C (or rate), the Pareto plot and the over-time charts, in page order.
+
+    ``marks``: extra vertical lines on the throughput charts (a comparison's crossovers).
+    """
+    rate = _is_rate(runs)
+    caps = _cap_marks(runs, rate)
+    one = len(runs) == 1
+    charts = [
+        _per_level(
+            "agg_tok_s",
+            "Aggregate output tok/s",
+            "tok/s",
+            runs,
+            [("", lambda s: s.agg_tok_s, False)],
+            [*marks, *caps],
+        ),
+        _per_level(
+            "per_req_tok_s",
+            "Per-request tok/s",
+            "tok/s per request",
+            runs,
+            [("", lambda s: s.per_req_tok_s, False)],
+            [*marks, *caps],
+        ),
+    ]
+    for key, name, unit, dist in (
+        ("ttft", "TTFT", "ms", "ttft"),
+        ("tpot", "TPOT", "ms", "tpot"),
+        ("itl", "ITL", "ms", "itl"),
+        ("e2e", "E2E latency", "ms", "e2e"),
+    ):
+        charts.append(
+            _per_level(
+                key,
+                f"{name} p50 and p99",
+                unit,
+                runs,
+                [("p50", _dist_ms(dist, 50.0), False), ("p99", _dist_ms(dist, 99.0), True)],
+                caps,
+            )
+        )
+    charts.append(pareto_chart(runs))
+    charts.append(
+        _per_level(
+            "errors",
+            "Failed and short requests",
+            "% of measured requests",
+            runs,
+            [("", _fail_pct, False)],
+            caps,
+        )
+    )
+    if any(s.accept_length is not None for r in runs for s in r.levels):
+        charts.append(
+            _per_level(
+                "accept",
+                "Acceptance length per level",
+                "tokens per verify step",
+                runs,
+                [("", lambda s: s.accept_length, False)],
+            )
+        )
+    if any(r.samples for r in runs):
+        charts.append(server_chart(runs))
+    if one:
+        charts.append(tok_s_over_time(runs[0]))
+    return charts
+
+
+def pareto_chart(runs: Sequence[RunLines]) -> Chart:
+    """Per-user against aggregate tok/s, one point per level (labelled), a line per run."""
+    rate = _is_rate(runs)
+    series = []
+    for r in runs:
+        xs, per = _by_x(r.levels, lambda s: s.per_req_tok_s)
+        _, agg = _by_x(r.levels, lambda s: s.agg_tok_s)
+        pts = [(p, a, x) for p, a, x in zip(per, agg, xs, strict=True) if p is not None and a is not None]
+        labels = [f"{x:g}/s" if rate else f"C={x:g}" for _, _, x in pts]
+        series.append(Series(r.label, [p for p, _, _ in pts], [a for _, a, _ in pts], labels=labels))
+    return Chart(
+        "pareto",
+        "Per-user vs aggregate tok/s (one point per level)",
+        "per-request tok/s",
+        "aggregate tok/s",
+        series,
+    )
+
+
+def server_chart(runs: Sequence[RunLines]) -> Chart:
+    """The server's running and queued requests over the run (its /metrics samples)."""
+    series = []
+    for r in runs:
+        if not r.samples:
+            continue
+        t0 = r.samples[0].t
+        prefix = f"{r.label} " if len(runs) > 1 else ""
+        xs = [s.t - t0 for s in r.samples]
+        series.append(Series(f"{prefix}running", xs, [s.running for s in r.samples]))
+        series.append(Series(f"{prefix}queued", xs, [s.queued for s in r.samples], dashed=True))
+    return Chart(
+        "server",
+        "Server: running and queued requests over time",
+        "seconds since the first sample",
+        "requests",
+        series,
+    )
+
+
+def tok_s_over_time(run: RunLines) -> Chart:
+    """Output tok/s per SERIES_BUCKET_S of each level, from its first send (LevelStats.tok_s_series)."""
+    series = []
+    for s in run.levels:
+        if s.tok_s_series:
+            xs = [(i + 0.5) * SERIES_BUCKET_S for i in range(len(s.tok_s_series))]
+            series.append(Series(s.label, xs, list(s.tok_s_series)))
+    return Chart(
+        "tok_s_over_time",
+        "Output tok/s over time, per level",
+        "seconds since the level's first request",
+        "tok/s",
+        series,
+        note="from the records: each request's tokens after its first are spread evenly up to its last "
+        "token (docs/metrics.md), so a stall inside a request is averaged over it",
+    )

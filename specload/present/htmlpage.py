@@ -1,0 +1,190 @@
+"""``--format html``: a report or a comparison as one self-contained HTML file.
+
+A file to attach to a ticket or open on an offline machine: no script, no stylesheet or image
+beside it, every chart inline SVG (specload.present.svg). The words and tables are those of
+report.md and comparison.md, the same text turned into HTML here (only the markdown that
+specload itself writes: headings, lists, pipe tables, bold and code spans), so the page has
+every section the markdown has, the verdict and the capacity sentence included, and no figure
+that the text does not have. The charts follow (specload.present.charts).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from html import escape
+from pathlib import Path
+
+from specload.analysis.comparison import Comparison
+from specload.analysis.run import Run
+from specload.present import charts as chartlist
+from specload.present import svg
+
+REPORT_HTML = "report.html"
+COMPARISON_HTML = "comparison.html"
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+padding:0 1em;color:#222;line-height:1.4}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0;display:block;overflow-x:auto}
+th,td{border:1px solid #ccc;padding:.2em .5em;text-align:right;white-space:nowrap}
+th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+code{background:#f3f3f3;padding:0 .2em}
+.charts{display:flex;flex-wrap:wrap;gap:1em}.charts figure{margin:0}
+figcaption{font-size:.8em;color:#555;max-width:560px}
+.met{color:#11772b;font-weight:bold}.missed{color:#b00020;font-weight:bold}.flagged{color:#9a6700;font-weight:bold}
+.simulated{background:#fff3cd;padding:.3em .6em}
+"""
+
+_VERDICT = re.compile(r"\b(met|missed|meets|flagged)\b")
+
+
+def _inline(text: str) -> str:
+    """One line of specload's markdown as HTML: escaped, then **bold** and `code`."""
+    out = escape(text, quote=False)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", out)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    return out
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _table(lines: Sequence[str]) -> str:
+    head = _cells(lines[0])
+    body = (
+        [_cells(line) for line in lines[2:]]
+        if len(lines) > 1 and set(lines[1]) <= set("|-: ")
+        else [_cells(line) for line in lines[1:]]
+    )
+    rows = ["<tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
+    rows += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body]
+    return "<table>" + "".join(rows) + "</table>"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def markdown_html(text: str) -> str:
+    """specload's markdown (report.md, comparison.md) as HTML; images are left out (the page draws
+    its charts itself). Each ``##`` section is a ``<section id=...>``."""
+    out: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    in_list = False
+    in_section = False
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith("- ") and in_list:
+            out.append("</ul>")
+            in_list = False
+        if line.startswith("|"):
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            out.append(_table(lines[i:j]))
+            i = j
+            continue
+        if line.startswith("## "):
+            if in_section:
+                out.append("</section>")
+            title = line[3:].strip()
+            out.append(f'<section id="{_slug(title)}"><h2>{_inline(title)}</h2>')
+            in_section = True
+        elif line.startswith("# "):
+            out.append(f"<h1>{_inline(line[2:].strip())}</h1>")
+        elif line.startswith("- "):
+            if not in_list:
+                out.append("<ul>")
+                in_list = True
+            item = _inline(line[2:])
+            cls = ' class="simulated"' if "SIMULATED" in line else ""
+            out.append(f"<li{cls}>{item}</li>")
+        elif line.startswith("!["):
+            pass
+        elif line.strip():
+            out.append(f"<p>{_inline(line)}</p>")
+        i += 1
+    if in_list:
+        out.append("</ul>")
+    if in_section:
+        out.append("</section>")
+    return "\n".join(out)
+
+
+def _mark_verdicts(html: str) -> str:
+    """The verdict words in colour, in the text between tags only."""
+    parts = re.split(r"(<[^>]+>)", html)
+    for k, part in enumerate(parts):
+        if part and not part.startswith("<"):
+            parts[k] = _VERDICT.sub(
+                lambda m: (
+                    f'<span class="{"met" if m.group(1) in ("met", "meets") else m.group(1)}">{m.group(1)}</span>'
+                ),
+                part,
+            )
+    return "".join(parts)
+
+
+def _figures(list_: Sequence[svg.Chart]) -> str:
+    out = ['<section id="charts"><h2>Charts</h2><div class="charts">']
+    for c in list_:
+        note = f"<figcaption>{escape(c.note)}</figcaption>" if c.note else ""
+        out.append(f'<figure id="chart-{c.key}">{svg.render(c)}{note}</figure>')
+    out.append("</div></section>")
+    return "\n".join(out)
+
+
+def page(title: str, body_markdown: str, figures: Sequence[svg.Chart]) -> str:
+    """The whole file: the markdown's sections, then the charts."""
+    body = _mark_verdicts(markdown_html(body_markdown))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
+        f"{body}\n{_figures(figures)}\n"
+        "<footer><p><small>written by specload; every figure is defined in docs/metrics.md</small></p></footer>\n"
+        "</body></html>\n"
+    )
+
+
+def run_lines(run: Run) -> chartlist.RunLines:
+    return chartlist.RunLines(run.label, run.levels, run.samples, run.info.server.max_running)
+
+
+def report_page(run: Run, markdown: str) -> str:
+    """The HTML report of ``run``; ``markdown``: its report.md text."""
+    return page(f"specload report: {run.label}", markdown, chartlist.level_charts([run_lines(run)]))
+
+
+def _crossover_marks(comp: Comparison) -> list[svg.Mark]:
+    marks = []
+    for label, xs in comp.crossovers.items():
+        for x in xs.agg:
+            marks.append(svg.Mark(x.at, f"{label} crossover ≈{x.at:.3g}"))
+    return marks
+
+
+def compare_page(comp: Comparison, markdown: str) -> str:
+    """The HTML comparison; ``markdown``: its comparison.md text."""
+    lines = [run_lines(r.run) for r in comp.runs]
+    lines = [
+        chartlist.RunLines(r.label, ln.levels, ln.samples, ln.max_running)
+        for r, ln in zip(comp.runs, lines, strict=True)
+    ]
+    title = "specload comparison: " + " vs ".join(r.label for r in comp.runs)
+    return page(title, markdown, chartlist.level_charts(lines, _crossover_marks(comp)))
+
+
+def write_report_page(run: Run, markdown: str, path: str | Path | None = None) -> Path:
+    target = Path(path) if path else run.run_dir / REPORT_HTML
+    target.write_text(report_page(run, markdown), encoding="utf-8")
+    return target
+
+
+def write_compare_page(comp: Comparison, markdown: str, path: str | Path) -> Path:
+    target = Path(path)
+    target.write_text(compare_page(comp, markdown), encoding="utf-8")
+    return target
