@@ -21,7 +21,7 @@ import numpy.typing as npt
 from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
 from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
-from specload.analysis.mixstats import MixStats, accept_length_of, mix_stats, prefix_cache_rate
+from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
 from specload.core.counters import window_ends
