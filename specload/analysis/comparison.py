@@ -736,13 +736,15 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     tpot = [y if k.comparable else None for y, k in zip(comp.tpot[t.label], checks, strict=True)]
     single = [(a.usable and a.single) or (p.usable and p.single) for a, p in zip(agg, per, strict=True)]
     told = single_run_part(comp.levels, agg, per, tpot, comp.axis)
+    caveat = acceptance_caveat(t.run) or acceptance_caveat(comp.baseline.run)
+    prompts = f" Prompts: {caveat}." if caveat else ""  # the last word, whatever the verdict
     if told is not None and all(
         s or not (a.usable or p.usable) for s, a, p in zip(single, agg, per, strict=True)
     ):
         # every level there is to compare is a single run: the measurements, and nothing firmer
         text = f"{t.label} vs {comp.baseline.label}: {told}"
         text += _queue_part(t.queue_from(), t.max_running, comp.axis, t.cap_how)
-        return text + _left_out_part(comp.levels, agg, per, comp.axis)
+        return text + _left_out_part(comp.levels, agg, per, comp.axis) + prompts
     text = crossover_sentence(
         t.label,
         comp.levels,
@@ -764,10 +766,7 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     if noisy:
         where = ", ".join(comp.axis.at(c) for c in noisy)
         text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
-    caveat = acceptance_caveat(t.run) or acceptance_caveat(comp.baseline.run)
-    if caveat:
-        text += f" Prompts: {caveat}."
-    return text
+    return text + prompts
 
 
 def _with(ch: Change, check: LevelCheck) -> Change:
