@@ -256,7 +256,7 @@ class GenerateRenderer(Renderer):
         }
         if self.speculative:
             meta["spec_verify_ct"] = verify
-            if self.spec_steps is not None:
+            if self.spec_steps is not None and finish is not None:  # (on the last event: O(steps) to make)
                 meta.update(sglang_spec(self.spec_steps, self.spec_k, total, verify))
         meta["e2e_latency"] = clock() - self.t_arrival
         return {"text": TOKEN_TEXT * total, "meta_info": meta, "index": 0}
