@@ -190,3 +190,16 @@ def test_the_web_ui_offers_the_same_files(tmp_path: Path) -> None:
     assert "<h2>Verdict</h2>" in comparison and _charts(comparison) >= LEVEL_CHARTS
     _self_contained(report)
     _self_contained(comparison)
+
+
+def test_a_stopped_level_is_drawn_as_such() -> None:
+    from specload.analysis.metrics import LevelStats
+    from specload.present.charts import RunLines, level_charts
+
+    levels = [
+        LevelStats(concurrency=1, repeat=0, label="c001", status="completed", agg_tok_s=100.0),
+        LevelStats(concurrency=4, repeat=0, label="c004", status="incomplete", agg_tok_s=300.0),
+    ]
+    (agg,) = [c for c in level_charts([RunLines("r", levels)]) if c.key == "agg_tok_s"]
+    assert list(agg.series[0].labels) == ["", "stopped"]
+    assert ">stopped</text>" in svg.render(agg)

@@ -327,7 +327,10 @@ def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
 
 def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
     """tok/s over time of the current level (streamed tokens, live), else of the last level with
-    records (the report's series, from the records)."""
+    records: its streamed series as it was drawn live, so that the chart keeps its resolution and
+    its prefill stalls once the level ends (the records spread each request's tokens evenly from
+    its first to its last, which averages a stall away); from the records only when no token was
+    streamed to this page (a level run before the page's process started)."""
     ctrl, live = owner.ctrl, owner.live
     if ctrl is None or live is None:
         return None
@@ -343,6 +346,15 @@ def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict
         }
     for row in reversed(levels):
         lv = ctrl.levels[row["index"]]
+        streamed = live.streamed_series(row["index"])
+        if streamed:
+            return {
+                "label": row["label"],
+                "concurrency": lv.plan.concurrency,
+                "rate": lv.plan.rate,
+                "source": "streamed",
+                "points": [[round(t, 2), round(v, 1)] for t, v in streamed],
+            }
         s = live.stats(
             row["index"], lv.plan.concurrency, lv.plan.repeat, lv.status.value, True, now, lv.plan.rate
         )

@@ -38,6 +38,13 @@ def _by_x(
     return [float(x) for x in xs], ys
 
 
+def _stopped_labels(levels: Sequence[LevelStats], xs: Sequence[float]) -> list[str]:
+    """ "stopped" at each x where a level did not run its whole budget (status incomplete): its
+    point is drawn as measured, and said to be a part of a level."""
+    stopped = {s.x for s in levels if s.status == "incomplete"}
+    return ["stopped" if x in stopped else "" for x in xs]
+
+
 def _dist_ms(key: str, q: float) -> Callable[[LevelStats], float | None]:
     def value(s: LevelStats) -> float | None:
         d = s.dists.get(key)
@@ -87,7 +94,7 @@ def _per_level(
         for suffix, value, dashed in lines:
             xs, ys = _by_x(r.levels, value)
             name = " ".join(p for p in (r.label if len(runs) > 1 else "", suffix) if p) or r.label
-            series.append(Series(name, xs, ys, dashed))
+            series.append(Series(name, xs, ys, dashed, labels=_stopped_labels(r.levels, xs)))
     return Chart(key, title, _x_label(rate), y_label, series, log2_x=not rate, marks=list(marks))
 
 

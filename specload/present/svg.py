@@ -169,14 +169,17 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
         f'<text transform="translate(14 {top + ph / 2:.1f}) rotate(-90)" text-anchor="middle" '
         f'font-size="12">{escape(chart.y_label)}</text>'
     )
-    for m in chart.marks:
+    for k, m in enumerate(chart.marks):
         if chart.log2_x and m.x <= 0:
             continue
         x = sx(m.x)
+        # each mark's text on a row of its own; on the right half it reads leftwards from its line
+        right = x > _LEFT + pw / 2
+        tx, anchor = (x - 3, "end") if right else (x + 3, "start")
         out.append(
             f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" stroke="#555" '
-            f'stroke-dasharray="4 3"/><text x="{x + 3:.1f}" y="{top + 12}" font-size="10" fill="#333">'
-            f"{escape(m.text)}</text>"
+            f'stroke-dasharray="4 3"/><text x="{tx:.1f}" y="{top + 12 + 12 * k}" font-size="10" '
+            f'fill="#333" text-anchor="{anchor}">{escape(m.text)}</text>'
         )
     for i, s in enumerate(chart.series):
         colour = PALETTE[i % len(PALETTE)]
