@@ -25,6 +25,7 @@ from specload.analysis.comparison import (
     LevelCheck,
     build_comparison,
 )
+from specload.analysis.foreign import ForeignError, ForeignRun, load_foreign, mark_cells
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
@@ -150,7 +151,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
             row += [fmt_num(None if (g := good_share(f)) is None else g * 100, 0) for f in figs]
             row += [fmt_num(goodput_tok_s(f), 1) for f in figs]
         rows.append(row)
-    return rows
+    return mark_cells(_columns(comp), [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
 
 
 def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
@@ -376,11 +377,20 @@ def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotA
 def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
     """The runs, read one after the other (each run's columns are dropped once its figures are made)."""
     runs: list[Run] = []
-    for d in run_dirs:
-        if not Path(d).is_dir():
-            raise CompareError(f"{d}: not a directory (expected a specload run directory)")
+    try:  # other tools' results (specload.analysis.foreign), read as they are
+        foreign: dict[int, ForeignRun | None] = {i: load_foreign(d) for i, d in enumerate(run_dirs)}
+    except (ForeignError, ValueError) as e:
+        raise CompareError(str(e)) from None
+    for i, d in enumerate(run_dirs):
+        if not Path(d).is_dir() and foreign[i] is None:
+            raise CompareError(
+                f"{d}: not a directory (expected a specload run directory or another tool's result)"
+            )
     chosen = slo if slo is not None else _one_slo(run_dirs)
-    for d in run_dirs:
+    for i, d in enumerate(run_dirs):
+        if (f := foreign[i]) is not None:
+            runs.append(f)
+            continue
         run = _load_or_error(d, chosen, processes)
         if isinstance(run, NotARunDir):
             raise CompareError(str(run)) from None
