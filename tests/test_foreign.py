@@ -1,0 +1,139 @@
+"""Other tools' result files beside specload's: each reader against a real file made by its tool
+(tests/fixtures/foreign/README.md says how), and the one-table comparison with the marks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specload.analysis.foreign import MARK, ForeignRun, load_foreign
+from specload.present.compare import CompareError, run_compare, table_columns, table_rows
+
+FIX = Path(__file__).parent / "fixtures" / "foreign"
+
+
+def _load(name: str) -> ForeignRun:
+    run = load_foreign(FIX / name)
+    assert run is not None
+    return run
+
+
+def _lines(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIX / name).read_text().splitlines() if line.strip()]
+
+
+def test_vllm_appended_results_are_levels_with_figures_from_the_file():
+    run = _load("vllm.json")
+    raw = _lines("vllm.json")
+    assert run.tool == "vllm bench serve" and run.info.model == "tiny"
+    assert [s.concurrency for s in run.levels] == [r["max_concurrency"] for r in raw] == [1, 4]
+    for s, r in zip(run.levels, raw, strict=True):
+        assert s.ok == r["completed"] and s.failed == r["failed"]
+        assert s.agg_tok_s == pytest.approx(r["output_throughput"])
+        assert s.tpot_p50_ms == pytest.approx(r["median_tpot_ms"])
+        assert s.dists["itl"].p[99.0] * 1e3 == pytest.approx(r["p99_itl_ms"])
+        # --save-detailed: Per-req tok/s is specload's definition over the per-request lists
+        want = np.mean(
+            [
+                n / e
+                for n, e, err in zip(r["output_lens"], r["latencies"], r["errors"], strict=True)
+                if not err
+            ]
+        )
+        assert s.per_req_tok_s == pytest.approx(want)
+        assert s.ttft_p50_ms == pytest.approx(r["median_ttft_ms"])  # same numpy median as vLLM's
+    assert run.marked == {"itl_p99", "per_req"}  # no failures: Agg is specload's definition
+
+
+def test_sglang_jsonl_lines_are_levels_and_tpot_is_marked():
+    run = _load("sglang.jsonl")
+    raw = _lines("sglang.jsonl")
+    assert run.tool == "sglang bench_serving"
+    assert [s.concurrency for s in run.levels] == [1, 4]
+    for s, r in zip(run.levels, raw, strict=True):
+        assert s.agg_tok_s == pytest.approx(r["output_throughput"])
+        assert s.ttft_p99_ms == pytest.approx(r["p99_ttft_ms"])
+        assert s.tpot_p50_ms == pytest.approx(r["median_tpot_ms"])
+        assert s.per_req_tok_s is None  # the file has no per-request E2E
+        assert s.output_tokens == r["total_output_tokens"]
+    # the native backend's ITL is per token, as specload's on /generate: not marked
+    assert run.marked == {"tpot_p50", "agg"}
+
+
+def test_guidellm_figures_are_computed_from_its_requests():
+    run = _load("guidellm.json")
+    doc = json.loads((FIX / "guidellm.json").read_text())
+    assert [s.concurrency for s in run.levels] == [
+        b["config"]["strategy"]["streams"] for b in doc["benchmarks"]
+    ]
+    for s, b in zip(run.levels, doc["benchmarks"], strict=True):
+        ok = b["requests"]["successful"]
+        assert s.ok == b["metrics"]["request_totals"]["successful"] == len(ok)
+        wall = max(r["request_end_time"] for r in ok) - min(r["request_start_time"] for r in ok)
+        assert s.agg_tok_s == pytest.approx(sum(r["output_tokens"] for r in ok) / wall)
+        assert s.per_req_tok_s == pytest.approx(
+            np.mean([r["output_tokens"] / r["request_latency"] for r in ok])
+        )
+        # GuideLLM's ITL is specload's TPOT: the same median as its own aggregate
+        itl = b["metrics"]["inter_token_latency_ms"]["successful"]
+        assert s.tpot_p50_ms == pytest.approx(np.median([r["inter_token_latency_ms"] for r in ok]))
+        assert itl["count"] > 0
+    assert run.marked == {"tpot_p50"}
+
+
+def test_genai_bench_folder_is_one_run_of_its_concurrencies():
+    run = _load("genai-bench")
+    assert run.tool == "genai-bench" and run.info.model == "tiny"
+    files = sorted((FIX / "genai-bench").glob("D*.json"))
+    raw = sorted(
+        (json.loads(p.read_text()) for p in files), key=lambda d: d["aggregated_metrics"]["num_concurrency"]
+    )
+    assert [s.concurrency for s in run.levels] == [1, 4]
+    for s, d in zip(run.levels, raw, strict=True):
+        a = d["aggregated_metrics"]
+        assert s.agg_tok_s == pytest.approx(a["mean_output_throughput_tokens_per_s"])
+        reqs = d["individual_request_metrics"]
+        assert s.ttft_p50_ms == pytest.approx(a["stats"]["ttft"]["p50"] * 1e3)
+        assert s.per_req_tok_s == pytest.approx(
+            np.mean([r["num_output_tokens"] / r["e2e_latency"] for r in reqs])
+        )
+    assert run.marked == {"agg", "tpot_p50"}
+
+
+def test_a_specload_run_directory_is_not_foreign(tmp_path):
+    assert load_foreign(FIX / "specload") is None
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    assert load_foreign(tmp_path / "x.json") is None
+
+
+def test_one_table_of_every_tool_with_the_marks(tmp_path):
+    paths = [FIX / n for n in ("specload", "vllm.json", "sglang.jsonl", "guidellm.json", "genai-bench")]
+    result = run_compare(paths, out=tmp_path, plot=False)
+    comp = result.comparison
+    assert [r.label for r in comp.runs] == ["specload", "vllm", "sglang", "guidellm", "genai-bench"]
+    assert comp.levels == [1, 4]
+    cols, rows = table_columns(comp), table_rows(comp)
+    cell = {(row[0], name): row[j] for row in rows for j, name in enumerate(cols)}
+    assert not cell[("1", "Agg tok/s specload")].endswith(MARK)
+    assert cell[("1", "Agg tok/s genai-bench")].endswith(MARK)
+    assert cell[("4", "Δ agg genai-bench")].endswith(MARK)
+    assert cell[("4", "TPOT p50 (ms) guidellm")].endswith(MARK)
+    assert cell[("4", "ITL p99 (ms) vllm")].endswith(MARK)
+    assert not cell[("4", "ITL p99 (ms) sglang")].endswith(MARK)
+    assert cell[("1", "Per-req tok/s sglang")] == "-"  # not in the file: left out, not marked
+    assert not cell[("4", "Agg tok/s vllm")].endswith(MARK)
+    text = (tmp_path / "comparison.md").read_text()
+    assert f"genai-bench: Agg tok/s{MARK} (genai-bench): mean_output_throughput_tokens_per_s" in text
+    assert f"guidellm: TPOT p50{MARK} (guidellm): named ITL by GuideLLM" in text
+    # the figures are the files' own: vLLM's Agg at C=4 as it printed it
+    assert cell[("4", "Agg tok/s vllm")] == f"{_lines('vllm.json')[1]['output_throughput']:.1f}"
+
+
+def test_a_file_of_no_known_tool_is_refused(tmp_path):
+    bad = tmp_path / "other.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(CompareError, match="not a directory"):
+        run_compare([FIX / "specload", bad], out=tmp_path, plot=False)
