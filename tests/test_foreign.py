@@ -137,3 +137,79 @@ def test_a_file_of_no_known_tool_is_refused(tmp_path):
     bad.write_text("[1, 2]")
     with pytest.raises(CompareError, match="not a directory"):
         run_compare([FIX / "specload", bad], out=tmp_path, plot=False)
+
+
+# The keys llm-d-benchmark's v0.2 schema (llmdbenchmark/analysis/benchmark_report/schema_v0_2.py,
+# every model extra="forbid") allows where specload writes; checked against it by hand with pydantic.
+_V02_KEYS = {
+    "": {"version", "run", "scenario", "results"},
+    "run": {"uid", "eid", "cid", "time", "user"},
+    "load.standardized": {
+        "tool",
+        "tool_version",
+        "source",
+        "stage",
+        "input_seq_len",
+        "output_seq_len",
+        "prefix",
+        "multi_turn",
+        "rate_qps",
+        "concurrency",
+    },
+    "aggregate": {"requests", "latency", "throughput"},
+    "latency": {
+        "time_to_first_token",
+        "normalized_time_per_output_token",
+        "time_per_output_token",
+        "inter_token_latency",
+        "request_latency",
+    },
+    "throughput": {"input_token_rate", "output_token_rate", "total_token_rate", "request_rate"},
+    "statistics": {
+        "units",
+        "mean",
+        "mode",
+        "stddev",
+        "min",
+        "p0p1",
+        "p1",
+        "p5",
+        "p10",
+        "p25",
+        "p50",
+        "p75",
+        "p90",
+        "p95",
+        "p99",
+        "p99p9",
+        "max",
+    },
+}
+
+
+def test_llmd_reports_one_per_level_with_specload_figures(tmp_path):
+    from specload.analysis.run import load_run
+    from specload.present.llmd import main, reports
+
+    run = load_run(FIX / "specload")
+    docs = reports(run)
+    assert [label for label, _ in docs] == [s.label for s in run.levels] == ["c001", "c004"]
+    for (_, doc), s in zip(docs, run.levels, strict=True):
+        assert set(doc) <= _V02_KEYS[""] and doc["version"] == "0.2"
+        assert set(doc["run"]) <= _V02_KEYS["run"]
+        load = doc["scenario"]["load"]["standardized"]
+        assert set(load) <= _V02_KEYS["load.standardized"]
+        assert load["concurrency"] == s.concurrency and load["output_seq_len"]["value"] == 32
+        agg = doc["results"]["request_performance"]["aggregate"]
+        assert set(agg) <= _V02_KEYS["aggregate"]
+        assert (
+            set(agg["latency"]) <= _V02_KEYS["latency"] and set(agg["throughput"]) <= _V02_KEYS["throughput"]
+        )
+        for stats in [*agg["latency"].values(), *agg["throughput"].values()]:
+            assert set(stats) <= _V02_KEYS["statistics"] and "mean" in stats
+        assert agg["throughput"]["output_token_rate"] == {"units": "tokens/s", "mean": s.agg_tok_s}
+        assert agg["latency"]["time_to_first_token"]["p50"] == s.dists["ttft"].p[50.0]
+        assert agg["latency"]["time_per_output_token"]["units"] == "s/token"
+        assert agg["requests"]["total"] == s.sent
+    assert main([str(FIX / "specload"), "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "llmd-c004.json").read_text()) == docs[1][1]
