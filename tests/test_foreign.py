@@ -213,3 +213,17 @@ def test_llmd_reports_one_per_level_with_specload_figures(tmp_path):
         assert agg["requests"]["total"] == s.sent
     assert main([str(FIX / "specload"), "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "llmd-c004.json").read_text()) == docs[1][1]
+
+
+def test_a_genai_bench_folder_of_several_scenarios_is_refused(tmp_path):
+    folder = tmp_path / "genai"
+    folder.mkdir()
+    for p in (FIX / "genai-bench").glob("*.json"):
+        (folder / p.name).write_text(p.read_text())
+    other = json.loads(
+        (FIX / "genai-bench" / "D64_32_text-to-text_num_concurrency_4_time_2s.json").read_text()
+    )
+    other["aggregated_metrics"]["scenario"] = "D(128,32)"
+    (folder / "D128_32_text-to-text_num_concurrency_4_time_2s.json").write_text(json.dumps(other))
+    with pytest.raises(CompareError, match="several traffic scenarios"):
+        run_compare([FIX / "specload", folder], out=tmp_path / "out", plot=False)

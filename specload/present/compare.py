@@ -484,7 +484,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="specload compare",
         description="Side-by-side table of two or more run directories; the first one is the baseline.",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results/<label>-<timestamp>/ directories")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="results/<label>-<timestamp>/ directories, or other tools' results: vllm bench serve JSON, "
+        "SGLang bench_serving JSONL, GuideLLM JSON, a genai-bench experiment folder (docs/metrics.md)",
+    )
     p.add_argument("--format", default="github", help=format_help())
     g = p.add_mutually_exclusive_group()
     g.add_argument("--plot", metavar="PATH", help=f"write the plot here (default: OUT/{COMPARISON_PNG})")

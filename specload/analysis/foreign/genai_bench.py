@@ -102,6 +102,9 @@ MARKS = (
 
 def read(folder: Path) -> tuple[list[ForeignLevel], list[Mark], dict[str, str | None]]:
     runs = [msgspec.json.decode(p.read_bytes(), type=GenaiRun) for p in run_files(folder)]
+    scenarios = sorted({r.aggregated_metrics.scenario or "" for r in runs})
+    if len(scenarios) > 1:  # levels of different workloads are no sweep: not repeats of each other
+        raise ValueError(f"{folder}: runs of several traffic scenarios ({', '.join(scenarios)}); compare one")
     meta = msgspec.json.decode((folder / METADATA).read_bytes(), type=GenaiMeta)
     levels = sorted((_level(r) for r in runs), key=lambda f: f.concurrency)
     return levels, list(MARKS), {"model": meta.api_model_name, "backend": meta.api_backend}
