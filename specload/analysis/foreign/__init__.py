@@ -81,7 +81,10 @@ def load_foreign(path: str | Path, label: str | None = None) -> ForeignRun | Non
         raise ForeignError(f"{p}: a {tool} result without any level")
     name = label or (p.name if p.is_dir() else p.stem)
     info = RunMeta(label=name, model=meta.get("model"), backend=meta.get("backend"), status=RUN_COMPLETED)
-    notices = [f"read from a {tool} result ({p.name}); marked figures ({MARK}) are defined otherwise:"]
+    notices = [
+        f"read from a {tool} result ({p.name}): of one server measured by two tools, the changes are the "
+        f"tools' differences; figures marked {MARK} are defined otherwise:"
+    ]
     notices += mark_notes(tool, marks)
     return ForeignRun(
         run_dir=p,
