@@ -29,6 +29,7 @@ from specload.analysis.comparison import (
     build_comparison,
     drifted,
 )
+from specload.analysis.foreign import ForeignError, ForeignRun, load_foreign, mark_cells
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
@@ -173,7 +174,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
             row += [fmt_num(None if (g := good_share(f)) is None else g * 100, 0) for f in figs]
             row += [fmt_num(goodput_tok_s(f), 1) for f in figs]
         rows.append(row)
-    return rows
+    return mark_cells(_columns(comp), [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
 
 
 def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
@@ -469,11 +470,20 @@ def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotA
 def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
     """The runs, read one after the other (each run's columns are dropped once its figures are made)."""
     runs: list[Run] = []
-    for d in run_dirs:
-        if not Path(d).is_dir():
-            raise CompareError(f"{d}: not a directory (expected a specload run directory)")
+    try:  # other tools' results (specload.analysis.foreign), read as they are
+        foreign: dict[int, ForeignRun | None] = {i: load_foreign(d) for i, d in enumerate(run_dirs)}
+    except (ForeignError, ValueError) as e:
+        raise CompareError(str(e)) from None
+    for i, d in enumerate(run_dirs):
+        if not Path(d).is_dir() and foreign[i] is None:
+            raise CompareError(
+                f"{d}: not a directory (expected a specload run directory or another tool's result)"
+            )
     chosen = slo if slo is not None else _one_slo(run_dirs)
-    for d in run_dirs:
+    for i, d in enumerate(run_dirs):
+        if (f := foreign[i]) is not None:
+            runs.append(f)
+            continue
         run = _load_or_error(d, chosen, processes)
         if isinstance(run, NotARunDir):
             raise CompareError(str(run)) from None
@@ -576,7 +586,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="specload compare",
         description="Side-by-side table of two or more run directories; the first one is the baseline.",
     )
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="results/<label>-<timestamp>/ directories")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="results/<label>-<timestamp>/ directories, or other tools' results: vllm bench serve JSON, "
+        "SGLang bench_serving JSONL, GuideLLM JSON, a genai-bench experiment folder (docs/metrics.md)",
+    )
     p.add_argument("--format", default="github", help=format_help())
     g = p.add_mutually_exclusive_group()
     g.add_argument("--plot", metavar="PATH", help=f"write the plot here (default: OUT/{COMPARISON_PNG})")
