@@ -105,7 +105,8 @@ class Procs:
         kw.setdefault("cwd", str(REPO))
         kw.setdefault("stdout", log)
         kw.setdefault("stderr", subprocess.STDOUT)
-        kw.setdefault("preexec_fn", die_with_parent)
+        if threading.current_thread() is threading.main_thread():  # (the kernel's signal follows the thread)
+            kw.setdefault("preexec_fn", die_with_parent)
         proc = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
         self.procs.append(proc)
         self.logs[proc.pid] = log

@@ -47,11 +47,17 @@ class SimProcess:
         stop_process(self.proc, timeout)
 
 
-def _own_group_dying_with_parent() -> None:  # in the child, between fork and exec
+def _own_group() -> None:  # in the child, between fork and exec
     """Its own process group, so that a terminal's Ctrl-C reaches the one who started it (who
-    stops it last: a demo's interrupted level must not read like a server crash), and a SIGTERM
-    from the kernel when that one dies, even by SIGKILL, so that no simulator is left behind."""
+    stops it last: a demo's interrupted level must not read like a server crash)."""
     os.setpgid(0, 0)
+
+
+def _own_group_dying_with_parent() -> None:  # in the child, between fork and exec
+    """``_own_group``, and a SIGTERM from the kernel when the starter dies, even by SIGKILL, so
+    that no simulator is left behind. Only from the main thread: the kernel sends it when the
+    *thread* that forked exits, and a pool's thread exits long before its process."""
+    _own_group()
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -68,7 +74,11 @@ def start_sim(
         stderr=subprocess.STDOUT,
         text=True,
         env=None if env is None else dict(env),
-        preexec_fn=_own_group_dying_with_parent,
+        preexec_fn=(
+            _own_group_dying_with_parent
+            if threading.current_thread() is threading.main_thread()
+            else _own_group
+        ),
     )
     found: list[str] = []
     seen: list[str] = []
