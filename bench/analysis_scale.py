@@ -132,6 +132,15 @@ def _record(
         "conversation": None,
         "prefix_group": None,
         "cached_tokens": None,
+        "spec_drafted": None,
+        "spec_accepted": None,
+        "spec_hist": None,
+        "spec_along": None,
+        "spec_source": None,
+        "category": None,
+        "t_first_answer": None,
+        "reasoning_tokens": None,
+        "reasoning_tokens_source": None,
         "v": SCHEMA_VERSION,
     }
 

@@ -98,11 +98,11 @@ class Rec(msgspec.Struct):
     spec_hist: list[int] | None = None
     spec_along: list[list[int]] | None = None
     spec_source: str | None = None
-    v: int = 1
     category: str | None = None
     t_first_answer: float | None = None
     reasoning_tokens: int | None = None
     reasoning_tokens_source: str | None = None
+    v: int = 1
 
 
 assert set(Rec.__struct_fields__) == {f for f in RequestRecord.__dataclass_fields__}, (

@@ -132,8 +132,6 @@ class RequestRecord:
     spec_hist: list[int] | None = None
     spec_along: list[list[int]] | None = None
     spec_source: str | None = None
-    # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
-    v: int = 3
     # A categorised dataset's row category (specload.workload.datasets; SPEED-Bench's ``category``),
     # None for any other prompt.
     category: str | None = None
@@ -144,6 +142,8 @@ class RequestRecord:
     t_first_answer: float | None = None
     reasoning_tokens: int | None = None
     reasoning_tokens_source: str | None = None
+    # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
+    v: int = 3
 
     def to_dict(self) -> dict[str, Any]:
         """Every field by name, in order: what ``dataclasses.asdict`` gives, without its recursive
