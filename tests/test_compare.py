@@ -76,7 +76,7 @@ SINGLE_RUNS = (
 REF_SENTENCE = (
     "mtp vs baseline: at C=1, 4, 16, 32, 64, 128 each side is a single run, so these changes are no finding "
     "yet: aggregate tok/s +12% (C=1), +40% (C=4), +39% (C=16), +11% (C=32), -32% (C=64), -42% (C=128); its "
-    "sign changes between C=32 and C=64; per-request tok/s +12% (C=1), +48% (C=4), +41% (C=16), +38% (C=32), "
+    "sign changes between C=32 and C=64 (near C≈38); per-request tok/s +12% (C=1), +48% (C=4), +41% (C=16), +38% (C=32), "
     "+64% (C=64), +57% (C=128); TPOT p50 -11% (C=1), -33% (C=4), -29% (C=16), -28% (C=32), -39% (C=64), "
     f"-37% (C=128). {SINGLE_RUNS} At C>=64 the server queued requests: its max_running_requests is 48."
 )

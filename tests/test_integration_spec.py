@@ -119,9 +119,8 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
         timeout=120,
     )
     assert cmp.returncode == 0, cmp.stderr
-    assert "raises aggregate tok/s up to C=32" in cmp.stdout, (
-        cmp.stdout and "lowers it from C=64" in cmp.stdout
-    )
-    assert "between C=32 and C=64" in cmp.stdout
+    # one run of each: the crossover is told as the measured sign change, not as a finding
+    assert "each side is a single run" in cmp.stdout, cmp.stdout
+    assert "its sign changes between C=32 and C=64 (near C≈" in cmp.stdout, cmp.stdout
     assert "max_running_requests is 48" in cmp.stdout
     assert (tmp_path / "cmp" / "comparison.md").exists()

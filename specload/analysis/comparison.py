@@ -482,10 +482,10 @@ def single_run_part(
         if not pts:
             continue
         text = f"{name} {_quote(pts, axis)}"
-        flips = [(a, b) for (a, ya), (b, yb) in zip(pts, pts[1:], strict=False) if (ya > 0) != (yb > 0)]
+        flips = crossover([c for c, _ in pts], [y for _, y in pts])
         if flips:
             text += "; its sign changes between " + " and between ".join(
-                f"{axis.at(a)} and {axis.at(b)}" for a, b in flips
+                f"{axis.at(x.low)} and {axis.at(x.high)} (near {axis.near(x.at)})" for x in flips
             )
         parts.append(text)
     tpot = [(levels[i], y) for i in single if (y := tp[i]) is not None]
