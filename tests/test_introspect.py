@@ -35,3 +35,27 @@ def test_max_running() -> None:
     assert max_running({"max_running_requests": 64, "max_running_requests_effective": 48}) == 48
     assert max_running({"max_running_requests": 64, "max_running_requests_effective": "48"}) == 64
     assert max_running({"max_running_requests": True}) is None and max_running({}) is None
+
+
+def test_secrets_are_scrubbed_and_token_counts_and_costs_are_not() -> None:
+    from specload.client.introspect import REDACTED, scrub_secrets
+
+    info = {
+        "api_key": "sk-1",
+        "admin_api_key": None,
+        "hf_token": "hf_x",
+        "nested": [{"ssl_keyfile_password": "pw", "note": "uses sk-1 here"}],
+        "max_tokens": 64,
+        "num_speculative_tokens": 3,
+        "verify_us_per_token": 40.0,
+        "itl_us_per_token": 12.5,
+        "eos_token_id": 2,
+        "bos_token": "<s>",
+        "tokenizer": "llama",
+    }
+    out = scrub_secrets(info, "sk-1")
+    assert out["api_key"] == out["hf_token"] == out["nested"][0]["ssl_keyfile_password"] == REDACTED
+    assert out["nested"][0]["note"] == f"uses {REDACTED} here" and out["admin_api_key"] is None
+    for name in ("max_tokens", "num_speculative_tokens", "verify_us_per_token", "itl_us_per_token"):
+        assert out[name] == info[name], name
+    assert (out["eos_token_id"], out["bos_token"], out["tokenizer"]) == (2, "<s>", "llama")

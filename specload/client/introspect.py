@@ -232,7 +232,10 @@ def llamacpp_props(body: Any) -> dict[str, Any]:
 
 
 _SECRET_NAME = re.compile(r"key|secret|passw|token|credential|auth", re.IGNORECASE)
-_NOT_SECRET = re.compile(r"tokens|tokenizer|_len$|_size$", re.IGNORECASE)  # token counts are no secrets
+_NOT_SECRET = re.compile(  # token counts, rates and tokenizer settings are no secrets
+    r"tokens|tokenizer|_len$|_size$|per_token|_token_ids?$|^(bos|eos|pad|unk|sep|cls|mask)_token",
+    re.IGNORECASE,
+)
 REDACTED = "<redacted>"
 
 
