@@ -142,6 +142,10 @@ class TicketDesk:
         del held[key]
         return True
 
+    def held(self) -> int:
+        """Tickets granted and not back (nor written off): requests whose records may still come."""
+        return sum(len(t) for t in self.outstanding.values())
+
     def ignore(self, node: str, what: str) -> None:
         """A message from ``node`` that counts for nothing: counted, and logged the first few times."""
         self.rejected += 1
@@ -168,7 +172,8 @@ class TicketDesk:
     # lost workers -----------------------------------------------------------------------------
     def lost(self, alive: set[str]) -> list[str]:
         """The processes holding tickets that are no longer alive, not written off before."""
-        gone = [node for node in self.outstanding if node not in alive and node not in self._lost]
+        # (One that left holding none, its records all in, lost nothing: a worker that was stopped.)
+        gone = [n for n, held in self.outstanding.items() if n not in alive and n not in self._lost and held]
         self._lost.update(gone)
         return gone
 
