@@ -236,15 +236,19 @@ class SweepOwner:
 
     def drain(self, grace: float | None = None) -> None:
         """Wait until every ticket out is back as a record or written off with its lost worker:
-        the requests in flight get the grace period, then the workers cut them (each cut request
-        still ships its record, as interrupted) and get a few seconds more to ship them."""
+        the requests in flight get the grace period, then the users (a master: its workers') cut
+        them (each cut request still ships its record, as interrupted), with a few seconds more
+        to ship them. Before the run directory is closed, so run.json and report.md count them."""
         grace = grace if grace is not None else float(self.env.stop_timeout or 0.0)
         t_end = time.monotonic() + grace
         cut = False
         while (left := self.desk.held()) > 0:
             self._check_workers()
             if not cut and (self.cut_now or time.monotonic() >= t_end):
-                self.env.runner.send_message(MSG_CUT)
+                if isinstance(self.env.runner, MasterRunner):
+                    self.env.runner.send_message(MSG_CUT)
+                else:
+                    self.env.runner.user_greenlets.kill(block=False)
                 cut, t_end = True, time.monotonic() + _CUT_WAIT_S
             elif cut and time.monotonic() >= t_end:
                 logger.error("%d request(s) in flight sent no record after the grace period", left)

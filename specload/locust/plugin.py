@@ -71,11 +71,10 @@ def on_init(environment: Any, **_: Any) -> None:
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
-        if opts is not None and opts.headless:
-            _install_stop_signals(environment)
-            if str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
-                # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
-                logging.getLogger("locust.runners").setLevel(logging.WARNING)
+        _install_stop_signals(environment)  # (the web UI too: no traceback, no SIG_IGN inherited)
+        if opts is not None and opts.headless and str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
+            # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
+            logging.getLogger("locust.runners").setLevel(logging.WARNING)
         if environment.web_ui is not None:
             from specload.locust.websafety import protect_web_ui
             from specload.locust.webui import extend_web_ui
@@ -122,8 +121,12 @@ def _install_stop_signals(environment: Any) -> None:
                 sig.name,
                 environment.stop_timeout,
             )
-            if master and owner.active:
+            opts = environment.parsed_options
+            headless = opts is not None and opts.headless
+            if master and owner.active and headless:
                 owner.interrupt()  # the shape drains the workers' tickets, then Locust quits
+            elif sig == signal.SIGTERM and not headless:
+                pass  # a web UI: Locust's own SIGTERM handler shuts down (on_quitting drains first)
             else:
                 # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
                 gevent.get_hub().parent.throw(KeyboardInterrupt)
@@ -219,7 +222,10 @@ def on_quitting(environment: Any, **_: Any) -> None:
     if not _owns_sweep(environment):
         return
     owner = sweep_owner(environment)
+    owner.stopping = True  # the shape starts no new run while this process quits
     owner.finish()
+    if owner.run_dir is not None and not owner.closed:
+        owner.drain()  # the requests in flight (a web UI stopped by a signal): counted before closing
     if owner.run_dir is None:
         if owner.failure is not None:
             environment.process_exit_code = 2
