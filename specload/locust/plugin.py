@@ -8,7 +8,9 @@ checks which kind of process it is in (local, master, worker) and does only that
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -18,6 +20,7 @@ from gevent.event import Event
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
 from specload.locust.clientload import LoadProbe, user_side_where
 from specload.locust.clockprobe import register_clock_answer
 from specload.locust.options import add_arguments
@@ -60,6 +63,8 @@ def on_init(environment: Any, **_: Any) -> None:
     if isinstance(runner, WorkerRunner):
         register_clock_answer(runner)
         _install_worker_stop_signals(environment)
+        if why := token_problem(master_token()):
+            logger.error("this worker's ticket requests will be refused: %s", why)
     if _owns_sweep(environment):
         sweep_owner(environment).register()
         if isinstance(runner, LocalRunner):
@@ -237,6 +242,16 @@ def on_quitting(environment: Any, **_: Any) -> None:
     owner.close_run(print_report=show)  # nothing to do when a web UI run was completed already
     owner.wait_report()  # before quitting: whoever reads the run next finds report.md
 
+
+def _token_for_own_processes() -> None:
+    """Plain ``locust -f ... --processes N`` (not through ``specload sweep``, which makes one): a
+    master token for this run, in the environment its forked worker processes inherit. Locust
+    imports the locustfile before it forks them, so this is early enough."""
+    if master_token() is None and any(a == "--processes" or a.startswith("--processes=") for a in sys.argv):
+        os.environ[MASTER_TOKEN_ENV] = new_master_token()
+
+
+_token_for_own_processes()
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).
 events.init_command_line_parser.add_listener(on_parser)

@@ -172,17 +172,19 @@ class TicketDesk:
     # lost workers -----------------------------------------------------------------------------
     def lost(self, alive: set[str]) -> list[str]:
         """The processes holding tickets that are no longer alive, not written off before."""
-        # (One that left holding none, its records all in, lost nothing: a worker that was stopped.)
-        gone = [n for n, held in self.outstanding.items() if n not in alive and n not in self._lost and held]
+        gone = [node for node in self.outstanding if node not in alive and node not in self._lost]
         self._lost.update(gone)
         return gone
 
     def write_off(self, node: str) -> dict[tuple[int, str], int]:
         """Forget a lost worker's tickets: how many there were per (level, phase)."""
         tickets = self.outstanding[node]
-        logger.error(
-            "worker %s was lost with %d request(s) in flight; they are written off", node, len(tickets)
-        )
+        if tickets:
+            logger.error(
+                "worker %s was lost with %d request(s) in flight; they are written off", node, len(tickets)
+            )
+        else:  # (its records all in: a worker that was stopped, or died between two requests)
+            logger.warning("worker %s left with no request in flight", node)
         by_kind: dict[tuple[int, str], int] = {}
         for level, phase, _seq in tickets:
             by_kind[(level, phase)] = by_kind.get((level, phase), 0) + 1
