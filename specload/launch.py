@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specload.analysis.capacity import KIND_CONCURRENCY, SearchSpace
-from specload.client.http import check_host
+from specload.client.http import check_host, redact_host
 from specload.core.resources import locustfile_path
 from specload.core.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
@@ -114,6 +114,15 @@ def locust_env(s: SweepSettings, host: str, extra: dict[str, str] | None = None)
     """The Locust child's environment: ours, with what argv would show to every user of the machine
     (``ps``): the host URL, which may hold a user:password, and, for ``--processes``, a master token
     made for this run that only its own processes inherit (specload.locust.channel)."""
+    if redact_host(host) != host:
+        # Nothing in specload sends a URL's user:password (no HTTP basic auth), and Locust hands its
+        # host to every worker: the password would only travel.
+        print(
+            "specload: the user:password in --host is not sent to the server and is dropped; "
+            "a bearer key goes in SPECLOAD_API_KEY",
+            file=sys.stderr,
+        )
+        host = redact_host(host)
     env = {**os.environ, "LOCUST_HOST": host, **(extra or {})}
     if s.processes is not None:
         env[MASTER_TOKEN_ENV] = new_master_token()

@@ -664,12 +664,12 @@ def lost_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LostWorker
                 "--read-timeout",
                 "30",
             ),
-            env=_clean_env(),
+            env=_clean_env(SPECLOAD_MASTER_TOKEN="t" * 40),  # the master channel's shared token
         )
         workers = [
             procs.popen(
                 locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)),
-                env=_clean_env(),
+                env=_clean_env(SPECLOAD_MASTER_TOKEN="t" * 40),  # the master channel's shared token
             )
             for _ in range(2)
         ]

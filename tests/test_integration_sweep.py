@@ -146,6 +146,7 @@ def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
     port = free_port()
     run_dir = tmp_path / "run"
     prefix = str(run_dir / "locust")
+    token = {**os.environ, "SPECLOAD_MASTER_TOKEN": "t" * 40}  # the master channel's shared token
     master = procs.popen(
         locust_cmd(
             "--master",
@@ -172,10 +173,13 @@ def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
             str(OUT),
             "--read-timeout",
             "30",
-        )
+        ),
+        env=token,
     )
     for _ in range(2):
-        procs.popen(locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)))
+        procs.popen(
+            locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", str(port)), env=token
+        )
     code = master.wait(timeout=180)
     assert code == 0, procs.log(master)[-4000:]
     run = load_run(run_dir)

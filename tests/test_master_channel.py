@@ -83,11 +83,14 @@ def test_a_process_without_the_token_gets_no_ticket_from_a_processes_master(
     port = _master_port(parent.pid)
     forger = procs.popen(
         [sys.executable, str(FORGER), "127.0.0.1", str(port), mode, join, "8"],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "FORGER_WATCH": "hunter2pw"},
     )
     assert forger.wait(timeout=60) == 0, procs.log(forger)
     assert parent.wait(timeout=120) == 0, procs.log(parent)[-3000:]
     assert "granted 0" in procs.log(forger), procs.log(forger)
+    if join == "join":  # H5: a process that joined hears the run config, without the password
+        heard = re.search(r"heard (\d+) state messages, secret (\w+)", procs.log(forger))
+        assert heard and int(heard.group(1)) > 0 and heard.group(2) == "no", procs.log(forger)
     log = procs.log(parent)
     assert re.search(
         r"ignored a ticket request (from a process that is not a worker|without a valid proof)", log

@@ -62,6 +62,24 @@ def test_foreign_origin(source: str | None, foreign: str | None) -> None:
     assert foreign_origin(source, "127.0.0.1:8089") == foreign
 
 
+@pytest.mark.parametrize(
+    ("host", "ok"),
+    [
+        ("127.0.0.1:8089", True),
+        ("[::1]:8089", True),
+        ("localhost:8089", True),
+        ("10.0.0.5", True),
+        ("evil.example:8089", False),
+        ("127.0.0.1.evil.example:8089", False),
+        ("ui.corp.example", True),  # allowed
+    ],
+)
+def test_the_host_must_name_the_web_ui(host: str, ok: bool) -> None:
+    from specload.locust.websafety import allowed_sites, host_allowed
+
+    assert host_allowed(host, allowed_sites("https://ui.corp.example")) is ok
+
+
 def test_default_ports_and_allowed_origins() -> None:
     assert foreign_origin("https://ui.example", "ui.example:443") is None
     assert foreign_origin("http://UI.example", "ui.example") is None
@@ -444,6 +462,14 @@ def test_no_web_auth_is_loud_and_still_refuses_cross_site_posts(tmp_path: Path) 
             "spawn_rate": "1",
         }
         assert b.post("/swarm", form, origin=EVIL).status == 403
+        # DNS rebinding: the attacker's name resolves to the UI's address, so its page's Origin and
+        # the Host its requests carry agree; only that name gives it away (review ab9c161, M9).
+        port = base.rsplit(":", 1)[1]
+        rebound = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+        assert b.call("/swarm", {**form, "send_key_to_new_host": "true"}, **rebound).status == 403
+        assert b.call("/specload/runs", Host=f"evil.example:{port}").status == 403
+        # No cross-origin reads: Locust's CORS headers are gone.
+        assert "Access-Control-Allow-Origin" not in b.call("/specload/runs", Origin=EVIL).headers
         time.sleep(1.0)
         assert _prompt_tokens(home) == 0
     finally:

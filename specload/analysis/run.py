@@ -30,6 +30,7 @@ from specload.analysis.capacity import (
 )
 from specload.analysis.columns import GroupKey, LevelColumns, read_columns
 from specload.analysis.metrics import LevelStats, ServerSample, summarize_rows, summary_rows
+from specload.analysis.reconcile import reconcile
 from specload.core.records import RequestRecord, read_records
 from specload.core.rundir import (
     LOCUST_CSV,
@@ -205,6 +206,7 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes
     levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
     del groups  # the columns: what stays of a run is its figures
     notices += slo_notes
+    notices += reconcile(info.levels, levels)
     return Run(
         d, meta, levels, crosscheck(d, levels), notices, samples, info, chosen, _read_capacity(d, notices)
     )

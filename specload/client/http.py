@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import ssl
 import sys
@@ -205,8 +206,23 @@ _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 # what went wrong, in words -----------------------------------------------------------------------
 
 
+_BEARER = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+")
+
+
+def redact_key(text: str) -> str:
+    """``text`` without the API key in use or any bearer token: a server may echo the request's
+    Authorization header in an error, and every reason goes to records, run.json, report and log."""
+    key = api_key()
+    if key and len(key) >= 4:
+        text = text.replace(key, "<redacted>")
+    return _BEARER.sub(r"\1 <redacted>", text)
+
+
 def server_message(status: int, raw: bytes) -> str:
-    """The human part of an HTTP error body (OpenAI/vLLM/SGLang error JSON, or plain text)."""
+    """The human part of an HTTP error body (OpenAI/vLLM/SGLang error JSON, or plain text), with
+    any key it echoes redacted (before it is shortened: a cut key would escape the redaction)."""
+    if raw:
+        raw = redact_key(raw.decode("utf-8", "replace")).encode()
     try:
         obj = orjson.loads(raw)
         if isinstance(obj, dict):

@@ -25,7 +25,7 @@ from geventhttpclient import HTTPClient
 from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 
 from specload.client.backends import Backend, MalformedEvent, StreamParser
-from specload.client.http import StreamResponse, describe_connect_error, post, server_message
+from specload.client.http import StreamResponse, describe_connect_error, post, redact_key, server_message
 from specload.core.histogram import FLOOR_S, RATIO, to_pairs
 from specload.core.records import (
     FAILED,
@@ -171,7 +171,7 @@ class _Exchange:
                         self.reason = f"the server sent more than the {asked} tokens asked for"
                         return True
                 elif self.parser.error is not None:
-                    self.reason = f"server error in stream after {self.tokens_seen} tokens: {shorten(self.parser.error)}"
+                    self.reason = f"server error in stream after {self.tokens_seen} tokens: {shorten(redact_key(self.parser.error))}"
                     return True
         except MalformedEvent:
             self.line = line

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any
 
+import gevent
 from locust.runners import STATE_MISSING, MasterRunner
 
 from specload.analysis.clientcheck import ACTIVE_PHASES, MASTER, ClientFigures
@@ -30,6 +31,7 @@ from specload.locust.levelcontrol import LevelControl
 from specload.locust.progressbar import ProgressBar, start_progress
 from specload.locust.protocol import (
     MSG_CLIENT_LOAD,
+    MSG_CUT,
     MSG_RECORD,
     MSG_STATE,
     MSG_TICKET_REQ,
@@ -57,6 +59,7 @@ __all__ = ["CannotStart", "ResolvedRun", "SweepOwner", "sweep_owner"]
 logger = logging.getLogger("specload")
 
 _ATTR = "specload_owner"
+_CUT_WAIT_S = 5.0  # after the workers were told to cut their requests: time for the last records
 
 
 class SweepOwner:
@@ -79,6 +82,8 @@ class SweepOwner:
         self.desk = TicketDesk(environment, self._running, self.broadcast)
         self.watch = ClientWatch(environment, self._on_clock, lambda: self.levels.ctrl, self._report)
         self.token = master_token()  # what a master's workers prove they know (specload.locust.channel)
+        self.stopping = False  # a master told to stop: drain() runs, then Locust quits
+        self.cut_now = False  # a second stop signal: the workers cut their requests now
 
     # what the rest of the glue reads -------------------------------------------------------------
     @property
@@ -221,6 +226,34 @@ class SweepOwner:
             f" ({meta.reason})" if meta.reason else "",
             self.recorder.run_dir,
         )
+
+    def interrupt(self) -> None:
+        """A master's first stop signal: no more tickets (run.json says interrupted), the users
+        told so at once; the shape then waits in ``drain`` for the tickets already out."""
+        self.stopping = True
+        self.finish(RUN_INTERRUPTED)
+        self.broadcast()
+
+    def drain(self, grace: float | None = None) -> None:
+        """Wait until every ticket out is back as a record or written off with its lost worker:
+        the requests in flight get the grace period, then the users (a master: its workers') cut
+        them (each cut request still ships its record, as interrupted), with a few seconds more
+        to ship them. Before the run directory is closed, so run.json and report.md count them."""
+        grace = grace if grace is not None else float(self.env.stop_timeout or 0.0)
+        t_end = time.monotonic() + grace
+        cut = False
+        while (left := self.desk.held()) > 0:
+            self._check_workers()
+            if not cut and (self.cut_now or time.monotonic() >= t_end):
+                if isinstance(self.env.runner, MasterRunner):
+                    self.env.runner.send_message(MSG_CUT)
+                else:
+                    self.env.runner.user_greenlets.kill(block=False)
+                cut, t_end = True, time.monotonic() + _CUT_WAIT_S
+            elif cut and time.monotonic() >= t_end:
+                logger.error("%d request(s) in flight sent no record after the grace period", left)
+                break
+            gevent.sleep(0.1)
 
     def close_run(self, print_report: bool = False) -> ReportJob | None:
         """Complete this run's directory once it has ended (idempotent): run.json with the final

@@ -8,19 +8,24 @@ checks which kind of process it is in (local, master, worker) and does only that
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
+import time
 from typing import Any
 
 import gevent
 import locust.runners
+from gevent.event import Event
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
+from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
 from specload.locust.clientload import LoadProbe, user_side_where
 from specload.locust.clockprobe import register_clock_answer
 from specload.locust.options import add_arguments
 from specload.locust.owner import sweep_owner
-from specload.locust.protocol import MSG_CLIENT_LOAD
+from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT
 from specload.locust.user import register_user_side, user_side
 
 logger = logging.getLogger("specload")
@@ -57,6 +62,9 @@ def on_init(environment: Any, **_: Any) -> None:
     _start_load_probe(environment)
     if isinstance(runner, WorkerRunner):
         register_clock_answer(runner)
+        _install_worker_stop_signals(environment)
+        if why := token_problem(master_token()):
+            logger.error("this worker's ticket requests will be refused: %s", why)
     if _owns_sweep(environment):
         sweep_owner(environment).register()
         if isinstance(runner, LocalRunner):
@@ -68,11 +76,10 @@ def on_init(environment: Any, **_: Any) -> None:
         if not environment.stop_timeout:
             environment.stop_timeout = DEFAULT_GRACE_S
         opts = environment.parsed_options
-        if opts is not None and opts.headless:
-            _install_stop_signals(environment)
-            if str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
-                # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
-                logging.getLogger("locust.runners").setLevel(logging.WARNING)
+        _install_stop_signals(environment)  # (the web UI too: no traceback, no SIG_IGN inherited)
+        if opts is not None and opts.headless and str(getattr(opts, "loglevel", "INFO")).upper() == "INFO":
+            # specload's own lines say what a sweep does; Locust's ramp messages repeat it per level.
+            logging.getLogger("locust.runners").setLevel(logging.WARNING)
         if environment.web_ui is not None:
             from specload.locust.websafety import protect_web_ui
             from specload.locust.webui import extend_web_ui
@@ -102,24 +109,99 @@ def _install_stop_signals(environment: Any) -> None:
     A second SIGINT or SIGTERM cuts the grace period short, never the final write: the requests in
     flight are stopped now and each still leaves its (interrupted) record, and run.json is closed
     as usual. (Left to Locust, a second Ctrl-C escapes its shutdown and nothing is written.)
+
+    A master grants no more tickets and waits for the ones out (``SweepOwner.drain``) before it
+    quits: left to Locust, it would tell its workers to quit at once, and the records of every
+    request in flight would be lost with them.
     """
     signals_seen: list[int] = []
+    owner = sweep_owner(environment)
 
     def on_signal(sig: signal.Signals) -> None:
         signals_seen.append(sig)
+        master = isinstance(environment.runner, MasterRunner)
         if len(signals_seen) == 1:
             logger.warning(
                 "%s: stopping; in-flight requests get up to %g s (again to cut them now)",
                 sig.name,
                 environment.stop_timeout,
             )
-            # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
-            gevent.get_hub().parent.throw(KeyboardInterrupt)
+            opts = environment.parsed_options
+            headless = opts is not None and opts.headless
+            if master and owner.active and headless:
+                owner.interrupt()  # the shape drains the workers' tickets, then Locust quits
+            elif sig == signal.SIGTERM and not headless:
+                pass  # a web UI: Locust's own SIGTERM handler shuts down (on_quitting drains first)
+            else:
+                # Raise Ctrl-C's KeyboardInterrupt in the main greenlet, where Locust handles it.
+                gevent.get_hub().parent.throw(KeyboardInterrupt)
         elif environment.runner is not None:
             logger.warning(
                 "%s again: in-flight requests are stopped now and recorded as interrupted", sig.name
             )
+            if master:
+                owner.cut_now = True
             environment.runner.user_greenlets.kill(block=False)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(sig, on_signal, sig)
+
+
+def _install_worker_stop_signals(environment: Any) -> None:
+    """A worker told to stop (SIGTERM, Ctrl-C, or its master's quit) asks for no more tickets, lets
+    its requests in flight finish within the grace period (or cuts them, each still recorded as
+    interrupted), and ships their records before it tells the master it quits. A second signal
+    cuts them now; so does the master's MSG_CUT (its own second signal, or its grace ended).
+
+    The wait runs in a quitting listener registered after the runner's own: Locust fires them in
+    reverse, so it runs before the worker's "quit" goes to the master (a record after that would
+    be refused, its worker gone), whichever way the shutdown began (Locust's own SIGTERM handler
+    starts it at once)."""
+    signals_seen: list[int] = []
+    runner = environment.runner
+    wound_down = Event()
+    started: list[bool] = []
+
+    def cut(*_: Any, **__: Any) -> None:
+        runner.user_greenlets.kill(block=False)
+
+    runner.register_message(MSG_CUT, cut)
+
+    def wind_down(**_: Any) -> None:
+        if started:
+            wound_down.wait(float(environment.stop_timeout or DEFAULT_GRACE_S) + 5.0)
+            return
+        started.append(True)
+        side = user_side(environment)
+        side.stopping = True
+        t_end = time.monotonic() + float(environment.stop_timeout or DEFAULT_GRACE_S)
+        while side.in_flight > 0 and time.monotonic() < t_end:
+            gevent.sleep(0.1)
+        if side.in_flight > 0:
+            cut()
+            t_cut = time.monotonic() + 2.0
+            while side.in_flight > 0 and time.monotonic() < t_cut:
+                gevent.sleep(0.05)
+        wound_down.set()
+
+    environment.events.quitting.add_listener(wind_down)
+
+    def on_signal(sig: signal.Signals) -> None:
+        signals_seen.append(sig)
+        side = user_side(environment)
+        if len(signals_seen) == 1:
+            logger.warning(
+                "%s: stopping this worker; its %d request(s) in flight get up to %g s, their records "
+                "go to the master first (again to cut them now)",
+                sig.name,
+                side.in_flight,
+                float(environment.stop_timeout or DEFAULT_GRACE_S),
+            )
+            side.stopping = True
+            if sig == signal.SIGINT:  # (SIGTERM: Locust's own handler starts the shutdown)
+                gevent.get_hub().parent.throw(KeyboardInterrupt)
+        else:
+            cut()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         gevent.signal_handler(sig, on_signal, sig)
@@ -145,7 +227,10 @@ def on_quitting(environment: Any, **_: Any) -> None:
     if not _owns_sweep(environment):
         return
     owner = sweep_owner(environment)
+    owner.stopping = True  # the shape starts no new run while this process quits
     owner.finish()
+    if owner.run_dir is not None and not owner.closed:
+        owner.drain()  # the requests in flight (a web UI stopped by a signal): counted before closing
     if owner.run_dir is None:
         if owner.failure is not None:
             environment.process_exit_code = 2
@@ -157,6 +242,16 @@ def on_quitting(environment: Any, **_: Any) -> None:
     owner.close_run(print_report=show)  # nothing to do when a web UI run was completed already
     owner.wait_report()  # before quitting: whoever reads the run next finds report.md
 
+
+def _token_for_own_processes() -> None:
+    """Plain ``locust -f ... --processes N`` (not through ``specload sweep``, which makes one): a
+    master token for this run, in the environment its forked worker processes inherit. Locust
+    imports the locustfile before it forks them, so this is early enough."""
+    if master_token() is None and any(a == "--processes" or a.startswith("--processes=") for a in sys.argv):
+        os.environ[MASTER_TOKEN_ENV] = new_master_token()
+
+
+_token_for_own_processes()
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).
 events.init_command_line_parser.add_listener(on_parser)

@@ -22,6 +22,9 @@ class SteppedConcurrencyShape(LoadTestShape):
         runner = self.runner
         assert runner is not None
         owner = sweep_owner(runner.environment)
+        if owner.stopping:  # a stop signal: every ticket out comes back (or is written off) first
+            owner.drain()
+            return None
         if not owner.active and not owner.start():
             return None
         desired = owner.tick(self.get_current_user_count())

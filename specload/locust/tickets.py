@@ -142,6 +142,10 @@ class TicketDesk:
         del held[key]
         return True
 
+    def held(self) -> int:
+        """Tickets granted and not back (nor written off): requests whose records may still come."""
+        return sum(len(t) for t in self.outstanding.values())
+
     def ignore(self, node: str, what: str) -> None:
         """A message from ``node`` that counts for nothing: counted, and logged the first few times."""
         self.rejected += 1
@@ -175,9 +179,12 @@ class TicketDesk:
     def write_off(self, node: str) -> dict[tuple[int, str], int]:
         """Forget a lost worker's tickets: how many there were per (level, phase)."""
         tickets = self.outstanding[node]
-        logger.error(
-            "worker %s was lost with %d request(s) in flight; they are written off", node, len(tickets)
-        )
+        if tickets:
+            logger.error(
+                "worker %s was lost with %d request(s) in flight; they are written off", node, len(tickets)
+            )
+        else:  # (its records all in: a worker that was stopped, or died between two requests)
+            logger.warning("worker %s left with no request in flight", node)
         by_kind: dict[tuple[int, str], int] = {}
         for level, phase, _seq in tickets:
             by_kind[(level, phase)] = by_kind.get((level, phase), 0) + 1

@@ -71,6 +71,8 @@ class UserSide:
         self.local_owner: Any = None
         self._refused: set[str] = set()  # the kinds of the owner's messages refused (said once each)
         self._token = master_token()  # proves to the master that this worker is one of the run's
+        self.stopping = False  # this process was told to stop: no more tickets asked for
+        self.in_flight = 0  # this process's users holding a ticket (their records not shipped yet)
 
     def _auth(self, what: str) -> str:
         return "" if self._token is None else proof(self._token, self.worker, what)
@@ -169,7 +171,7 @@ class UserSide:
         return self._maker
 
     def ticket(self, uid: str) -> TicketReply | None:
-        if not self.open.wait(_WAIT_OPEN_S) or self.config is None:
+        if self.stopping or not self.open.wait(_WAIT_OPEN_S) or self.config is None:
             return None
         waiter: AsyncResult = AsyncResult()
         self.pending[uid] = waiter
@@ -250,7 +252,16 @@ class SpecloadUser(User):
         reply = side.ticket(self.uid)
         if reply is None or reply.grant is None:
             return
+        side.in_flight += 1
+        try:
+            self._send(side, reply)
+        finally:
+            side.in_flight -= 1
+
+    def _send(self, side: UserSide, reply: TicketReply) -> None:
+        """The granted request, and its record shipped (or its ticket given back), whatever happens."""
         grant = reply.grant
+        assert grant is not None
         due = side.due.pop(self.uid, None)
         t_sched = None if grant.delay_s is None else (due if due is not None else now() + grant.delay_s)
         cfg = side.config

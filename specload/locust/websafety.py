@@ -29,6 +29,7 @@ below without importing Locust.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
 import os
 import secrets
@@ -115,6 +116,63 @@ def install_origin_check(app: Any, allowed: frozenset[str]) -> None:
         return jsonify({"success": False, "message": message}), 403
 
 
+def host_allowed(host: str, allowed: frozenset[str] = frozenset()) -> bool:
+    """Whether a ``Host`` header names this web UI: an IP address (v4 or v6), ``localhost``, or an
+    allowed site (``--web-allowed-origins``). DNS rebinding points a name of the attacker's own at
+    the UI's address, so its page is same-origin with the UI as far as the browser knows: only the
+    name in ``Host`` gives it away."""
+    site = _site(host)
+    if site in allowed:
+        return True
+    if site.startswith("["):  # [v6]:port
+        name = site[1 : site.find("]")] if "]" in site else site
+    else:
+        name = site.rsplit(":", 1)[0]
+    if name == "localhost":
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def install_host_check(app: Any, allowed: frozenset[str]) -> None:
+    """Refuse (403) every request whose ``Host`` is a name other than the UI's own (DNS rebinding)."""
+    from flask import request
+
+    refused: set[str] = set()
+
+    @app.before_request
+    def _own_host_only() -> Any:
+        if host_allowed(request.host, allowed):
+            return None
+        host = request.host[:100]
+        message = (
+            f"refused {request.method} {request.path} for Host {host!r}: not this web UI's address; "
+            "add the name to --web-allowed-origins if a proxy serves it"
+        )
+        if host not in refused:
+            refused.add(host)
+            logger.warning("%s", message)
+        return message, 403, {"Content-Type": "text/plain; charset=utf-8"}
+
+
+def install_no_cors(app: Any) -> None:
+    """No cross-origin reads: Locust's own ``CORS(app)`` lets any site's page read every result.
+    Its headers are dropped on the way out (flask_cors adds them after every other hook)."""
+    inner = app.wsgi_app
+
+    def wsgi(environ: Any, start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            kept = [(k, v) for k, v in headers if not k.lower().startswith("access-control-")]
+            return start_response(status, kept, *exc_info)
+
+        return inner(environ, start)
+
+    app.wsgi_app = wsgi
+
+
 # Data and errors: nothing may run, load or frame it, even if a browser were made to render it.
 CSP_DATA = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'; sandbox"
 # specload's page: its script and stylesheet files, its JSON routes, inline SVG charts (style
@@ -196,10 +254,11 @@ def install_login(web_ui: Any, token: str) -> None:
 def protect_web_ui(environment: Any) -> None:
     """All the guards, on the web UI of this process (Locust's ``init`` event)."""
     web_ui = environment.web_ui
+    allowed = allowed_sites(getattr(environment.parsed_options, "web_allowed_origins", ""))
     install_headers(web_ui.app)
-    install_origin_check(
-        web_ui.app, allowed_sites(getattr(environment.parsed_options, "web_allowed_origins", ""))
-    )
+    install_no_cors(web_ui.app)
+    install_host_check(web_ui.app, allowed)
+    install_origin_check(web_ui.app, allowed)
     install_confirm_per_run(environment)
     if not web_ui.web_login:
         return

@@ -53,10 +53,18 @@ def _expect(source: str, name: str, expected: str, value: Any) -> ScenarioError:
     return ScenarioError(f"{source}: field '{name}': expected {expected}, got {value!r}")
 
 
+# Bounds on sizes: an integer any JSON reader keeps exactly (run.json, the wire) and the 64-bit
+# writers accept; and a number of levels a run directory can be read back with (~50 KB per level).
+MAX_INT = 2**53
+MAX_LEVELS = 500
+
+
 def _integer(minimum: int = 1) -> Check:
     def check(source: str, name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise _expect(source, name, f"an integer >= {minimum}", value)
+        if value > MAX_INT:
+            raise _expect(source, name, "an integer <= 2^53", value)
         return value
 
     return check
@@ -178,8 +186,10 @@ def parse_levels(source: str, value: Any, name: str = "levels") -> list[int]:
     if not isinstance(items, list) or not items:
         raise _expect(source, name, "a non-empty list of positive integers", value)
     for x in items:
-        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+        if isinstance(x, bool) or not isinstance(x, int) or not 1 <= x <= MAX_INT:
             raise _expect(source, name, "a non-empty list of positive integers", value)
+    if len(items) > MAX_LEVELS:
+        raise ScenarioError(f"{source}: field '{name}': {len(items)} levels, more than {MAX_LEVELS}")
     return list(items)
 
 
@@ -202,6 +212,8 @@ def _rates(source: str, name: str, value: Any) -> list[float]:
     for x in items:
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x <= 0:
             raise _expect(source, name, expected, value)
+    if len(items) > MAX_LEVELS:
+        raise ScenarioError(f"{source}: field '{name}': {len(items)} levels, more than {MAX_LEVELS}")
     return [float(x) for x in items]
 
 
