@@ -788,63 +788,36 @@ def render_report(
     if is_document(fmt):
         return render_levels(run.levels, fmt)
     lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
-    repeats = render_repeats(run.levels, fmt)
-    if repeats is not None:
-        lines += ["", "## Repeats combined (sd: sample standard deviation across repeats)", "", repeats]
-    dists = render_distributions(run.levels, fmt, percentiles)
-    if dists is not None:
-        lines += [
-            "",
-            "## Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
-            "",
-            dists,
-        ]
-    throughput = render_throughput(run.levels, fmt)
-    if throughput is not None:
-        lines += ["", "## Throughput (per second of the level's wall time)", "", throughput]
-    lengths = render_lengths(run.levels, fmt)
-    if lengths is not None:
-        lines += [
-            "",
-            "## Request lengths (tokens; sent: asked for, counted/received: the server's count)",
-            "",
-            lengths,
-        ]
-    classes = render_classes(run.levels, fmt)
-    if classes is not None:
-        lines += [
-            "",
-            "## Request classes (throughput over the level's wall time; all: the level)",
-            "",
-            classes,
-        ]
-    accept = render_acceptance(run.levels, fmt)
-    if accept is not None:
-        lines += [
-            "",
-            "## Acceptance (share of verify steps by draft tokens accepted; docs/metrics.md)",
-            "",
-            accept,
-        ]
-    turns = render_turns(run.levels, fmt)
-    if turns is not None:
-        lines += ["", "## Conversation turns (0: a conversation's first request)", "", turns]
-    reasoning = render_reasoning(run.levels, fmt)
-    if reasoning is not None:
-        lines += [
-            "",
-            "## Reasoning streams (OK requests that streamed reasoning; docs/metrics.md)",
-            "",
-            reasoning,
-        ]
-    categories = render_categories(run.levels, fmt)
-    if categories is not None:
-        lines += [
-            "",
-            "## Prompt categories (throughput over the level's wall time; all: the level)",
-            "",
-            categories,
-        ]
+    lvs = run.levels
+    sections: list[tuple[str, str | None]] = [  # (title, table or None: the section is left out)
+        ("Repeats combined (sd: sample standard deviation across repeats)", render_repeats(lvs, fmt)),
+        (
+            "Latency distributions (ms, OK requests; * less than one value above: about the maximum)",
+            render_distributions(lvs, fmt, percentiles),
+        ),
+        ("Throughput (per second of the level's wall time)", render_throughput(lvs, fmt)),
+        (
+            "Request lengths (tokens; sent: asked for, counted/received: the server's count)",
+            render_lengths(lvs, fmt),
+        ),
+        ("Request classes (throughput over the level's wall time; all: the level)", render_classes(lvs, fmt)),
+        (
+            "Acceptance (share of verify steps by draft tokens accepted; docs/metrics.md)",
+            render_acceptance(lvs, fmt),
+        ),
+        ("Conversation turns (0: a conversation's first request)", render_turns(lvs, fmt)),
+        (
+            "Reasoning streams (OK requests that streamed reasoning; docs/metrics.md)",
+            render_reasoning(lvs, fmt),
+        ),
+        (
+            "Prompt categories (throughput over the level's wall time; all: the level)",
+            render_categories(lvs, fmt),
+        ),
+    ]
+    for title, table in sections:
+        if table is not None:
+            lines += ["", f"## {title}", "", table]
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
         lines += [
