@@ -31,6 +31,7 @@ from specload.present.tableview import WHOLE, TableView
 from specload.workload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C before any run existed (128 + SIGINT, as a shell reports it)
 
 DEFAULT_LOCUSTFILE = locustfile_path()
 
@@ -176,6 +177,22 @@ PREFLIGHT_BACKOFF_S = (0.25, 0.5, 1.0, 2.0, 4.0)
 
 def preflight(host: str, sc: Scenario, insecure: bool) -> None:
     """Raise LaunchError when the server does not answer (or refuses us) before any run exists."""
+    try:
+        status, body = _first_answer(host, sc, insecure)
+    except KeyboardInterrupt:
+        raise LaunchError(
+            EXIT_INTERRUPTED, f"interrupted while waiting for {host} to answer: no run was started"
+        ) from None
+    if status in (401, 403) and not sc.model:
+        # Without a model name the sweep cannot even start; with one, the rejections are recorded.
+        raise LaunchError(
+            EXIT_USAGE,
+            f"{host}/v1/models answered HTTP {status}: {body}; set SPECLOAD_API_KEY (or OPENAI_API_KEY) to the server's key",
+        )
+
+
+def _first_answer(host: str, sc: Scenario, insecure: bool) -> tuple[int, Any]:
+    """/v1/models' status and body, retried while the server refuses connections (restarting)."""
     from specload.client.probe import ServerUnreachable, get_json
 
     for attempt, pause in enumerate((*PREFLIGHT_BACKOFF_S, None), 1):
@@ -193,12 +210,7 @@ def preflight(host: str, sc: Scenario, insecure: bool) -> None:
                 flush=True,
             )
             time.sleep(pause)
-    if status in (401, 403) and not sc.model:
-        # Without a model name the sweep cannot even start; with one, the rejections are recorded.
-        raise LaunchError(
-            EXIT_USAGE,
-            f"{host}/v1/models answered HTTP {status}: {body}; set SPECLOAD_API_KEY (or OPENAI_API_KEY) to the server's key",
-        )
+    return status, body
 
 
 def scenario_locust_flags(s: SweepSettings) -> list[str]:

@@ -209,3 +209,38 @@ def test_other_hosts_are_kept_as_typed(capsys: pytest.CaptureFixture[str]) -> No
 
 def sweep_args_host(host: str):  # type: ignore[no-untyped-def]
     return build_parser().parse_args(["sweep", "--host", host])
+
+
+def test_ctrl_c_while_waiting_for_a_refusing_server_is_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from tests.conftest import specload_cmd
+
+    with socket.socket() as s:  # a port nothing listens on: every connect is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        specload_cmd("sweep", "--host", f"http://127.0.0.1:{port}", "--out", str(tmp_path)),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # the first "retrying" line: it is waiting now
+        assert "retrying in" in first, first
+        time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stderr.read()
+        assert proc.wait(timeout=30) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "Traceback" not in rest, rest
+    assert rest.strip().splitlines()[-1] == (
+        f"specload: interrupted while waiting for http://127.0.0.1:{port} to answer: no run was started"
+    ), rest
+    assert not any(tmp_path.iterdir())  # no run directory was made
