@@ -6,8 +6,20 @@
 Everything lives in the ``specload`` package; this file only wires it into Locust.
 """
 
-import specload.locust.plugin  # noqa: F401 - registers specload's Locust event listeners
-from specload.locust.shape import SteppedConcurrencyShape
-from specload.locust.user import SpecloadUser
+import os
+import sys
+
+# Locust puts the current folder first on the path to import a locustfile, so a folder named
+# specload there (the parent of a clone) would shadow the package (an editable install's finder comes
+# after every path entry): specload is imported without it, and it is put back.
+_here = os.path.realpath(os.getcwd())
+_saved = list(sys.path)
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != _here]
+try:
+    import specload.locust.plugin  # noqa: F401 - registers specload's Locust event listeners
+    from specload.locust.shape import SteppedConcurrencyShape
+    from specload.locust.user import SpecloadUser
+finally:
+    sys.path[:] = _saved
 
 __all__ = ["SpecloadUser", "SteppedConcurrencyShape"]

@@ -244,3 +244,28 @@ def test_ctrl_c_while_waiting_for_a_refusing_server_is_one_line(tmp_path) -> Non
         f"specload: interrupted while waiting for http://127.0.0.1:{port} to answer: no run was started"
     ), rest
     assert not any(tmp_path.iterdir())  # no run directory was made
+
+
+def test_a_folder_named_specload_in_the_current_folder_does_not_shadow_the_package(
+    tmp_path, procs, sim
+) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    if sys.version_info < (3, 11):
+        pytest.skip("PYTHONSAFEPATH needs Python 3.11")
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "specload"  # the console script: its own folder leads the path
+    server = sim("--ttft-ms", "1", "--itl-ms", "1", "--model", "m")
+    (tmp_path / "specload").mkdir()  # as in the parent folder of a clone
+    (tmp_path / "specload" / "__init__.py").write_text("raise ImportError('the wrong specload')\n")
+    out = subprocess.run(
+        [str(script), "sweep", "--host", server.url, "--scenario", "smoke", "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "the wrong specload" not in out.stderr

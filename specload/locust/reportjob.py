@@ -60,7 +60,13 @@ class ReportJob:
         self.ok: bool | None = None  # None while the child runs
         self._done = Event()
         self._on_done = on_done
-        cmd = [sys.executable, "-m", "specload.locust.reportjob", run_dir, *([_PRINT] if print_table else [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "specload.locust.reportjob",
+            os.path.abspath(run_dir),
+            *([_PRINT] if print_table else []),
+        ]
         try:
             self._proc: Any = subprocess.Popen(
                 cmd,
@@ -68,6 +74,9 @@ class ReportJob:
                 stdout=None if print_table else subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 env=_child_env(),
+                # ``python -m`` puts its current folder first on the path: the folder that holds this
+                # very package, so that a folder named specload where the user stands cannot shadow it
+                cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
             )
         except OSError as e:
             self._proc = None
