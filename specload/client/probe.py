@@ -5,6 +5,8 @@ Used once before a sweep (from the process that runs the sweep), never on the ho
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -74,7 +76,8 @@ def _call(
     except NoCompleteAnswer as e:
         raise ServerUnreachable(str(e)) from None
     except Exception as e:  # noqa: BLE001
-        raise ServerUnreachable(f"{host}{path}: {describe_connect_error(e, timeout)}") from None
+        why = describe_connect_error(e, timeout)
+        raise ServerUnreachable(f"{host}{path}: {why}{scheme_hint(host, e)}") from None
     finally:
         client.close()
     if resp.status_code != 200:
@@ -83,6 +86,25 @@ def _call(
         return 200, orjson.loads(raw)
     except orjson.JSONDecodeError:
         return 200, None
+
+
+_NOT_TLS = ("wrong version", "record layer", "http request", "packet length")  # OpenSSL's words
+
+
+def scheme_hint(host: str, e: BaseException) -> str:
+    """A hint when the failure looks like https spoken to a plain-HTTP server, or the reverse: the
+    error alone (an SSL record error, a closed connection, a reply that is no HTTP) does not say it."""
+    text = f"{type(e).__name__} {e}".lower()
+    http = host.replace("https://", "http://", 1)
+    if host.startswith("https://") and isinstance(e, ssl.SSLError) and any(w in text for w in _NOT_TLS):
+        return f"; the server does not speak TLS on this port: try {http}"
+    if host.startswith("https://") and isinstance(e, TimeoutError | socket.timeout):
+        # a plain-HTTP server that waits for a request line never answers a TLS hello
+        return f"; if the server speaks plain HTTP on this port, try {http}"
+    closed = isinstance(e, ConnectionResetError | BrokenPipeError) or "parse" in text or "closed" in text
+    if host.startswith("http://") and closed and not isinstance(e, TimeoutError | socket.timeout):
+        return f"; if the server speaks TLS on this port, try {host.replace('http://', 'https://', 1)}"
+    return ""
 
 
 def server_back(host: str, timeout: float = 2.0, insecure: bool = False, send_key: bool = True) -> str | None:
