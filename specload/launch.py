@@ -9,6 +9,7 @@ exit code and the run directory), not a string to parse or a folder to search.
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import os
 import shutil
 import signal
@@ -391,6 +392,16 @@ def _outcome(
     return SweepOutcome(EXIT_INCOMPLETE, run_dir, status)
 
 
+def is_loopback(web_host: str) -> bool:
+    """Whether a --web-host is reachable only from this machine (a name other than localhost is not)."""
+    if web_host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(web_host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True) -> int:
     """Locust's web UI with every resolved scenario value in its start form; returns Locust's exit code.
 
@@ -431,6 +442,13 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
             f"the password {token}"
         )
         print(f"specload: or open {url}{LOGIN_PATH}?token={token}")
+        if not is_loopback(web_host):
+            print(
+                f"specload: WARNING: the web UI on {web_host} is plain HTTP: the password and the session travel "
+                "unencrypted to anyone on the network path; reach it through an SSH tunnel "
+                "(ssh -L 8089:127.0.0.1:8089) or a TLS proxy, and keep --web-host 127.0.0.1 (docs/deploy.md)",
+                file=sys.stderr,
+            )
     else:
         print(
             f"specload: WARNING: --no-web-auth: the web UI on {url} has NO login: anyone who can reach it, and "

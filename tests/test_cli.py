@@ -269,3 +269,19 @@ def test_a_folder_named_specload_in_the_current_folder_does_not_shadow_the_packa
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "the wrong specload" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("web_host", "warned"), [("127.0.0.1", False), ("localhost", False), ("::1", False), ("0.0.0.0", True)]
+)
+def test_a_web_ui_off_the_loopback_warns_that_its_login_is_plain_http(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], web_host: str, warned: bool
+) -> None:
+    import specload.launch as launch
+
+    monkeypatch.setattr(launch, "run_locust", lambda cmd, env=None: 0)  # the command, not the UI
+    args = build_parser().parse_args(["ui", "--host", "http://127.0.0.1:1", "--web-host", web_host])
+    assert launch.run_ui(settings(args), web_host, 8089) == 0
+    err = capsys.readouterr().err
+    assert ("is plain HTTP: the password and the session travel unencrypted" in err) is warned, err
+    assert launch.is_loopback("127.0.0.2") and not launch.is_loopback("gpu-box.local")
