@@ -660,3 +660,16 @@ def test_reasons_that_differ_only_in_a_number_are_one_line_and_the_list_is_cappe
     )
     assert len(lines) == MAX_REASONS + 1
     assert lines[-1] == "4 x 4 other reasons (records.jsonl has each)"
+
+
+def test_a_run_dir_that_cannot_take_report_md_still_prints_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = shutil.copytree(FIXTURES / "sample_run", tmp_path / "sample_run")
+    (d / "report.md").unlink(missing_ok=True)
+    (d / "report.md").mkdir()  # as a read-only or full directory would (root writes through modes)
+    assert main([str(d)]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"^\| +C \| Agg tok/s \|", captured.out, re.M)
+    assert "Traceback" not in captured.err and "could not write" in captured.err
+    assert "the report above is complete (--no-write skips the file)" in captured.err

@@ -883,7 +883,15 @@ def print_report(
         print(side_text(run), file=err)
     if not write_md:
         return None
-    path = write_report_md(run)
+    try:
+        path = write_report_md(run)
+    except OSError as e:  # a read-only or full run directory: the table above is the report
+        print(
+            f"specload report: could not write {run.run_dir / REPORT_MD} ({e.strerror or e}); "
+            "the report above is complete (--no-write skips the file)",
+            file=err,
+        )
+        return None
     print(f"wrote {path}", file=err)
     return path
 
