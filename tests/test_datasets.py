@@ -52,6 +52,7 @@ def test_sharegpt_pairs_take_the_first_two_turns(tmp_path: Path) -> None:
         },
         {"id": "2", "conversations": [{"from": "human", "value": "lonely"}]},
         {"id": "3", "conversations": [{"from": "human", "value": "q3"}, {"from": "gpt", "value": "a3"}]},
+        {"id": "4", "conversations": ["turns as plain strings", "are no ShareGPT turns"]},  # skipped
     ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(convs))

@@ -102,7 +102,13 @@ def iter_json_array(text: str) -> Iterator[Any]:
 def sharegpt_pairs(path: Path) -> Iterator[Pair]:
     for conv in iter_json_array(path.read_text(encoding="utf-8")):
         turns = conv.get("conversations") if isinstance(conv, dict) else None
-        if isinstance(turns, list) and len(turns) >= 2:
+        # a conversation whose first turns are no objects is skipped, as one without text is
+        if (
+            isinstance(turns, list)
+            and len(turns) >= 2
+            and isinstance(turns[0], dict)
+            and isinstance(turns[1], dict)
+        ):
             a, b = turns[0].get("value"), turns[1].get("value")
             if isinstance(a, str) and isinstance(b, str):
                 yield Pair(a, b)
