@@ -77,12 +77,14 @@ def _check_levels(levels: list[LevelStats], burst_s: float = BURST_LOCAL_S) -> N
         # Closed loop, all C users start together and nothing queues: budget/C back-to-back waves.
         waves = max(1, BUDGET[c] // c)
         expected_agg = BUDGET[c] * OUT / (waves * E2E_S)
-        # The level ends with its slowest request: on a loaded machine one straggler (its p99 E2E,
-        # which is measured, against the simulator's exact one) lengthens the last wave.
-        straggle = max(0.0, (lv.e2e_p99_s or E2E_S) - E2E_S - burst)
-        slowest = BUDGET[c] * OUT / (waves * (E2E_S + burst) + straggle)
-        assert _within(lv.agg_tok_s, slowest, expected_agg), (c, lv.agg_tok_s, expected_agg)
-        assert _within(lv.mean_concurrency, c * E2E_S / (E2E_S + burst), c), (c, lv.mean_concurrency)
+        # The wall is the waves' requests plus the time the users spent between them (their share of
+        # the wall not in flight, measured: 1 - mean in flight / C). The requests are the simulator's
+        # exact timing; the time between them is the client's on a machine that may be loaded (a
+        # tight bound on it belongs in make bench), so it is measured here, and only bounded loosely.
+        idle = (lv.wall_s or 0.0) * (1 - (lv.mean_concurrency or 0.0) / c)
+        slowest = BUDGET[c] * OUT / (waves * (E2E_S + burst) + idle)
+        assert _within(lv.agg_tok_s, slowest, expected_agg), (c, lv.agg_tok_s, expected_agg, idle)
+        assert _within(lv.mean_concurrency, 0.85 * c, c), (c, lv.mean_concurrency)
 
 
 def _check_run_files(run_dir: Path) -> None:
