@@ -763,6 +763,7 @@ def test_a_bug_met_while_reading_in_the_hub_is_one_failed_record(
     gevent.sleep(0.05)  # a watcher left started would now spin or fire into a finished greenlet
 
 
+@pytest.mark.timing
 def test_streams_read_in_the_hub_keep_their_own_times(serve: Any, clients: list[Any]) -> None:
     """Eight streams at once, each paced differently: every record's TTFT and gaps are its own."""
     pauses = [0.005 * (k + 1) for k in range(8)]
