@@ -39,6 +39,7 @@ import orjson
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from specload.analysis.savedfigures import FIGURES_FILE  # noqa: E402
 from specload.core.histogram import bin_of  # noqa: E402
 from specload.core.records import (  # noqa: E402
     FAILED,
@@ -64,6 +65,7 @@ GOAL_MB = 1000.0
 GENERATOR = 2  # the version of what make_run writes: a cached run of another version is written anew
 CACHE = Path.home() / ".cache" / "specload" / "bench"
 CACHE_FROM = 200_000  # runs at least this big are cached
+KEPT = "compare of kept figures"  # compare of two runs whose figures a former reading kept
 _FIELDS = [f.name for f in fields(RequestRecord)]
 
 
@@ -414,11 +416,14 @@ def timed(cmd: list[str], what: str, records: int, log: Path) -> Timed:
 
 
 def report_cmd(a: Path) -> list[str]:
-    return [sys.executable, "-m", "specload", "report", str(a), "--no-write"]
+    return [sys.executable, "-m", "specload", "report", str(a), "--no-write", "--reread"]
 
 
-def compare_cmd(a: Path, b: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "specload", "compare", str(a), str(b), "--no-plot", "--out", str(out)]
+def compare_cmd(a: Path, b: Path, out: Path, reread: bool = True) -> list[str]:
+    """compare decoding both runs' records (``reread``), or reading the figures a former reading
+    kept beside them (figures.msgpack: what a sweep leaves; specload.analysis.savedfigures)."""
+    cmd = [sys.executable, "-m", "specload", "compare", str(a), str(b), "--no-plot", "--out", str(out)]
+    return cmd + (["--reread"] if reread else [])
 
 
 @dataclass
@@ -458,9 +463,10 @@ def measure(
     n: int, work: Path, log=print, fixed_part: bool = True, cache: Path | None = CACHE
 ) -> tuple[list[Scale], float]:  # type: ignore[no-untyped-def]
     """Report and compare at n records per run, and at n / 10 (the fixed part) unless n is the
-    goal's 5M or ``fixed_part`` is False; also returns the seconds spent writing the runs. Runs of
+    goal's 5M or ``fixed_part`` is False; compare with its figures kept at n only (scaled to 5M in
+    proportion, which overstates it); also returns the seconds spent writing the runs. Runs of
     CACHE_FROM records or more are kept in ``cache`` (None: written into ``work`` and removed)."""
-    out: dict[str, list[Timed]] = {"report": [], "compare": []}
+    out: dict[str, list[Timed]] = {"report": [], "compare": [], KEPT: []}
     work.mkdir(parents=True, exist_ok=True)
     gen_s = 0.0
     sizes = (max(n // 10, 1000), n) if fixed_part and n != GOAL_RECORDS else (n,)
@@ -473,10 +479,15 @@ def measure(
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )
+        if size == n and all((d / FIGURES_FILE).is_file() for d in (a, b)):
+            # the reading above kept both runs' figures (runs of MIN_RECORDS_BYTES or more)
+            log(f"analysis scale: specload compare on {size:,} records, figures kept ...")
+            cmd = compare_cmd(a, b, work / f"cmp-kept-{size}", reread=False)
+            out[KEPT].append(timed(cmd, KEPT, size, work / f"compare-kept-{size}.log"))
         if where == work:
             shutil.rmtree(a)
             shutil.rmtree(b)
-    scales = [Scale(k, v[-1], v[0] if len(v) > 1 else None) for k, v in out.items()]
+    scales = [Scale(k, v[-1], v[0] if len(v) > 1 else None) for k, v in out.items() if v]
     return scales, gen_s
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specload.analysis import forked
+from specload.analysis import forked, savedfigures
 from specload.analysis.cap import RunningCap, running_cap
 from specload.analysis.capacity import (
     CAPACITY_JSON,
@@ -165,6 +165,12 @@ def read_server_samples(path: str | Path) -> list[ServerSample]:
     return samples
 
 
+REREAD_HELP = (
+    f"decode records.jsonl even where {savedfigures.FIGURES_FILE} holds figures for it "
+    "(they are used only while the run, the SLO and specload are unchanged)"
+)
+
+
 class _RunSlo:
     """load_run's default SLO: the one the run was made with (run.json ``scenario.slo``)."""
 
@@ -185,13 +191,21 @@ def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
         return None
 
 
-def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes: int = 1) -> Run:
+def load_run(
+    run_dir: str | Path,
+    slo: Slo | _RunSlo | None = RUN_SLO,
+    processes: int = 1,
+    reread: bool = False,
+    keep: bool = True,
+) -> Run:
     """Everything report and compare need from one run directory; raises NotARunDir when there is nothing.
 
     ``slo``: judge every level against it (LevelStats.slo); by default the run's own (run.json), None: none.
     ``processes=2``: a forked child reads the second half of a big records.jsonl meanwhile (the same
     figures either way); only from a single-threaded process without an event loop (the report and
-    compare commands), see specload.analysis.forked.
+    compare commands), see specload.analysis.forked. A big ended run's figures are kept in
+    figures.msgpack and used while their inputs are unchanged (specload.analysis.savedfigures);
+    ``reread`` decodes the records anyway; ``keep=False`` writes nothing into the run directory.
     """
     d = Path(run_dir)
     if not (d / RUN_JSON).exists() and not (d / RECORDS).exists():
@@ -201,10 +215,19 @@ def load_run(run_dir: str | Path, slo: Slo | _RunSlo | None = RUN_SLO, processes
     info = RunMeta.from_json(meta)
     slo_notes: list[str] = []  # after the records' notes, where they always came
     chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
-    groups = _read_columns(d, notices, chosen, processes)
     samples = read_server_samples(d / SERVER_SAMPLES)
-    levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
-    del groups  # the columns: what stays of a run is its figures
+    key = savedfigures.key_of(d, chosen)
+    saved = None if reread else savedfigures.load(d, key)
+    if saved is not None:
+        levels, read_notes = saved.levels, saved.notices
+    else:
+        read_notes = []
+        groups = _read_columns(d, read_notes, chosen, processes)
+        levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
+        del groups  # the columns: what stays of a run is its figures
+        if keep and savedfigures.worth_saving(d, info.status):
+            savedfigures.save(d, key, levels, read_notes)
+    notices += read_notes
     notices += slo_notes
     notices += reconcile(info.levels, levels)
     return Run(

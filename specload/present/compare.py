@@ -31,7 +31,7 @@ from specload.analysis.comparison import (
 )
 from specload.analysis.foreign import ForeignError, ForeignRun, load_foreign, mark_cells
 from specload.analysis.metrics import RepeatedLevelStats, level_json
-from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
@@ -460,14 +460,16 @@ def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
         return None
 
 
-def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotARunDir:
+def _load_or_error(d: str | Path, slo: Slo | None, processes: int, reread: bool) -> Run | NotARunDir:
     try:
-        return load_run(d, slo if slo is not None else RUN_SLO, processes)
+        return load_run(d, slo if slo is not None else RUN_SLO, processes, reread)
     except NotARunDir as e:
         return e
 
 
-def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1) -> list[Run]:
+def _load(
+    run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1, reread: bool = False
+) -> list[Run]:
     """The runs, read one after the other (each run's columns are dropped once its figures are made)."""
     runs: list[Run] = []
     try:  # other tools' results (specload.analysis.foreign), read as they are
@@ -484,7 +486,7 @@ def _load(run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int
         if (f := foreign[i]) is not None:
             runs.append(f)
             continue
-        run = _load_or_error(d, chosen, processes)
+        run = _load_or_error(d, chosen, processes, reread)
         if isinstance(run, NotARunDir):
             raise CompareError(str(run)) from None
         runs.append(run)
@@ -509,6 +511,7 @@ def run_compare(
     view: TableView = WHOLE,
     slo: str | Slo | None = None,
     processes: int = 1,
+    reread: bool = False,
 ) -> ComparisonResult:
     """Compare run directories (the first is the baseline): write comparison.md and the plot.
 
@@ -516,7 +519,7 @@ def run_compare(
     baseline); ``plot_path``: where the PNG goes (default: OUT/comparison.png; the Pareto picture,
     pareto.png, goes next to it); ``view``: the table's columns in ``text`` (comparison.md has them
     all); ``slo``: judge every run against it (default: the runs' own, when they agree);
-    ``processes``: see ``load_run`` (the runs are read one after the other). Prints nothing but
+    ``processes``, ``reread``: see ``load_run`` (the runs are read one after the other). Prints nothing but
     matplotlib's absence; the caller prints ``text`` (see print_result). Raises CompareError.
     """
     if len(run_dirs) < 2:
@@ -528,7 +531,7 @@ def run_compare(
     except SloError as e:
         raise CompareError(f"--slo: {e}") from None
     try:
-        comp = build_comparison(_load(run_dirs, chosen, processes))
+        comp = build_comparison(_load(run_dirs, chosen, processes, reread))
     except ValueError as e:  # runs that cannot stand side by side (rate levels with concurrency levels)
         raise CompareError(str(e)) from None
     out_dir = Path(out) if out else default_out_dir(comp)
@@ -617,6 +620,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes reading each run (1 or 2; default: 2 on a machine with 2 cores or more)",
     )
+    p.add_argument("--reread", action="store_true", help=REREAD_HELP)
     return p
 
 
@@ -638,6 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             view=view,
             slo=args.slo,
             processes=args.processes,
+            reread=args.reread,
         )
     except CompareError as e:
         print(f"specload compare: {e}", file=sys.stderr)

@@ -30,7 +30,7 @@ from specload.analysis.mixstats import (
     MixStats,
 )
 from specload.analysis.prompt_material import acceptance_caveat
-from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
@@ -940,6 +940,7 @@ def _parser() -> argparse.ArgumentParser:
         "(json always has them all)",
     )
     p.add_argument("--columns", default=None, metavar="SETS", help=columns_help())
+    p.add_argument("--reread", action="store_true", help=REREAD_HELP)
     return p
 
 
@@ -953,7 +954,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
         slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
-        run = load_run(args.run_dir, slo, args.processes)
+        run = load_run(args.run_dir, slo, args.processes, args.reread, keep=not args.no_write)
     except SloError as e:
         print(f"specload report: --slo: {e}", file=sys.stderr)
         return 2
