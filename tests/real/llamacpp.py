@@ -125,18 +125,37 @@ def _remove_stale(root: Path, prefix: str) -> None:
 
 
 @contextlib.contextmanager
-def _lock(root: Path) -> Iterator[None]:
+def cache_lock(root: Path, name: str, what: str) -> Iterator[None]:
+    """The cache's lock ``name``: one process builds ``what`` while the others wait for it."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".llama-server.lock", "w") as fh:
+    with open(root / f".{name}.lock", "w") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            _log("another process is building llama-server; waiting for it")
+            _log(f"another process is building {what}; waiting for it")
             fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def staged(root: Path, prefix: str, final: Path) -> Iterator[Path]:
+    """A fresh folder to build ``final`` in (with the lock held): the leftovers of killed builds are
+    removed first; once the block ends it replaces ``final`` (atomic: the same file system), and
+    on any failure it is removed."""
+    _remove_stale(root, prefix)
+    work = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+    os.chmod(work, 0o755)
+    try:
+        yield work
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def _sha256(path: Path) -> str:
@@ -229,7 +248,7 @@ def build(jobs: int | None = None, force: bool = False) -> Path:
             return b
     _check_tools()
     root = cache_root()
-    with _lock(root):
+    with cache_lock(root, "llama-server", "llama-server"):
         if not force:  # another process may have built it while we waited for the lock
             b = cached_binary()
             if b is not None:

@@ -192,6 +192,23 @@ class LlamaServer:
         return self.proc.returncode
 
 
+def start_logged(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A server process in its own session, dying with the test process, its command line first
+    in ``log`` and its output after it."""
+    with open(log, "wb") as out:
+        out.write(("$ " + " ".join(args) + "\n").encode())
+        out.flush()
+        return subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     """Linux: the server gets SIGTERM if the test process dies without tearing down (e.g. SIGKILL)."""
     with contextlib.suppress(Exception):
@@ -259,18 +276,7 @@ def start_llama_server(
             *extra_args,
         ]
         log = log_dir / f"llama-server-{port}.log"
-        with open(log, "wb") as out:
-            out.write(("$ " + " ".join(args) + "\n").encode())
-            out.flush()
-            proc = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-            )
-        srv = LlamaServer(proc, port, log, args)
+        srv = LlamaServer(start_logged(args, log), port, log, args)
         try:
             _wait_healthy(srv, health_timeout)
             return srv

@@ -28,21 +28,15 @@ Usage::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import itertools
 import json
-import os
 import random
-import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-from tests.real.llamacpp import cache_root
+from tests.real.llamacpp import cache_lock, cache_root, staged
 
 BOS = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -848,17 +842,6 @@ def write_gguf(path: Path, tj: dict, p: Params, shape: ModelShape, seed: int, na
 # -------------------------------------------------------------------------------------------- cache
 
 
-@contextlib.contextmanager
-def _lock(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".tiny-models.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def models_dir(p: Params | None = None) -> Path:
     return cache_root() / f"tiny-models-{(p or Params()).key()}"
 
@@ -870,14 +853,10 @@ def make(p: Params | None = None) -> TinyModels:
     if (final / "info.json").is_file():
         return TinyModels.load(final)
     root = cache_root()
-    with _lock(root):
+    with cache_lock(root, "tiny-models", "the tiny models"):
         if (final / "info.json").is_file():
             return TinyModels.load(final)
-        for stale in root.glob(".build-tiny-models-*"):  # a generation that was killed
-            shutil.rmtree(stale, ignore_errors=True)
-        work = Path(tempfile.mkdtemp(prefix=".build-tiny-models-", dir=root))
-        os.chmod(work, 0o755)
-        try:
+        with staged(root, ".build-tiny-models-", final) as work:
             tj = train_tokenizer(p, work / "tokenizer")
             vocab = tj["model"]["vocab"]
             special_ids = sorted(a["id"] for a in tj["added_tokens"] if a.get("special"))
@@ -897,12 +876,6 @@ def make(p: Params | None = None) -> TinyModels:
                 "chat_template": CHAT_TEMPLATE,
             }
             (work / "info.json").write_text(json.dumps(info, indent=2) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(work, final)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     return TinyModels.load(final)
 
 

