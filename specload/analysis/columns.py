@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import math
 import os
 import pickle
+import typing
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 from typing import IO, Any
@@ -52,64 +54,32 @@ GroupKey = tuple[Any, Any, Any]
 _NULL = msgspec.Raw(b"null")
 
 
-class Rec(msgspec.Struct):
-    """One line of records.jsonl, typed: ``RequestRecord``'s fields (a record written before a field
-    existed takes its default; ``v`` is the schema version, 1 for records written without it)."""
-
-    level: int
-    concurrency: int
-    phase: str
-    seq: int
-    backend: str
-    status: str
-    reason: str | None
-    http_status: int | None
-    t_send: float
-    t_first: float | None
-    t_last: float | None
-    t_end: float
-    ttft_s: float | None
-    e2e_s: float
-    output_tokens: int
-    output_tokens_source: str
-    prompt_tokens: int | None
-    requested_output_tokens: int
-    requested_prompt_tokens: int
-    chunks: int
-    tpot_s: float | None
-    itl_max_s: float | None
-    per_request_tok_s: float | None
-    decode_tok_s: float | None
-    spec_verify_ct: int | None
-    worker: str
-    repeat: int = 0
-    itl: msgspec.Raw = _NULL  # kept as JSON text (null: none): the pairs are summed from it in bulk
-    itl_unit: str | None = None
-    first_event_tokens: int | None = None
-    t_sched: float | None = None
-    rate: float | None = None
-    request_class: str | None = None
-    turn: int | None = None
-    conversation: str | None = None
-    prefix_group: int | None = None
-    cached_tokens: int | None = None
-    spec_drafted: int | None = None
-    spec_accepted: int | None = None
-    spec_hist: list[int] | None = None
-    spec_along: list[list[int]] | None = None
-    spec_source: str | None = None
-    category: str | None = None
-    t_first_answer: float | None = None
-    reasoning_tokens: int | None = None
-    reasoning_tokens_source: str | None = None
-    v: int = 1
+def _typed(record: type[RequestRecord]) -> type[msgspec.Struct]:
+    """``Rec``: RequestRecord's fields with their types and defaults, as a msgspec Struct, so the
+    schema is written once (core.records). Two fields differ on purpose: ``itl`` stays JSON text
+    (its pairs are summed from it in bulk, no list per pair), and ``v`` defaults to 1, the version
+    of records written without it."""
+    hints = typing.get_type_hints(record)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(record):
+        if f.name == "itl":
+            fields.append(("itl", msgspec.Raw, _NULL))
+        elif f.name == "v":
+            fields.append(("v", int, 1))
+        elif f.default is not dataclasses.MISSING:
+            fields.append((f.name, hints[f.name], f.default))
+        elif f.default_factory is not dataclasses.MISSING:
+            fields.append((f.name, hints[f.name], msgspec.field(default_factory=f.default_factory)))
+        else:
+            fields.append((f.name, hints[f.name]))
+    return msgspec.defstruct("Rec", fields, kw_only=True)
 
 
-assert set(Rec.__struct_fields__) == {f for f in RequestRecord.__dataclass_fields__}, (
-    "Rec mirrors RequestRecord"
-)
+Rec = _typed(RequestRecord)  # one line of records.jsonl, typed
+
+
 assert SCHEMA_VERSION >= 1
-_DECODER = msgspec.json.Decoder(Rec)
+_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(Rec)
 
 # The numbers a level keeps of each measured request: column name -> record field.
 NUMBERS = {
