@@ -2,9 +2,9 @@
 
 Why it exists: decoding records.jsonl costs ~10 µs a record on a 2-core machine (docs/bench.md), so
 comparing two 5M-record runs spends ~100 s of CPU before the first figure, while the figures
-themselves are a few KB. ``load_run`` therefore keeps what it computed from a big records file
-(each level's LevelStats and the reading's notes) and uses it again only while everything it came
-from is unchanged:
+themselves are a few KB to a few MB. ``load_run`` therefore keeps what it computed from a big
+records file (each level's LevelStats and the reading's notes) and uses it again only while
+everything it came from is unchanged:
 
 - run.json, records.jsonl and server_samples.jsonl (each file's size and modification time),
 - the SLO the levels were judged against,
@@ -43,7 +43,8 @@ from specload.core.slo import Slo
 FIGURES_FILE = "figures.msgpack"
 FORMAT = 1  # this file's layout; a file of another format is ignored and written anew
 MIN_RECORDS_BYTES = 64 << 20  # ~60k records: below, decoding them is quicker than the saving
-MAX_BYTES = 64 << 20  # a figures file is a few KB a level; anything bigger is not ours
+# A few KB a level and its tok/s series (12 MB for the bench's 5M run, 46 h a level): bigger is not ours.
+MAX_BYTES = 256 << 20
 
 
 class Saved(msgspec.Struct):
