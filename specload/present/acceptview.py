@@ -7,11 +7,11 @@ source of each figure and the notes where the responses and the counters disagre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, Acceptance
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean
-from specload.core.records import SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
+from specload.core.records import SPEC_ALONG_BUCKET, SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
 from specload.core.text import MISSING, fmt_num
 from specload.present.output import render_table
 
@@ -106,3 +106,35 @@ def acceptance_notes(levels: Sequence[LevelStats]) -> list[str]:
         f"{s.label}: {s.acceptance.note}" for s in levels if s.acceptance is not None and s.acceptance.note
     ]
     return notes
+
+
+def has_histogram(s: LevelStats) -> bool | None:
+    """True when the level has a histogram of accepted tokens per step (None: not, for IF_VALUE)."""
+    return True if s.acceptance is not None and sum(s.acceptance.histogram) > 0 else None
+
+
+def histogram_cell(s: LevelStats) -> str:
+    """j:share% of the steps that accepted exactly j draft tokens, as the report's Acceptance section."""
+    return MISSING if s.acceptance is None else _histogram_cell(s.acceptance)
+
+
+def has_along(s: LevelStats) -> bool | None:
+    return True if s.acceptance is not None and s.acceptance.along else None
+
+
+def along_cell(s: LevelStats) -> str:
+    """The acceptance length per bucket of output positions, space-separated, as the Acceptance section."""
+    return MISSING if s.acceptance is None else _along_cell(s.acceptance)
+
+
+def reasoning_value(attr: str) -> Callable[[LevelStats], float | None]:
+    """The level's reasoning figure ``attr`` (analysis.reasoning.ReasoningStats), None without reasoning."""
+    return lambda s: None if s.reasoning is None else getattr(s.reasoning, attr)
+
+
+def reasoning_cell(attr: str, digits: int) -> Callable[[LevelStats], str]:
+    value = reasoning_value(attr)
+    return lambda s: fmt_num(value(s), digits)
+
+
+ALONG_HEADER = f"Accept len per {SPEC_ALONG_BUCKET} tok"  # the per-level table's along-the-output column
