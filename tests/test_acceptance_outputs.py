@@ -12,7 +12,6 @@ import csv
 import html
 import io
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ import pytest
 from specload.cli import main
 from specload.present.acceptview import ALONG_HEADER
 from specload.present.webview import compare_bundle, report_bundle
-from tests.conftest import SIM_START_TIMEOUT_S, specload_cmd, start_sim
+from tests.conftest import SIM_START_TIMEOUT_S, start_sim
+from tests.fixtures.sim_sweep import sim_sweep
 from tests.test_acceptance_sim import K3
 from tests.test_categories import FIXTURE
 
@@ -30,35 +30,9 @@ REASONING = 8
 
 
 def _sweep(url: str, out: Path) -> Path:
-    done = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            url,
-            "--backend",
-            "chat",
-            "--dataset",
-            str(FIXTURE),
-            "--levels",
-            "1,2",
-            "--requests-per-level",
-            "6",
-            "--warmup-requests",
-            "0",
-            "--output-tokens",
-            "64",
-            "--read-timeout",
-            "30",
-            "--out",
-            str(out),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
-    return run_dir
+    args = ["--backend", "chat", "--dataset", str(FIXTURE), "--levels", "1,2", "--requests-per-level", "6"]
+    args += ["--warmup-requests", "0", "--output-tokens", "64", "--read-timeout", "30"]
+    return sim_sweep(url, out, *args).run_dir
 
 
 def _csv_header(text: str) -> list[str]:

@@ -3,16 +3,15 @@ resends the history with the answer the server actually returned, then the row's
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from specload.core.records import FAILED, OK, PHASE_MEASURE, read_records
+from specload.core.records import FAILED, OK, PHASE_MEASURE
 from specload.sim.process import SimProcess
 from specload.workload.datasets import Item, jsonl_pairs, sample
 from specload.workload.request import RequestMaker
-from tests.conftest import specload_cmd
-from tests.test_categories import FIXTURE, Words
+from tests.fixtures.sim_sweep import Words, sim_sweep
+from tests.test_categories import FIXTURE
 from tests.test_workload import IDS_SRC, TEXT_SRC, record, sc_of
 
 ROW = Item("first question", 2, 16, "coding", ("second question here", "third"), (3, 1))
@@ -68,35 +67,9 @@ def test_a_failed_turn_or_a_new_level_ends_the_conversation() -> None:
 
 def test_a_sweep_sends_every_turn(sim: Callable[..., SimProcess], tmp_path: Path) -> None:
     s = sim("--ttft-ms", "2", "--itl-ms", "1")
-    done = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            s.url,
-            "--backend",
-            "chat",
-            "--dataset",
-            str(FIXTURE),
-            "--output-tokens",
-            "12",
-            "--levels",
-            "1",
-            "--requests-per-level",
-            "24",
-            "--warmup-requests",
-            "0",
-            "--out",
-            str(tmp_path / "out"),
-            "--metrics-interval",
-            "0",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run_dir,) = (tmp_path / "out").iterdir()
-    recs = [r for r in read_records(str(run_dir / "records.jsonl")) if r.phase == PHASE_MEASURE]
+    args = ["--backend", "chat", "--dataset", str(FIXTURE), "--output-tokens", "12", "--levels", "1"]
+    args += ["--requests-per-level", "24", "--warmup-requests", "0", "--metrics-interval", "0"]
+    recs = sim_sweep(s.url, tmp_path / "out", *args).records()
     convs: dict[str, list] = {}
     for r in recs:
         if r.conversation is not None:
