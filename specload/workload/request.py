@@ -239,23 +239,8 @@ class RequestMaker:
         sc = self.sc
         warm = phase == PHASE_WARMUP
         keep_grant_output = warm and sc.warmup_output_tokens is not None
-        if item is not None and (item.turns or (conv is not None and conv.texts)):
-            return self._dataset_turn(level, phase, seq, max_tokens, item, conv, keep_grant_output)
         if item is not None:  # a dataset's prompt (no classes, turns or groups with a dataset)
-            c = self.classes[0]
-            out = max_tokens
-            if not keep_grant_output and not c.output_dist.fixed:
-                out = draw_request(self.classes, sc.seed, level, phase, seq).output_tokens
-            return Planned(
-                item.prompt,
-                item.prompt_tokens + self.prompts.overhead,
-                out,
-                None,
-                None,
-                None,
-                None,
-                category=item.category,
-            )
+            return self._from_dataset(level, phase, seq, max_tokens, item, conv, keep_grant_output)
         n = prompt_number(level, phase, seq)
         if conv is not None and (conv.level != level or conv.phase != phase or conv.turn >= conv.turns):
             conv = None
@@ -287,7 +272,7 @@ class RequestMaker:
             prompt = [{"role": "user", "content": prompt}]
         return Planned(prompt, d.input_tokens, out, c.name, 0, conv.id, group, conv)
 
-    def _dataset_turn(
+    def _from_dataset(
         self,
         level: int,
         phase: str,
@@ -297,8 +282,8 @@ class RequestMaker:
         conv: Conversation | None,
         keep: bool,
     ) -> Planned:
-        """A multi-turn dataset row: its next turn after the history, or its first turn (a new
-        conversation). Every turn asks for the ticket's output length, as a single-turn row does."""
+        """A dataset's row: the next turn of the user's conversation after its history, else the row
+        itself, a new conversation when it has later turns. Every turn asks for the ticket's output length."""
         c = self.classes[0]
         out = max_tokens
         if not keep and not c.output_dist.fixed:
@@ -314,7 +299,7 @@ class RequestMaker:
             message = {"role": "user", "content": conv.texts[k - 1]}
             tokens = conv.history_tokens + conv.text_tokens[k - 1]
             return Planned([*conv.history, message], tokens, out, None, k, conv.id, None, conv, conv.category)
-        if not item.turns:  # (a conversation that ended, then a single-turn row)
+        if not item.turns:
             return Planned(
                 item.prompt,
                 item.prompt_tokens + self.prompts.overhead,
