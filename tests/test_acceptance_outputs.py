@@ -2,8 +2,9 @@
 
 One sweep against the simulator has them all: a categorised dataset (SPEED-Bench's rows) sent by
 the chat backend to a speculative server (k = 3, per-request metrics at ``detailed``) that streams
-reasoning first. The matrix below is figure x output; a figure missing from any output fails the
-test, naming both. ``compare`` is the run against itself, so every change exists (and is 0).
+reasoning first. The matrix below is figure x output (the report's markdown, CSV and JSON; the
+comparison's markdown, CSV, JSON and HTML; the web page's Compare tab and its live acceptance card);
+a figure missing from any output fails the test, naming both. ``compare`` is the run against itself, so every change exists (and is 0).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from specload.analysis.run import load_run
 from specload.cli import main
-from specload.present.acceptview import ALONG_HEADER
+from specload.present.acceptview import ALONG_HEADER, live_figures
 from specload.present.webview import compare_bundle, report_bundle
 from tests.conftest import SIM_START_TIMEOUT_S, start_sim
 from tests.fixtures.sim_sweep import sim_sweep
@@ -55,6 +57,8 @@ Outputs = dict[str, Any]
 # figure -> output -> what the output must have: a column / heading in a text, a key path in JSON.
 MATRIX: dict[str, dict[str, str]] = {
     "accept length": {
+        "web compare": "Δ accept len",
+        "web live": "*.acceptance.length",
         "report.md": "Accept len",
         "report csv": "Accept len",
         "report json": "*.acceptance.length",
@@ -65,6 +69,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Δ accept len",
     },
     "accept rate": {
+        "web compare": "Δ accept rate pp",
+        "web live": "*.acceptance.rate",
         "report.md": "Accept rate %",
         "report csv": "Accept rate %",
         "report json": "*.acceptance.rate",
@@ -75,6 +81,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Δ accept rate pp",
     },
     "accept >=k per position": {
+        "web compare": "Δ accept >=k pp",
+        "web live": "*.acceptance.per_position",
         "report.md": "Accept >=k %",
         "report csv": "Accept >=k %",
         "report json": "*.acceptance.per_position",
@@ -85,6 +93,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Δ accept >=k pp",
     },
     "accept histogram": {
+        "web compare": "Δ accept hist pp",
+        "web live": "*.acceptance.histogram",
         "report.md": "Accept hist %",
         "report csv": "Accept hist %",
         "report json": "*.acceptance.histogram",
@@ -95,6 +105,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Δ accept hist pp",
     },
     "accept along the output": {
+        "web compare": "Δ accept along",
+        "web live": "*.acceptance.along",
         "report.md": ALONG_HEADER,
         "report csv": ALONG_HEADER,
         "report json": "*.acceptance.along",
@@ -105,6 +117,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Δ accept along",
     },
     "acceptance sources": {
+        "web compare notes": "from vLLM's per-request metrics.speculative_decoding",
+        "web live": "*.acceptance.sources",
         "report.md": "from vLLM's per-request metrics.speculative_decoding",
         "report json": "*.acceptance.sources",
         "comparison.md": "from vLLM's per-request metrics.speculative_decoding",
@@ -112,6 +126,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "from vLLM's per-request metrics.speculative_decoding",
     },
     "time to first answer token": {
+        "web compare": "First answer p50 (ms)",
+        "web live": "*.reasoning.answer_ttft_p50_ms",
         "report.md": "First answer p50 (ms)",
         "report csv": "First answer p50 (ms)",
         "report json": "*.reasoning.answer_ttft_p50_ms",
@@ -122,6 +138,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "First answer p50 (ms)",
     },
     "reasoning tokens": {
+        "web compare": "Reasoning tokens",
+        "web live": "*.reasoning.reasoning_tokens_mean",
         "report.md": "Reasoning tokens",
         "report csv": "Reasoning tokens",
         "report json": "*.reasoning.reasoning_tokens_mean",
@@ -131,6 +149,8 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Reasoning tokens",
     },
     "answer tok/s": {
+        "web compare": "Answer tok/s",
+        "web live": "*.reasoning.answer_tok_s_mean",
         "report.md": "Answer tok/s",
         "report csv": "Answer tok/s",
         "report json": "*.reasoning.answer_tok_s_mean",
@@ -141,6 +161,7 @@ MATRIX: dict[str, dict[str, str]] = {
         "comparison.html": "Answer tok/s",
     },
     "accept length per category": {
+        "web live": "*.categories.*.accept_length",
         "report.md": "## Prompt categories",
         "report json": "*.mix.categories.*.accept_length",
         "comparison.md": "## Per prompt category",
@@ -155,6 +176,10 @@ def _check(kind: str, output: Any, want: str) -> bool:
         return any(h == want or h.startswith(want + " ") for h in _csv_header(output))
     if kind == "json":
         return _has_key(output, want)
+    if kind == "columns":
+        return any(h == want or h.startswith(want + " ") for h in output)
+    if kind == "lines":
+        return any(want in line for line in output)
     return want in output
 
 
@@ -180,6 +205,9 @@ def outputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
         "compare json": ("json", json.loads(cmp["json"])),
         "compare json change": ("json", json.loads(cmp["json"])),
         "comparison.html": ("text", html.unescape((out / "comparison.html").read_text())),
+        "web compare": ("columns", cmp["columns"]),  # the page's Compare tab: the table's columns
+        "web compare notes": ("lines", cmp["notes"]),
+        "web live": ("json", [live_figures(s) for s in load_run(run).levels]),  # the page's acceptance card
     }
 
 
