@@ -15,7 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from specload.analysis.accept_compare import AcceptChange, AcceptFigures, accept_change, accept_figures
-from specload.analysis.comparison import Comparison
+from specload.analysis.comparison import ComparedRun, Comparison
 from specload.analysis.reasoning_compare import (
     ReasoningChange,
     ReasoningFigures,
@@ -84,7 +84,6 @@ class _Grid:
         return any(d is not None and has(d) for xs in self.reasoning_delta.values() for d in xs)
 
 
-# (header head, tableview key, run cell or None, change cell or None, shown?)
 _RunCell = Callable[[AcceptFigures | None], str]
 _ChangeCell = Callable[[AcceptChange | None], str]
 
@@ -222,20 +221,23 @@ def extra_rows(comp: Comparison) -> list[list[str]]:
     return rows
 
 
-def run_json(comp: Comparison, label: str, i: int) -> dict[str, Any]:
-    """A run's acceptance and reasoning figures at level i, for the comparison's JSON."""
-    a = accept_figures(next(r for r in comp.runs if r.label == label).figures[comp.levels[i]])
-    r = reasoning_figures(next(r for r in comp.runs if r.label == label).figures[comp.levels[i]])
-    return {"acceptance": None if a is None else asdict(a), "reasoning": None if r is None else asdict(r)}
+def _asdict(x: Any) -> dict[str, Any] | None:
+    return None if x is None else asdict(x)
 
 
-def change_json(comp: Comparison, label: str, i: int) -> dict[str, Any]:
-    """A treatment's acceptance and reasoning changes at level i, for the comparison's JSON."""
-    c = comp.levels[i]
-    base, new = comp.baseline.figures[c], next(r for r in comp.runs if r.label == label).figures[c]
-    a = accept_change(accept_figures(base), accept_figures(new))
-    r = reasoning_change(reasoning_figures(base), reasoning_figures(new))
-    return {"acceptance": None if a is None else asdict(a), "reasoning": None if r is None else asdict(r)}
+def run_json(r: ComparedRun, c: float) -> dict[str, Any]:
+    """A run's acceptance and reasoning figures at level ``c``, for the comparison's JSON."""
+    f = r.figures[c]
+    return {"acceptance": _asdict(accept_figures(f)), "reasoning": _asdict(reasoning_figures(f))}
+
+
+def change_json(comp: Comparison, t: ComparedRun, c: float) -> dict[str, Any]:
+    """A treatment's acceptance and reasoning changes at level ``c``, for the comparison's JSON."""
+    base, new = comp.baseline.figures[c], t.figures[c]
+    return {
+        "acceptance": _asdict(accept_change(accept_figures(base), accept_figures(new))),
+        "reasoning": _asdict(reasoning_change(reasoning_figures(base), reasoning_figures(new))),
+    }
 
 
 def source_lines(comp: Comparison) -> list[str]:

@@ -243,10 +243,9 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
     levels = [
         {
             ("rate" if comp.axis.rate else "concurrency"): c,
-            "runs": {r.label: {**_figures_dict(r, c), **run_json(comp, r.label, i)} for r in comp.runs},
+            "runs": {r.label: {**_figures_dict(r, c), **run_json(r, c)} for r in comp.runs},
             "changes": {
-                t.label: {**_changes_dict(comp, t, i), **change_json(comp, t.label, i)}
-                for t in comp.treatments
+                t.label: {**_changes_dict(comp, t, i), **change_json(comp, t, c)} for t in comp.treatments
             },
         }
         for i, c in enumerate(comp.levels)
