@@ -104,6 +104,9 @@ def test_the_acceptance_card_shows_the_reports_figures(ui: tuple[str, Path], pag
     page.wait_for_function("document.querySelector('#run-status').textContent === 'completed'", timeout=T)
     page.wait_for_selector("#acceptance:not([hidden]) #accept-table")
     (run_dir,) = [d for d in ui[1].iterdir() if (d / "run.json").exists()]
+    shot = ui[1].parent / "acceptance-card.png"
+    page.locator("#acceptance").screenshot(path=str(shot))
+    print(f"\nthe acceptance card: {shot}")
     levels = json.loads(report_json(run_dir))
     rows = table(page, "#accept-table")
     head = rows[0]
@@ -119,8 +122,10 @@ def test_the_acceptance_card_shows_the_reports_figures(ui: tuple[str, Path], pag
         )
         assert row[5] == " ".join(fmt1(v, 2) for v in a["along"])
     assert len(page.query_selector_all("#accept-table svg.hist rect")) == 4 * len(levels)  # k = 3: 0..3
-    assert "Accept len from vLLM's per-request metrics.speculative_decoding" in page.text_content(
-        "#accept-sources"
+    (sources,) = page.eval_on_selector_all("#accept-sources li", "ls => ls.map(l => l.textContent)")
+    assert sources == (
+        "Accept len, Accept rate, the histogram of accepted tokens per step, Accept >=k, "
+        "the acceptance along the output from vLLM's per-request metrics.speculative_decoding"
     )
     rrows = table(page, "#reasoning-table")
     col = {name: i for i, name in enumerate(rrows[0])}

@@ -31,11 +31,16 @@ function acceptRows(rows) {
     return `<tr data-level="${esc(r.label)}">${cells.map((c, j) => `<td class="${j ? "" : "l"}">${esc(c)}</td>`).join("")}` +
       `<td class="l">${histBars(a.histogram)}</td><td class="l">${esc(along)}</td></tr>`;
   }).join("");
-  const sources = {};
-  for (const r of with_) for (const [fig, src] of Object.entries(r.acceptance.sources)) sources[fig] = src;
+  const bySource = {}; // the figures that came from the same source, on one line (as the report's notes)
+  for (const r of with_) {
+    for (const [fig, src] of Object.entries(r.acceptance.sources)) {
+      const figs = (bySource[src] ||= []);
+      if (!figs.includes(fig)) figs.push(fig);
+    }
+  }
   const notes = with_.filter((r) => r.acceptance.note).map((r) => `<li>${esc(levelName(r))}: ${esc(r.acceptance.note)}</li>`).join("");
   return `<table id="accept-table"><thead><tr>${head.map((h, j) => `<th class="${j ? "" : "l"}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>` +
-    `<ul id="accept-sources" class="small">${Object.entries(sources).map(([f, s]) => `<li>${esc(f)} from ${esc(s)}</li>`).join("")}${notes}</ul>`;
+    `<ul id="accept-sources" class="small">${Object.entries(bySource).map(([s, fs]) => `<li>${esc(fs.join(", "))} from ${esc(s)}</li>`).join("")}${notes}</ul>`;
 }
 
 function reasoningRows(rows) {
