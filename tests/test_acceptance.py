@@ -9,7 +9,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, acceptance, at_least, mismatch_note
+from specload.analysis.acceptance import (
+    FROM_COUNTERS,
+    FROM_OLD_RECORDS,
+    acceptance,
+    at_least,
+    mismatch_note,
+    position_gaps,
+)
 from specload.analysis.columns import LevelColumns, read_columns
 from specload.analysis.metrics import ServerSample
 from specload.client.backends.spec import along
@@ -111,3 +118,16 @@ def test_old_records_still_read(tmp_path: Path) -> None:
     )
     cols = next(iter(read_columns(str(path)).values()))
     assert cols.spec.hist.tolist() == [0, 0, 1, 15] and cols.spec.hist_requests == 1
+
+
+def test_per_position_gaps_beyond_the_tolerance_are_named() -> None:
+    assert position_gaps([1.0, 0.9, 0.5], [0.98, 0.88, 0.49]) is None  # each within 5 %
+    assert position_gaps([1.0, 0.9], []) is None  # nothing to reconcile
+    note = position_gaps([1.0, 0.9, 0.5], [1.0, 0.8, 0.5])
+    assert note is not None and note.startswith(
+        "acceptance per position (k=2 90.0% from the responses, 80.0%"
+    )
+    assert "k=1" not in note and "k=3" not in note
+    assert position_gaps([0.01], [0.012]) is None  # near 0: 5 % of 0.05 at least
+    other = position_gaps([1.0, 0.9], [1.0, 0.9, 0.5])
+    assert other is not None and "2 draft positions in the responses, 3 in the counters" in other

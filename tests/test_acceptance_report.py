@@ -5,7 +5,6 @@ request, so 16 verify steps with 47 drafts accepted of 48: tests/test_acceptance
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,38 +12,13 @@ import pytest
 from specload.cli import main
 from specload.core.records import SPEC_VLLM
 from specload.present.webview import report_bundle
-from tests.conftest import specload_cmd
+from tests.fixtures.sim_sweep import sim_sweep
 from tests.test_acceptance_sim import K3
 
 
 def _sweep(url: str, out: Path) -> Path:
-    done = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            url,
-            "--levels",
-            "1,2",
-            "--requests-per-level",
-            "6",
-            "--warmup-requests",
-            "0",
-            "--input-tokens",
-            "16",
-            "--output-tokens",
-            "64",
-            "--read-timeout",
-            "30",
-            "--out",
-            str(out),
-        ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
-    return run_dir
+    args = ["--levels", "1,2", "--requests-per-level", "6", "--warmup-requests", "0", "--input-tokens", "16"]
+    return sim_sweep(url, out, *args, "--output-tokens", "64", "--read-timeout", "30").run_dir
 
 
 def test_acceptance_in_report_json_csv_and_compare(

@@ -139,6 +139,8 @@ def test_vllm_counters_with_positions_reconcile(sim: Callable[..., SimProcess], 
     assert from_counters.per_position == pytest.approx([1.0, 1.0, 15 / 16])
     both = _acc(recs, [before, after])
     assert both.sources["length"] == SPEC_VLLM and both.counter_length == pytest.approx(both.length)
+    assert both.sources["per_position"] == SPEC_VLLM  # the histograms', reconciled with the counters'
+    assert both.counter_per_position == pytest.approx(both.per_position)
     assert both.note is None
 
 
@@ -165,3 +167,7 @@ def test_a_counter_that_disagrees_is_a_note(sim: Callable[..., SimProcess], clie
     assert a.length == pytest.approx(1 + ACCEPTED / STEPS)
     assert a.counter_length == pytest.approx(1 + ACCEPTED / (STEPS + 3))
     assert a.note is not None and "from the counters" in a.note
+    # per position too: the other requests' steps accepted nothing, so each share falls to 16 / 19
+    assert a.per_position == pytest.approx([1.0, 1.0, 15 / 16])
+    assert a.counter_per_position == pytest.approx([16 / 19, 16 / 19, 15 / 19])
+    assert "acceptance per position (k=1 100.0% from the responses, 84.2% from the counters, k=2" in a.note

@@ -4,7 +4,6 @@ record carries its category, and the report and compare give acceptance and the 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import orjson
@@ -17,17 +16,10 @@ from specload.core.records import RequestRecord, read_records
 from specload.present.compare import category_lines, to_dict
 from specload.present.report import render_report
 from specload.workload.datasets import DatasetError, Item, jsonl_pairs, sample
-from tests.conftest import specload_cmd
 from tests.fixtures.make_compare_runs import TOKENS, write_reference_pair
+from tests.fixtures.sim_sweep import Words, sim_sweep
 
 FIXTURE = Path(__file__).parent / "fixtures" / "speed_bench_sample.jsonl"
-
-
-class Words:
-    name = "words"
-
-    def encode(self, text: str) -> list[int]:
-        return list(range(len(text.split())))
 
 
 def test_speed_bench_rows_are_read_with_their_category() -> None:
@@ -132,32 +124,10 @@ def test_no_categories_no_section(tmp_path: Path) -> None:
 
 def test_sweep_with_a_categorised_dataset(sim, tmp_path: Path) -> None:
     s = sim("--engine", "batch", "--preset", "mtp", "--time-scale", "0.05")
-    out = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            s.url,
-            "--backend",
-            "sglang",
-            "--dataset",
-            str(FIXTURE),
-            "--output-tokens",
-            "24",
-            "--levels",
-            "1,4",
-            "--out",
-            str(tmp_path / "out"),
-            "--metrics-interval",
-            "0",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (run_dir,) = (tmp_path / "out").iterdir()
-    recs = read_records(str(run_dir / "records.jsonl"))
-    measured = [r for r in recs if r.phase == "measure"]
+    args = ["--backend", "sglang", "--dataset", str(FIXTURE), "--output-tokens", "24", "--levels", "1,4"]
+    out = sim_sweep(s.url, tmp_path / "out", *args, "--metrics-interval", "0")
+    run_dir = out.run_dir
+    recs, measured = out.records(None), out.records()
     assert measured and {r.category for r in measured} <= {"coding", "math", "writing"}
     assert all(r.category is not None for r in recs)
     assert all(r.requested_output_tokens == 24 for r in measured)

@@ -4,13 +4,11 @@ of dataset prompts against the simulator (whose /tokenize counts words, as its e
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
 
-from specload.core.records import read_records
 from specload.workload.datasets import (
     DatasetError,
     Pair,
@@ -19,14 +17,7 @@ from specload.workload.datasets import (
     sample,
     sharegpt_pairs,
 )
-from tests.conftest import specload_cmd
-
-
-class Words:
-    name = "words"
-
-    def encode(self, text: str) -> list[int]:
-        return list(range(len(text.split())))
+from tests.fixtures.sim_sweep import Words, sim_sweep
 
 
 def words(n: int) -> str:
@@ -103,29 +94,20 @@ def test_sweep_with_a_jsonl_dataset(sim, tmp_path: Path, backend: str) -> None:
     data = tmp_path / "prompts.jsonl"
     data.write_bytes(b"\n".join(orjson.dumps(x) for x in lines))
     s = sim("--ttft-ms", "5", "--itl-ms", "1", "--chat-template-tokens", "11")
-    out = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            s.url,
-            "--backend",
-            backend,
-            "--dataset",
-            str(data),
-            "--levels",
-            "1,2",
-            "--out",
-            str(tmp_path / "out"),
-            "--metrics-interval",
-            "0",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    out = sim_sweep(
+        s.url,
+        tmp_path / "out",
+        "--backend",
+        backend,
+        "--dataset",
+        str(data),
+        "--levels",
+        "1,2",
+        "--metrics-interval",
+        "0",
     )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (run_dir,) = (tmp_path / "out").iterdir()
-    recs = read_records(str(run_dir / "records.jsonl"))
+    run_dir = out.run_dir
+    recs = out.records(None)
     assert len(recs) == 8 and all(r.status == "ok" for r in recs), [r.reason for r in recs]
     # The server counted what the dataset said (plus the template on chat), and gave the output asked.
     assert all(r.prompt_tokens == r.requested_prompt_tokens for r in recs), [

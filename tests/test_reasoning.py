@@ -6,7 +6,6 @@ report gives each level's time to the first answer and its answer tok/s (specloa
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -28,11 +27,10 @@ from specload.core.records import (
     SRC_USAGE,
     RequestRecord,
     make_record,
-    read_records,
 )
 from specload.present.report import render_report
 from specload.sim.process import SimProcess
-from tests.conftest import specload_cmd
+from tests.fixtures.sim_sweep import sim_sweep
 
 T0 = 1_800_000_000.0
 
@@ -205,33 +203,9 @@ def test_no_reasoning_no_figures() -> None:
 
 def test_sweep_of_a_reasoning_model(sim: Callable[..., SimProcess], tmp_path: Path) -> None:
     s = sim("--ttft-ms", "10", "--itl-ms", "2", "--reasoning-tokens", "12")
-    out = subprocess.run(
-        specload_cmd(
-            "sweep",
-            "--host",
-            s.url,
-            "--backend",
-            "chat",
-            "--input-tokens",
-            "32",
-            "--output-tokens",
-            "40",
-            "--levels",
-            "1,2",
-            "--requests-per-level",
-            "6",
-            "--out",
-            str(tmp_path / "out"),
-            "--metrics-interval",
-            "0",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    (run_dir,) = (tmp_path / "out").iterdir()
-    recs = [r for r in read_records(str(run_dir / "records.jsonl")) if r.phase == PHASE_MEASURE]
+    args = ["--backend", "chat", "--input-tokens", "32", "--output-tokens", "40", "--levels", "1,2"]
+    out = sim_sweep(s.url, tmp_path / "out", *args, "--requests-per-level", "6", "--metrics-interval", "0")
+    run_dir, recs = out.run_dir, out.records()
     assert recs and all(r.reasoning_tokens == 12 and r.t_first_answer is not None for r in recs)
     run = load_run(run_dir)
     for lv in run.levels:

@@ -49,6 +49,9 @@ class Acceptance:
     accepted: float | None = None
     counter_length: float | None = None  # the counters' length, when per-request data gave the figure
     counter_rate: float | None = None
+    counter_per_position: list[float] = field(
+        default_factory=list
+    )  # the counters' >=k, beside per-request ones
     note: str | None = None  # the per-request and counter figures disagree beyond TOLERANCE
 
 
@@ -171,7 +174,12 @@ def acceptance(c: LevelColumns, samples: Sequence[Any], start: float, end: float
     if not a.per_position and ctr.per_position:
         a.per_position = ctr.per_position
         a.sources["per_position"] = FROM_COUNTERS
+    elif ctr.per_position:
+        a.counter_per_position = ctr.per_position
     a.note = mismatch_note(a.length, a.counter_length, a.rate, a.counter_rate)
+    positions = position_gaps(a.per_position, a.counter_per_position)
+    if positions is not None:
+        a.note = (a.note + "; " if a.note else "") + positions
     return a if a.length is not None or a.rate is not None else None
 
 
@@ -200,4 +208,33 @@ def mismatch_note(
         "; ".join(gaps)
         + f" (beyond the {TOLERANCE:.0%} tolerance): the server's counters include traffic other than this "
         "level's requests (another client, warm-up at the window's edge), or some responses lack the fields"
+    )
+
+
+def _share_gap(v: float, counter: float) -> bool:
+    """A share and the counters' beyond TOLERANCE of it (of 5 % at least: near 0 a few steps are all of it)."""
+    return abs(counter - v) > TOLERANCE * max(v, 0.05)
+
+
+def position_gaps(per_position: Sequence[float], counter_per_position: Sequence[float]) -> str | None:
+    """A sentence naming each draft position k whose share of steps accepting >= k differs between the
+    responses (their histograms) and vLLM's ``..._num_accepted_tokens_per_pos_total{position=k-1}``
+    delta / the drafts' delta beyond the tolerance of the totals; a different K is a gap too."""
+    if not per_position or not counter_per_position:
+        return None
+    if len(per_position) != len(counter_per_position):
+        return (
+            f"acceptance per position: {len(per_position)} draft positions in the responses, "
+            f"{len(counter_per_position)} in the counters (another model's or draft length's traffic)"
+        )
+    gaps = [
+        f"k={k} {v:.1%} from the responses, {c:.1%} from the counters"
+        for k, (v, c) in enumerate(zip(per_position, counter_per_position, strict=True), start=1)
+        if _share_gap(v, c)
+    ]
+    if not gaps:
+        return None
+    return (
+        f"acceptance per position ({', '.join(gaps)}) beyond the {TOLERANCE:.0%} tolerance: the server's "
+        "counters include traffic other than this level's requests, or some responses lack the histogram"
     )

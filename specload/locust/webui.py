@@ -52,6 +52,7 @@ from specload.locust.options import (
 )
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
+from specload.present.acceptview import live_figures
 from specload.present.report import slo_met_cell
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
@@ -290,6 +291,8 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         if s is not None and s.slo is not None and (g := s.slo.good_share) is not None
         else None,
         "reasons": sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3] if s is not None else [],
+        # acceptance, reasoning, categories (present.acceptview; drawn by webpage/accept.js)
+        **live_figures(s),
     }
 
 

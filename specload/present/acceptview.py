@@ -7,11 +7,11 @@ source of each figure and the notes where the responses and the counters disagre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, Acceptance
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean
-from specload.core.records import SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
+from specload.core.records import SPEC_ALONG_BUCKET, SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
 from specload.core.text import MISSING, fmt_num
 from specload.present.output import render_table
 
@@ -106,3 +106,88 @@ def acceptance_notes(levels: Sequence[LevelStats]) -> list[str]:
         f"{s.label}: {s.acceptance.note}" for s in levels if s.acceptance is not None and s.acceptance.note
     ]
     return notes
+
+
+def has_histogram(s: LevelStats) -> bool | None:
+    """True when the level has a histogram of accepted tokens per step (None: not, for IF_VALUE)."""
+    return True if s.acceptance is not None and sum(s.acceptance.histogram) > 0 else None
+
+
+def histogram_cell(s: LevelStats) -> str:
+    """j:share% of the steps that accepted exactly j draft tokens, as the report's Acceptance section."""
+    return MISSING if s.acceptance is None else _histogram_cell(s.acceptance)
+
+
+def has_along(s: LevelStats) -> bool | None:
+    return True if s.acceptance is not None and s.acceptance.along else None
+
+
+def along_cell(s: LevelStats) -> str:
+    """The acceptance length per bucket of output positions, space-separated, as the Acceptance section."""
+    return MISSING if s.acceptance is None else _along_cell(s.acceptance)
+
+
+def reasoning_value(attr: str) -> Callable[[LevelStats], float | None]:
+    """The level's reasoning figure ``attr`` (analysis.reasoning.ReasoningStats), None without reasoning."""
+    return lambda s: None if s.reasoning is None else getattr(s.reasoning, attr)
+
+
+def reasoning_cell(attr: str, digits: int) -> Callable[[LevelStats], str]:
+    value = reasoning_value(attr)
+    return lambda s: fmt_num(value(s), digits)
+
+
+ALONG_HEADER = f"Accept len per {SPEC_ALONG_BUCKET} tok"  # the per-level table's along-the-output column
+
+
+def _round(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _rounded(vs: Sequence[float | None], digits: int) -> list[float | None]:
+    return [_round(v, digits) for v in vs]
+
+
+def live_figures(s: LevelStats | None) -> dict[str, object]:
+    """A level's acceptance, reasoning and category figures for the web page's live view
+    (specload/locust/webpage/accept.js), from the same LevelStats the report shows, rounded as the
+    report prints them; shares as fractions, histogram as shares of the steps."""
+    a = s.acceptance if s is not None else None
+    accept = None
+    if a is not None:
+        total = sum(a.histogram)
+        accept = {
+            "length": _round(a.length, 2),
+            "rate": _round(a.rate, 3),
+            "per_position": _rounded(a.per_position, 3),
+            "histogram": [round(n / total, 3) for n in a.histogram] if total else [],
+            "along": _rounded(a.along, 2),
+            "along_bucket": a.along_bucket,
+            "sources": {_FIGURE_NAMES[k]: SOURCE_NAMES.get(v, v) for k, v in a.sources.items()},
+            "note": a.note,
+        }
+    r = s.reasoning if s is not None else None
+    reasoning = None
+    if r is not None:
+        reasoning = {
+            "requests": r.requests,
+            "reasoning_tokens_mean": _round(r.reasoning_tokens_mean, 1),
+            "reasoning_share": _round(r.reasoning_share, 3),
+            "ttft_p50_ms": _round(r.ttft_p50_ms, 1),
+            "answer_ttft_p50_ms": _round(r.answer_ttft_p50_ms, 1),
+            "answer_ttft_p99_ms": _round(r.answer_ttft_p99_ms, 1),
+            "answer_tok_s_mean": _round(r.answer_tok_s_mean, 1),
+            "agg_answer_tok_s": _round(r.agg_answer_tok_s, 1),
+        }
+    cats = s.mix.categories if s is not None and s.mix is not None else []
+    categories = [
+        {
+            "category": str(g.key),
+            "sent": g.sent,
+            "agg_tok_s": _round(g.agg_tok_s, 1),
+            "per_req_tok_s": _round(g.per_req_tok_s, 1),
+            "accept_length": _round(g.accept_length, 2),
+        }
+        for g in cats
+    ]
+    return {"acceptance": accept, "reasoning": reasoning, "categories": categories}

@@ -36,6 +36,7 @@ from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
+from specload.present.acceptcompare import change_json, extra_columns, extra_rows, run_json, source_lines
 from specload.present.acceptview import accept_rate_mean
 from specload.present.colour import for_stream, is_terminal
 from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
@@ -106,6 +107,7 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
         cols += [(f"Accept len {r.label}", "accept") for r in runs]
     if _has_rate(comp):
         cols += [(f"Accept rate % {r.label}", "accept_rate") for r in runs]
+    cols += extra_columns(comp)  # the other acceptance figures and the reasoning ones (present.acceptcompare)
     if _has_server(comp):
         cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
     if comp.slo.slo is not None:
@@ -148,6 +150,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     server = _has_server(comp)
     itl = _has(comp, "itl_p99_ms_mean")
     rows: list[list[str]] = []
+    extra = extra_rows(comp)
     for i, c in enumerate(comp.levels):
         figs = [r.figures[c] for r in comp.runs]
         ts = comp.treatments
@@ -167,6 +170,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
             row += [fmt_num(f.accept_length_mean, 2) for f in figs]
         if rate:
             row += [fmt_num(None if (a := accept_rate_mean(f)) is None else a * 100, 1) for f in figs]
+        row += extra[i]
         if server:
             row += [_server_cell(f) for f in figs]
         if comp.slo.slo is not None:
@@ -239,8 +243,10 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
     levels = [
         {
             ("rate" if comp.axis.rate else "concurrency"): c,
-            "runs": {r.label: _figures_dict(r, c) for r in comp.runs},
-            "changes": {t.label: _changes_dict(comp, t, i) for t in comp.treatments},
+            "runs": {r.label: {**_figures_dict(r, c), **run_json(r, c)} for r in comp.runs},
+            "changes": {
+                t.label: {**_changes_dict(comp, t, i), **change_json(comp, t, c)} for t in comp.treatments
+            },
         }
         for i, c in enumerate(comp.levels)
     ]
@@ -378,6 +384,8 @@ def render_text(
     lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
     lines += category_lines(comp, fmt)
+    if sources := source_lines(comp):  # where each run's acceptance figures came from
+        lines += ["", "## Acceptance sources", ""] + [f"- {s}" for s in sources]
     if comp.slo.slo is not None:
         lines += ["", f"## Capacity under the SLO {comp.slo.slo.text}", ""]
         lines += [f"- {s}" for s in comp.slo.sentences] or [
@@ -399,7 +407,7 @@ def side_text(comp: Comparison) -> str:
     return "\n".join(
         header_lines(comp)
         + ["", *comp.sentences, *(s for cc in compare_categories(comp) for s in cc.sentences)]
-        + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes]]
+        + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes], *[f"- {s}" for s in source_lines(comp)]]
     )
 
 

@@ -37,11 +37,18 @@ from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
 from specload.present.acceptview import (
+    ALONG_HEADER,
     accept_rate,
     acceptance_notes,
+    along_cell,
+    has_along,
+    has_histogram,
     has_positions,
+    histogram_cell,
     positions_cell,
     rate_cell,
+    reasoning_cell,
+    reasoning_value,
     render_acceptance,
 )
 from specload.present.colour import for_stream, is_terminal
@@ -129,6 +136,17 @@ class Column:
         return any(values) if self.show == IF_COUNTED else any(v is not None for v in values)
 
 
+# The reasoning figures of a level (analysis.reasoning), as its section has them
+REASONING_COLUMNS = tuple(
+    Column(name, key, "reasoning", 1, IF_VALUE, reasoning_cell(attr, 1), reasoning_value(attr))
+    for name, key, attr in (
+        ("First answer p50 (ms)", "first_answer", "answer_ttft_p50_ms"),
+        ("Reasoning tokens", "reasoning_tokens", "reasoning_tokens_mean"),
+        ("Answer tok/s", "answer_tok_s", "answer_tok_s_mean"),
+    )
+)
+
+
 # The table, in order; docs/metrics.md defines every column. The second field is the column's key in
 # tableview.PRIORITY (its rank when a terminal cannot show them all, its name for --columns).
 LEVEL_COLUMNS: tuple[Column, ...] = (
@@ -154,6 +172,9 @@ LEVEL_COLUMNS: tuple[Column, ...] = (
     Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
     Column("Accept rate %", "accept_rate", "acceptance", 1, IF_VALUE, rate_cell, accept_rate),
     Column("Accept >=k %", "accept_pos", "acceptance", 0, IF_VALUE, positions_cell, has_positions),
+    Column("Accept hist %", "accept_hist", "acceptance", 0, IF_VALUE, histogram_cell, has_histogram),
+    Column(ALONG_HEADER, "accept_along", "acceptance", 2, IF_VALUE, along_cell, has_along),
+    *REASONING_COLUMNS,  # (only a run whose requests streamed reasoning)
     Column(
         "Prefix hit %",
         "prefix_hit",

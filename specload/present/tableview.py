@@ -93,6 +93,11 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("srv_queue_mean", "Srv queue mean", (SERVER,)),
     Figure("srv_run_mean", "Srv run mean", (SERVER,)),
     Figure("accept_pos", "Accept >=k %", (SERVER,)),  # k = 1..K: steps that accepted at least k drafts
+    Figure("accept_hist", "Accept hist %", ()),  # j: share of steps that accepted exactly j drafts
+    Figure("accept_along", "Accept len per 100 tok", ()),  # along the output
+    Figure("first_answer", "First answer p50", ()),  # (reasoning streams only)
+    Figure("answer_tok_s", "Answer tok/s", ()),
+    Figure("reasoning_tokens", "Reasoning tokens", ()),  # (these five in no set: --columns all, or by name)
 )
 FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
 RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}

@@ -27,6 +27,7 @@ from specload.analysis.comparison import build_comparison
 from specload.analysis.metrics import level_json
 from specload.analysis.run import NotARunDir, load_run
 from specload.core.rundir import REPORT_MD, RUN_JSON, read_run_meta
+from specload.present.acceptcompare import source_lines
 from specload.present.compare import render_table as compare_table
 from specload.present.compare import render_text as compare_text
 from specload.present.compare import table_columns, table_rows
@@ -134,7 +135,7 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
         "columns": table_columns(comp),
         "rows": table_rows(comp),
         "sentences": comp.sentences,
-        "notes": comp.notes,
+        "notes": comp.notes + source_lines(comp),  # (+ where each run's acceptance came from)
         "json": compare_table(comp, "json"),
         "csv": compare_table(comp, "csv"),
         "png": png,

@@ -9,8 +9,9 @@ Token counts come from the model's tokenizer (``--tokenizer``, else the server's
 
 A *categorised* set (the rows SPEED-Bench publishes, arXiv 2604.09557: ``category`` and ``turns``,
 with ``question_id``, ``sub_category``, ... beside them) is a JSONL file too. Its first turn is the
-prompt; each request's record carries its row's category, so the report gives acceptance and speed
-per category. Its rows are curated (SPEED-Bench's throughput split is 1k to 32k-token prompts), so
+prompt; a row of several turns is a conversation (``workload.request``: each later turn resends the
+history with the answer the server returned). Each request's record carries its row's category, so
+the report gives acceptance and speed per category. Its rows are curated (SPEED-Bench's throughput split is 1k to 32k-token prompts), so
 vLLM's ShareGPT length caps do not apply to them; a row without a reference length asks for the
 scenario's output length. Files are read from disk only: nothing is downloaded.
 """
@@ -44,6 +45,8 @@ class Item:
     prompt_tokens: int
     output_tokens: int
     category: str | None = None  # a categorised set's row category (None: the file has none)
+    turns: tuple[str, ...] = ()  # a multi-turn row's later user turns, sent as one conversation
+    turn_tokens: tuple[int, ...] = ()  # each later turn's own length in tokens
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -51,11 +54,19 @@ class Item:
             "prompt_tokens": self.prompt_tokens,
             "output_tokens": self.output_tokens,
             "category": self.category,
+            "turns": list(self.turns),
+            "turn_tokens": list(self.turn_tokens),
         }
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Item:
-        return cls(d["prompt"], int(d["prompt_tokens"]), int(d["output_tokens"]), d.get("category"))
+        turns = tuple(str(t) for t in d.get("turns") or ())
+        tokens = tuple(int(n) for n in d.get("turn_tokens") or ())
+        if len(tokens) != len(turns):
+            raise ValueError("an item's turn_tokens must match its turns")
+        return cls(
+            d["prompt"], int(d["prompt_tokens"]), int(d["output_tokens"]), d.get("category"), turns, tokens
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,7 @@ class Pair:
     completion: str | None = None
     output_tokens: int | None = None
     category: str | None = None
+    turns: tuple[str, ...] = ()  # a categorised row's later user turns
 
 
 def sharegpt_path() -> Path:
@@ -116,7 +128,7 @@ def sharegpt_pairs(path: Path) -> Iterator[Pair]:
 
 def jsonl_pairs(path: Path) -> Iterator[Pair]:
     """One JSON object per line: ``prompt`` (text), ``messages`` (chat) or ``turns`` (a categorised
-    set's user turns, the first sent); optional ``output_tokens`` (or ``completion``, a reference text
+    set's user turns: the first the prompt, the later ones its conversation's); optional ``output_tokens`` (or ``completion``, a reference text
     whose token count becomes the output length) and ``category`` (a string)."""
     try:
         lines = path.read_bytes().splitlines()
@@ -130,11 +142,12 @@ def jsonl_pairs(path: Path) -> Iterator[Pair]:
         except orjson.JSONDecodeError as e:
             raise DatasetError(f"{path}:{no}: not JSON: {e}") from None
         prompt = d.get("messages", d.get("prompt")) if isinstance(d, dict) else None
+        later: tuple[str, ...] = ()
         if prompt is None and isinstance(d, dict) and "turns" in d:
             turns = d["turns"]
-            if not isinstance(turns, list) or not turns or not isinstance(turns[0], str) or not turns[0]:
-                raise DatasetError(f"{path}:{no}: 'turns' must be a list of texts, the first not empty")
-            prompt = turns[0]
+            if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+                raise DatasetError(f"{path}:{no}: 'turns' must be a list of texts, none empty")
+            prompt, later = turns[0], tuple(turns[1:])
         if not (isinstance(prompt, str) and prompt) and not (isinstance(prompt, list) and prompt):
             raise DatasetError(
                 f"{path}:{no}: expected an object with 'prompt' (text), 'messages' (chat) or 'turns' (texts)"
@@ -146,7 +159,7 @@ def jsonl_pairs(path: Path) -> Iterator[Pair]:
         if category is not None and (not isinstance(category, str) or not category):
             raise DatasetError(f"{path}:{no}: 'category' must be a non-empty string, got {category!r}")
         completion = d.get("completion") if isinstance(d.get("completion"), str) else None
-        yield Pair(prompt, completion, out, category)
+        yield Pair(prompt, completion, out, category, later)
 
 
 def _text(prompt: str | list[dict[str, Any]]) -> str:
@@ -188,6 +201,8 @@ def sample(
     With ``fixed_input`` each prompt (as one text) is cut to that many tokens and shorter ones are
     skipped. At most ``limit`` pairs are read before the shuffle, so a huge file costs a bounded time.
     ``default_output``: the output length of a categorised row that has no reference length of its own.
+    A multi-turn row keeps its later turns (each counted), unless its prompt is cut to ``fixed_input``:
+    then its first turn alone is sent, a request of that length.
     """
     pool = [p for _, p in zip(range(limit), pairs, strict=False)]
     random.Random(seed).shuffle(pool)
@@ -215,7 +230,8 @@ def sample(
             continue
         if p.category is None and (prompt_len > MAX_PROMPT or prompt_len + completion_len > MAX_TOTAL):
             continue  # vLLM's ShareGPT caps; a categorised set's rows are curated, kept whole
-        out.append(Item(p.prompt, prompt_len, output_len, p.category))
+        turn_tokens = tuple(len(tok.encode(t)) for t in p.turns)
+        out.append(Item(p.prompt, prompt_len, output_len, p.category, p.turns, turn_tokens))
     return out
 
 

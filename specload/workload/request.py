@@ -31,6 +31,11 @@ ticket on a rerun. How the history is sent:
   previous prompt but not the answer).
 
 A failed or short turn ends its conversation; the next ticket starts a new one.
+
+A dataset row of several turns (a categorised set's ``turns``, ``datasets.Item.turns``) is a
+conversation the same way, as chat messages whatever the prompts' kind (a completions backend sends
+them as one text): its later tickets send the row's next user turn after the history, with the
+row's category, and the ticket's own row is not sent.
 """
 
 from __future__ import annotations
@@ -175,6 +180,14 @@ class Conversation:
     history_tokens: int = (
         0  # its length in prompt tokens (the server's count of the last prompt + the answer)
     )
+    texts: tuple[str, ...] = ()  # a dataset row's later user turns (datasets.Item.turns)
+    text_tokens: tuple[int, ...] = ()
+    category: str | None = None  # the dataset row's category, every turn's
+
+    @property
+    def turns(self) -> int:
+        """How many turns it has: the dataset row's, else its class's."""
+        return len(self.texts) + 1 if self.texts else self.cls.turns
 
 
 @dataclass(slots=True)
@@ -194,7 +207,7 @@ class Planned:
     @property
     def wants_answer(self) -> bool:
         """Whether the answer's text is needed (a next turn resends it)."""
-        return self.conv is not None and self.conv.turn + 1 < self.conv.cls.turns
+        return self.conv is not None and self.conv.turn + 1 < self.conv.turns
 
 
 Tokenize = Callable[[str], list[int]]
@@ -227,22 +240,9 @@ class RequestMaker:
         warm = phase == PHASE_WARMUP
         keep_grant_output = warm and sc.warmup_output_tokens is not None
         if item is not None:  # a dataset's prompt (no classes, turns or groups with a dataset)
-            c = self.classes[0]
-            out = max_tokens
-            if not keep_grant_output and not c.output_dist.fixed:
-                out = draw_request(self.classes, sc.seed, level, phase, seq).output_tokens
-            return Planned(
-                item.prompt,
-                item.prompt_tokens + self.prompts.overhead,
-                out,
-                None,
-                None,
-                None,
-                None,
-                category=item.category,
-            )
+            return self._from_dataset(level, phase, seq, max_tokens, item, conv, keep_grant_output)
         n = prompt_number(level, phase, seq)
-        if conv is not None and (conv.level != level or conv.phase != phase or conv.turn >= conv.cls.turns):
+        if conv is not None and (conv.level != level or conv.phase != phase or conv.turn >= conv.turns):
             conv = None
         if conv is not None and conv.turn > 0:
             d = draw_request(self.classes, sc.seed, level, phase, seq, cls=conv.cls)
@@ -272,6 +272,68 @@ class RequestMaker:
             prompt = [{"role": "user", "content": prompt}]
         return Planned(prompt, d.input_tokens, out, c.name, 0, conv.id, group, conv)
 
+    def _from_dataset(
+        self,
+        level: int,
+        phase: str,
+        seq: int,
+        max_tokens: int,
+        item: Item,
+        conv: Conversation | None,
+        keep: bool,
+    ) -> Planned:
+        """A dataset's row: the next turn of the user's conversation after its history, else the row
+        itself, a new conversation when it has later turns. Every turn asks for the ticket's output length."""
+        c = self.classes[0]
+        out = max_tokens
+        if not keep and not c.output_dist.fixed:
+            out = draw_request(self.classes, self.sc.seed, level, phase, seq).output_tokens
+        if (
+            conv is not None
+            and conv.texts
+            and conv.level == level
+            and conv.phase == phase
+            and 0 < conv.turn < conv.turns
+        ):
+            k = conv.turn
+            message = {"role": "user", "content": conv.texts[k - 1]}
+            tokens = conv.history_tokens + conv.text_tokens[k - 1]
+            return Planned([*conv.history, message], tokens, out, None, k, conv.id, None, conv, conv.category)
+        if not item.turns:
+            return Planned(
+                item.prompt,
+                item.prompt_tokens + self.prompts.overhead,
+                out,
+                None,
+                None,
+                None,
+                None,
+                category=item.category,
+            )
+        warm = "w" if phase == PHASE_WARMUP else ""
+        conv = Conversation(
+            f"{level}:{warm}{seq}",
+            c,
+            level,
+            phase,
+            0,
+            texts=item.turns,
+            text_tokens=item.turn_tokens,
+            category=item.category,
+        )
+        prompt = item.prompt if isinstance(item.prompt, list) else [{"role": "user", "content": item.prompt}]
+        return Planned(
+            prompt,
+            item.prompt_tokens + self.prompts.overhead,
+            out,
+            None,
+            0,
+            conv.id,
+            None,
+            conv,
+            item.category,
+        )
+
     def _next_turn(self, conv: Conversation, n: int, new_tokens: int) -> tuple[Any, int]:
         """Turn k > 0: the history, then a new user message of ``new_tokens`` tokens (no overhead:
         the server adds that once per prompt, and the first turn's length already holds it)."""
@@ -292,7 +354,7 @@ class RequestMaker:
         if conv is None or not planned.wants_answer or rec.status != OK:
             return None
         answer = "".join(text or ())
-        if self.prompts.kind == IDS:
+        if self.prompts.kind == IDS and not conv.texts:  # (a dataset row's conversation is chat messages)
             ids = self._answer_ids(answer, rec.output_tokens, conv, planned)
             conv.history = [*planned.prompt, *ids]
             conv.history_tokens = planned.prompt_tokens + len(ids)
