@@ -241,3 +241,30 @@ def test_reasoning_counted_but_streamed_as_content_has_no_first_answer() -> None
         "reasoning_tokens": 1,
         "reasoning_tokens_source": SRC_CHUNKS,
     }
+
+
+def test_a_reasoning_conversation_resends_the_answer_not_the_reasoning(
+    sim: Callable[..., SimProcess], tmp_path: Path
+) -> None:
+    s = sim("--ttft-ms", "5", "--itl-ms", "1", "--reasoning-tokens", "6")
+    args = [
+        "--backend",
+        "chat",
+        "--input-tokens",
+        "20",
+        "--output-tokens",
+        "16",
+        "--levels",
+        "1",
+        "--turns",
+        "2",
+    ]
+    recs = sim_sweep(
+        s.url, tmp_path / "out", *args, "--requests-per-level", "4", "--metrics-interval", "0"
+    ).records()
+    later = [r for r in recs if r.turn == 1]
+    assert len(later) == 2 and all(r.status == OK for r in recs)
+    # the history is the first prompt and the answer's 16 - 6 tokens: what the server counted
+    assert all(r.prompt_tokens == r.requested_prompt_tokens for r in recs), [
+        (r.turn, r.prompt_tokens, r.requested_prompt_tokens) for r in recs
+    ]

@@ -359,8 +359,9 @@ class RequestMaker:
             conv.history = [*planned.prompt, *ids]
             conv.history_tokens = planned.prompt_tokens + len(ids)
         else:
+            # A reasoning model's reasoning is not resent (the answer text is), so it is not history.
             conv.history = [*planned.prompt, {"role": "assistant", "content": answer}]
-            conv.history_tokens = planned.prompt_tokens + rec.output_tokens
+            conv.history_tokens = planned.prompt_tokens + rec.output_tokens - (rec.reasoning_tokens or 0)
         conv.turn += 1
         return conv
 
