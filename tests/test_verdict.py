@@ -13,6 +13,7 @@ from specload.analysis.comparison import SINGLE_MARK, build_comparison
 from specload.analysis.drift import DRIFT_MIN_PCT, drift_of
 from specload.analysis.run import load_run
 from specload.present.compare import render_table, to_dict
+from specload.present.report import render_report
 from tests.conftest import specload_cmd
 
 
@@ -103,3 +104,6 @@ def test_a_server_that_speeds_up_half_way_through_a_level_is_flagged(sim: Any, t
         notes
     )
     assert "(drift)" in render_table(comp)
+    drifted = [n for n in render_report(drifting).splitlines() if "drifted within the level" in n]
+    assert len(drifted) == 1 and drifted[0].startswith("- c002: the throughput drifted"), drifted
+    assert "drifted" not in render_report(base)

@@ -650,6 +650,11 @@ def _level_notes(s: LevelStats) -> list[str]:
         notes.append(f"{s.label}: records found for a level {RUN_JSON} does not list")
     if s.late_note:
         notes.append(f"{s.label}: {s.late_note}")
+    if s.drift is not None and s.drift.flagged:
+        notes.append(
+            f"{s.label}: the throughput drifted within the level, {s.drift.describe()}; its figures "
+            "average two speeds"
+        )
     return notes
 
 
