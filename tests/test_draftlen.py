@@ -80,6 +80,12 @@ def test_the_choice_as_vllms_per_batch_size_table_and_as_sglang_flags() -> None:
         "num_speculative_tokens": 3,
         "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 4, 2], [5, 64, 1]],
     }
+    # a server that runs at most 8: C=16 runs a batch of 8 (the first level at or above the cap
+    # decides up to it), and C=64 adds no batch size
+    capped = DraftLengthTable(ks, [1, 2, 4, 16, 64], choices, choices, cap=8)
+    assert capped.vllm_table(choices) == [[1, 2, 3], [3, 4, 2], [5, 8, 1]]
+    choices[-1] = _choice(64, "n3")
+    assert capped.vllm_table(choices) == [[1, 2, 3], [3, 4, 2], [5, 8, 1]]
     off = DraftSetting("base", None)
     t = DraftLengthTable([off, *ks], [1, 16], [_choice(1, "n3"), _choice(16, "base")], [])
     assert t.vllm_table(t.agg) == [[1, 1, 3], [2, 16, 0]]  # 0: no speculation from batch size 2 on

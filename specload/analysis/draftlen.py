@@ -114,6 +114,7 @@ class DraftLengthTable:
     agg: list[LevelChoice]
     per_req: list[LevelChoice]
     rate: bool = False  # the levels are request rates (then no per-batch-size table)
+    cap: int | None = None  # the arms' smallest running cap: no batch is larger (analysis.cap)
 
     def _by(self, label: str) -> DraftSetting:
         return next(s for s in self.settings if s.label == label)
@@ -140,12 +141,16 @@ class DraftLengthTable:
     def vllm_table(self, choices: Sequence[LevelChoice]) -> list[list[int]]:
         """vLLM's ``num_speculative_tokens_per_batch_size``: inclusive batch-size ranges, the first from 1;
         a level's choice holds from the batch size after the previous level up to its own (the batch
-        sizes in between were not measured); vLLM carries the last one on to its max batch size."""
+        sizes in between were not measured); vLLM carries the last one on to its max batch size.
+        Above the servers' running cap the batch stays at the cap (the rest queue), so the first
+        level at or above it decides up to the cap and the levels above it add no batch size."""
         table: list[list[int]] = []
         start = 1
         for c in choices:
+            if self.cap is not None and start > self.cap:
+                break
             k = self._by(c.best).k
-            end = int(c.level)
+            end = int(c.level) if self.cap is None else min(int(c.level), self.cap)
             if table and table[-1][2] == k:
                 table[-1][1] = end
             else:
@@ -212,7 +217,10 @@ def draft_length_table(comp: Comparison, settings: Sequence[DraftSetting]) -> Dr
             per.append(p)
     if not agg:
         return None
-    return DraftLengthTable(chosen, [c.level for c in agg], agg, per, comp.axis.rate)
+    caps = [r.cap.value for r in (by_label[s.label] for s in chosen) if r.cap is not None]
+    return DraftLengthTable(
+        chosen, [c.level for c in agg], agg, per, comp.axis.rate, min(caps) if caps else None
+    )
 
 
 def _cell(c: LevelChoice, label: str) -> str:
