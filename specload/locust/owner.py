@@ -301,8 +301,11 @@ class SweepOwner:
         changes = ctrl.tick(user_count)
         self.watch.refresh_clocks()
         lv = ctrl.current
-        if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
-            self.live.sample_streamed(lv.plan.index, time.time())
+        if lv is not None and lv.phase in ACTIVE_PHASES:
+            now = time.time()
+            self.recorder.sample_streamed(lv.plan.index, now)
+            if self.live is not None:
+                self.live.sample_streamed(lv.plan.index, now)
         self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
@@ -439,8 +442,10 @@ class SweepOwner:
         ctrl = self.levels.ctrl
         if m.run is None or m.run != self.recorder.run_dir or ctrl is None:
             return
-        if self.watch.take_load(process, m, len(ctrl.levels)) and self.live is not None:
-            self.live.set_streamed(m.level, process, m.streamed)
+        if self.watch.take_load(process, m, len(ctrl.levels)):
+            self.recorder.streams.note(m.level, process, m.streamed)
+            if self.live is not None:
+                self.live.set_streamed(m.level, process, m.streamed)
 
     def where(self) -> tuple[str | None, int] | None:
         """The master's own probe: the level handing out tickets or draining now, if any."""

@@ -33,6 +33,7 @@ from specload.analysis.foreign import ForeignError, ForeignRun, load_foreign, ma
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
+from specload.analysis.streamed import with_streamed
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
@@ -462,7 +463,7 @@ def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
 
 def _load_or_error(d: str | Path, slo: Slo | None, processes: int) -> Run | NotARunDir:
     try:
-        return load_run(d, slo if slo is not None else RUN_SLO, processes)
+        return with_streamed(load_run(d, slo if slo is not None else RUN_SLO, processes))
     except NotARunDir as e:
         return e
 

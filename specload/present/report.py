@@ -31,6 +31,7 @@ from specload.analysis.mixstats import (
 )
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.analysis.streamed import with_streamed
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
@@ -846,7 +847,7 @@ def write_report_md(run: Run) -> Path:
 
 def write_report(run_dir: str | Path) -> Path:
     """Read a run directory and write its report.md; raises NotARunDir when there is no run."""
-    return write_report_md(load_run(run_dir))
+    return write_report_md(with_streamed(load_run(run_dir)))
 
 
 def print_report(
@@ -867,6 +868,7 @@ def print_report(
     """
     out = out or sys.stdout
     err = err or sys.stderr
+    with_streamed(run)  # tok/s over time from the streamed samples, where the run has them
     if not is_known_format(fmt):
         raise ValueError(f"unknown format {fmt!r}")
     if is_page(fmt):  # the page file, then the usual text on the terminal
@@ -953,7 +955,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         percentiles = parse_percentiles(args.percentiles)
         view = view_for(args.columns)
         slo = RUN_SLO if args.slo is None else (None if args.slo.lower() == "none" else parse_slo(args.slo))
-        run = load_run(args.run_dir, slo, args.processes)
+        run = with_streamed(load_run(args.run_dir, slo, args.processes))
     except SloError as e:
         print(f"specload report: --slo: {e}", file=sys.stderr)
         return 2

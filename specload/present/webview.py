@@ -26,6 +26,7 @@ import orjson
 from specload.analysis.comparison import build_comparison
 from specload.analysis.metrics import level_json
 from specload.analysis.run import NotARunDir, load_run
+from specload.analysis.streamed import with_streamed
 from specload.core.rundir import REPORT_MD, RUN_JSON, read_run_meta
 from specload.present.compare import render_table as compare_table
 from specload.present.compare import render_text as compare_text
@@ -93,7 +94,7 @@ def report_bundle(run_dir: str | Path) -> dict[str, Any]:
     and every level's figures (the json's data, for the page's charts)."""
     from specload.present.htmlpage import report_page
 
-    run = load_run(run_dir)
+    run = with_streamed(load_run(run_dir))
     as_json = render_report(run, "json")
     markdown = render_report(run, "github")
     return {
@@ -114,7 +115,7 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
     verdict and notes, json and csv, and the plot as a base64 PNG (None without matplotlib)."""
     if len(run_dirs) < 2:
         raise ValueError("choose at least two runs (the first is the baseline)")
-    comp = build_comparison([load_run(d) for d in run_dirs])
+    comp = build_comparison([with_streamed(load_run(d)) for d in run_dirs])
     png = None
     plot_note = None
     if plot:

@@ -319,8 +319,8 @@ function renderLevels(d) {
 function renderCharts(d) {
   const done = d.levels.filter((r) => r.final && r.done > 0);
   const s = d.series;
-  const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? "live, streamed tokens" : "from its records"})`,
-    [{ name: "", points: s.points }], { xlabel: s.source === "streamed" ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
+  const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? (s.running ? "live, streamed tokens" : "streamed tokens") : "from its records, tokens spread evenly"})`,
+    [{ name: "", points: s.points }], { xlabel: s.running ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
     : chart("chart-series", "Output tok/s over time of the current level", [{ name: "", points: [] }], { xlabel: "seconds", ylabel: "output tok/s", empty: "no level running yet" });
   $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over].join("");
 }
