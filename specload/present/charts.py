@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats, ServerSample
+from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_STREAMED, LevelStats, ServerSample
 from specload.present.svg import Chart, Mark, Series
 
 
@@ -220,6 +220,19 @@ def tok_s_over_time(run: RunLines) -> Chart:
         "seconds since the level's first request",
         "tok/s",
         series,
-        note="from the records: each request's tokens after its first are spread evenly up to its last "
-        "token (docs/metrics.md), so a stall inside a request is averaged over it",
+        note=_series_note(run.levels),
+    )
+
+
+def _series_note(levels: Sequence[LevelStats]) -> str:
+    """How tok_s_series was made (LevelStats.tok_s_series_source): the streamed samples, else the records."""
+    sources = {s.tok_s_series_source for s in levels if s.tok_s_series}
+    if sources <= {SERIES_STREAMED}:
+        return (
+            "the tokens the client's streams had read, sampled about once a second (docs/metrics.md): "
+            "a stall of every stream shows as it was"
+        )
+    return (
+        "from the records (a run without streamed.jsonl): each request's tokens after its first are spread "
+        "evenly up to its last token (docs/metrics.md), so a stall inside a request is averaged over it"
     )

@@ -418,8 +418,8 @@ async function openReport(name) {
   const base = `runs/${encodeURIComponent(name)}/report`;
   el.innerHTML = `<h2 id="report-title">Report: ${esc(name)}</h2>` +
     `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f === "html" ? "report.html" : f.toUpperCase()}</a>`).join("")}</p>` +
-    `<div class="charts">${levelCharts("report-chart", d.levels, "no level with requests").join("")}</div>` +
-    `<div id="report-body">${markdown(d.markdown)}</div>`;
+    `<div id="report-body">${markdown(d.markdown)}</div>` +
+    `<div id="report-figures" class="svg-charts">${d.charts_html || ""}</div>`;
   el.scrollIntoView({ behavior: "smooth", block: "start" });
 }
 
@@ -440,13 +440,28 @@ async function compareSelected() {
   if (d.error) { el.innerHTML = `<p class="error">${esc(d.error)}</p>`; return; }
   const table = `<div class="table-wrap"><table id="compare-table"><thead><tr>${d.columns.map((c, j) => `<th class="${j ? "" : "l"}">${esc(c)}</th>`).join("")}</tr></thead>` +
     `<tbody>${d.rows.map((r) => `<tr>${r.map((c, j) => `<td class="${j ? "" : "l"}">${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
+  // comparison.md as it is, every section (the verdict, per category, the capacity under the SLO,
+  // the notes), its table the one above (the same cells, unescaped by the markdown's bold)
+  const [head, rest] = splitAtTable(d.markdown);
   el.innerHTML = `<h2 id="compare-title">Comparison: ${esc(d.runs.join(" vs "))} <span class="muted small">(the first is the baseline)</span></h2>` +
     `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="compare-${f}" href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f === "html" ? "comparison.html" : f.toUpperCase()}</a>`).join("")}` +
-    (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" + table +
-    `<h3>Verdict</h3><ul id="verdict">${d.sentences.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` +
-    (d.notes.length ? `<h3>Notes</h3><ul>${d.notes.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` : "") +
+    (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" +
+    `<div id="compare-body">${markdown(head)}${table}${markdown(rest)}</div>` +
+    `<div id="compare-figures" class="svg-charts">${d.charts_html || ""}</div>` +
     (d.plot ? `<img class="plot" id="compare-plot" alt="aggregate and per-request tok/s vs concurrency" src="compare.png?${query}">`
       : `<p class="muted">${esc(d.plot_note || "no plot")}</p>`);
+  const verdict = [...el.querySelectorAll("#compare-body h4")].find((h) => h.textContent === "Verdict");
+  if (verdict && verdict.nextElementSibling?.tagName === "UL") verdict.nextElementSibling.id = "verdict";
+}
+
+// The markdown before its first table (without its "# " title: the page has its own) and after it.
+function splitAtTable(md) {
+  const lines = md.split("\n");
+  const i = lines.findIndex((l) => l.startsWith("|"));
+  if (i < 0) return [lines.filter((l) => !l.startsWith("# ")).join("\n"), ""];
+  let j = i;
+  while (j < lines.length && lines[j].startsWith("|")) j++;
+  return [lines.slice(0, i).filter((l) => !l.startsWith("# ")).join("\n"), lines.slice(j).join("\n")];
 }
 
 // ---------------------------------------------------------------- wiring
