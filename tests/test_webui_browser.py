@@ -44,6 +44,10 @@ OUT_TOKENS = "48"
 LEVELS = "1,2,4,8"
 PER_USER = "4"  # budgets 4, 8, 16, 32: four waves of requests per level, about 5 s each
 T = 60_000  # ms: Playwright's waits
+LIVE_CHARTS = {
+    f"chart-{k}"
+    for k in ("agg", "perreq", "ttft", "tpot", "itl", "e2e", "pareto", "errors", "series", "server")
+}
 FAULTY_SLO = "ttft_p99=2s"  # the faulty run's: the comparison of it has its "Capacity under the SLO"
 PROBLEMS: list[str] = []  # errors in specload's page (script errors, failed requests)
 
@@ -252,6 +256,11 @@ def test_a_sweep_started_from_the_form_is_watched_live(ui: UI, page: Any) -> Non
         timeout=T,
     )
     assert re.fullmatch(r"\d+/32 requests", page.text_content("#progress-requests"))
+    # every live chart docs/guide.md lists for the page (the simulator's /metrics: the server's gauges)
+    page.wait_for_selector("#chart-server", timeout=T)
+    ids = set(page.eval_on_selector_all("#charts figure", "fs => fs.map(f => f.id)"))
+    assert ids >= LIVE_CHARTS, ids
+    assert page.query_selector_all("#chart-pareto circle") and page.query_selector_all("#chart-itl circle")
     live = shot(ui, page, "03-live-sweep")
     if os.environ.get("SPECLOAD_DOCS_SCREENSHOT"):
         page.screenshot(path=str(REPO / "docs" / "webui-live.png"), full_page=True)

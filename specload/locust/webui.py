@@ -53,6 +53,7 @@ from specload.locust.options import (
 )
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
+from specload.present.charts import RunLines, acceptance_over_time, server_chart
 from specload.present.report import slo_met_cell
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
@@ -239,6 +240,12 @@ def _r(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
+def _dist_ms(s: LevelStats | None, key: str, q: float) -> float | None:
+    d = s.dists.get(key) if s is not None else None
+    v = d.p.get(q) if d is not None and d.n else None
+    return None if v is None else v * 1000.0
+
+
 def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     assert owner.ctrl is not None
     lv = owner.ctrl.levels[index]
@@ -277,6 +284,11 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         "tpot_p50_ms": _r(s.tpot_p50_ms if s else None),
         "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
         "e2e_p50_s": _r(s.e2e_p50_s if s else None, 2),
+        "e2e_p99_s": _r(s.e2e_p99_s if s else None, 2),
+        "itl_p50_ms": _r(_dist_ms(s, "itl", 50.0)),
+        "itl_p99_ms": _r(_dist_ms(s, "itl", 99.0)),
+        # failed and short requests, % of the measured ones (the HTML report's error chart)
+        "fail_pct": _r(100.0 * (s.failed + s.short) / s.sent if s is not None and s.sent else None),
         "server_running_max": s.server_running_max if s else None,
         "server_running_mean": _r(s.server_running_mean if s else None),
         "server_queued_max": s.server_queued_max if s else None,
@@ -428,6 +440,30 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
     if latest is not None and owner.active:
         out["server_now"] = {"running": latest.running, "queued": latest.queued, "age_s": _r(now - latest.t)}
     out["series"] = _series(owner, levels, now)
+    out["server_series"] = _server_series(owner)
+    return out
+
+
+SERVER_POINTS = 600  # the server charts' points at most (every n-th sample of a long run)
+
+
+def _server_series(owner: SweepOwner) -> dict[str, Any] | None:
+    """The server's running and queued requests and the acceptance length over the run, from its
+    /metrics samples: the HTML report's charts (specload.present.charts), the same points."""
+    live = owner.live
+    if live is None or len(live.samples) < 2:
+        return None
+    step = max(1, len(live.samples) // SERVER_POINTS)
+    samples = live.samples[::step]
+    lines = RunLines("", [], samples)
+    out: dict[str, Any] = {}
+    for chart in (server_chart([lines]), acceptance_over_time([lines])):
+        out[chart.key] = {
+            s.name: [
+                [round(x, 1), None if y is None else round(y, 3)] for x, y in zip(s.xs, s.ys, strict=True)
+            ]
+            for s in chart.series
+        }
     return out
 
 

@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specload.analysis.acceptance import acceptance
+from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_STREAMED, LevelStats, ServerSample
 from specload.present.svg import Chart, Mark, Series
 
@@ -163,6 +165,9 @@ def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[C
         )
     if any(r.samples for r in runs):
         charts.append(server_chart(runs))
+    over = acceptance_over_time(runs)
+    if over.has_points():
+        charts.append(over)
     if one:
         charts.append(tok_s_over_time(runs[0]))
     return charts
@@ -203,6 +208,33 @@ def server_chart(runs: Sequence[RunLines]) -> Chart:
         "Server: running and queued requests over time",
         "seconds since the first sample",
         "requests",
+        series,
+    )
+
+
+def acceptance_over_time(runs: Sequence[RunLines]) -> Chart:
+    """The acceptance length between each two of the server's samples: the level's Accept len from
+    the server's counters (specload.analysis.acceptance), over that interval alone; a gap where the
+    server made no verify step."""
+    empty = LevelColumns()
+    series = []
+    for r in runs:
+        if len(r.samples) < 2:
+            continue
+        t0 = r.samples[0].t
+        xs: list[float] = []
+        ys: list[float | None] = []
+        for a, b in zip(r.samples, r.samples[1:], strict=False):
+            got = acceptance(empty, (a, b), a.t, b.t)
+            xs.append(b.t - t0)
+            ys.append(got.length if got is not None else None)
+        if any(y is not None for y in ys):
+            series.append(Series(r.label, xs, ys))
+    return Chart(
+        "accept_over_time",
+        "Acceptance length over time (server counters)",
+        "seconds since the first sample",
+        "tokens per verify step",
         series,
     )
 

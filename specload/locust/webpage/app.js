@@ -131,7 +131,36 @@ function levelCharts(prefix, rows, empty) {
       { xlabel, ylabel: "time to first token (ms)", xlog: true, empty }),
     chart(`${prefix}-tpot`, `TPOT vs ${vs}`, [{ name: "p50", points: pts("tpot_p50_ms") }, { name: "p99", points: pts("tpot_p99_ms") }],
       { xlabel, ylabel: "time per output token (ms)", xlog: true, empty }),
+    chart(`${prefix}-itl`, `ITL vs ${vs}`, [{ name: "p50", points: pts("itl_p50_ms") }, { name: "p99", points: pts("itl_p99_ms") }],
+      { xlabel, ylabel: "inter-token latency (ms)", xlog: true, empty }),
+    chart(`${prefix}-e2e`, `E2E latency vs ${vs}`, [{ name: "p50", points: pts("e2e_p50_s") }, { name: "p99", points: pts("e2e_p99_s") }],
+      { xlabel, ylabel: "end-to-end latency (s)", xlog: true, empty }),
+    chart(`${prefix}-pareto`, "Per-user vs aggregate tok/s (one point per level)",
+      [{ name: "", points: rows.filter((r) => r.per_req_tok_s != null && r.agg_tok_s != null).map((r) => [r.per_req_tok_s, r.agg_tok_s]) }],
+      { xlabel: "per-request tok/s", ylabel: "aggregate tok/s", empty }),
+    chart(`${prefix}-errors`, `Failed and short requests vs ${vs}`, [{ name: "", points: pts("fail_pct") }],
+      { xlabel, ylabel: "% of measured requests", xlog: true, empty }),
+    ...(rows.some((r) => r.accept_length != null)
+      ? [chart(`${prefix}-accept`, `Acceptance length vs ${vs}`, [{ name: "", points: pts("accept_length") }],
+        { xlabel, ylabel: "tokens per verify step", xlog: true, empty })] : []),
   ];
+}
+
+// The server's gauges and the acceptance length over the run (its /metrics samples), as the HTML report draws them.
+function serverCharts(d) {
+  const g = d.server_series;
+  if (!g) return [];
+  const lines = (key) => Object.entries(g[key] || {}).map(([name, points]) => ({ name, points }));
+  const out = [];
+  if (lines("server").length) {
+    out.push(chart("chart-server", "Server: running and queued requests over time", lines("server"),
+      { xlabel: "seconds since the first sample", ylabel: "requests", empty: "no server sample yet" }));
+  }
+  if (lines("accept_over_time").length) {
+    out.push(chart("chart-accept-time", "Acceptance length over time (server counters)", lines("accept_over_time"),
+      { xlabel: "seconds since the first sample", ylabel: "tokens per verify step", empty: "no verify step yet" }));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- markdown (the report's and compare's own text)
@@ -322,7 +351,7 @@ function renderCharts(d) {
   const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? (s.running ? "live, streamed tokens" : "streamed tokens") : "from its records, tokens spread evenly"})`,
     [{ name: "", points: s.points }], { xlabel: s.running ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
     : chart("chart-series", "Output tok/s over time of the current level", [{ name: "", points: [] }], { xlabel: "seconds", ylabel: "output tok/s", empty: "no level running yet" });
-  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over].join("");
+  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over, ...serverCharts(d)].join("");
 }
 
 async function poll() {
