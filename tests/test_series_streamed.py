@@ -19,7 +19,7 @@ import pytest
 
 from specload.analysis.metrics import SERIES_STREAMED, streamed_tok_s
 from specload.analysis.run import load_run
-from specload.analysis.streamed import STREAMED, read_streamed
+from specload.analysis.streamed import STREAMED, StreamSample, StreamTally, read_streamed
 from tests.conftest import Procs, free_port, specload_cmd, wait_until
 
 pytestmark = pytest.mark.slow  # a web UI and a sweep of a few seconds
@@ -57,9 +57,23 @@ def test_streamed_tok_s_is_the_rise_of_the_samples_per_bucket() -> None:
     t = [10.0, 11.0, 12.0, 13.0, 14.0, 14.5]
     n = [0, 100, 200, 200, 300, 350]
     assert streamed_tok_s(t, n, (10.0, 14.5)) == [100.0, 100.0, 0.0, 100.0, 100.0]
-    # between two samples the rise is linear; outside them flat; a partial last bucket by its length
-    assert streamed_tok_s(t, n, (9.5, 11.25)) == pytest.approx([50.0, 100.0])
+    # between two samples the rise is linear, outside them flat; a partial last bucket by its length
+    assert streamed_tok_s(t[:2], n[:2], (9.5, 11.25)) == pytest.approx([50.0, 50.0 / 0.75])
     assert streamed_tok_s([1.0], [5], (0.0, 2.0)) == []
+    # a count that reached the owner after the level's last end came by that end
+    assert streamed_tok_s([10.0, 11.0, 11.8], [0, 100, 180], (10.0, 11.5)) == pytest.approx([100.0, 160.0])
+
+
+def test_a_late_count_of_an_ended_level_is_sampled() -> None:
+    tally = StreamTally()
+    tally.note(0, "local", 100, 0.8)
+    assert [(s.level, s.t, s.tokens) for s in tally.sample(0, 1.0)] == [(0, 0.8, 100)]  # timed by its count
+    tally.note(0, "local", 150, 1.6)  # the process's last word on level 0, after level 1 began
+    tally.note(1, "local", 20, 1.9)
+    assert [(s.level, s.t, s.tokens) for s in tally.sample(1, 2.0)] == [(0, 1.6, 150), (1, 1.9, 20)]
+    assert [(s.level, s.tokens) for s in tally.sample(None, 3.0)] == []  # nothing grew
+    assert [(s.t, s.tokens) for s in tally.sample(1, 3.0)] == [(3.0, 20)]  # the total held until now
+    assert StreamSample.from_dict(orjson.loads(tally.samples[0][-1].to_json())) == tally.samples[0][-1]
 
 
 def test_a_prefill_stall_is_as_deep_after_the_level_as_live(sim, procs: Procs, tmp_path: Path) -> None:

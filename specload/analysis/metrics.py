@@ -613,9 +613,15 @@ def streamed_tok_s(
     ascending wall clock, ``tokens`` the running total then): the buckets of ``tok_s_series`` over
     ``span``, each the rise of the total across it (linear between two samples, flat outside them)
     over its length. A prefill stall (no token for a second) is a bucket near 0, as it was live:
-    records cannot give this, their ITL is a histogram without order."""
-    ts, ns = np.asarray(t, np.float64), np.asarray(tokens, np.float64)
+    records cannot give this, their ITL is a histogram without order. A sample after ``span``'s end
+    counts at the end: the level's last token came by its last end, and the processes' counts
+    reach the owner up to a sample interval later."""
     t_lo, t_hi = span
+    ts = np.minimum(np.asarray(t, np.float64), t_hi)
+    ns = np.asarray(tokens, np.float64)
+    if len(ts):
+        last = np.concatenate([ts[1:] != ts[:-1], [True]])  # of samples at one time, the latest count
+        ts, ns = ts[last], ns[last]
     if len(ts) < 2 or t_hi <= t_lo:
         return []
     nb = max(1, math.ceil((t_hi - t_lo) / bucket_s))

@@ -60,18 +60,40 @@ class StreamTally:
     """Per level, each process's latest count and the samples of their sum (the owner's bookkeeping)."""
 
     latest: dict[int, dict[str, int]] = field(default_factory=dict)
+    noted_at: dict[int, float] = field(default_factory=dict)  # per level: when a count last grew
     samples: dict[int, list[StreamSample]] = field(default_factory=dict)
 
-    def note(self, level: int, process: str, tokens: int) -> None:
-        """A process's count of the tokens it read in ``level`` so far (it only grows)."""
+    def note(self, level: int, process: str, tokens: int, t: float) -> None:
+        """A process's count of the tokens it read in ``level`` so far (it only grows), at ``t``."""
         per = self.latest.setdefault(level, {})
+        if tokens > per.get(process, 0):
+            self.noted_at[level] = t
         if tokens >= per.get(process, 0):
             per[process] = tokens
 
-    def sample(self, level: int, t: float) -> StreamSample:
-        s = StreamSample(level, t, sum(self.latest.get(level, {}).values()))
-        self.samples.setdefault(level, []).append(s)
-        return s
+    def sample(self, level: int | None, t: float) -> list[StreamSample]:
+        """The samples at ``t``: of ``level`` (the one streaming now; None: none), and of every
+        other level whose count grew since its last sample (a process's last word on a level that
+        has ended reaches the owner after it). A sample is timed when its count last grew (a
+        process reports four times a second, so the owner's tick sees a count up to that old),
+        else at ``t``."""
+        out = []
+        for lv, per in self.latest.items():
+            total = sum(per.values())
+            got = self.samples.get(lv)
+            if lv == level or (got and total > got[-1].tokens):
+                before = got[-1] if got else None
+                grew = total > (before.tokens if before else 0)
+                # (no new count: the total still held at t)
+                at = max(min(t, self.noted_at.get(lv, t)), before.t if before else t - 1.0) if grew else t
+                s = StreamSample(lv, at, total)
+                self.samples.setdefault(lv, []).append(s)
+                out.append(s)
+        if level is not None and level not in self.latest:
+            s = StreamSample(level, t, 0)
+            self.samples.setdefault(level, []).append(s)
+            out.append(s)
+        return out
 
 
 def by_level(samples: Iterable[StreamSample]) -> dict[int, list[StreamSample]]:

@@ -145,16 +145,17 @@ class RunRecorder:
             except OSError as e:
                 self.cannot_write("records.jsonl", e)
 
-    def sample_streamed(self, level: int, t: float) -> None:
-        """The level's streamed-token total at ``t`` (the owner's tick), kept and appended to
-        streamed.jsonl (specload.analysis.streamed): the report's tok/s over time."""
-        sample = self.streams.sample(level, t)
-        if self.run_dir is None or self.write_error is not None:
+    def sample_streamed(self, level: int | None, t: float) -> None:
+        """The streamed-token totals at ``t`` (the owner's tick) of the level streaming now (None:
+        none) and of ended levels whose count still grew, kept and appended to streamed.jsonl
+        (specload.analysis.streamed): the report's tok/s over time."""
+        samples = self.streams.sample(level, t)
+        if self.run_dir is None or self.write_error is not None or not samples:
             return
         try:
             if self._streamed is None:
                 self._streamed = open(os.path.join(self.run_dir, STREAMED), "ab")  # noqa: SIM115 - the run's
-            self._streamed.write(sample.to_json() + b"\n")
+            self._streamed.write(b"".join(s.to_json() + b"\n" for s in samples))
             self._streamed.flush()
         except OSError as e:
             self.cannot_write(STREAMED, e)
