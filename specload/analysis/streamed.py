@@ -19,12 +19,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from specload.analysis.metrics import SERIES_STREAMED, LevelStats, streamed_tok_s
-from specload.analysis.run import Run
 from specload.core.rundir import read_jsonl
+
+if TYPE_CHECKING:  # (the Locust process, which writes the samples, never reads a run: no import of it)
+    from specload.analysis.run import Run
 
 STREAMED = "streamed.jsonl"
 STREAMED_VERSION = 1
