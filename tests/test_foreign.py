@@ -11,6 +11,7 @@ import pytest
 
 from specload.analysis.foreign import MARK, ForeignRun, load_foreign
 from specload.present.compare import CompareError, run_compare, table_columns, table_rows
+from specload.present.compare import render_table as compare_table
 
 FIX = Path(__file__).parent / "fixtures" / "foreign"
 
@@ -130,6 +131,44 @@ def test_one_table_of_every_tool_with_the_marks(tmp_path):
     assert f"guidellm: TPOT p50{MARK} (guidellm): named ITL by GuideLLM" in text
     # the figures are the files' own: vLLM's Agg at C=4 as it printed it
     assert cell[("4", "Agg tok/s vllm")] == f"{_lines('vllm.json')[1]['output_throughput']:.1f}"
+
+
+def test_the_json_carries_the_marks_per_figure(tmp_path):
+    """compare's JSON says per figure of each run what the table's † says: the mark, the tool, how."""
+    paths = [FIX / n for n in ("specload", "vllm.json", "sglang.jsonl", "guidellm.json", "genai-bench")]
+    result = run_compare(paths, out=tmp_path, plot=False)
+    comp = result.comparison
+    data = json.loads(compare_table(comp, "json"))
+    cols, rows = table_columns(comp), table_rows(comp)
+    keys = {
+        "Agg tok/s": "agg_tok_s",
+        "Per-req tok/s": "per_req_tok_s",
+        "TTFT p50 (ms)": "ttft_p50_ms",
+        "TTFT p99 (ms)": "ttft_p99_ms",
+        "TPOT p50 (ms)": "tpot_p50_ms",
+        "ITL p99 (ms)": "itl_p99_ms",
+    }
+    checked = 0
+    for lv, row in zip(data["levels"], rows, strict=True):
+        for label, fig in lv["runs"].items():
+            for head, key in keys.items():
+                name = f"{head} {label}"
+                if name not in cols or row[cols.index(name)] == "-":
+                    continue
+                marked = row[cols.index(name)].endswith(MARK)
+                assert (key in fig["marks"]) == marked, (label, key, fig["marks"])
+                if marked:
+                    m = fig["marks"][key]
+                    assert m["mark"] == MARK and m["tool"] and m["how"], m
+                    assert f"{MARK} ({m['tool']}): {m['how']}" in " ".join(data["notes"]), m
+                    checked += 1
+        for label, ch in lv["changes"].items():
+            for k, head in (("agg", "Δ agg"), ("per_req", "Δ per-req")):
+                name = f"{head} {label}"
+                if name in cols and row[cols.index(name)] not in ("-", ""):
+                    assert (k in ch["marks"]) == row[cols.index(name)].endswith(MARK), (label, k)
+    assert checked >= 4
+    assert all(not fig["marks"] for lv in data["levels"] for fig in [lv["runs"]["specload"]])
 
 
 def test_a_file_of_no_known_tool_is_refused(tmp_path):

@@ -26,9 +26,9 @@ from urllib.parse import quote
 import pytest
 
 from specload.analysis.comparison import build_comparison
-from specload.analysis.run import load_run
 from specload.core.records import read_records
-from specload.present.compare import table_columns, table_rows
+from specload.present.compare import load_runs, table_columns, table_rows
+from specload.present.compare import render_text as compare_text
 from specload.sim.process import SimProcess, start_sim
 from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
 
@@ -44,6 +44,11 @@ OUT_TOKENS = "48"
 LEVELS = "1,2,4,8"
 PER_USER = "4"  # budgets 4, 8, 16, 32: four waves of requests per level, about 5 s each
 T = 60_000  # ms: Playwright's waits
+LIVE_CHARTS = {
+    f"chart-{k}"
+    for k in ("agg", "perreq", "ttft", "tpot", "itl", "e2e", "pareto", "errors", "series", "server")
+}
+FAULTY_SLO = "ttft_p99=2s"  # the faulty run's: the comparison of it has its "Capacity under the SLO"
 PROBLEMS: list[str] = []  # errors in specload's page (script errors, failed requests)
 
 
@@ -251,6 +256,11 @@ def test_a_sweep_started_from_the_form_is_watched_live(ui: UI, page: Any) -> Non
         timeout=T,
     )
     assert re.fullmatch(r"\d+/32 requests", page.text_content("#progress-requests"))
+    # every live chart docs/guide.md lists for the page (the simulator's /metrics: the server's gauges)
+    page.wait_for_selector("#chart-server", timeout=T)
+    ids = set(page.eval_on_selector_all("#charts figure", "fs => fs.map(f => f.id)"))
+    assert ids >= LIVE_CHARTS, ids
+    assert page.query_selector_all("#chart-pareto circle") and page.query_selector_all("#chart-itl circle")
     live = shot(ui, page, "03-live-sweep")
     if os.environ.get("SPECLOAD_DOCS_SCREENSHOT"):
         page.screenshot(path=str(REPO / "docs" / "webui-live.png"), full_page=True)
@@ -318,7 +328,13 @@ def test_stop_reaches_stopped_without_a_reload_and_a_new_run_starts(ui: UI, page
     page.click("#new-run")
     page.wait_for_selector("#start-form:not([hidden])")
     fill_and_start(
-        page, host=ui.faulty.url, levels="1,2", requests_per_level="10", output_tokens="16", label="faulty"
+        page,
+        host=ui.faulty.url,
+        levels="1,2",
+        requests_per_level="10",
+        output_tokens="16",
+        label="faulty",
+        slo=FAULTY_SLO,
     )
     wait_state(page, "RUNNING")
     locust.reload()
@@ -363,6 +379,9 @@ def test_a_finished_runs_report_in_the_browser(ui: UI, page: Any) -> None:
     page.click(f"#runs-table tr[data-run='{first.name}'] button.open")
     page.wait_for_selector("#report-body table", timeout=T)
     shot(ui, page, "08-report")
+    # the HTML report's charts on the page, tok/s over time from the streamed samples included
+    drawn = set(page.eval_on_selector_all("#report-figures svg", "ss => ss.map(s => s.dataset.chart)"))
+    assert {"agg_tok_s", "ttft", "tpot", "itl", "e2e", "pareto", "errors", "tok_s_over_time"} <= drawn, drawn
     levels = json.loads(report_json(first))
     rows = table(page, "#report-body table")  # the per-level table, as report.md has it
     head = rows[0]
@@ -413,12 +432,26 @@ def test_two_runs_compared_in_the_browser(ui: UI, page: Any) -> None:
         timeout=T,
     )
     shot(ui, page, "09-compare")
-    comp = build_comparison([load_run(first), load_run(third)])
+    comp = build_comparison(load_runs([first, third]))
     rows = table(page, "#compare-table")
     assert rows[0] == table_columns(comp) and rows[1:] == table_rows(comp)
     verdict = page.eval_on_selector_all("#verdict li", "ls => ls.map(l => l.innerText)")
     assert verdict == [s.replace("**", "").replace("`", "") for s in comp.sentences]
     assert page.text_content("#compare-title").startswith("Comparison: smoke vs faulty")
+    # every section of comparison.md, the capacity under the SLO included, with its text
+    markdown = compare_text(comp, "github")
+    headings = [line[3:].strip() for line in markdown.splitlines() if line.startswith("## ")]
+    assert f"Capacity under the SLO {FAULTY_SLO}" in headings, headings
+    shown = page.eval_on_selector_all("#compare-body h4", "hs => hs.map(h => h.innerText)")
+    assert shown == [h.replace("`", "") for h in headings], (shown, headings)
+    body = page.inner_text("#compare-body")
+    for s in comp.slo.sentences:
+        assert s.replace("**", "").replace("`", "") in body, s
+    # and every chart of the HTML comparison: the Pareto plot, TTFT/TPOT/ITL/E2E p50 and p99 against C
+    drawn = set(page.eval_on_selector_all("#compare-figures svg", "ss => ss.map(s => s.dataset.chart)"))
+    assert {"agg_tok_s", "per_req_tok_s", "ttft", "tpot", "itl", "e2e", "pareto", "errors"} <= drawn, drawn
+    pareto = page.inner_text("#compare-chart-pareto")
+    assert "Per-user vs aggregate tok/s" in pareto and "C=1" in pareto, pareto
     reply = page.request.get(f"{ui.base}/specload/{page.get_attribute('#compare-html', 'href')}")
     assert reply.ok and reply.headers["content-type"].startswith("text/html")
     html = reply.text()

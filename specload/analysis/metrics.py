@@ -48,6 +48,8 @@ SMALL_SAMPLE = 100
 # free user, or for the client's own event loop). Below it is ordinary scheduling jitter.
 LATE_S = 0.010
 SERIES_BUCKET_S = 1.0  # tok/s over time: one value per this many seconds of the level
+SERIES_STREAMED = "streamed"  # LevelStats.tok_s_series_source: from the streamed-token samples
+SERIES_RECORDS = "records"  # from the records, each request's tokens spread evenly
 
 
 @dataclass
@@ -170,6 +172,10 @@ class LevelStats:
     tok_s_series: list[float] = field(
         default_factory=list
     )  # output tok/s per SERIES_BUCKET_S from the first send
+    # where tok_s_series came from: SERIES_STREAMED (the client's streamed-token samples, streamed.jsonl)
+    # or SERIES_RECORDS (each request's tokens spread evenly over its stream; runs without those samples)
+    tok_s_series_source: str | None = None
+    series_t0: float | None = None  # the level's first measured send (wall clock): where the series starts
     # Latency distributions over OK requests (seconds): ttft, tpot, itl, e2e.
     dists: dict[str, Dist] = field(default_factory=dict)
     itl_unit: str | None = None  # "token" | "event" | "mixed": what an ITL gap is between
@@ -597,6 +603,35 @@ def tok_s_series(
     return ((tokens + np.cumsum(rate_diff[:nb]) * widths) / widths).tolist()
 
 
+def streamed_tok_s(
+    t: Sequence[float] | Floats,
+    tokens: Sequence[float] | Floats,
+    span: tuple[float, float],
+    bucket_s: float = SERIES_BUCKET_S,
+) -> list[float]:
+    """tok/s over time from cumulative samples of the tokens the client's streams had read (``t``
+    ascending wall clock, ``tokens`` the running total then): the buckets of ``tok_s_series`` over
+    ``span``, each the rise of the total across it (linear between two samples, flat outside them)
+    over its length. A prefill stall (no token for a second) is a bucket near 0, as it was live:
+    records cannot give this, their ITL is a histogram without order. A sample after ``span``'s end
+    counts at the end: the level's last token came by its last end, and the processes' counts
+    reach the owner up to a sample interval later."""
+    t_lo, t_hi = span
+    ts = np.minimum(np.asarray(t, np.float64), t_hi)
+    ns = np.asarray(tokens, np.float64)
+    if len(ts):
+        last = np.concatenate([ts[1:] != ts[:-1], [True]])  # of samples at one time, the latest count
+        ts, ns = ts[last], ns[last]
+    if len(ts) < 2 or t_hi <= t_lo:
+        return []
+    nb = max(1, math.ceil((t_hi - t_lo) / bucket_s))
+    edges = np.minimum(t_hi, t_lo + np.arange(nb + 1, dtype=np.float64) * bucket_s)
+    keep = np.concatenate([[True], np.diff(edges) > 0])
+    edges = edges[keep]
+    total = np.interp(edges, ts, ns)
+    return (np.diff(total) / np.diff(edges)).tolist()
+
+
 def _token_note(fallback: int, ok: int) -> str | None:
     if not fallback:
         return None
@@ -651,6 +686,7 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
         if last > first:
             s.send_rate = (len(tl) - 1) / (last - first)
     s.tok_s_series = tok_s_series(tl, span=(start, end))
+    s.tok_s_series_source, s.series_t0 = SERIES_RECORDS, start
 
 
 def _fill_latency(s: LevelStats, c: LevelColumns) -> None:

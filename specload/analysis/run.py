@@ -31,6 +31,7 @@ from specload.analysis.capacity import (
 from specload.analysis.columns import GroupKey, LevelColumns, read_columns
 from specload.analysis.metrics import LevelStats, ServerSample, summarize_rows, summary_rows
 from specload.analysis.reconcile import reconcile
+from specload.analysis.streamed import apply_streamed, read_streamed
 from specload.core.records import RequestRecord, read_records
 from specload.core.rundir import (
     LOCUST_CSV,
@@ -227,6 +228,7 @@ def load_run(
         del groups  # the columns: what stays of a run is its figures
         if keep and savedfigures.worth_saving(d, info.status):
             savedfigures.save(d, key, levels, read_notes)
+    apply_streamed(levels, read_streamed(d))  # tok/s over time from the streamed samples, where kept
     notices += read_notes
     notices += slo_notes
     notices += reconcile(info.levels, levels)

@@ -266,6 +266,7 @@ class SweepOwner:
             return None
         self.closed = True
         self.write_meta()
+        self.recorder.sample_streamed(None, time.time())  # the last level's last streamed counts
         self.recorder.write_locust_stats()
         ui = getattr(self.env, "web_ui", None) is not None
         self.report_job = ReportJob(
@@ -301,8 +302,11 @@ class SweepOwner:
         changes = ctrl.tick(user_count)
         self.watch.refresh_clocks()
         lv = ctrl.current
-        if self.live is not None and lv is not None and lv.phase in ACTIVE_PHASES:
-            self.live.sample_streamed(lv.plan.index, time.time())
+        now = time.time()
+        active = lv is not None and lv.phase in ACTIVE_PHASES
+        self.recorder.sample_streamed(lv.plan.index if lv is not None and active else None, now)
+        if self.live is not None and lv is not None and active:
+            self.live.sample_streamed(lv.plan.index, now)
         self._report(changes)
         if not changes:
             self.write_meta()  # keep run.json's live counts at most a second old
@@ -439,8 +443,10 @@ class SweepOwner:
         ctrl = self.levels.ctrl
         if m.run is None or m.run != self.recorder.run_dir or ctrl is None:
             return
-        if self.watch.take_load(process, m, len(ctrl.levels)) and self.live is not None:
-            self.live.set_streamed(m.level, process, m.streamed)
+        if self.watch.take_load(process, m, len(ctrl.levels)):
+            self.recorder.streams.note(m.level, process, m.streamed, time.time())
+            if self.live is not None:
+                self.live.set_streamed(m.level, process, m.streamed)
 
     def where(self) -> tuple[str | None, int] | None:
         """The master's own probe: the level handing out tickets or draining now, if any."""

@@ -22,6 +22,7 @@ from specload import __version__
 from specload.analysis.capacity import CAPACITY_JSON
 from specload.analysis.live import LiveRun
 from specload.analysis.metrics import ServerSample
+from specload.analysis.streamed import STREAMED, StreamTally
 from specload.client.http import redact_host
 from specload.core.rundir import (
     LOCUST_PREFIX,
@@ -60,11 +61,18 @@ class RunRecorder:
         self.write_error: str | None = None  # the first failed write to the run directory
         self.sampler: MetricsSampler | None = None
         self._run_dir_used = False
+        self.streams = StreamTally()  # the tokens the streams read, per level (streamed.jsonl)
+        self._streamed: Any = None  # streamed.jsonl, open from the run's first sample
 
     def open(self, label: str) -> str:
         """A new run directory, records.jsonl in it open; CannotStart when it cannot be made."""
         self.run_dir = self._open_run_dir(label)
         self.writer = RecordWriter(self.run_dir)
+        self.streams = StreamTally()
+        if self._streamed is not None:
+            with contextlib.suppress(OSError):
+                self._streamed.close()
+            self._streamed = None
         self.write_error = None
         self._reserve_space()
         return self.run_dir
@@ -136,6 +144,21 @@ class RunRecorder:
                 self.writer.write(line)
             except OSError as e:
                 self.cannot_write("records.jsonl", e)
+
+    def sample_streamed(self, level: int | None, t: float) -> None:
+        """The streamed-token totals at ``t`` (the owner's tick) of the level streaming now (None:
+        none) and of ended levels whose count still grew, kept and appended to streamed.jsonl
+        (specload.analysis.streamed): the report's tok/s over time."""
+        samples = self.streams.sample(level, t)
+        if self.run_dir is None or self.write_error is not None or not samples:
+            return
+        try:
+            if self._streamed is None:
+                self._streamed = open(os.path.join(self.run_dir, STREAMED), "ab")  # noqa: SIM115 - the run's
+            self._streamed.write(b"".join(s.to_json() + b"\n" for s in samples))
+            self._streamed.flush()
+        except OSError as e:
+            self.cannot_write(STREAMED, e)
 
     def write_meta(self, levels: list[LevelMeta] | None = None) -> None:
         """run.json as it stands, with ``levels`` (the controller's, client figures in) if given."""

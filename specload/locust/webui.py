@@ -39,7 +39,8 @@ from locust.runners import MasterRunner
 
 import specload
 from specload.analysis.clientcheck import ACTIVE_PHASES, cell
-from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats
+from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_RECORDS, SERIES_STREAMED, LevelStats
+from specload.analysis.streamed import apply_streamed, series_over
 from specload.core.records import level_label
 from specload.core.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
 from specload.locust.options import (
@@ -53,6 +54,7 @@ from specload.locust.options import (
 from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
 from specload.present.acceptview import live_figures
+from specload.present.charts import RunLines, acceptance_over_time, server_chart
 from specload.present.report import slo_met_cell
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
@@ -239,6 +241,12 @@ def _r(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
+def _dist_ms(s: LevelStats | None, key: str, q: float) -> float | None:
+    d = s.dists.get(key) if s is not None else None
+    v = d.p.get(q) if d is not None and d.n else None
+    return None if v is None else v * 1000.0
+
+
 def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     assert owner.ctrl is not None
     lv = owner.ctrl.levels[index]
@@ -277,6 +285,11 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         "tpot_p50_ms": _r(s.tpot_p50_ms if s else None),
         "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
         "e2e_p50_s": _r(s.e2e_p50_s if s else None, 2),
+        "e2e_p99_s": _r(s.e2e_p99_s if s else None, 2),
+        "itl_p50_ms": _r(_dist_ms(s, "itl", 50.0)),
+        "itl_p99_ms": _r(_dist_ms(s, "itl", 99.0)),
+        # failed and short requests, % of the measured ones (the HTML report's error chart)
+        "fail_pct": _r(100.0 * (s.failed + s.short) / s.sent if s is not None and s.sent else None),
         "server_running_max": s.server_running_max if s else None,
         "server_running_mean": _r(s.server_running_mean if s else None),
         "server_queued_max": s.server_queued_max if s else None,
@@ -329,48 +342,51 @@ def _progress(owner: SweepOwner, now: float) -> dict[str, Any] | None:
 
 
 def _series(owner: SweepOwner, levels: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
-    """tok/s over time of the current level (streamed tokens, live), else of the last level with
-    records: its streamed series as it was drawn live, so that the chart keeps its resolution and
-    its prefill stalls once the level ends (the records spread each request's tokens evenly from
-    its first to its last, which averages a stall away); from the records only when no token was
-    streamed to this page (a level run before the page's process started)."""
+    """tok/s over time of the current level, else of the last level with records: both from the
+    streamed-token samples the owner keeps and writes to streamed.jsonl, by the function the report
+    uses (specload.analysis.streamed), so the chart keeps its resolution and its prefill stalls
+    once the level ends and equals ``report --plot``. A running level's series spans its samples so
+    far; an ended one's spans its measured requests (first send to last end), as the report's.
+    From the records (each request's tokens spread evenly) only for a level without samples."""
     ctrl, live = owner.ctrl, owner.live
     if ctrl is None or live is None:
         return None
+    streams = owner.recorder.streams.samples
     cur = ctrl.current if owner.active else None
     if cur is not None and cur.phase in ACTIVE_PHASES:
-        points = live.streamed_series(cur.plan.index)
-        return {
-            "label": level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
-            "concurrency": cur.plan.concurrency,
-            "rate": cur.plan.rate,
-            "source": "streamed",
-            "points": [[round(t, 2), round(v, 1)] for t, v in points],
-        }
+        got = streams.get(cur.plan.index, [])
+        values = series_over(got, (got[0].t, got[-1].t)) if len(got) >= 2 else []
+        return _series_row(
+            cur.plan,
+            level_label(cur.plan.concurrency, cur.plan.repeat, cur.plan.rate),
+            values,
+            SERIES_STREAMED,
+            True,
+        )
     for row in reversed(levels):
         lv = ctrl.levels[row["index"]]
-        streamed = live.streamed_series(row["index"])
-        if streamed:
-            return {
-                "label": row["label"],
-                "concurrency": lv.plan.concurrency,
-                "rate": lv.plan.rate,
-                "source": "streamed",
-                "points": [[round(t, 2), round(v, 1)] for t, v in streamed],
-            }
         s = live.stats(
             row["index"], lv.plan.concurrency, lv.plan.repeat, lv.status.value, True, now, lv.plan.rate
         )
-        if s is not None and s.tok_s_series:
-            pts = [[round((i + 0.5) * SERIES_BUCKET_S, 2), round(v, 1)] for i, v in enumerate(s.tok_s_series)]
-            return {
-                "label": row["label"],
-                "concurrency": lv.plan.concurrency,
-                "rate": lv.plan.rate,
-                "source": "records",
-                "points": pts,
-            }
+        if s is None:
+            continue
+        apply_streamed([s], streams)
+        if s.tok_s_series:
+            return _series_row(lv.plan, row["label"], s.tok_s_series, s.tok_s_series_source or SERIES_RECORDS)
     return None
+
+
+def _series_row(
+    plan: Any, label: str, values: list[float], source: str, running: bool = False
+) -> dict[str, Any]:
+    return {
+        "label": label,
+        "running": running,
+        "concurrency": plan.concurrency,
+        "rate": plan.rate,
+        "source": source,
+        "points": [[round((i + 0.5) * SERIES_BUCKET_S, 2), round(v, 1)] for i, v in enumerate(values)],
+    }
 
 
 def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
@@ -427,6 +443,30 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
     if latest is not None and owner.active:
         out["server_now"] = {"running": latest.running, "queued": latest.queued, "age_s": _r(now - latest.t)}
     out["series"] = _series(owner, levels, now)
+    out["server_series"] = _server_series(owner)
+    return out
+
+
+SERVER_POINTS = 600  # the server charts' points at most (every n-th sample of a long run)
+
+
+def _server_series(owner: SweepOwner) -> dict[str, Any] | None:
+    """The server's running and queued requests and the acceptance length over the run, from its
+    /metrics samples: the HTML report's charts (specload.present.charts), the same points."""
+    live = owner.live
+    if live is None or len(live.samples) < 2:
+        return None
+    step = max(1, len(live.samples) // SERVER_POINTS)
+    samples = live.samples[::step]
+    lines = RunLines("", [], samples)
+    out: dict[str, Any] = {}
+    for chart in (server_chart([lines]), acceptance_over_time([lines])):
+        out[chart.key] = {
+            s.name: [
+                [round(x, 1), None if y is None else round(y, 3)] for x, y in zip(s.xs, s.ys, strict=True)
+            ]
+            for s in chart.series
+        }
     return out
 
 

@@ -12,7 +12,9 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats, ServerSample
+from specload.analysis.acceptance import acceptance
+from specload.analysis.columns import LevelColumns
+from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_STREAMED, LevelStats, ServerSample
 from specload.present.svg import Chart, Mark, Series
 
 
@@ -163,6 +165,9 @@ def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[C
         )
     if any(r.samples for r in runs):
         charts.append(server_chart(runs))
+    over = acceptance_over_time(runs)
+    if over.has_points():
+        charts.append(over)
     if one:
         charts.append(tok_s_over_time(runs[0]))
     return charts
@@ -207,6 +212,33 @@ def server_chart(runs: Sequence[RunLines]) -> Chart:
     )
 
 
+def acceptance_over_time(runs: Sequence[RunLines]) -> Chart:
+    """The acceptance length between each two of the server's samples: the level's Accept len from
+    the server's counters (specload.analysis.acceptance), over that interval alone; a gap where the
+    server made no verify step."""
+    empty = LevelColumns()
+    series = []
+    for r in runs:
+        if len(r.samples) < 2:
+            continue
+        t0 = r.samples[0].t
+        xs: list[float] = []
+        ys: list[float | None] = []
+        for a, b in zip(r.samples, r.samples[1:], strict=False):
+            got = acceptance(empty, (a, b), a.t, b.t)
+            xs.append(b.t - t0)
+            ys.append(got.length if got is not None else None)
+        if any(y is not None for y in ys):
+            series.append(Series(r.label, xs, ys))
+    return Chart(
+        "accept_over_time",
+        "Acceptance length over time (server counters)",
+        "seconds since the first sample",
+        "tokens per verify step",
+        series,
+    )
+
+
 def tok_s_over_time(run: RunLines) -> Chart:
     """Output tok/s per SERIES_BUCKET_S of each level, from its first send (LevelStats.tok_s_series)."""
     series = []
@@ -220,6 +252,19 @@ def tok_s_over_time(run: RunLines) -> Chart:
         "seconds since the level's first request",
         "tok/s",
         series,
-        note="from the records: each request's tokens after its first are spread evenly up to its last "
-        "token (docs/metrics.md), so a stall inside a request is averaged over it",
+        note=_series_note(run.levels),
+    )
+
+
+def _series_note(levels: Sequence[LevelStats]) -> str:
+    """How tok_s_series was made (LevelStats.tok_s_series_source): the streamed samples, else the records."""
+    sources = {s.tok_s_series_source for s in levels if s.tok_s_series}
+    if sources <= {SERIES_STREAMED}:
+        return (
+            "the tokens the client's streams had read, sampled about once a second (docs/metrics.md): "
+            "a stall of every stream shows as it was"
+        )
+    return (
+        "from the records (a run without streamed.jsonl): each request's tokens after its first are spread "
+        "evenly up to its last token (docs/metrics.md), so a stall inside a request is averaged over it"
     )

@@ -29,7 +29,7 @@ from specload.analysis.comparison import (
     build_comparison,
     drifted,
 )
-from specload.analysis.foreign import ForeignError, ForeignRun, load_foreign, mark_cells
+from specload.analysis.foreign import MARK, ForeignError, ForeignRun, load_foreign, mark_cells
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
@@ -181,6 +181,26 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     return mark_cells(_columns(comp), [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
 
 
+# The JSON keys (below) of the figures a foreign run's definition marks name (specload.analysis.foreign.marks).
+_MARKED_KEYS = {
+    "agg": "agg_tok_s",
+    "per_req": "per_req_tok_s",
+    "ttft_p50": "ttft_p50_ms",
+    "ttft_p99": "ttft_p99_ms",
+    "tpot_p50": "tpot_p50_ms",
+    "itl_p99": "itl_p99_ms",
+}
+
+
+def _marks_dict(r: ComparedRun) -> dict[str, dict[str, str]]:
+    """The figures of another tool's run whose definition differs from docs/metrics.md: JSON key ->
+    the table's mark, the tool and how it differs (what the table's † and its note say); {} for specload's."""
+    run = r.run
+    if not isinstance(run, ForeignRun):
+        return {}
+    return {_MARKED_KEYS[m.figure]: {"mark": MARK, "tool": run.tool, "how": m.how} for m in run.marks}
+
+
 def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
     f = r.figures[c]
     return {
@@ -204,6 +224,7 @@ def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
         "server_running_max": f.server_running_max,
         "server_queued_max": f.server_queued_max,
         "quality": asdict(r.quality[c]),
+        "marks": _marks_dict(r),
     }
 
 
@@ -235,6 +256,8 @@ def _changes_dict(comp: Comparison, t: ComparedRun, i: int) -> dict[str, Any]:
         "comparable": k.comparable,
         "not_comparable": list(k.reasons),
         "remarks": list(k.remarks),
+        # the changes computed from a marked figure of this run (the table marks its Δ cells too)
+        "marks": sorted(k for k in ("agg", "per_req") if _MARKED_KEYS[k] in _marks_dict(t)),
     }
 
 
@@ -499,6 +522,12 @@ def _load(
             raise CompareError(str(run)) from None
         runs.append(run)
     return runs
+
+
+def load_runs(run_dirs: Sequence[str | Path], slo: Slo | None = None) -> list[Run]:
+    """The runs as ``specload compare`` reads them (one SLO for all where they agree, other tools'
+    results too): what the web UI's comparison reads, so that it is the command's."""
+    return _load(run_dirs, slo)
 
 
 def _plot_ref(plot_path: Path, out: Path) -> str:

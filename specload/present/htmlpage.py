@@ -129,11 +129,13 @@ def _mark_verdicts(html: str) -> str:
     return "".join(parts)
 
 
-def _figures(list_: Sequence[svg.Chart]) -> str:
-    out = ['<section id="charts"><h2>Charts</h2><div class="charts">']
+def figures_html(list_: Sequence[svg.Chart], prefix: str = "") -> str:
+    """The charts as one section of figures; the web UI's page shows the same (specload.present.webview),
+    its ids under ``prefix`` (its live charts have ids of their own)."""
+    out = [f'<section id="{prefix}charts"><h2>Charts</h2><div class="charts">']
     for c in list_:
         note = f"<figcaption>{escape(c.note)}</figcaption>" if c.note else ""
-        out.append(f'<figure id="chart-{c.key}">{svg.render(c)}{note}</figure>')
+        out.append(f'<figure id="{prefix}chart-{c.key}">{svg.render(c)}{note}</figure>')
     out.append("</div></section>")
     return "\n".join(out)
 
@@ -144,7 +146,7 @@ def page(title: str, body_markdown: str, figures: Sequence[svg.Chart]) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
-        f"{body}\n{_figures(figures)}\n"
+        f"{body}\n{figures_html(figures)}\n"
         "<footer><p><small>written by specload; every figure is defined in docs/metrics.md</small></p></footer>\n"
         "</body></html>\n"
     )
@@ -156,7 +158,7 @@ def run_lines(run: Run) -> chartlist.RunLines:
 
 def report_page(run: Run, markdown: str) -> str:
     """The HTML report of ``run``; ``markdown``: its report.md text."""
-    return page(f"specload report: {run.label}", markdown, chartlist.level_charts([run_lines(run)]))
+    return page(f"specload report: {run.label}", markdown, report_charts(run))
 
 
 def _crossover_marks(comp: Comparison) -> list[svg.Mark]:
@@ -167,15 +169,25 @@ def _crossover_marks(comp: Comparison) -> list[svg.Mark]:
     return marks
 
 
-def compare_page(comp: Comparison, markdown: str) -> str:
-    """The HTML comparison; ``markdown``: its comparison.md text."""
+def report_charts(run: Run) -> list[svg.Chart]:
+    """The charts of a report: the HTML's and the page's."""
+    return chartlist.level_charts([run_lines(run)])
+
+
+def compare_charts(comp: Comparison) -> list[svg.Chart]:
+    """The charts of a comparison, one line per run: the HTML's and the page's."""
     lines = [run_lines(r.run) for r in comp.runs]
     lines = [
         chartlist.RunLines(r.label, ln.levels, ln.samples, ln.max_running)
         for r, ln in zip(comp.runs, lines, strict=True)
     ]
+    return chartlist.level_charts(lines, _crossover_marks(comp))
+
+
+def compare_page(comp: Comparison, markdown: str) -> str:
+    """The HTML comparison; ``markdown``: its comparison.md text."""
     title = "specload comparison: " + " vs ".join(r.label for r in comp.runs)
-    return page(title, markdown, chartlist.level_charts(lines, _crossover_marks(comp)))
+    return page(title, markdown, compare_charts(comp))
 
 
 def write_report_page(run: Run, markdown: str, path: str | Path | None = None) -> Path:

@@ -950,7 +950,8 @@ def _parser() -> argparse.ArgumentParser:
         const="",
         default=None,
         metavar="PNG",
-        help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png)",
+        help="also draw output tok/s over time per level (default: RUN_DIR/tok_s_over_time.png) and, "
+        "beside it, every chart of the HTML report in charts.png",
     )
     p.add_argument(
         "--processes",
@@ -1000,6 +1001,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if drawn is not None:
             print(f"wrote {drawn}", file=sys.stderr)
+        from specload.present.chartpng import CHARTS_PNG, plot_charts
+        from specload.present.htmlpage import report_charts
+
+        grid = Path(target).with_name(CHARTS_PNG)  # every chart of the HTML report, one panel each
+        keys = plot_charts(report_charts(run), grid, title=f"specload: {run.label}")
+        if keys:
+            print(f"wrote {grid} ({', '.join(keys)})", file=sys.stderr)
     return 0
 
 

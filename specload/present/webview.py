@@ -28,9 +28,9 @@ from specload.analysis.metrics import level_json
 from specload.analysis.run import NotARunDir, load_run
 from specload.core.rundir import REPORT_MD, RUN_JSON, read_run_meta
 from specload.present.acceptcompare import source_lines
+from specload.present.compare import load_runs, table_columns, table_rows
 from specload.present.compare import render_table as compare_table
 from specload.present.compare import render_text as compare_text
-from specload.present.compare import table_columns, table_rows
 from specload.present.plot import MISSING_NOTICE, plot_comparison
 from specload.present.report import render_report
 
@@ -92,10 +92,11 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
 def report_bundle(run_dir: str | Path) -> dict[str, Any]:
     """One run's report: the markdown (report.md's text), the json and csv ``specload report`` prints,
     and every level's figures (the json's data, for the page's charts)."""
-    from specload.present.htmlpage import report_page
+    from specload.present.htmlpage import figures_html, report_charts, report_page
 
     run = load_run(run_dir)
     as_json = render_report(run, "json")
+    charts = report_charts(run)
     markdown = render_report(run, "github")
     return {
         "run_dir": str(run.run_dir),
@@ -107,6 +108,9 @@ def report_bundle(run_dir: str | Path) -> dict[str, Any]:
         "json": as_json,
         "csv": render_report(run, "csv"),
         "levels": [level_json(s) for s in run.levels],
+        # the HTML report's charts (inline SVG, specload.present.charts), drawn on the page as they are
+        "charts_html": figures_html(charts, "run-"),
+        "charts": [c.key for c in charts if c.has_points()],
     }
 
 
@@ -115,7 +119,7 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
     verdict and notes, json and csv, and the plot as a base64 PNG (None without matplotlib)."""
     if len(run_dirs) < 2:
         raise ValueError("choose at least two runs (the first is the baseline)")
-    comp = build_comparison([load_run(d) for d in run_dirs])
+    comp = build_comparison(load_runs(run_dirs))  # as `specload compare` reads them (one SLO)
     png = None
     plot_note = None
     if plot:
@@ -125,9 +129,10 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
                 plot_note = MISSING_NOTICE
             else:
                 png = base64.b64encode(path.read_bytes()).decode()
-    from specload.present.htmlpage import compare_page
+    from specload.present.htmlpage import compare_charts, compare_page, figures_html
 
     markdown = compare_text(comp, "github")
+    charts = compare_charts(comp)
     return {
         "runs": [r.label for r in comp.runs],
         "markdown": markdown,
@@ -140,6 +145,9 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
         "csv": compare_table(comp, "csv"),
         "png": png,
         "plot_note": plot_note,
+        # the HTML comparison's charts (inline SVG, specload.present.charts), drawn on the page as they are
+        "charts_html": figures_html(charts, "compare-"),
+        "charts": [c.key for c in charts if c.has_points()],
     }
 
 

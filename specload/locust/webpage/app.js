@@ -131,7 +131,36 @@ function levelCharts(prefix, rows, empty) {
       { xlabel, ylabel: "time to first token (ms)", xlog: true, empty }),
     chart(`${prefix}-tpot`, `TPOT vs ${vs}`, [{ name: "p50", points: pts("tpot_p50_ms") }, { name: "p99", points: pts("tpot_p99_ms") }],
       { xlabel, ylabel: "time per output token (ms)", xlog: true, empty }),
+    chart(`${prefix}-itl`, `ITL vs ${vs}`, [{ name: "p50", points: pts("itl_p50_ms") }, { name: "p99", points: pts("itl_p99_ms") }],
+      { xlabel, ylabel: "inter-token latency (ms)", xlog: true, empty }),
+    chart(`${prefix}-e2e`, `E2E latency vs ${vs}`, [{ name: "p50", points: pts("e2e_p50_s") }, { name: "p99", points: pts("e2e_p99_s") }],
+      { xlabel, ylabel: "end-to-end latency (s)", xlog: true, empty }),
+    chart(`${prefix}-pareto`, "Per-user vs aggregate tok/s (one point per level)",
+      [{ name: "", points: rows.filter((r) => r.per_req_tok_s != null && r.agg_tok_s != null).map((r) => [r.per_req_tok_s, r.agg_tok_s]) }],
+      { xlabel: "per-request tok/s", ylabel: "aggregate tok/s", empty }),
+    chart(`${prefix}-errors`, `Failed and short requests vs ${vs}`, [{ name: "", points: pts("fail_pct") }],
+      { xlabel, ylabel: "% of measured requests", xlog: true, empty }),
+    ...(rows.some((r) => r.accept_length != null)
+      ? [chart(`${prefix}-accept`, `Acceptance length vs ${vs}`, [{ name: "", points: pts("accept_length") }],
+        { xlabel, ylabel: "tokens per verify step", xlog: true, empty })] : []),
   ];
+}
+
+// The server's gauges and the acceptance length over the run (its /metrics samples), as the HTML report draws them.
+function serverCharts(d) {
+  const g = d.server_series;
+  if (!g) return [];
+  const lines = (key) => Object.entries(g[key] || {}).map(([name, points]) => ({ name, points }));
+  const out = [];
+  if (lines("server").length) {
+    out.push(chart("chart-server", "Server: running and queued requests over time", lines("server"),
+      { xlabel: "seconds since the first sample", ylabel: "requests", empty: "no server sample yet" }));
+  }
+  if (lines("accept_over_time").length) {
+    out.push(chart("chart-accept-time", "Acceptance length over time (server counters)", lines("accept_over_time"),
+      { xlabel: "seconds since the first sample", ylabel: "tokens per verify step", empty: "no verify step yet" }));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------- markdown (the report's and compare's own text)
@@ -319,10 +348,10 @@ function renderLevels(d) {
 function renderCharts(d) {
   const done = d.levels.filter((r) => r.final && r.done > 0);
   const s = d.series;
-  const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? "live, streamed tokens" : "from its records"})`,
-    [{ name: "", points: s.points }], { xlabel: s.source === "streamed" ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
+  const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? (s.running ? "live, streamed tokens" : "streamed tokens") : "from its records, tokens spread evenly"})`,
+    [{ name: "", points: s.points }], { xlabel: s.running ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
     : chart("chart-series", "Output tok/s over time of the current level", [{ name: "", points: [] }], { xlabel: "seconds", ylabel: "output tok/s", empty: "no level running yet" });
-  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over].join("");
+  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over, ...serverCharts(d)].join("");
 }
 
 async function poll() {
@@ -418,8 +447,8 @@ async function openReport(name) {
   const base = `runs/${encodeURIComponent(name)}/report`;
   el.innerHTML = `<h2 id="report-title">Report: ${esc(name)}</h2>` +
     `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="report-${f}" href="${base}.${f}" download>${f === "md" ? "report.md" : f === "html" ? "report.html" : f.toUpperCase()}</a>`).join("")}</p>` +
-    `<div class="charts">${levelCharts("report-chart", d.levels, "no level with requests").join("")}</div>` +
-    `<div id="report-body">${markdown(d.markdown)}</div>`;
+    `<div id="report-body">${markdown(d.markdown)}</div>` +
+    `<div id="report-figures" class="svg-charts">${d.charts_html || ""}</div>`;
   el.scrollIntoView({ behavior: "smooth", block: "start" });
 }
 
@@ -440,13 +469,28 @@ async function compareSelected() {
   if (d.error) { el.innerHTML = `<p class="error">${esc(d.error)}</p>`; return; }
   const table = `<div class="table-wrap"><table id="compare-table"><thead><tr>${d.columns.map((c, j) => `<th class="${j ? "" : "l"}">${esc(c)}</th>`).join("")}</tr></thead>` +
     `<tbody>${d.rows.map((r) => `<tr>${r.map((c, j) => `<td class="${j ? "" : "l"}">${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table></div>`;
+  // comparison.md as it is, every section (the verdict, per category, the capacity under the SLO,
+  // the notes), its table the one above (the same cells, unescaped by the markdown's bold)
+  const [head, rest] = splitAtTable(d.markdown);
   el.innerHTML = `<h2 id="compare-title">Comparison: ${esc(d.runs.join(" vs "))} <span class="muted small">(the first is the baseline)</span></h2>` +
     `<p class="downloads">Download: ${["md", "csv", "json", "html"].map((f) => `<a id="compare-${f}" href="compare.${f}?${query}" download>${f === "md" ? "comparison.md" : f === "html" ? "comparison.html" : f.toUpperCase()}</a>`).join("")}` +
-    (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" + table +
-    `<h3>Verdict</h3><ul id="verdict">${d.sentences.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` +
-    (d.notes.length ? `<h3>Notes</h3><ul>${d.notes.map((s) => `<li>${inline(s)}</li>`).join("")}</ul>` : "") +
+    (d.plot ? `<a href="compare.png?${query}" download>comparison.png</a>` : "") + "</p>" +
+    `<div id="compare-body">${markdown(head)}${table}${markdown(rest)}</div>` +
+    `<div id="compare-figures" class="svg-charts">${d.charts_html || ""}</div>` +
     (d.plot ? `<img class="plot" id="compare-plot" alt="aggregate and per-request tok/s vs concurrency" src="compare.png?${query}">`
       : `<p class="muted">${esc(d.plot_note || "no plot")}</p>`);
+  const verdict = [...el.querySelectorAll("#compare-body h4")].find((h) => h.textContent === "Verdict");
+  if (verdict && verdict.nextElementSibling?.tagName === "UL") verdict.nextElementSibling.id = "verdict";
+}
+
+// The markdown before its first table (without its "# " title: the page has its own) and after it.
+function splitAtTable(md) {
+  const lines = md.split("\n");
+  const i = lines.findIndex((l) => l.startsWith("|"));
+  if (i < 0) return [lines.filter((l) => !l.startsWith("# ")).join("\n"), ""];
+  let j = i;
+  while (j < lines.length && lines[j].startsWith("|")) j++;
+  return [lines.slice(0, i).filter((l) => !l.startsWith("# ")).join("\n"), lines.slice(j).join("\n")];
 }
 
 // ---------------------------------------------------------------- wiring
