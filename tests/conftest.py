@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -190,6 +191,33 @@ def wait_for_web_ui(procs: Procs, proc: subprocess.Popen[bytes], base: str, time
             return False
 
     wait_until(up, timeout, "the web UI")
+
+
+def start_ui(
+    procs: Procs, host: str, port: int, results: Path, *args: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``specload ui --host HOST ARGS`` on 127.0.0.1:PORT, writing into RESULTS: the process and its
+    login URL, once the UI answers."""
+    proc = procs.popen(
+        specload_cmd(
+            "ui",
+            "--host",
+            host,
+            *args,
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            str(port),
+            "--out",
+            str(results),
+        ),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    m = wait_until(
+        lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
+    )
+    wait_for_web_ui(procs, proc, f"http://127.0.0.1:{port}")
+    return proc, m.group(1)
 
 
 def run_together(*calls: Callable[[], Any]) -> list[Any]:

@@ -7,8 +7,6 @@ tests/test_webui_browser.py is."""
 from __future__ import annotations
 
 import json
-import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 
 from specload.sim.process import start_sim
-from tests.conftest import Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
+from tests.conftest import Procs, free_port, start_ui
 from tests.test_acceptance_sim import K3
 from tests.test_categories import FIXTURE
 from tests.test_webui_browser import T, _chromium, fmt1, report_json, table, wait_state
@@ -45,31 +43,19 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     try:
         root = tmp_path_factory.mktemp("webui-accept")
         port = free_port()
-        proc = procs.popen(
-            specload_cmd(
-                "ui",
-                "--host",
-                s.url,
-                "--backend",
-                "chat",
-                "--dataset",
-                str(FIXTURE),
-                "--output-tokens",
-                "64",
-                "--web-host",
-                "127.0.0.1",
-                "--web-port",
-                str(port),
-                "--out",
-                str(root / "results"),
-            ),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        _, login = start_ui(
+            procs,
+            s.url,
+            port,
+            root / "results",
+            "--backend",
+            "chat",
+            "--dataset",
+            str(FIXTURE),
+            "--output-tokens",
+            "64",
         )
-        m = wait_until(
-            lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
-        )
-        wait_for_web_ui(procs, proc, f"http://127.0.0.1:{port}")
-        yield m.group(1), root / "results"
+        yield login, root / "results"
     finally:
         procs.stop_all()
         s.stop()

@@ -30,7 +30,7 @@ from specload.core.records import read_records
 from specload.present.compare import load_runs, table_columns, table_rows
 from specload.present.compare import render_text as compare_text
 from specload.sim.process import SimProcess, start_sim
-from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
+from tests.conftest import REPO, Procs, free_port, specload_cmd, start_ui
 
 pytestmark = pytest.mark.slow  # make test-slow: a Chromium of its own, seconds per page on two cores
 
@@ -99,28 +99,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         shots.mkdir()
         print(f"\nweb UI screenshots: {shots}")
         port = free_port()
-        proc = procs.popen(
-            specload_cmd(
-                "ui",
-                "--host",
-                sims[0].url,
-                "--scenario",
-                "smoke",
-                "--web-host",
-                "127.0.0.1",
-                "--web-port",
-                str(port),
-                "--out",
-                str(root / "results"),
-            ),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        m = wait_until(
-            lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
-        )
+        proc, login = start_ui(procs, sims[0].url, port, root / "results", "--scenario", "smoke")
         base = f"http://127.0.0.1:{port}"
-        wait_for_web_ui(procs, proc, base)
-        yield UI(base, m.group(1), root / "results", sims[0], sims[1], shots, procs, proc)
+        yield UI(base, login, root / "results", sims[0], sims[1], shots, procs, proc)
     finally:
         procs.stop_all()
         for s in sims:
