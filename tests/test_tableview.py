@@ -150,7 +150,7 @@ def test_parse_columns(text: str, keys: set[str] | None) -> None:
     [
         (
             "nope",
-            "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server, slo)",
+            "unknown column or set 'nope'; use auto, all, a set (seed, failures, latency, throughput, server, slo, acceptance, reasoning)",
         ),
         ("seed,nope", "'nope'"),
         ("auto,seed", "'auto' goes alone"),

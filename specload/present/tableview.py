@@ -35,17 +35,19 @@ class Figure:
     sets: tuple[str, ...]
 
 
-SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO = (
+SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO, ACCEPTANCE, REASONING = (
     "seed",
     "failures",
     "latency",
     "throughput",
     "server",
     "slo",
+    "acceptance",
+    "reasoning",
 )
 # The named sets, in the order the help lists them; "seed" is the reference benchmark's table
 # (the reference table, shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
-SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
+SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO, ACCEPTANCE, REASONING)
 
 # Most important first. By default a table shows the longest head of this list that fits the width
 # (dropping from the tail until it fits), in the table's own column order: the seed's columns and
@@ -65,7 +67,7 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("wall", "Wall(s)", (SEED,)),
     Figure("ok", "Ok", (SEED, FAILURES)),
     # The acceptance length: the headline of a speculative run, and absent (so free) from any other.
-    Figure("accept", "Accept len", (SERVER,)),
+    Figure("accept", "Accept len", (SERVER, ACCEPTANCE)),
     Figure("fail", "Fail", (FAILURES,)),
     Figure("short", "Short", (FAILURES,)),
     Figure("429", "429", (FAILURES,)),  # (only in a table where a level was rate limited)
@@ -76,7 +78,7 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
     Figure("good_pct", "Good %", (SLO,)),
     Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
-    Figure("accept_rate", "Accept rate %", (SERVER,)),  # (speculative servers: accepted / drafted)
+    Figure("accept_rate", "Accept rate %", (SERVER, ACCEPTANCE)),  # (speculative servers: accepted / drafted)
     Figure(
         "prefix_hit", "Prefix hit %", (SERVER,)
     ),  # (only when the server's prefix cache served some prompt)
@@ -92,12 +94,14 @@ PRIORITY: tuple[Figure, ...] = (
     Figure("mean_conc", "Mean conc", (THROUGHPUT,)),
     Figure("srv_queue_mean", "Srv queue mean", (SERVER,)),
     Figure("srv_run_mean", "Srv run mean", (SERVER,)),
-    Figure("accept_pos", "Accept >=k %", (SERVER,)),  # k = 1..K: steps that accepted at least k drafts
-    Figure("accept_hist", "Accept hist %", ()),  # j: share of steps that accepted exactly j drafts
-    Figure("accept_along", "Accept len per 100 tok", ()),  # along the output
-    Figure("first_answer", "First answer p50", ()),  # (reasoning streams only)
-    Figure("answer_tok_s", "Answer tok/s", ()),
-    Figure("reasoning_tokens", "Reasoning tokens", ()),  # (these five in no set: --columns all, or by name)
+    Figure(
+        "accept_pos", "Accept >=k %", (SERVER, ACCEPTANCE)
+    ),  # k = 1..K: steps that accepted at least k drafts
+    Figure("accept_hist", "Accept hist %", (ACCEPTANCE,)),  # j: share of steps that accepted exactly j drafts
+    Figure("accept_along", "Accept len per 100 tok", (ACCEPTANCE,)),  # along the output
+    Figure("first_answer", "First answer p50", (REASONING,)),  # (reasoning streams only)
+    Figure("answer_tok_s", "Answer tok/s", (REASONING,)),
+    Figure("reasoning_tokens", "Reasoning tokens", (REASONING,)),
 )
 FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
 RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}
