@@ -214,7 +214,7 @@ def test_max_num_seqs_caps_the_running_requests(vllm_capped, tmp_path: Path) -> 
 
 def test_acceptance_from_the_responses_and_from_the_counters_agree(vllm_ngram, tmp_path: Path) -> None:
     """A sweep of the ngram server: every acceptance figure from its per-request metrics, the same
-    figures from its counters beside them, within the tolerance, and no note; ITL per token, from the
+    figures from its counters beside them (per position too), within the tolerance, and no note; ITL per token, from the
     running usage of every event (stream_options.continuous_usage_stats)."""
     flags = ("--levels", "1,4", "--input-tokens", "64", "--output-tokens", "64", "--metrics-interval", "0.2")
     run_dir = run_sweep(vllm_ngram, tmp_path / "ngram", *flags)
@@ -233,3 +233,11 @@ def test_acceptance_from_the_responses_and_from_the_counters_agree(vllm_ngram, t
         assert a["length"] == 1 + a["accepted"] / sum(hist)
         # at least k accepted: never more often than at least k - 1
         assert 1 >= a["per_position"][0] >= a["per_position"][1] >= a["per_position"][2] >= 0, a
+        # the per-position counters (vllm:spec_decode_num_accepted_tokens_per_pos_total) beside them,
+        # position by position within the tolerance (the note above would name a position beyond it)
+        ctr = a["counter_per_position"]
+        assert len(ctr) == len(a["per_position"]) == 3, a
+        assert all(
+            abs(x - y) <= TOLERANCE * max(y, 1e-9) or abs(x - y) < 0.01
+            for x, y in zip(ctr, a["per_position"], strict=True)
+        ), a
