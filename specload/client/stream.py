@@ -39,6 +39,7 @@ from specload.core.records import (
     now,
 )
 from specload.core.text import shorten
+from specload.core.tokencap import overrun_cap
 
 _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
@@ -92,12 +93,6 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     ):
         return f"stream cut after {tokens} tokens ({type(e).__name__}: {shorten(str(e), 80)})"
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
-
-
-def overrun_cap(asked: int) -> int:
-    """Tokens a stream may carry before it is cut as failed: what was asked, and a margin for a
-    server that counts a few more (a speculative step's extra tokens, a stop sequence's)."""
-    return asked + max(16, asked // 4)
 
 
 @dataclass(slots=True)
@@ -309,11 +304,15 @@ def _record(ex: _Exchange) -> RequestRecord:
     else:
         out, source = tokens_seen, SRC_CHUNKS
     asked = spec.requested_output_tokens
-    if reason is None and source != SRC_CHUNKS and out > asked:
+    if source != SRC_CHUNKS and out > asked:
         # A server claiming more than it was asked for (or could have sent) is not believed: the
         # request fails, and only what streamed, at most what was asked, enters the level's tokens.
-        reason = f"server claimed {out} tokens, more than the {asked} asked for; counted the {tokens_seen} streamed"
+        if reason is None:
+            reason = f"server claimed {out} tokens, more than the {asked} asked for; counted the {tokens_seen} streamed"
         out, source = min(tokens_seen, asked), SRC_CHUNKS
+    # A stream cut past the cap (one event may claim any number of tokens) counts at most the cap:
+    # no record of this client carries more (specload.analysis.validity holds records read to it).
+    out = min(out, overrun_cap(asked))
     if reason is not None:
         status = FAILED
     elif not ex.done:
