@@ -251,7 +251,34 @@ def _token_for_own_processes() -> None:
         os.environ[MASTER_TOKEN_ENV] = new_master_token()
 
 
+def _locust_sigterm_once() -> None:
+    """Locust's own SIGTERM handler (its ``shutdown``: the quitting event, the stats, ``sys.exit``)
+    runs on the first SIGTERM only. A second one would run a second shutdown beside the first:
+    the quitting listeners twice, and a ``SystemExit`` raised in a greenlet while the interpreter
+    exits (a traceback, `specload ui` given SIGTERM twice). Our own handler still hears the second
+    signal, and cuts the requests in flight (``_install_stop_signals``). Locust registers the
+    handler in its ``main`` after importing the locustfile, so wrapping the registration here is
+    in time."""
+    register = gevent.signal_handler
+
+    def once(signum: int, handler: Any, *args: Any, **kwargs: Any) -> Any:
+        if signum != signal.SIGTERM or getattr(handler, "__module__", None) != "locust.main":
+            return register(signum, handler, *args, **kwargs)
+        fired: list[bool] = []
+
+        def first_only(*a: Any, **kw: Any) -> Any:
+            if fired:
+                return None
+            fired.append(True)
+            return handler(*a, **kw)
+
+        return register(signum, first_only, *args, **kwargs)
+
+    gevent.signal_handler = once
+
+
 _token_for_own_processes()
+_locust_sigterm_once()
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).
 events.init_command_line_parser.add_listener(on_parser)
