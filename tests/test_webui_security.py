@@ -475,3 +475,34 @@ def test_no_web_auth_is_loud_and_still_refuses_cross_site_posts(tmp_path: Path) 
     finally:
         procs.stop_all()
         home.stop()
+
+
+def test_credentials_typed_into_the_form_host_are_dropped(ui: UI) -> None:
+    """A host typed as http://user:pass@host (review ab9c161, H5 for the web form): dropped before
+    Locust hands its host (``environment.host`` and the parsed options, in every spawn message) to
+    any worker, and in no log line, page or file afterwards."""
+    b = Browser(ui.base)
+    b.login(ui.token)
+    host = ui.home.url.replace("http://", "http://alice:hunter2pw@")
+    assert b.post("/swarm", ui.form(host)).json()["success"]
+    wait_until(lambda: b.call("/specload/run").json()["status"] == "completed", 60, "the sweep")
+    ui.wait_stopped(b)
+    assert "the user:password in the host URL is not sent to the server and is dropped" in ui.log()
+    assert "hunter2pw" not in ui.log()
+    page = b.call("/")
+    assert page.status == 200 and b"hunter2pw" not in page.body and ui.home.url.encode() in page.body
+    files = [p for p in ui.out.rglob("*") if p.is_file()]
+    assert not [str(p) for p in files if b"hunter2pw" in p.read_bytes()]
+
+
+def test_the_resolver_drops_the_credentials_from_what_locust_sends_workers() -> None:
+    from types import SimpleNamespace
+
+    from specload.locust.resolve import RunResolver
+
+    opts = SimpleNamespace(host="http://alice:hunter2pw@10.0.0.1:8000/v1")
+    env = SimpleNamespace(host=opts.host, parsed_options=opts)
+    resolver = RunResolver.__new__(RunResolver)
+    resolver.env = env
+    resolver._drop_credentials()
+    assert env.host == opts.host == "http://10.0.0.1:8000/v1"
