@@ -16,8 +16,8 @@ import pytest
 
 from specload.core.records import read_records
 from specload.sim.process import start_sim
-from tests.conftest import Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
-from tests.test_webui_security import Browser
+from tests.conftest import Procs, wait_until
+from tests.test_webui_security import Browser, start_ui
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 
@@ -28,26 +28,8 @@ def test_a_signal_to_the_ui_keeps_every_record_in_run_json_and_the_report(tmp_pa
     home = start_sim(list(FAST))
     out = tmp_path / "results"
     try:
-        port = free_port()
         ignore = signal.SIG_IGN if how == "int-ignored" else signal.SIG_DFL
-        proc = procs.popen(
-            specload_cmd(
-                "ui",
-                "--host",
-                home.url,
-                "--web-host",
-                "127.0.0.1",
-                "--web-port",
-                str(port),
-                "--out",
-                str(out),
-                "--no-web-auth",
-            ),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=lambda: signal.signal(signal.SIGINT, ignore),
-        )
-        base = f"http://127.0.0.1:{port}"
-        wait_for_web_ui(procs, proc, base)
+        proc, base = start_ui(procs, home, out, "sk-x", "--no-web-auth", sigint=ignore)
         form = {
             "host": home.url,
             "levels": "2",

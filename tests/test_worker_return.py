@@ -12,53 +12,34 @@ from pathlib import Path
 
 from specload.analysis.clientcheck import ClientFigures, peak_in_flight
 from specload.core.records import read_records
-from tests.conftest import Procs, free_port, locust_cmd, specload_cmd, wait_until
-
-TOKEN = {"SPECLOAD_MASTER_TOKEN": "r" * 40}
+from tests.conftest import Procs, locust_cmd, wait_until
+from tests.test_stop_distributed import cluster
 
 
 def test_a_worker_back_from_the_dead_does_not_raise_the_level_above_c(
     sim, procs: Procs, tmp_path: Path
 ) -> None:
-    server = sim("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
-    out = tmp_path / "out"
-    port = str(free_port())
-    env = {**os.environ, **TOKEN}
-    master = procs.popen(
-        specload_cmd(
-            "sweep",
-            "--host",
-            server.url,
-            "--out",
-            str(out),
-            "--workers",
-            "2",
-            "--master-bind-host",
-            "127.0.0.1",
-            "--master-bind-port",
-            port,
-            "--levels",
-            "4",
-            "--requests-per-level",
-            "120",
-            "--input-tokens",
-            "16",
-            "--output-tokens",
-            "60",  # ~0.3 s requests
-            "--read-timeout",
-            "30",
-            "--metrics-interval",
-            "0",
-        ),
-        env=env,
+    sweep = (
+        "--levels",
+        "4",
+        "--requests-per-level",
+        "120",
+        "--input-tokens",
+        "16",
+        "--output-tokens",
+        "60",  # ~0.3 s requests
+        "--read-timeout",
+        "30",
+        "--metrics-interval",
+        "0",
     )
-    worker = locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", port)
-    frozen, _other = procs.popen(worker, env=env), procs.popen(worker, env=env)
+    # Locust workers themselves (not `specload worker`, whose Locust is a child): the frozen pid is the one with the users.
+    worker = locust_cmd("--worker", "--master-host", "127.0.0.1", "--master-port", "{port}")
+    master, (frozen, _other), out = cluster(sim, procs, tmp_path, sweep, worker, "r" * 40)
 
     def records() -> list:  # type: ignore[type-arg]
         return [r for p in out.glob("*/records.jsonl") for r in read_records(str(p))]
 
-    wait_until(lambda: len(records()) >= 8, 90, "records from both workers")
     os.kill(frozen.pid, signal.SIGSTOP)  # missing heartbeats: written off after ~3 s
     try:
         wait_until(lambda: "was lost with" in procs.log(master), 30, "the frozen worker written off")
