@@ -52,3 +52,16 @@ def test_a_server_holding_the_connection_after_done_costs_no_second(serve: Any, 
     took = time.monotonic() - t0
     assert [r.status for r in recs] == [OK] * 3
     assert took < 1.0, took  # 3 x (the request + 50 ms), not 3 x 1 s
+
+
+def test_a_gzip_body_is_named_not_copied_into_the_record(serve: Any, clients: list[Any]) -> None:
+    """Before: `HTTP 200 without an event stream: <the compressed bytes>`, into report.md and the log."""
+    import gzip
+
+    body = gzip.compress(sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(2)) + sse(b"[DONE]"))
+    head = HEAD_SSE.replace(b"transfer-encoding", b"content-encoding: gzip\r\ntransfer-encoding")
+    srv = serve([head, chunk(body) + END])
+    rec = run(srv, clients, requested=2)
+    assert rec.status == FAILED
+    assert (rec.reason or "").startswith("HTTP 200 with a gzip-compressed body"), rec.reason
+    assert "\x1f" not in (rec.reason or "") and "\ufffd" not in (rec.reason or "")

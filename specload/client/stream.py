@@ -45,6 +45,7 @@ _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
+_GZIP_MAGIC = b"\x1f\x8b"
 _EVENT_LIMIT = 1 << 20  # an event spread over data: lines is joined up to this many bytes
 # After [DONE], how long the terminating chunk may take to come (it follows at once on every server
 # we know) before the connection is closed instead of kept: a server that holds it open costs each
@@ -308,8 +309,14 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
         line = shorten(ex.line.decode("utf-8", "replace"), 100)
         ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(ex.partial_error), 60)} in line {line!r}"
     if ex.reason is None and not ex.done and not ex.chunks and any(s.strip() for s in ex.stray):
-        body_text = server_message(200, b"".join(ex.stray)[:_ERROR_BODY_LIMIT])
-        ex.reason = f"HTTP 200 without an event stream: {body_text}"
+        body = b"".join(ex.stray)
+        if body.lstrip()[:2] == _GZIP_MAGIC:  # (its bytes would reach the log and report.md)
+            ex.reason = (
+                "HTTP 200 with a gzip-compressed body: specload reads the event stream uncompressed; "
+                "turn the server's (or its proxy's) compression off for text/event-stream"
+            )
+        else:
+            ex.reason = f"HTTP 200 without an event stream: {server_message(200, body[:_ERROR_BODY_LIMIT])}"
     _finish(resp, ex.done and ex.reason is None)
 
 
