@@ -65,3 +65,11 @@ def test_a_gzip_body_is_named_not_copied_into_the_record(serve: Any, clients: li
     assert rec.status == FAILED
     assert (rec.reason or "").startswith("HTTP 200 with a gzip-compressed body"), rec.reason
     assert "\x1f" not in (rec.reason or "") and "\ufffd" not in (rec.reason or "")
+
+
+def test_cr_only_line_ends_are_named(serve: Any, clients: list[Any]) -> None:
+    body = (sse(cmpl("a")) + sse(cmpl("b", "length")) + sse(usage(2)) + sse(b"[DONE]")).replace(b"\n", b"\r")
+    srv = serve([HEAD_SSE, chunk(body) + END])
+    rec = run(srv, clients, requested=2)
+    assert rec.status == FAILED
+    assert (rec.reason or "").startswith("HTTP 200 with SSE lines ended by CR alone"), rec.reason

@@ -310,7 +310,12 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
         ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(ex.partial_error), 60)} in line {line!r}"
     if ex.reason is None and not ex.done and not ex.chunks and any(s.strip() for s in ex.stray):
         body = b"".join(ex.stray)
-        if body.lstrip()[:2] == _GZIP_MAGIC:  # (its bytes would reach the log and report.md)
+        if body.lstrip()[:5] == b"data:" and b"\rdata:" in body:  # (legal SSE no engine sends)
+            ex.reason = (
+                "HTTP 200 with SSE lines ended by CR alone: specload reads LF or CRLF line ends "
+                "(every engine it knows sends those)"
+            )
+        elif body.lstrip()[:2] == _GZIP_MAGIC:  # (its bytes would reach the log and report.md)
             ex.reason = (
                 "HTTP 200 with a gzip-compressed body: specload reads the event stream uncompressed; "
                 "turn the server's (or its proxy's) compression off for text/event-stream"
