@@ -21,6 +21,7 @@ from specload.core.resources import builtin_scenarios, locustfile_path
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
     EXIT_USAGE,
+    PROCESSES_AUTO,
     LaunchError,
     SweepSettings,
     run_capacity,
@@ -228,13 +229,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.scenario, args.out, view)
 
 
+def _processes(value: str) -> int:
+    """``--processes``: a count, -1 (one per core) or ``auto`` (launch.PROCESSES_AUTO)."""
+    if value == "auto":
+        return PROCESSES_AUTO
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count, -1 or auto, got {value!r}") from None
+
+
 def _add_locust_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--locustfile", type=Path, default=DEFAULT_LOCUSTFILE, help=argparse.SUPPRESS)
     p.add_argument(
         "--processes",
-        type=int,
+        type=_processes,
         default=None,
-        help="Locust worker processes on this machine (-1: one per core)",
+        help="Locust worker processes on this machine (-1: one per core; auto: from the cores and "
+        "the largest level's expected token rate, said at start)",
     )
     # Only the words after `--` are Locust's (main splits them off); a word argparse leaves here is a
     # stray one, refused before anything starts.

@@ -30,9 +30,12 @@ from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_t
 from specload.present.output import is_known_format
 from specload.present.tableview import WHOLE, TableView
 from specload.workload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
+from specload.workload.procplan import describe as describe_processes
+from specload.workload.procplan import plan_processes
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C before any run existed (128 + SIGINT, as a shell reports it)
+PROCESSES_AUTO = -2  # --processes auto: chosen from the cores and the largest level (specload.procplan)
 
 DEFAULT_LOCUSTFILE = locustfile_path()
 
@@ -55,7 +58,7 @@ class SweepSettings:
     label: str | None = None
     out: str = "results"
     insecure: bool = False
-    processes: int | None = None  # Locust worker processes on this machine (-1: one per core)
+    processes: int | None = None  # Locust worker processes on this machine (-1: one per core; PROCESSES_AUTO)
     workers: int | None = None  # be a master and wait for this many workers
     master_bind_host: str = "0.0.0.0"
     master_bind_port: int = 5557
@@ -93,7 +96,7 @@ def check_settings(s: SweepSettings) -> tuple[Scenario, str]:
         raise LaunchError(EXIT_USAGE, str(e)) from None
     if s.processes is not None and s.workers is not None:
         raise LaunchError(EXIT_USAGE, "--processes and --workers are exclusive (one machine vs several)")
-    if s.processes is not None and s.processes != -1 and s.processes < 1:
+    if s.processes is not None and s.processes not in (-1, PROCESSES_AUTO) and s.processes < 1:
         raise LaunchError(
             EXIT_USAGE, f"--processes: expected -1 (one per core) or a count >= 1, got {s.processes}"
         )
@@ -134,6 +137,15 @@ def locust_env(s: SweepSettings, host: str, extra: dict[str, str] | None = None)
 FD_HEADROOM = 64  # files a Locust process holds besides one connection per user (logs, CSV, ZMQ, ...)
 
 
+def auto_processes(s: SweepSettings, sc: Scenario, cores: int | None = None) -> SweepSettings:
+    """``--processes auto`` resolved for this machine and scenario (specload.procplan), said once."""
+    if s.processes != PROCESSES_AUTO:
+        return s
+    n, why = plan_processes(sc, cores if cores is not None else (os.cpu_count() or 1))
+    print(describe_processes(n, why), file=sys.stderr)
+    return replace(s, processes=n)
+
+
 def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
     """Each user holds a connection: a level of C users needs C open files in its process. Raise the
     soft limit as far as the hard one allows (children inherit it); refuse, naming ``ulimit -n``,
@@ -143,7 +155,7 @@ def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
     except ImportError:  # not a POSIX system: nothing to ask
         return
 
-    n = (os.cpu_count() or 1) if processes == -1 else (processes or 1)
+    n = (os.cpu_count() or 1) if processes in (-1, PROCESSES_AUTO) else (processes or 1)
     need = -(-max_concurrency // n) + FD_HEADROOM
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < need:
@@ -301,6 +313,7 @@ def run_sweep(
 
     ``view``: the per-level table's columns as printed (``--columns``; report.md has them all)."""
     sc, host = check_settings(s)
+    s = auto_processes(s, sc)
     if report_format is not None and not is_known_format(report_format):
         raise LaunchError(EXIT_USAGE, f"--format: unknown table format {report_format!r}")
     preflight(host, sc, s.insecure)
@@ -413,6 +426,7 @@ def run_ui(s: SweepSettings, web_host: str, web_port: int, web_auth: bool = True
     from specload.locust.websafety import LOGIN_PATH, PAGE, WEB_TOKEN_ENV, new_token
 
     sc, host = check_settings(s)
+    s = auto_processes(s, sc)
     cmd = [
         sys.executable,
         "-m",
@@ -470,6 +484,12 @@ def run_worker(
 ) -> int:
     if why := token_problem(master_token()):
         print(f"specload: {why}", file=sys.stderr)
+        return EXIT_USAGE
+    if processes == PROCESSES_AUTO:  # (its levels are the master's: it cannot size itself)
+        print(
+            "specload: --processes auto is for the master's command; give a worker a count or -1",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     cmd = [
         sys.executable,

@@ -33,6 +33,7 @@ from specload.analysis.clientcheck import (
     judge_in_flight,
     level_flags,
     mean_in_flight,
+    peak_in_flight,
 )
 from specload.core.rundir import LevelMeta, RunMeta
 from specload.locust.clientload import LoadProbe
@@ -262,3 +263,23 @@ def test_the_live_in_flight_figure_is_made_again_only_as_the_records_grow() -> N
         if in_flight_due(made[-1] if made else None, n, False):
             made.append(n)
     assert sum(made) < 25 * n  # O(records) in all, not O(records) per update
+
+
+def test_more_in_flight_than_c_is_flagged_with_its_cause() -> None:
+    """M2 (review ab9c161): a worker written off as lost came back with its users; C=4 ran 6."""
+    assert peak_in_flight([]) is None
+    assert peak_in_flight([(0.0, 1.0), (1.0, 2.0)]) == 1  # a hand-off is no overlap
+    assert peak_in_flight([(0.0, 2.0), (1.0, 3.0), (1.5, 1.6)]) == 3
+    held = ClientFigures(4, {}, 4.0, None, 4)
+    assert held.flag() is None and held.over() == []
+    over = ClientFigures(4, {}, 4.4, None, 6)
+    assert over.over() == ["peak 6 in flight", "mean in flight 4.4"]
+    flag = over.flag() or ""
+    assert flag.startswith("more than C=4 requests in flight (peak 6 in flight, mean in flight 4.4)")
+    assert "add processes" not in flag  # not the client's slowness: more load than C
+    assert cell(over).startswith("OVER C: peak 6")
+    back = ClientFigures.from_json(4, over.to_json())
+    assert back is not None and back.peak_in_flight == 6 and back.flag() == flag
+    # Runs recorded before the peak was kept: judged on the mean alone.
+    assert ClientFigures(4, {}, 4.4).over() == ["mean in flight 4.4"]
+    assert ClientFigures(100, {}, 101.0).over() == []  # within the rounding share

@@ -263,7 +263,12 @@ def test_failed_or_short_above_the_threshold_make_a_level_not_comparable(tmp_pat
 
 def test_different_requested_lengths_and_prompt_material(tmp_path: Path) -> None:
     base, mtp = _pair(tmp_path)
-    _edit(mtp, lambda r: r.update(requested_output_tokens=500) if r["concurrency"] == 128 else None)
+    _edit(
+        mtp,
+        lambda r: (
+            r.update(requested_output_tokens=500, output_tokens=500) if r["concurrency"] == 128 else None
+        ),
+    )
     comp = build_comparison([load_run(base), load_run(mtp)])
     assert _rows(comp)["128"]["Δ agg mtp"] == "n/c"
     assert any("requested output tokens differ (baseline 1000, mtp 500)" in n for n in comp.notes), comp.notes

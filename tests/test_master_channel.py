@@ -46,6 +46,8 @@ def _master_port(parent: int) -> int:
 def test_a_process_without_the_token_gets_no_ticket_from_a_processes_master(
     sim, procs: Procs, tmp_path: Path, mode: str, join: str
 ) -> None:
+    """Joined or not, it gets no users, no tickets and no word of the run (the run config is in
+    every state message: tests/test_master_channel.py's credential test shows it has no password)."""
     server = sim("--ttft-ms", "20", "--itl-ms", "10", "--model", "m")
     out = tmp_path / "out"
     host = server.url.replace("http://", "http://alice:hunter2pw@")
@@ -81,17 +83,18 @@ def test_a_process_without_the_token_gets_no_ticket_from_a_processes_master(
     # H5: the password is not in the Locust child's argv (the CLI's own is what the user typed).
     assert "hunter2pw" not in " ".join(_cmdline(child))
     port = _master_port(parent.pid)
-    forger = procs.popen(
-        [sys.executable, str(FORGER), "127.0.0.1", str(port), mode, join, "8"],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "FORGER_WATCH": "hunter2pw"},
-    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent), "FORGER_WATCH": "hunter2pw"}
+    forger = procs.popen([sys.executable, str(FORGER), "127.0.0.1", str(port), mode, join, "8"], env=env)
     assert forger.wait(timeout=60) == 0, procs.log(forger)
     assert parent.wait(timeout=120) == 0, procs.log(parent)[-3000:]
     assert "granted 0" in procs.log(forger), procs.log(forger)
-    if join == "join":  # H5: a process that joined hears the run config, without the password
-        heard = re.search(r"heard (\d+) state messages, secret (\w+)", procs.log(forger))
-        assert heard and int(heard.group(1)) > 0 and heard.group(2) == "no", procs.log(forger)
+    heard = re.search(r"heard (\d+) state messages, secret (\w+)", procs.log(forger))
+    assert heard and heard.group(2) == "no", procs.log(forger)
     log = procs.log(parent)
+    # Not taken in: no users, and not a word of the run (before, a joined attacker took users).
+    assert int(heard.group(1)) == 0 and "spawned 0 users" in procs.log(forger), procs.log(forger)
+    if join == "join":
+        assert "gets no users and no tickets until it proves the master token" in log, log[-3000:]
     assert re.search(
         r"ignored a ticket request (from a process that is not a worker|without a valid proof)", log
     )

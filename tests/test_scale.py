@@ -24,6 +24,7 @@ from specload.analysis import columns
 from specload.analysis.columns import read_columns, read_columns_and_tallies
 from specload.analysis.metrics import Timeline, peak_in_flight, steady_window, summarize_run, tok_s_series
 from specload.analysis.run import load_run
+from specload.analysis.validity import Validity
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -226,6 +227,10 @@ def test_the_typed_reader_reads_what_read_records_reads(which: str, odd_run: Pat
     records = read_records(str(d / RECORDS), notes)
     usable = [r for r in records if None not in (r.level, r.t_send, r.t_end, r.e2e_s, r.output_tokens)]
     nulls = len(records) - len(usable)
+    valid = Validity()  # the client's own rules, as load_run applies them (specload.analysis.validity)
+    usable = valid.keep(usable)
+    if (invalid := valid.note()) is not None:
+        notes.append(invalid)
     run = load_run(d, slo=None)
     assert [n for n in run.notices if "without a usable" not in n] == [
         n for n in notes if "without a usable" not in n
@@ -295,9 +300,12 @@ def per_record_tallies(path: Path, slo_text: str) -> dict[Any, SloTally]:
     """The owner's way: every measured record added to its level's tally one at a time."""
     slo = parse_slo(slo_text)
     tallies: dict[Any, SloTally] = {}
-    for r in read_records(str(path)):
-        if r.phase != PHASE_MEASURE or None in (r.level, r.t_send, r.t_end, r.e2e_s, r.output_tokens):
-            continue
+    usable = [
+        r
+        for r in read_records(str(path))
+        if r.phase == PHASE_MEASURE and None not in (r.level, r.t_send, r.t_end, r.e2e_s, r.output_tokens)
+    ]
+    for r in Validity().keep(usable):  # the client's own rules, as the reading pass applies them
         tallies.setdefault((r.level, r.concurrency, r.repeat), SloTally(slo)).add_record(r)
     return tallies
 

@@ -71,11 +71,20 @@ def test_stopping_a_processes_sweep_keeps_every_record(
     _check_every_record_kept(out)
 
 
-def _cluster(sim, procs: Procs, tmp_path: Path):  # type: ignore[no-untyped-def]
+def cluster(  # type: ignore[no-untyped-def]
+    sim,
+    procs: Procs,
+    tmp_path: Path,
+    sweep: tuple[str, ...] = LONG,
+    worker: list[str] | None = None,
+    token: str = TOKEN["SPECLOAD_MASTER_TOKEN"],
+):
+    """A ``--workers 2`` master and two workers (``worker``: their command, given the master port;
+    default ``specload worker``), on free ports, started once both have sent records."""
     server = sim(*SIM)
     out = tmp_path / "out"
     port = str(free_port())
-    env = {**os.environ, **TOKEN}
+    env = {**os.environ, "SPECLOAD_MASTER_TOKEN": token}
     master = procs.popen(
         specload_cmd(
             "sweep",
@@ -89,18 +98,18 @@ def _cluster(sim, procs: Procs, tmp_path: Path):  # type: ignore[no-untyped-def]
             "127.0.0.1",
             "--master-bind-port",
             port,
-            *LONG,
+            *sweep,
         ),
         env=env,
     )
-    worker = specload_cmd("worker", "--master-host", "127.0.0.1", "--master-port", port)
-    workers = [procs.popen(worker, env=env) for _ in range(2)]
+    cmd = worker or specload_cmd("worker", "--master-host", "127.0.0.1", "--master-port", port)
+    workers = [procs.popen([c.replace("{port}", port) for c in cmd], env=env) for _ in range(2)]
     wait_until(lambda: _started(out, 8), 90, "records from both workers")
     return master, workers, out
 
 
 def test_stopping_the_master_of_two_workers_keeps_every_record(sim, procs: Procs, tmp_path: Path) -> None:
-    master, _workers, out = _cluster(sim, procs, tmp_path)
+    master, _workers, out = cluster(sim, procs, tmp_path)
     os.kill(master.pid, signal.SIGTERM)  # as Kubernetes and CI stop a master Job
     master.wait(timeout=60)
     wait_until(lambda: any(p.exists() for p in out.glob("*/report.md")), 30, "report.md")
@@ -109,7 +118,7 @@ def test_stopping_the_master_of_two_workers_keeps_every_record(sim, procs: Procs
 
 
 def test_a_worker_stopped_by_sigterm_ships_its_records_first(sim, procs: Procs, tmp_path: Path) -> None:
-    master, workers, out = _cluster(sim, procs, tmp_path)
+    master, workers, out = cluster(sim, procs, tmp_path)
     os.kill(workers[0].pid, signal.SIGTERM)
     workers[0].wait(timeout=30)
     log = procs.log(master)

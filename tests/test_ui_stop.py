@@ -16,38 +16,20 @@ import pytest
 
 from specload.core.records import read_records
 from specload.sim.process import start_sim
-from tests.conftest import Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
-from tests.test_webui_security import Browser
+from tests.conftest import Procs, wait_until
+from tests.test_webui_security import Browser, start_ui
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 
 
-@pytest.mark.parametrize("how", ["term", "int-int", "int-ignored"])
+@pytest.mark.parametrize("how", ["term", "term-term", "int-int", "int-ignored"])
 def test_a_signal_to_the_ui_keeps_every_record_in_run_json_and_the_report(tmp_path: Path, how: str) -> None:
     procs = Procs()
     home = start_sim(list(FAST))
     out = tmp_path / "results"
     try:
-        port = free_port()
         ignore = signal.SIG_IGN if how == "int-ignored" else signal.SIG_DFL
-        proc = procs.popen(
-            specload_cmd(
-                "ui",
-                "--host",
-                home.url,
-                "--web-host",
-                "127.0.0.1",
-                "--web-port",
-                str(port),
-                "--out",
-                str(out),
-                "--no-web-auth",
-            ),
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=lambda: signal.signal(signal.SIGINT, ignore),
-        )
-        base = f"http://127.0.0.1:{port}"
-        wait_for_web_ui(procs, proc, base)
+        proc, base = start_ui(procs, home, out, "sk-x", "--no-web-auth", sigint=ignore)
         form = {
             "host": home.url,
             "levels": "2",
@@ -64,8 +46,11 @@ def test_a_signal_to_the_ui_keeps_every_record_in_run_json_and_the_report(tmp_pa
 
         wait_until(lambda: records() >= 2, 60, "records")
         time.sleep(0.5)  # both users in the middle of a request
-        if how == "term":
+        if how.startswith("term"):
             os.kill(proc.pid, signal.SIGTERM)
+            if how == "term-term":
+                time.sleep(0.5)
+                os.kill(proc.pid, signal.SIGTERM)
         else:
             os.kill(proc.pid, signal.SIGINT)
             if how == "int-int":
@@ -83,7 +68,7 @@ def test_a_signal_to_the_ui_keeps_every_record_in_run_json_and_the_report(tmp_pa
         lv = json.loads((run_dir / "run.json").read_text())["levels"][0]
         assert lv["granted"] == lv["received"] == len(recs), (lv, len(recs))
         ok = sum(r.status == "ok" for r in recs)
-        if how == "int-int":
+        if how in ("int-int", "term-term"):
             assert any((r.reason or "").startswith("interrupted") for r in recs)
         else:
             assert ok == len(recs)  # the requests in flight finished within the grace period

@@ -204,10 +204,6 @@ def _prompt_tokens(server: SimProcess) -> int:
     return int(m.group(1))
 
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C works even if this run's shell ignores it
-
-
 @dataclass
 class UI:
     proc: Any
@@ -239,7 +235,11 @@ class UI:
         wait_until(lambda: b.call("/stats/requests").json()["state"] == "stopped", 30, "Locust to stop")
 
 
-def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) -> tuple[Any, str]:
+def start_ui(
+    procs: Procs, home: SimProcess, out: Path, key: str, *extra: str, sigint: Any = signal.SIG_DFL
+) -> tuple[Any, str]:
+    """``specload ui`` for ``home`` on a free port, its web UI up; ``sigint``: its SIGINT
+    disposition at start (SIG_IGN: as a script's ``&`` starts it). The process and its base URL."""
     port = free_port()
     proc = procs.popen(
         specload_cmd(
@@ -256,7 +256,7 @@ def _start_ui(procs: Procs, home: SimProcess, out: Path, key: str, *extra: str) 
             *extra,
         ),
         env={**os.environ, "SPECLOAD_API_KEY": key, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=_sigint_default,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     base = f"http://127.0.0.1:{port}"
     wait_for_web_ui(procs, proc, base)
@@ -270,7 +270,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
     try:
         sims = [start_sim([*FAST, "--api-key", key]) for _ in range(2)]
         out = tmp_path_factory.mktemp("webui") / "results"
-        proc, base = _start_ui(procs, sims[0], out, key)
+        proc, base = start_ui(procs, sims[0], out, key)
         m = re.search(r"password (\S+)", procs.log(proc))
         assert m, procs.log(proc)
         yield UI(proc, procs, base, m.group(1), key, sims[0], sims[1], out)
@@ -450,7 +450,7 @@ def test_no_web_auth_is_loud_and_still_refuses_cross_site_posts(tmp_path: Path) 
     procs = Procs()
     home = start_sim(list(FAST))
     try:
-        proc, base = _start_ui(procs, home, tmp_path / "results", "sk-x", "--no-web-auth")
+        proc, base = start_ui(procs, home, tmp_path / "results", "sk-x", "--no-web-auth")
         assert "WARNING: --no-web-auth" in procs.log(proc) and "password" not in procs.log(proc)
         b = Browser(base)
         assert b.call("/").status == 200  # no login page
@@ -475,3 +475,34 @@ def test_no_web_auth_is_loud_and_still_refuses_cross_site_posts(tmp_path: Path) 
     finally:
         procs.stop_all()
         home.stop()
+
+
+def test_credentials_typed_into_the_form_host_are_dropped(ui: UI) -> None:
+    """A host typed as http://user:pass@host (review ab9c161, H5 for the web form): dropped before
+    Locust hands its host (``environment.host`` and the parsed options, in every spawn message) to
+    any worker, and in no log line, page or file afterwards."""
+    b = Browser(ui.base)
+    b.login(ui.token)
+    host = ui.home.url.replace("http://", "http://alice:hunter2pw@")
+    assert b.post("/swarm", ui.form(host)).json()["success"]
+    wait_until(lambda: b.call("/specload/run").json()["status"] == "completed", 60, "the sweep")
+    ui.wait_stopped(b)
+    assert "the user:password in the host URL is not sent to the server and is dropped" in ui.log()
+    assert "hunter2pw" not in ui.log()
+    page = b.call("/")
+    assert page.status == 200 and b"hunter2pw" not in page.body and ui.home.url.encode() in page.body
+    files = [p for p in ui.out.rglob("*") if p.is_file()]
+    assert not [str(p) for p in files if b"hunter2pw" in p.read_bytes()]
+
+
+def test_the_resolver_drops_the_credentials_from_what_locust_sends_workers() -> None:
+    from types import SimpleNamespace
+
+    from specload.locust.resolve import RunResolver
+
+    opts = SimpleNamespace(host="http://alice:hunter2pw@10.0.0.1:8000/v1")
+    env = SimpleNamespace(host=opts.host, parsed_options=opts)
+    resolver = RunResolver.__new__(RunResolver)
+    resolver.env = env
+    resolver._drop_credentials()
+    assert env.host == opts.host == "http://10.0.0.1:8000/v1"

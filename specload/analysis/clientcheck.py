@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from specload.core.records import Phase, level_label
 from specload.core.rundir import LevelMeta
 
@@ -52,6 +54,12 @@ LAG_P50_MS = 5.0
 # level's name says. The share covers each user's own gap between two requests (ticket round trip,
 # building the next prompt: well under 1 % of a request of 0.1 s or more).
 IN_FLIGHT_SHORT = 0.10
+# More requests in flight than the level's C: each user holds at most one ticket, so this happens
+# only when a worker written off as lost came back with its users while the others had taken
+# theirs over (or a run made before the owner capped a level's tickets at C). The server then saw
+# a higher load than the level's name says. Judged on the peak (any excess at all) and, for runs
+# that only kept the mean, on a mean above C by more than a rounding share.
+IN_FLIGHT_OVER = 0.01
 # Shorter windows say nothing about a steady concurrency (a level of one wave has none).
 MIN_WINDOW_S = 0.2
 # More failed requests than this share: fast failures shorten requests and empty the in-flight
@@ -249,6 +257,19 @@ def mean_in_flight(spans: Iterable[tuple[float, float]], start: float, end: floa
     return inside / (end - start)
 
 
+def peak_in_flight(spans: Sequence[tuple[float, float]]) -> int | None:
+    """The most requests in flight at once over a level's spans (warmup included), an end before a
+    send at the same instant (a user's hand-off is no overlap); None without spans. The count
+    ``specload.analysis.metrics.peak_in_flight`` makes of the measured records, over every record
+    the owner took: after the j-th send (sorted), j + 1 - (ends at or before it) are in flight."""
+    if not spans:
+        return None
+    arr = np.asarray(spans, dtype=np.float64)
+    sends, ends = np.sort(arr[:, 0]), np.sort(arr[:, 1])
+    after = np.arange(1, len(sends) + 1) - np.searchsorted(ends, sends, side="right")
+    return max(0, int(after.max()))
+
+
 # ---------------------------------------------------------------- one level's figures and verdict
 
 
@@ -261,6 +282,7 @@ class ClientFigures:
     processes: Mapping[str, ProcessLoad] = field(default_factory=dict)
     mean_in_flight: float | None = None
     in_flight_note: str | None = None  # why the gap was not judged
+    peak_in_flight: int | None = None  # the most in flight at once (None: not measured)
 
     @property
     def busiest(self) -> tuple[str, ProcessLoad] | None:
@@ -294,11 +316,32 @@ class ClientFigures:
             out.append(f"mean in flight {mif:.0f} of {self.concurrency}")
         return out
 
+    def over(self) -> list[str]:
+        """More in flight than C, in words; [] when the level never exceeded its C."""
+        out: list[str] = []
+        c, peak, mif = self.concurrency, self.peak_in_flight, self.mean_in_flight
+        if peak is not None and peak > c:
+            out.append(f"peak {peak} in flight")
+        if mif is not None and mif > (1 + IN_FLIGHT_OVER) * c:
+            out.append(f"mean in flight {mif:.1f}")
+        return out
+
     def flag(self) -> str | None:
-        """The verdict with its fix, or None when the client kept up."""
+        """The verdict with its fix, or None when the client kept up and held C."""
         reasons = self.reasons()
+        over = self.over()
+        if over:
+            said = (
+                f"more than C={self.concurrency} requests in flight ({', '.join(over)}): the server saw a "
+                "higher load than the level's name says (a worker written off as lost came back with "
+                "its users); run the level again"
+            )
+            return said if not reasons else f"{said}; and {self._bottleneck(reasons)}"
         if not reasons:
             return None
+        return self._bottleneck(reasons)
+
+    def _bottleneck(self, reasons: list[str]) -> str:
         busiest = self.busiest
         master_only = busiest is not None and busiest[0] == MASTER and busiest[1].demand >= CPU_SATURATED
         fix = MASTER_FIX if master_only else FIX
@@ -316,6 +359,7 @@ class ClientFigures:
             "loop_lag_max_ms": _r(self.lag_max_ms),
             "processes": len(self.processes),
             "mean_in_flight": _r(self.mean_in_flight, 1),
+            "peak_in_flight": self.peak_in_flight,
             "in_flight_note": self.in_flight_note,
             "flag": self.flag(),
             "per_process": {name: p.to_json() for name, p in sorted(self.processes.items())},
@@ -332,7 +376,14 @@ class ClientFigures:
             if (p := ProcessLoad.from_json(v)) is not None
         }
         note = d.get("in_flight_note")
-        return cls(concurrency, procs, _num(d.get("mean_in_flight")), None if note is None else str(note))
+        peak = d.get("peak_in_flight")
+        return cls(
+            concurrency,
+            procs,
+            _num(d.get("mean_in_flight")),
+            None if note is None else str(note),
+            peak if isinstance(peak, int) and not isinstance(peak, bool) else None,
+        )
 
 
 def _lagging(p: ProcessLoad) -> bool:
@@ -409,4 +460,7 @@ def cell(fig: ClientFigures | None) -> str:
     if fig is None or not fig.processes and fig.mean_in_flight is None:
         return "-"
     reasons = fig.reasons()
+    over = fig.over()
+    if over:
+        return "OVER C: " + ", ".join(over + reasons)
     return "BOTTLENECK: " + ", ".join(reasons) if reasons else "ok"

@@ -33,6 +33,7 @@ import orjson
 
 from specload.analysis import forked
 from specload.analysis.spectally import SpecTally
+from specload.analysis.validity import Validity
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -465,6 +466,7 @@ class _Reading:
         self.bad_records = 0
         self.first_bad: str | None = None
         self.bad_fields: dict[str, int] = {}
+        self.validity = Validity()  # records breaking the client's own rules: counted, left out
 
     def block(self, buf: bytes, first_no: int) -> None:
         """Whole lines of the file, the first being line ``first_no``: decoded at once, or, when some
@@ -507,6 +509,9 @@ class _Reading:
         return checked
 
     def _add(self, recs: list[Any]) -> None:
+        recs = self.validity.keep(recs)
+        if not recs:
+            return
         keys = list(map(_KEY, recs))
         if keys.count(keys[0]) == len(keys):  # a block is usually all one level
             self._group(keys[0]).extend(recs)
@@ -551,9 +556,12 @@ class _Reading:
         self.first_bad = self.first_bad if self.first_bad is not None else later.first_bad
         for name, n in later.bad_fields.items():
             self.bad_fields[name] = self.bad_fields.get(name, 0) + n
+        self.validity.merge(later.validity)
 
     def notes(self, notes: list[str]) -> None:
         read_notes(notes, len(self.torn), self.torn, self.bad_records, self.first_bad, self.bad_fields)
+        if (invalid := self.validity.note()) is not None:
+            notes.append(invalid)
 
 
 # A file at least this big is read by two processes (``processes=2``), each half of it.

@@ -39,11 +39,18 @@ from specload.core.records import (
     now,
 )
 from specload.core.text import shorten
+from specload.core.tokencap import overrun_cap
 
 _DONE = b"[DONE]"
 # What a request on a connection the server already closed raises, before any response byte.
 _STALE = (HTTPConnectionClosed, ConnectionResetError, BrokenPipeError)
 _ERROR_BODY_LIMIT = 2000
+_GZIP_MAGIC = b"\x1f\x8b"
+_EVENT_LIMIT = 1 << 20  # an event spread over data: lines is joined up to this many bytes
+# After [DONE], how long the terminating chunk may take to come (it follows at once on every server
+# we know) before the connection is closed instead of kept: a server that holds it open costs each
+# request this long, not a second.
+_LINGER_S = 0.05
 # Tokens read from every stream of this process so far: the web UI's live tok/s while requests are
 # still streaming (records only exist once a request ends). One add per event.
 streamed_tokens = [0]
@@ -94,12 +101,6 @@ def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> 
     return f"{type(e).__name__} after {tokens} tokens: {shorten(str(e), 120)}"
 
 
-def overrun_cap(asked: int) -> int:
-    """Tokens a stream may carry before it is cut as failed: what was asked, and a margin for a
-    server that counts a few more (a speculative step's extra tokens, a stop sequence's)."""
-    return asked + max(16, asked // 4)
-
-
 @dataclass(slots=True)
 class _Exchange:
     """One request from its send to its record: what the SSE reader (``take``, called by
@@ -130,6 +131,11 @@ class _Exchange:
     itl: dict[int, int] = field(default_factory=dict)  # per-token gap bin -> tokens (specload.core.histogram)
     stray: list[bytes] = field(default_factory=list)  # what a 200 that is no event stream says instead
     line: bytes = b""  # the line a malformed event came in
+    # An event whose JSON is not whole yet: legal SSE spreads one event over several ``data:``
+    # lines (joined with a newline, ended by a blank line). Only met when a line fails to parse,
+    # so the one-line event of every engine costs nothing more.
+    partial: bytes = b""
+    partial_error: MalformedEvent | None = None
 
     def take(self, lines: list[bytes]) -> bool:
         """One ``recv``'s lines; True once the stream is over for us ([DONE], an error event).
@@ -137,6 +143,8 @@ class _Exchange:
         try:
             for line in lines:
                 if line[:5] != b"data:":
+                    if self.partial and not line.strip() and self.partial_error is not None:
+                        raise self.partial_error  # the event ended, and its lines are no JSON together
                     if line and not self.chunks and len(self.stray) < _ERROR_BODY_LIMIT and line.strip():
                         self.stray.append(line + b"\n")
                     continue  # blank separators, comments, event:/id: fields
@@ -145,10 +153,19 @@ class _Exchange:
                 # arrival order, so a stream that arrived at once still has a TPOT.
                 t = _perf()
                 data = line[5:].strip()
+                if self.partial:
+                    data = self.partial + b"\n" + data
                 if data == _DONE:
                     self.done = True
                     return True
-                n = self.feed(data)
+                try:
+                    n = self.feed(data)
+                except MalformedEvent as e:
+                    if not str(e).startswith("JSONDecodeError") or len(data) > _EVENT_LIMIT:
+                        raise
+                    self.partial, self.partial_error, self.line = data, e, line
+                    continue  # maybe the event's next data: line completes it
+                self.partial = b""
                 if n:
                     if self.t_first_p is None:
                         self.t_first_p, self.first_n = t, n
@@ -174,7 +191,8 @@ class _Exchange:
                     self.reason = f"server error in stream after {self.tokens_seen} tokens: {shorten(redact_key(self.parser.error))}"
                     return True
         except MalformedEvent:
-            self.line = line
+            if not self.partial:  # (an event over several lines: its last data line is named)
+                self.line = line
             raise
         return False
 
@@ -278,6 +296,7 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
         if not ex.done and ex.reason is None and not ex.chunks and resp.pending:
             ex.stray.append(resp.pending)  # the body ended with a line without its newline
     except MalformedEvent as e:
+        ex.partial = b""
         ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(ex.line.decode('utf-8', 'replace'), 100)!r}"
     except GreenletExit:
         ex.reason, ex.interrupted = f"interrupted (test stopped) after {ex.tokens_seen} tokens", True
@@ -286,9 +305,23 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
     finally:
         disarm()
     ex.t_end_p = _perf()
+    if ex.reason is None and ex.partial and ex.partial_error is not None:  # (the body ended mid-event)
+        line = shorten(ex.line.decode("utf-8", "replace"), 100)
+        ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(ex.partial_error), 60)} in line {line!r}"
     if ex.reason is None and not ex.done and not ex.chunks and any(s.strip() for s in ex.stray):
-        body_text = server_message(200, b"".join(ex.stray)[:_ERROR_BODY_LIMIT])
-        ex.reason = f"HTTP 200 without an event stream: {body_text}"
+        body = b"".join(ex.stray)
+        if body.lstrip()[:5] == b"data:" and b"\rdata:" in body:  # (legal SSE no engine sends)
+            ex.reason = (
+                "HTTP 200 with SSE lines ended by CR alone: specload reads LF or CRLF line ends "
+                "(every engine it knows sends those)"
+            )
+        elif body.lstrip()[:2] == _GZIP_MAGIC:  # (its bytes would reach the log and report.md)
+            ex.reason = (
+                "HTTP 200 with a gzip-compressed body: specload reads the event stream uncompressed; "
+                "turn the server's (or its proxy's) compression off for text/event-stream"
+            )
+        else:
+            ex.reason = f"HTTP 200 without an event stream: {server_message(200, body[:_ERROR_BODY_LIMIT])}"
     _finish(resp, ex.done and ex.reason is None)
 
 
@@ -297,7 +330,7 @@ def _finish(resp: StreamResponse, clean: bool) -> None:
     if clean:
         # The terminating chunk follows [DONE] at once on every server we know; do not wait
         # a full read timeout for one that lingers.
-        resp.drain(1.0)
+        resp.drain(_LINGER_S)
     resp.release()
 
 
@@ -309,11 +342,15 @@ def _record(ex: _Exchange) -> RequestRecord:
     else:
         out, source = tokens_seen, SRC_CHUNKS
     asked = spec.requested_output_tokens
-    if reason is None and source != SRC_CHUNKS and out > asked:
+    if source != SRC_CHUNKS and out > asked:
         # A server claiming more than it was asked for (or could have sent) is not believed: the
         # request fails, and only what streamed, at most what was asked, enters the level's tokens.
-        reason = f"server claimed {out} tokens, more than the {asked} asked for; counted the {tokens_seen} streamed"
+        if reason is None:
+            reason = f"server claimed {out} tokens, more than the {asked} asked for; counted the {tokens_seen} streamed"
         out, source = min(tokens_seen, asked), SRC_CHUNKS
+    # A stream cut past the cap (one event may claim any number of tokens) counts at most the cap:
+    # no record of this client carries more (specload.analysis.validity holds records read to it).
+    out = min(out, overrun_cap(asked))
     if reason is not None:
         status = FAILED
     elif not ex.done:

@@ -24,6 +24,7 @@ import secrets
 MASTER_TOKEN_ENV = "SPECLOAD_MASTER_TOKEN"
 MIN_TOKEN_CHARS = 16  # a guessable token protects nothing
 FOR_TICKETS = "tickets"  # what a ticket request's proof is for (a record's is its ticket's secret)
+FOR_JOIN = "join"  # what a worker's join proof is for (specload.locust.joingate)
 
 
 def master_token() -> str | None:

@@ -22,6 +22,7 @@ from specload.analysis.clientcheck import (
     ProcessLoad,
     in_flight_due,
     judge_in_flight,
+    peak_in_flight,
 )
 from specload.client.probe import server_back
 from specload.core.clocks import describe, is_off
@@ -41,7 +42,7 @@ CLOCK_REFRESH_S = 2.0
 # second costs about that much, a longer one is checked once a second until --outage-timeout.
 _OUTAGE_CHECKS_S = (0.05, 0.1, 0.25, 0.5, 1.0)
 
-InFlight = tuple[float | None, str | None]  # judge_in_flight's answer
+InFlight = tuple[float | None, str | None, int | None]  # judge_in_flight's answer, and the peak
 
 
 class ClientWatch:
@@ -159,16 +160,17 @@ class ClientWatch:
                 cached[0] if cached is not None else None, len(traffic.spans), final
             ):  # O(records)
                 away = lv.refused > 0 or lv.outage_s > 0
+                judged = judge_in_flight(
+                    traffic, lv.plan.concurrency, lv.plan.budget, away, stagger_s, lv.plan.rate
+                )
                 cached = self._in_flight[index] = (
                     len(traffic.spans),
-                    judge_in_flight(
-                        traffic, lv.plan.concurrency, lv.plan.budget, away, stagger_s, lv.plan.rate
-                    ),
+                    (*judged, peak_in_flight(traffic.spans)),
                 )
             if final:
                 del self.traffic[index]  # every record is in: the figure is final, the spans can go
-        mif, why = cached[1] if cached is not None else (None, "no measured request")
-        return ClientFigures(lv.plan.concurrency, dict(procs), mif, why)
+        mif, why, peak = cached[1] if cached is not None else (None, "no measured request", None)
+        return ClientFigures(lv.plan.concurrency, dict(procs), mif, why, peak)
 
     # outages ----------------------------------------------------------------------------------
     def watch_outage(self, ctrl: SweepController, config: RunConfig) -> None:

@@ -20,12 +20,20 @@ from gevent.event import Event
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
+from specload.locust.channel import (
+    FOR_JOIN,
+    MASTER_TOKEN_ENV,
+    master_token,
+    new_master_token,
+    proof,
+    token_problem,
+)
 from specload.locust.clientload import LoadProbe, user_side_where
 from specload.locust.clockprobe import register_clock_answer
+from specload.locust.joingate import JoinGate
 from specload.locust.options import add_arguments
 from specload.locust.owner import sweep_owner
-from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT
+from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT, MSG_JOIN
 from specload.locust.user import register_user_side, user_side
 
 logger = logging.getLogger("specload")
@@ -57,14 +65,19 @@ def on_init(environment: Any, **_: Any) -> None:
         return
     # Faster worker -> master statistics, so Locust's live rows lag the records by ~1 s, not 3.
     locust.runners.WORKER_REPORT_INTERVAL = 1.0
-    if not isinstance(runner, MasterRunner):
+    if isinstance(runner, MasterRunner):
+        JoinGate(runner)  # no users, tickets or run config for a process that has not proved the token
+    else:
         register_user_side(environment)
     _start_load_probe(environment)
     if isinstance(runner, WorkerRunner):
         register_clock_answer(runner)
         _install_worker_stop_signals(environment)
-        if why := token_problem(master_token()):
-            logger.error("this worker's ticket requests will be refused: %s", why)
+        token = master_token()
+        if why := token_problem(token):
+            logger.error("this worker is refused by its master (no users, no tickets): %s", why)
+        if token is not None:  # (connected already: Locust's init waits for the master's ack)
+            runner.send_message(MSG_JOIN, {"auth": proof(token, runner.client_id, FOR_JOIN)})
     if _owns_sweep(environment):
         sweep_owner(environment).register()
         if isinstance(runner, LocalRunner):
@@ -251,7 +264,34 @@ def _token_for_own_processes() -> None:
         os.environ[MASTER_TOKEN_ENV] = new_master_token()
 
 
+def _locust_sigterm_once() -> None:
+    """Locust's own SIGTERM handler (its ``shutdown``: the quitting event, the stats, ``sys.exit``)
+    runs on the first SIGTERM only. A second one would run a second shutdown beside the first:
+    the quitting listeners twice, and a ``SystemExit`` raised in a greenlet while the interpreter
+    exits (a traceback, `specload ui` given SIGTERM twice). Our own handler still hears the second
+    signal, and cuts the requests in flight (``_install_stop_signals``). Locust registers the
+    handler in its ``main`` after importing the locustfile, so wrapping the registration here is
+    in time."""
+    register = gevent.signal_handler
+
+    def once(signum: int, handler: Any, *args: Any, **kwargs: Any) -> Any:
+        if signum != signal.SIGTERM or getattr(handler, "__module__", None) != "locust.main":
+            return register(signum, handler, *args, **kwargs)
+        fired: list[bool] = []
+
+        def first_only(*a: Any, **kw: Any) -> Any:
+            if fired:
+                return None
+            fired.append(True)
+            return handler(*a, **kw)
+
+        return register(signum, first_only, *args, **kwargs)
+
+    gevent.signal_handler = once
+
+
 _token_for_own_processes()
+_locust_sigterm_once()
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).
 events.init_command_line_parser.add_listener(on_parser)

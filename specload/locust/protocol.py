@@ -33,6 +33,7 @@ MSG_TICKET = "specload_ticket"  # owner -> the asking process
 MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
 MSG_RECORD = "specload_record"  # user -> owner: one finished request
 MSG_CUT = "specload_cut"  # master -> workers: stop the requests in flight now (each is still recorded)
+MSG_JOIN = "specload_join"  # worker -> master: {"auth": the proof of the master token for its id}
 LOCAL_NODE = "local"  # the node id of a local run's only process (Locust's LocalRunner messages say so)
 
 # Raised by one with each change to a message's fields that an older reader would misread.

@@ -71,12 +71,30 @@ class RunResolver:
         self.explicit = explicit_from(opts)
         self.launch = launch_values(opts) if opts else None
 
+    def _drop_credentials(self) -> None:
+        """A host typed into the web UI's form with a user:password: dropped before Locust sends
+        it to the workers (its spawn messages carry ``environment.host`` and the parsed options),
+        as the CLI drops it from ``--host`` (specload.launch.locust_env). Nothing in specload sends
+        it to the server (no HTTP basic auth)."""
+        raw = self.env.host
+        if not raw or redact_host(raw) == raw:
+            return
+        logger.warning(
+            "the user:password in the host URL is not sent to the server and is dropped; "
+            "a bearer key goes in SPECLOAD_API_KEY"
+        )
+        self.env.host = redact_host(raw)
+        opts = self.env.parsed_options
+        if opts is not None and isinstance(getattr(opts, "host", None), str):
+            opts.host = redact_host(opts.host)
+
     def resolve(self) -> ResolvedRun:
         """The scenario, the host, the model and the server's configuration, or CannotStart."""
         opts = self.env.parsed_options
         try:
             source = FORM_SOURCE if getattr(self.env, "web_ui", None) is not None else "command line"
             sc = scenario_from_options(opts, self.explicit, self.launch, source)
+            self._drop_credentials()
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             raise CannotStart(str(e)) from None

@@ -9,6 +9,12 @@ written off, each exactly once.
 
 At a rate level the desk also parks the ticket requests of idle users and answers them in turn
 as the level's requests fall due.
+
+On a master, a level never has more than its C tickets out: each user holds at most one, so the
+cap is reached only when there are more users than C, i.e. when a worker written off as lost comes
+back with its users while the others have taken theirs over (review ab9c161, M2: 6 in flight at
+C=4). A request over the cap waits until a ticket comes back (or is written off). (One process has
+no worker to lose: its users are the level's.)
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any
 
 import gevent
 from gevent.event import Event
+from locust.runners import MasterRunner
 
 from specload.core.records import PHASE_MEASURE
 from specload.locust.protocol import LOCAL_NODE, MSG_TICKET, TicketReply
@@ -65,6 +72,9 @@ class TicketDesk:
         self.parked: deque[tuple[str, str]] = deque()  # (node id, user id)
         self._parked_event = Event()
         self._dispatcher: Any = None
+        # Requests over a level's cap of C tickets out, answered as tickets come back.
+        self.waiting: deque[tuple[str, str]] = deque()
+        self._releaser: Any = None
         self.items: list[Item] = []  # the run's dataset prompts, one per grant in turn
         self._next_item = 0
         self.local_side: UserSide | None = (
@@ -74,6 +84,7 @@ class TicketDesk:
     def new_run(self, items: list[Item]) -> None:
         self.items, self._next_item = items, 0
         self.outstanding, self._lost = {}, set()
+        self.waiting.clear()
 
     # granting ---------------------------------------------------------------------------------
     def request(self, node: str, uid: str) -> None:
@@ -106,12 +117,36 @@ class TicketDesk:
             if self.running() is None and not self.parked:
                 return
 
+    @staticmethod
+    def _full(ctrl: SweepController) -> bool:
+        """The current level has its C tickets out (and could grant more were it not capped)."""
+        lv = ctrl.current
+        return lv is not None and ctrl.is_open and lv.in_flight >= lv.plan.concurrency
+
+    def _release(self) -> None:
+        """Answer the requests that waited for a ticket to come back, while the cap allows."""
+        while self.waiting:
+            ctrl = self.running()
+            if ctrl is not None and self._full(ctrl):
+                return
+            node, uid = self.waiting.popleft()
+            self.request(node, uid)
+
+    def _came_back(self) -> None:
+        """A ticket came back (a record, a return, a write-off): a waiting request may go now.
+        Run after the caller's bookkeeping (the controller counts the record after ``redeem``)."""
+        if self.waiting and (self._releaser is None or self._releaser.dead):
+            self._releaser = gevent.spawn(self._release)
+
     def _answer(self, node: str, uid: str) -> None:
         """Grant the next ticket to user ``uid`` of process ``node``, or refuse (None) when closed."""
         grant = item = None
         closed = False
         ticket = ""
         ctrl = self.running()
+        if ctrl is not None and isinstance(self.env.runner, MasterRunner) and self._full(ctrl):
+            self.waiting.append((node, uid))
+            return
         if ctrl is not None:
             grant = ctrl.grant()
             if grant is not None:
@@ -140,6 +175,7 @@ class TicketDesk:
         if secret is None or not hmac.compare_digest(secret, ticket):
             return False
         del held[key]
+        self._came_back()
         return True
 
     def held(self) -> int:
@@ -172,6 +208,15 @@ class TicketDesk:
     # lost workers -----------------------------------------------------------------------------
     def lost(self, alive: set[str]) -> list[str]:
         """The processes holding tickets that are no longer alive, not written off before."""
+        for node in sorted(self._lost & alive):
+            # Its late records are refused (their tickets are gone); new tickets it may take, up to
+            # the level's cap, and should it be lost again they are written off again.
+            logger.warning(
+                "worker %s answers again after its requests were written off: its late records are "
+                "ignored, and the level still has at most C requests in flight",
+                node,
+            )
+            self._lost.discard(node)
         gone = [node for node in self.outstanding if node not in alive and node not in self._lost]
         self._lost.update(gone)
         return gone
@@ -189,4 +234,5 @@ class TicketDesk:
         for level, phase, _seq in tickets:
             by_kind[(level, phase)] = by_kind.get((level, phase), 0) + 1
         tickets.clear()
+        self._came_back()
         return by_kind
