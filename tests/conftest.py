@@ -193,11 +193,19 @@ def wait_for_web_ui(procs: Procs, proc: subprocess.Popen[bytes], base: str, time
     wait_until(up, timeout, "the web UI")
 
 
-def start_ui(
-    procs: Procs, host: str, port: int, results: Path, *args: str
+def launch_ui(
+    procs: Procs,
+    host: str,
+    port: int,
+    results: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], Any] | None = None,
+    login: bool = True,
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``specload ui --host HOST ARGS`` on 127.0.0.1:PORT, writing into RESULTS: the process and its
-    login URL, once the UI answers."""
+    """``specload ui --host HOST ARGS`` on 127.0.0.1:PORT, writing into RESULTS (``env``: more
+    environment): the process and, once the UI answers, its login URL (``login=False``, as with
+    --no-web-auth: its base URL)."""
     proc = procs.popen(
         specload_cmd(
             "ui",
@@ -211,13 +219,19 @@ def start_ui(
             "--out",
             str(results),
         ),
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        **({} if preexec_fn is None else {"preexec_fn": preexec_fn}),
     )
-    m = wait_until(
-        lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
+    base = f"http://127.0.0.1:{port}"
+    found = (
+        wait_until(
+            lambda: re.search(r"open (\S+/specload/login\?token=\S+)", procs.log(proc)), 30, "the login URL"
+        )
+        if login
+        else None
     )
-    wait_for_web_ui(procs, proc, f"http://127.0.0.1:{port}")
-    return proc, m.group(1)
+    wait_for_web_ui(procs, proc, base)
+    return proc, found.group(1) if found else base
 
 
 def run_together(*calls: Callable[[], Any]) -> list[Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from specload.sim.process import start_sim
-from tests.conftest import Procs, free_port, start_ui
+from tests.conftest import Procs, free_port, launch_ui
 from tests.test_acceptance_sim import K3
 from tests.test_categories import FIXTURE
 from tests.test_webui_browser import T, _chromium, fmt1, report_json, table, wait_state
@@ -43,7 +43,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     try:
         root = tmp_path_factory.mktemp("webui-accept")
         port = free_port()
-        _, login = start_ui(
+        _, login = launch_ui(
             procs,
             s.url,
             port,

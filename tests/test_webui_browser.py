@@ -30,7 +30,7 @@ from specload.core.records import read_records
 from specload.present.compare import load_runs, table_columns, table_rows
 from specload.present.compare import render_text as compare_text
 from specload.sim.process import SimProcess, start_sim
-from tests.conftest import REPO, Procs, free_port, specload_cmd, start_ui
+from tests.conftest import REPO, Procs, free_port, launch_ui, specload_cmd
 
 pytestmark = pytest.mark.slow  # make test-slow: a Chromium of its own, seconds per page on two cores
 
@@ -99,7 +99,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
         shots.mkdir()
         print(f"\nweb UI screenshots: {shots}")
         port = free_port()
-        proc, login = start_ui(procs, sims[0].url, port, root / "results", "--scenario", "smoke")
+        proc, login = launch_ui(procs, sims[0].url, port, root / "results", "--scenario", "smoke")
         base = f"http://127.0.0.1:{port}"
         yield UI(base, login, root / "results", sims[0], sims[1], shots, procs, proc)
     finally:

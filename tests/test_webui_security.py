@@ -36,7 +36,7 @@ from specload.locust.websafety import allowed_sites, foreign_origin
 from specload.sim.process import SimProcess, start_sim
 from specload.workload.config import Scenario
 from specload.workload.prompts import PromptSource
-from tests.conftest import REPO, Procs, free_port, specload_cmd, wait_for_web_ui, wait_until
+from tests.conftest import REPO, Procs, free_port, launch_ui, wait_until
 
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 SWEEP = ("--levels", "1", "--requests-per-level", "2", "--input-tokens", "16", "--output-tokens", "16")
@@ -240,27 +240,17 @@ def start_ui(
 ) -> tuple[Any, str]:
     """``specload ui`` for ``home`` on a free port, its web UI up; ``sigint``: its SIGINT
     disposition at start (SIG_IGN: as a script's ``&`` starts it). The process and its base URL."""
-    port = free_port()
-    proc = procs.popen(
-        specload_cmd(
-            "ui",
-            "--host",
-            home.url,
-            "--web-host",
-            "127.0.0.1",
-            "--web-port",
-            str(port),
-            "--out",
-            str(out),
-            *SWEEP,
-            *extra,
-        ),
-        env={**os.environ, "SPECLOAD_API_KEY": key, "PYTHONUNBUFFERED": "1"},
+    return launch_ui(
+        procs,
+        home.url,
+        free_port(),
+        out,
+        *SWEEP,
+        *extra,
+        env={"SPECLOAD_API_KEY": key},
         preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        login=False,
     )
-    base = f"http://127.0.0.1:{port}"
-    wait_for_web_ui(procs, proc, base)
-    return proc, base
 
 
 @pytest.fixture(scope="module")
