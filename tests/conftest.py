@@ -148,7 +148,7 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: flo
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
-TIMING_ATTEMPTS = 3
+TIMING_ATTEMPTS = int(os.environ.get("SPECLOAD_TIMING_ATTEMPTS", "3"))
 
 
 @pytest.hookimpl(tryfirst=True)
