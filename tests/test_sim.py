@@ -77,14 +77,16 @@ def test_single_token_and_zero_tokens() -> None:
 
 
 def test_fifo_queueing_under_the_cap() -> None:
-    eng = FixedEngine(ttft_s=0.02, itl_s=0.005, max_running=2)
-    lengths = [3, 10, 2, 2]  # request 0 ends first, so request 2 (not the shorter-lived 3) takes its slot
+    eng = FixedEngine(ttft_s=0.05, itl_s=0.01, max_running=2)  # 50 ms: the four arrivals come first
+    # request 0 ends first (70 ms), so request 2 (not the shorter-lived 3) takes its slot, and ends
+    # (130 ms) 60 ms before request 1: request 3 takes request 2's slot
+    lengths = [3, 15, 2, 2]
     runs: list[list[tuple[float, Chunk]]] = [[] for _ in lengths]
     greenlets = []
     waited = RunDelay()
     for i, n in enumerate(lengths):
         greenlets.append(gevent.spawn(_run, eng, 1, n, runs[i]))
-        gevent.sleep(0.001)  # arrival order 0, 1, 2, 3
+        gevent.sleep(0)  # arrival order 0, 1, 2, 3 (each runs until it sleeps or queues)
     assert (eng.running, eng.queued) == (2, 2)
     gevent.joinall(greenlets, timeout=5, raise_error=True)
     assert (eng.running, eng.queued) == (0, 0)
@@ -95,7 +97,7 @@ def test_fifo_queueing_under_the_cap() -> None:
     assert admitted[3] == pytest.approx(ended[2], abs=0.003 + waited.s)  # request 2 ended before request 1
     assert admitted[3] > admitted[2]
     for r, start in zip(runs, admitted, strict=True):  # each timeline counts from its admission
-        assert 0.02 - EARLY_MAX <= r[1][0] - start <= 0.02 + late_max, (r[1][0] - start, late_max)
+        assert 0.05 - EARLY_MAX <= r[1][0] - start <= 0.05 + late_max, (r[1][0] - start, late_max)
 
 
 def test_fifo_slots_hand_over_without_overtaking() -> None:
@@ -169,7 +171,7 @@ def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
         woke.append((deadline, clock()))
 
     waited = RunDelay()
-    t0 = clock() + 0.03  # the setup must end first; a loaded machine may still overtake it (below)
+    t0 = clock() + 0.1  # the setup must end first; a loaded machine may still overtake it (below)
     deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
     greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
     victim = gevent.spawn(sleeper, t0 + 0.005)
@@ -178,9 +180,9 @@ def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
     victim.kill()  # killed while asleep: its timer entry must wake no one else
     gevent.joinall(greenlets, timeout=5, raise_error=True)
     load = waited.s  # what the machine's load made this thread wait for a CPU meanwhile
-    # a sleeper whose deadline had passed before it slept (the setup preempted for 30 ms) returns at
-    # once, in spawn order: the order is that of the others, most of them whatever the load
-    assert len(slept) > 25, (len(slept), load)
+    # a sleeper whose deadline had passed before it slept (the setup preempted for 100 ms) returns
+    # at once, in spawn order: the order is that of the others, most of them whatever the load
+    assert len(slept) >= 10, (len(slept), load)
     if victim_slept:
         assert t0 + 0.005 not in [d for d, _ in woke]
     order = [d for d, _ in woke if d in slept and d in deadlines]

@@ -34,8 +34,9 @@ from specload.sim.batch import (
 from specload.sim.cli import build_engine, build_parser
 from specload.sim.process import stop_process
 from specload.sim.timing import ADMITTED, Chunk, clock
+from tests.rundelay import RunDelay
 
-LATE_MAX = 0.010  # real-time tolerance on a busy 2-core box (tokens are never early)
+LATE_MAX = 0.010  # real-time tolerance on a quiet box, plus the measured run-queue wait (tests/rundelay.py)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -309,30 +310,35 @@ def test_engine_generator_close_frees_kv() -> None:
 # Real time
 
 
-@pytest.mark.timing
 def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     scale = 0.5
     p = params(
         decode_ms=[[1, 20.0]], prefill_us_per_token=100, speculative_algorithm="NEXTN", spec_num_steps=2
     )
     eng = BatchEngine(p, time_scale=scale)
+    waited = RunDelay()
     arrival = clock() - 0.004  # the HTTP layer saw the request 4 ms ago
     got = []
     for chunk in eng.generate(100, 10, arrival=arrival):
         got.append((clock(), chunk))
-    assert [c for _, c in got] == [
-        ADMITTED,
-        Chunk(1, 1),
-        *[Chunk(3, 1, (2,))] * 3,
-    ]  # 2 drafts accepted per step
+    late_max = LATE_MAX + waited.s
     first = arrival + (0.020 + 0.010) * scale  # step + 100 prefill tokens, from the arrival
     due = [first + i * 0.020 * scale for i in range(4)]
-    for (t, _), d in zip(got[1:], due, strict=True):
-        assert d - 0.0005 <= t <= d + LATE_MAX, (t - d) * 1e3
+    steps = [Chunk(1, 1), *[Chunk(3, 1, (2,))] * 3]  # 2 drafts accepted per step
+    chunks = [c for _, c in got]
+    assert chunks[0] == ADMITTED
+    if chunks[1:] != steps:
+        # a reader late by more than a step gets the steps that came due meanwhile in one chunk
+        assert waited.s > 0, chunks
+        assert sum(c.tokens for c in chunks) == 10 and sum(c.verify_steps for c in chunks) == 4, chunks
+        assert [a for c in chunks for a in c.accepted] == [2, 2, 2], chunks
+    done = 0
+    for t, c in got[1:]:  # a chunk goes when its last step is due
+        done += c.verify_steps
+        assert due[done - 1] - 0.0005 <= t <= due[done - 1] + late_max, ((t - due[done - 1]) * 1e3, late_max)
     assert eng.server_info()["speculative_num_draft_tokens"] == 3
 
 
-@pytest.mark.timing
 def test_engine_batches_simultaneous_requests_in_one_step() -> None:
     eng = BatchEngine(params(decode_ms=[[1, 10.0], [8, 24.0]]), time_scale=1.0)
     times: list[list[float]] = [[] for _ in range(8)]
@@ -341,12 +347,14 @@ def test_engine_batches_simultaneous_requests_in_one_step() -> None:
         for _ in eng.generate(1, 5, arrival=t0):
             times[i].append(clock())
 
+    waited = RunDelay()
     t0 = clock()
     gevent.joinall([gevent.spawn(run, i) for i in range(8)], timeout=5, raise_error=True)
+    late_max = LATE_MAX + waited.s
     for ts in times:  # ADMITTED + 5 tokens, every step 24 ms for all eight
         assert len(ts) == 6
         for j, t in enumerate(ts[1:], 1):
-            assert t0 + j * 0.024 - 0.0005 <= t <= t0 + j * 0.024 + LATE_MAX
+            assert t0 + j * 0.024 - 0.0005 <= t <= t0 + j * 0.024 + late_max, (t - t0 - j * 0.024, late_max)
     assert eng.running == 0 and eng.queued == 0
 
 
