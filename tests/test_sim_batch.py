@@ -328,8 +328,9 @@ def test_engine_real_time_steps_on_absolute_deadlines_from_arrival() -> None:
     chunks = [c for _, c in got]
     assert chunks[0] == ADMITTED
     if chunks[1:] != steps:
-        # a reader late by more than a step gets the steps that came due meanwhile in one chunk
-        assert waited.s > 0, chunks
+        # a reader a step (10 ms) late gets the steps that came due meanwhile in one chunk: it
+        # waited for a CPU half a step at least
+        assert waited.s > 0.010 / 2, (chunks, waited.s)
         assert sum(c.tokens for c in chunks) == 10 and sum(c.verify_steps for c in chunks) == 4, chunks
         assert [a for c in chunks for a in c.accepted] == [2, 2, 2], chunks
     done = 0
@@ -343,18 +344,27 @@ def test_engine_batches_simultaneous_requests_in_one_step() -> None:
     eng = BatchEngine(params(decode_ms=[[1, 10.0], [8, 24.0]]), time_scale=1.0)
     times: list[list[float]] = [[] for _ in range(8)]
 
+    tokens: list[list[int]] = [[] for _ in range(8)]
+
     def run(i: int) -> None:
-        for _ in eng.generate(1, 5, arrival=t0):
+        for c in eng.generate(1, 5, arrival=t0):
             times[i].append(clock())
+            tokens[i].append(c.tokens)
 
     waited = RunDelay()
     t0 = clock()
     gevent.joinall([gevent.spawn(run, i) for i in range(8)], timeout=5, raise_error=True)
     late_max = LATE_MAX + waited.s
-    for ts in times:  # ADMITTED + 5 tokens, every step 24 ms for all eight
-        assert len(ts) == 6
-        for j, t in enumerate(ts[1:], 1):
-            assert t0 + j * 0.024 - 0.0005 <= t <= t0 + j * 0.024 + late_max, (t - t0 - j * 0.024, late_max)
+    for ts, ns in zip(times, tokens, strict=True):  # ADMITTED + 5 tokens, every step 24 ms for all eight
+        assert ns[0] == 0 and sum(ns) == 5, ns
+        # one token a chunk, unless a reader kept waiting for a CPU got the steps due meanwhile at once
+        # (to get two steps in one chunk, the reader came a step late: it waited half a step at least)
+        assert ns == [0, 1, 1, 1, 1, 1] or waited.s > 0.024 / 2, (ns, waited.s)
+        done = 0
+        for n, t in zip(ns[1:], ts[1:], strict=True):  # a chunk goes when its last step is due
+            done += n
+            due = t0 + done * 0.024
+            assert due - 0.0005 <= t <= due + late_max, (t - due, late_max)
     assert eng.running == 0 and eng.queued == 0
 
 
@@ -470,11 +480,14 @@ def test_simulator_process_with_the_mtp_preset(tmp_path: Path) -> None:
             return events
 
         generate(1)  # the first request of a fresh process meets one-time setup costs
+        waited = RunDelay([proc.pid])
         events = generate(41)
         counts = [e["meta_info"]["completion_tokens"] for e in events]
         # The first token alone, then 2 per verify step (accept rate 1) in one event; a handler that
-        # falls behind sends the tokens of several steps together, so only the parity is exact.
-        assert counts[-1] == 41 and counts[0] % 2 == 1 and len(counts) >= 3, counts
+        # falls behind sends the tokens of several steps together, so only the parity is exact (and
+        # one kept waiting for a CPU for the whole request may send them all at once).
+        assert counts[-1] == 41 and counts[0] % 2 == 1, counts
+        assert len(counts) >= 3 or waited.s > 0, (counts, waited.s)
         deltas = [b - a for a, b in zip(counts, counts[1:], strict=False)]
         assert all(d > 0 and d % 2 == 0 for d in deltas), counts
         assert events[-1]["meta_info"]["spec_verify_ct"] == 21  # the prefill step and 20 verify steps
