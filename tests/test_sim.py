@@ -170,19 +170,25 @@ def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
         sleep_until(deadline)
         woke.append((deadline, clock()))
 
-    waited = RunDelay()
-    t0 = clock() + 0.1  # the setup must end first; a loaded machine may still overtake it (below)
-    deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
-    greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
-    victim = gevent.spawn(sleeper, t0 + 0.005)
-    gevent.sleep(0)
-    victim_slept = t0 + 0.005 in slept and all(d != t0 + 0.005 for d, _ in woke)  # asleep when killed
-    victim.kill()  # killed while asleep: its timer entry must wake no one else
-    gevent.joinall(greenlets, timeout=5, raise_error=True)
-    load = waited.s  # what the machine's load made this thread wait for a CPU meanwhile
-    # a sleeper whose deadline had passed before it slept (the setup preempted for 100 ms) returns
-    # at once, in spawn order: the order is that of the others, most of them whatever the load
-    assert len(slept) >= 10, (len(slept), load)
+    # A sleeper whose deadline passed before it slept (the setup preempted for the whole margin, seen
+    # at 117 ms with both cores busy) returns at once, in spawn order, and tests nothing: the setup
+    # (not the checks) is made again until most sleepers slept.
+    for _setup in range(5):
+        woke.clear()
+        slept.clear()
+        waited = RunDelay()
+        t0 = clock() + 0.05
+        deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
+        greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
+        victim = gevent.spawn(sleeper, t0 + 0.005)
+        gevent.sleep(0)
+        victim_slept = t0 + 0.005 in slept and all(d != t0 + 0.005 for d, _ in woke)  # asleep when killed
+        victim.kill()  # killed while asleep: its timer entry must wake no one else
+        gevent.joinall(greenlets, timeout=5, raise_error=True)
+        load = waited.s  # what the machine's load made this thread wait for a CPU meanwhile
+        if len(slept) >= 40:
+            break
+    assert len(slept) >= 40, (len(slept), load)
     if victim_slept:
         assert t0 + 0.005 not in [d for d, _ in woke]
     order = [d for d, _ in woke if d in slept and d in deadlines]
