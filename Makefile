@@ -46,7 +46,8 @@ test: install
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" --ignore=tests/real
 
 # The tests marked slow: the multi-host cluster (network namespaces), the web UI in Chromium, the
-# bench's smoke run, a client saturating both cores (a few minutes; CI runs it after make test).
+# bench's smoke run, a client saturating both cores, a master and workers started by hand, the
+# baseline/MTP presets' story at C=64 (a few minutes; CI runs it after make test).
 test-slow: install
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [ -n "$$SPECLOAD_CHROMIUM" ] || \
 		echo "note: no Chromium, so the browser tests skip (Debian: apt-get install chromium)"

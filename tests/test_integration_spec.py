@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import orjson
+import pytest
 
 from specload.present.report import load_run
 from tests.conftest import specload_cmd
@@ -62,6 +63,7 @@ def test_server_introspection_is_recorded(sim, tmp_path: Path) -> None:
     ) or ("exceeds the server's max_running_requests (1)" in out.stdout)
 
 
+@pytest.mark.slow  # two sweeps at C=32 and 64, 150 tokens each (~1 min of both cores): make test-slow
 def test_presets_tell_the_story(tmp_path: Path) -> None:
     """Baseline and MTP presets, shortened (150 output tokens, time x2 faster, C = 32, 64): the
     comparison must name the crossover between C=32 and C=64 and the MTP server's cap of 48."""

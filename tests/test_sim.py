@@ -28,9 +28,11 @@ from specload.sim.cli import build_faults, build_parser
 from specload.sim.faults import FaultInjector, Faults
 from specload.sim.process import stop_process
 from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
+from tests.rundelay import RunDelay
 
 # Measured-vs-configured tolerances (seconds). Deadlines are absolute, so a token is never early
-# (LATE_MAX covers client wake-up and scheduling noise on a busy 2-core box).
+# (LATE_MAX covers client wake-up and scheduling noise on a quiet box; what the machine's load adds
+# is measured in the same test and added: the run-queue wait of tests/rundelay.py).
 EARLY_MAX = 0.0005
 LATE_MAX = 0.010
 
@@ -44,7 +46,6 @@ def _run(engine: FixedEngine, prompt: int, n: int, out: list[tuple[float, Chunk]
         out.append((clock(), chunk))
 
 
-@pytest.mark.timing
 def test_chunk_sizes_and_absolute_deadlines() -> None:
     scale = 0.5
     eng = FixedEngine(
@@ -55,15 +56,17 @@ def test_chunk_sizes_and_absolute_deadlines() -> None:
         tokens_per_chunk=3,
         time_scale=scale,
     )
+    waited = RunDelay()
     t0 = clock()
     out: list[tuple[float, Chunk]] = []
     _run(eng, 100, 9, out)
+    late_max = LATE_MAX + waited.s
     assert [c for _, c in out] == [ADMITTED, Chunk(1, 1), Chunk(3, 3), Chunk(3, 3), Chunk(2, 2)]
     first = t0 + (0.04 + 0.0002 * 100) * scale
     # token i is due at first + (i - 1) * itl; a chunk goes when its last token is due
     expected = [t0, first, first + 3 * 0.01 * scale, first + 6 * 0.01 * scale, first + 8 * 0.01 * scale]
     for (t, _), due in zip(out, expected, strict=True):
-        assert due - EARLY_MAX <= t <= due + LATE_MAX, t - due
+        assert due - EARLY_MAX <= t <= due + late_max, (t - due, late_max)
 
 
 def test_single_token_and_zero_tokens() -> None:
@@ -73,25 +76,28 @@ def test_single_token_and_zero_tokens() -> None:
     assert eng.running == 0 and eng.queued == 0
 
 
-@pytest.mark.timing
 def test_fifo_queueing_under_the_cap() -> None:
-    eng = FixedEngine(ttft_s=0.02, itl_s=0.005, max_running=2)
-    lengths = [3, 10, 2, 2]  # request 0 ends first, so request 2 (not the shorter-lived 3) takes its slot
+    eng = FixedEngine(ttft_s=0.05, itl_s=0.01, max_running=2)  # 50 ms: the four arrivals come first
+    # request 0 ends first (70 ms), so request 2 (not the shorter-lived 3) takes its slot, and ends
+    # (130 ms) 60 ms before request 1: request 3 takes request 2's slot
+    lengths = [3, 15, 2, 2]
     runs: list[list[tuple[float, Chunk]]] = [[] for _ in lengths]
     greenlets = []
+    waited = RunDelay()
     for i, n in enumerate(lengths):
         greenlets.append(gevent.spawn(_run, eng, 1, n, runs[i]))
-        gevent.sleep(0.001)  # arrival order 0, 1, 2, 3
+        gevent.sleep(0)  # arrival order 0, 1, 2, 3 (each runs until it sleeps or queues)
     assert (eng.running, eng.queued) == (2, 2)
     gevent.joinall(greenlets, timeout=5, raise_error=True)
     assert (eng.running, eng.queued) == (0, 0)
+    late_max = LATE_MAX + waited.s
     admitted = [r[0][0] for r in runs]
     ended = [r[-1][0] for r in runs]
-    assert admitted[2] == pytest.approx(ended[0], abs=0.003)
-    assert admitted[3] == pytest.approx(ended[2], abs=0.003)  # request 2 ended before request 1
+    assert admitted[2] == pytest.approx(ended[0], abs=0.003 + waited.s)
+    assert admitted[3] == pytest.approx(ended[2], abs=0.003 + waited.s)  # request 2 ended before request 1
     assert admitted[3] > admitted[2]
     for r, start in zip(runs, admitted, strict=True):  # each timeline counts from its admission
-        assert 0.02 - EARLY_MAX <= r[1][0] - start <= 0.02 + LATE_MAX
+        assert 0.05 - EARLY_MAX <= r[1][0] - start <= 0.05 + late_max, (r[1][0] - start, late_max)
 
 
 def test_fifo_slots_hand_over_without_overtaking() -> None:
@@ -131,7 +137,6 @@ def test_slot_released_on_early_close_and_when_killed_in_queue() -> None:
     assert list(eng.generate(1, 2)) == [ADMITTED, Chunk(1, 1), Chunk(1, 1)]
 
 
-@pytest.mark.timing
 def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     slots = FifoSlots(1)
     t0 = clock()
@@ -145,39 +150,59 @@ def test_admission_counts_from_arrival_when_a_slot_is_free() -> None:
     assert slots.acquire(arrival=clock() + 1) <= clock()  # never in the future
     slots.release()
     eng = FixedEngine(ttft_s=0.02, itl_s=0.01, max_running=4)
+    waited = RunDelay()
     arrival = clock() - 0.015  # e.g. arrived while 15 ms of other requests were being parsed
     out: list[tuple[float, Chunk]] = []
     for chunk in eng.generate(1, 2, arrival=arrival):
         out.append((clock(), chunk))
-    assert 0.02 - EARLY_MAX <= out[1][0] - arrival <= 0.02 + LATE_MAX
-    assert 0.03 - EARLY_MAX <= out[2][0] - arrival <= 0.03 + LATE_MAX
+    late_max = LATE_MAX + waited.s
+    assert 0.02 - EARLY_MAX <= out[1][0] - arrival <= 0.02 + late_max, (out[1][0] - arrival, late_max)
+    assert 0.03 - EARLY_MAX <= out[2][0] - arrival <= 0.03 + late_max, (out[2][0] - arrival, late_max)
 
 
-@pytest.mark.timing
 def test_sleep_until_is_precise_and_wakes_in_deadline_order() -> None:
     woke: list[tuple[float, float]] = []
+    slept: set[float] = set()  # deadlines still ahead when their sleeper went to sleep
 
     def sleeper(deadline: float) -> None:
+        if clock() < deadline:
+            slept.add(deadline)
         sleep_until(deadline)
         woke.append((deadline, clock()))
 
-    t0 = clock() + 0.01
-    deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
-    greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
-    victim = gevent.spawn(sleeper, t0 + 0.005)
-    gevent.sleep(0)
-    victim.kill()  # killed while asleep: its timer entry must wake no one else
-    gevent.joinall(greenlets, timeout=5, raise_error=True)
-    assert [d for d, _ in woke] == sorted(deadlines)
-    late = sorted(t - d for d, t in woke)
+    # A sleeper whose deadline passed before it slept (the setup preempted for the whole margin, seen
+    # at 117 ms with both cores busy) returns at once, in spawn order, and tests nothing: the setup
+    # (not the checks) is made again until most sleepers slept.
+    for _setup in range(5):
+        woke.clear()
+        slept.clear()
+        waited = RunDelay()
+        t0 = clock() + 0.05
+        deadlines = [t0 + (k * 7919 % 50) * 0.0003 for k in range(50)]  # shuffled, 0.3 ms apart
+        greenlets = [gevent.spawn(sleeper, d) for d in deadlines]
+        victim = gevent.spawn(sleeper, t0 + 0.005)
+        gevent.sleep(0)
+        victim_slept = t0 + 0.005 in slept and all(d != t0 + 0.005 for d, _ in woke)  # asleep when killed
+        victim.kill()  # killed while asleep: its timer entry must wake no one else
+        gevent.joinall(greenlets, timeout=5, raise_error=True)
+        load = waited.s  # what the machine's load made this thread wait for a CPU meanwhile
+        if len(slept) >= 40:
+            break
+    assert len(slept) >= 40, (len(slept), load)
+    if victim_slept:
+        assert t0 + 0.005 not in [d for d, _ in woke]
+    order = [d for d, _ in woke if d in slept and d in deadlines]
+    assert order == sorted(order)
+    late = sorted(t - d for d, t in woke if d in slept)
     assert late[0] >= 0  # never early
-    assert late[len(late) // 2] < 0.002 and late[-1] < LATE_MAX, late
+    assert late[len(late) // 2] < 0.002 + load and late[-1] < LATE_MAX + load, (late, load)
     if hrtimer.sleeper() is not None:  # timerfd: a short sleep is not rounded up to a millisecond
         lates = []
         for _ in range(20):
+            waited = RunDelay()
             d = clock() + 0.0003
             sleep_until(d)
-            lates.append(clock() - d)
+            lates.append(clock() - d - waited.s)  # the lateness the load did not add
         assert sorted(lates)[10] < 0.0005, lates
 
 
@@ -270,6 +295,9 @@ class Resp:
     events: list[tuple[float, bytes]] = field(default_factory=list)  # (arrival time, payload after "data: ")
     body: bytes = b""
     cut: bool = False  # the body ended without its chunked terminator
+    # run-queue wait of this thread and the simulator over the call (tests/rundelay.py): what the
+    # machine's load added to any lateness seen
+    waited: float = 0.0
 
     def json_events(self) -> list[dict[str, Any]]:
         return [json.loads(p) for _, p in self.events if p != b"[DONE]"]
@@ -277,6 +305,9 @@ class Resp:
     @property
     def done(self) -> bool:
         return bool(self.events) and self.events[-1][1] == b"[DONE]"
+
+
+SIM_PIDS: dict[int, int] = {}  # port -> simulator PID, for the run-queue wait (tests/rundelay.py)
 
 
 def _start(args: list[str], log_path: Any) -> Sim:
@@ -290,7 +321,9 @@ def _start(args: list[str], log_path: Any) -> Sim:
         _stop(proc)
         with open(log_path) as f:
             raise RuntimeError(f"sim did not start: {line!r}; stderr: {f.read()}")
-    return Sim(proc, int(line.rsplit(":", 1)[1]))
+    port = int(line.rsplit(":", 1)[1])
+    SIM_PIDS[port] = proc.pid
+    return Sim(proc, port)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int | None:
@@ -338,6 +371,7 @@ def call(port: int, path: str, body: Any = None, method: str = "POST", timeout: 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.connect()
     data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    waited = RunDelay([SIM_PIDS[port]] if port in SIM_PIDS else [])
     t_send = time.perf_counter()
     try:
         conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
@@ -362,6 +396,7 @@ def call(port: int, path: str, body: Any = None, method: str = "POST", timeout: 
                 out.body = r.read()
             except (http.client.IncompleteRead, ConnectionError):
                 out.cut = True
+        out.waited = waited.s
         return out
     finally:
         conn.close()
@@ -374,12 +409,14 @@ def get_json(port: int, path: str) -> Any:
 
 
 def assert_on_schedule(r: Resp, due: list[float]) -> None:
-    """Event k arrived due[k] seconds after the request was sent: never early, at most LATE_MAX late.
+    """Event k arrived due[k] seconds after the request was sent: never early, at most LATE_MAX late
+    plus what the machine's load made the client and the simulator wait for a CPU (r.waited).
 
     Checked against the send time, not the previous event, so drift would show as growing lateness.
     """
     late = [t - r.t_send - d for (t, _), d in zip(r.events[: len(due)], due, strict=True)]
-    assert all(-EARLY_MAX <= x <= LATE_MAX for x in late), [round(x * 1000, 2) for x in late]
+    bound = LATE_MAX + r.waited
+    assert all(-EARLY_MAX <= x <= bound for x in late), ([round(x * 1000, 2) for x in late], r.waited)
 
 
 COMPLETION = {
@@ -411,7 +448,6 @@ def test_info_endpoints(shared: Sim) -> None:
     assert 'sglang:num_queue_reqs{model_name="m1"} 0' in metrics
 
 
-@pytest.mark.timing
 def test_completions_stream_format_and_timing(shared: Sim) -> None:
     r = call(shared.port, "/v1/completions", COMPLETION)
     assert r.status == 200
@@ -431,7 +467,6 @@ def test_completions_stream_format_and_timing(shared: Sim) -> None:
     assert_on_schedule(r, [0.050 + k * 0.010 for k in range(12)])
 
 
-@pytest.mark.timing
 def test_chat_stream_role_first_then_content(shared: Sim) -> None:
     body = {
         "model": "m1",
@@ -456,8 +491,11 @@ def test_chat_stream_role_first_then_content(shared: Sim) -> None:
     assert events[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}
     # the role event is sent at admission, the first token TTFT later (40 ms + 5 * 0.1 ms)
     t_role, t_first = r.events[0][0], r.events[1][0]
-    assert t_role - r.t_send < 0.015
-    assert 0.0405 - EARLY_MAX <= t_first - r.t_send <= 0.0405 + LATE_MAX
+    assert t_role - r.t_send < 0.015 + r.waited
+    assert 0.0405 - EARLY_MAX <= t_first - r.t_send <= 0.0405 + LATE_MAX + r.waited, (
+        t_first - r.t_send,
+        r.waited,
+    )
 
 
 def test_generate_stream_cumulative_text_and_meta_info(shared: Sim) -> None:
@@ -477,7 +515,7 @@ def test_generate_stream_cumulative_text_and_meta_info(shared: Sim) -> None:
         assert "spec_verify_ct" not in meta
         assert meta["finish_reason"] == (None if k < 6 else {"type": "length", "length": 6})
     lat = [e["meta_info"]["e2e_latency"] for e in events]
-    assert lat == sorted(lat) and 0.042 <= lat[0] <= 0.042 + LATE_MAX
+    assert lat == sorted(lat) and 0.042 <= lat[0] <= 0.042 + LATE_MAX + r.waited, (lat, r.waited)
 
 
 def test_non_streaming_responses(shared: Sim) -> None:
@@ -586,7 +624,12 @@ def test_queueing_gauges_and_vllm_metrics(start_sim: Callable[..., Sim]) -> None
         t.join(5)
     first, second = sorted(results, key=lambda r: r.events[0][0])
     # the second request is admitted when the first ends: its first token comes one TTFT later
-    assert second.events[0][0] - first.events[-2][0] == pytest.approx(0.020, abs=LATE_MAX)
+    gap = second.events[0][0] - first.events[-2][0]
+    assert gap == pytest.approx(0.020, abs=LATE_MAX + first.waited + second.waited), (
+        gap,
+        first.waited,
+        second.waited,
+    )
 
 
 def test_metrics_style_none(start_sim: Callable[..., Sim]) -> None:
@@ -596,7 +639,6 @@ def test_metrics_style_none(start_sim: Callable[..., Sim]) -> None:
     assert call(s.port, "/health", method="GET").status == 200
 
 
-@pytest.mark.timing
 def test_tokens_per_chunk_over_http(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--ttft-ms", "20", "--itl-ms", "5", "--tokens-per-chunk", "4")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 10, "stream": True})
@@ -637,15 +679,14 @@ def test_fault_cut_mid_stream(start_sim: Callable[..., Sim]) -> None:
     assert info["internal_states"] == [{"num_running_reqs": 0, "num_queue_reqs": 0}]
 
 
-@pytest.mark.timing
 def test_fault_stall(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--fault-stall-after", "2", "--fault-stall-s", "0.3", "--ttft-ms", "5", "--itl-ms", "10")
     r = call(s.port, "/v1/completions", {"prompt": [1], "max_tokens": 6, "stream": True})
     assert r.done and len(r.json_events()) == 6
     t = [t for t, _ in r.events]
-    assert t[1] - t[0] == pytest.approx(0.010, abs=LATE_MAX)
-    assert t[2] - t[1] == pytest.approx(0.300, abs=0.020)  # nothing sent for stall_s ...
-    assert t[5] - t[2] < LATE_MAX  # ... then the tokens that came due meanwhile, back to back
+    assert t[1] - t[0] == pytest.approx(0.010, abs=LATE_MAX + r.waited)
+    assert t[2] - t[1] == pytest.approx(0.300, abs=0.020 + r.waited)  # nothing sent for stall_s ...
+    assert t[5] - t[2] < LATE_MAX + r.waited  # ... then the tokens that came due meanwhile, back to back
 
 
 def test_fault_malformed_omit_done_and_short(start_sim: Callable[..., Sim]) -> None:
@@ -832,13 +873,13 @@ def test_request_split_across_many_writes(shared: Sim) -> None:
         assert status == 200 and body.count(b"data: ") == 4
 
 
-@pytest.mark.timing
 def test_body_after_head_and_ttft_from_the_whole_request(shared: Sim) -> None:
     req = _post("/v1/completions", STREAM_3)
     split = req.index(b"\r\n\r\n") + 4
     with _conn(shared.port) as s:
         s.sendall(req[:split])
         time.sleep(0.1)
+        waited = RunDelay([shared.proc.pid])
         t_body = time.perf_counter()
         s.sendall(req[split:])
         s.settimeout(5)
@@ -846,7 +887,8 @@ def test_body_after_head_and_ttft_from_the_whole_request(shared: Sim) -> None:
         while b"data: " not in data:
             data += s.recv(65536)
         # TTFT (40 ms + 1 prompt token * 0.1 ms) counts from when the request was complete
-        assert 0.0401 - EARLY_MAX <= time.perf_counter() - t_body <= 0.0401 + LATE_MAX
+        ttft = time.perf_counter() - t_body
+        assert 0.0401 - EARLY_MAX <= ttft <= 0.0401 + LATE_MAX + waited.s, (ttft, waited.s)
         status, _, body, _ = _read_response(s, data)
         assert status == 200 and body.count(b"data: ") == 4
 
@@ -929,7 +971,6 @@ def test_http10_minimal(shared: Sim) -> None:
         assert body.count(b"data: ") == 4 and body.endswith(b"data: [DONE]\n\n")
 
 
-@pytest.mark.timing
 def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[..., Sim]) -> None:
     """C requests sent at once on open connections: none is shifted by those handled before it."""
     sim = start_sim("--ttft-ms", "100", "--itl-ms", "10", "--max-running", "256")
@@ -938,6 +979,7 @@ def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[.
     try:
         time.sleep(0.2)  # all accepted
         payload = _post("/v1/completions", {"prompt": [1] * 16, "max_tokens": 2, "stream": True})
+        waited = RunDelay([sim.proc.pid])
         sent: dict[socket.socket, float] = {}
         for s in socks:
             sent[s] = time.perf_counter()
@@ -964,12 +1006,14 @@ def test_simultaneous_requests_all_get_the_configured_ttft(start_sim: Callable[.
                     sel.unregister(s)
                     done += 1
         late = sorted(first[s] - sent[s] - 0.100 for s in socks)
-        assert -EARLY_MAX <= late[0] < LATE_MAX, [round(x * 1000, 2) for x in late]
+        load = waited.s  # what the machine's load made the client and the simulator wait for a CPU
+        shown = ([round(x * 1000, 2) for x in late], round(load * 1000, 2))
+        assert -EARLY_MAX <= late[0] < LATE_MAX + load, shown
         # Shifted by those handled before it: the spread over the batch. (pywsgi's ~0.25 ms per
         # request before admission made the median ~6 ms and the last ~12 ms after the first; a
         # stall of the whole VM delays every request alike, ~4 ms once in CI, and is no shift.)
         spread = [x - late[0] for x in late]
-        assert spread[n // 2] < 0.004 and spread[-1] < LATE_MAX, [round(x * 1000, 2) for x in late]
+        assert spread[n // 2] < 0.004 + load and spread[-1] < LATE_MAX + load, shown
     finally:
         for s in socks:
             s.close()

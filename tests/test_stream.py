@@ -36,6 +36,7 @@ from specload.core.records import (
     RequestRecord,
     now,
 )
+from tests.rundelay import RunDelay
 
 TOL = 0.020  # how late (s) the client may stamp bytes the server wrote (and a request reach the server)
 EARLY = 0.003  # a timer may fire this much early
@@ -677,13 +678,15 @@ def test_sglang_records_every_gap_per_token(serve: Any, clients: list[Any]) -> N
             END,
         ]
     )
+    waited = RunDelay()
     rec = run(srv, clients, backend="sglang", requested=6)
+    late = waited.s  # what the machine's load may have added to a gap (tests/rundelay.py)
     assert rec.status == OK, rec.reason
     assert rec.itl_unit == "token" and rec.first_event_tokens == 2
     hist = histogram.merge([rec.itl])
     assert histogram.count(hist) == 4  # 6 tokens, 2 of them in the first event
-    assert histogram.quantile(hist, 100) == pytest.approx(0.040, abs=0.015)
-    assert histogram.quantile(hist, 25) == pytest.approx(0.010, abs=0.008)
+    assert 0.040 - 0.015 <= histogram.quantile(hist, 100) <= 0.040 + 0.015 + late, late
+    assert 0.010 - 0.008 <= histogram.quantile(hist, 25) <= 0.010 + 0.008 + late, late
     assert rec.tpot_s == pytest.approx((rec.t_last - rec.t_first) / 4, rel=1e-9)
 
 
@@ -763,7 +766,6 @@ def test_a_bug_met_while_reading_in_the_hub_is_one_failed_record(
     gevent.sleep(0.05)  # a watcher left started would now spin or fire into a finished greenlet
 
 
-@pytest.mark.timing
 def test_streams_read_in_the_hub_keep_their_own_times(serve: Any, clients: list[Any]) -> None:
     """Eight streams at once, each paced differently: every record's TTFT and gaps are its own."""
     pauses = [0.005 * (k + 1) for k in range(8)]
@@ -773,12 +775,14 @@ def test_streams_read_in_the_hub_keep_their_own_times(serve: Any, clients: list[
         for i in range(6):
             script += [chunk(sse(cmpl(str(i)))), p]
         servers.append(serve(script + [chunk(sse(usage(6)) + DONE) + END]))
+    waited = RunDelay()  # servers and clients share this thread's hub
     jobs = [gevent.spawn(run, s, clients, "openai", 6) for s in servers]
     gevent.joinall(jobs, timeout=10, raise_error=True)
+    tol = TOL + waited.s  # plus what the machine's load made the hub wait for a CPU (tests/rundelay.py)
     for p, job in zip(pauses, jobs, strict=True):
         rec = job.value
         assert rec.status == OK and rec.chunks == 6
         check_clock(rec)
-        assert 0.03 - EARLY <= rec.ttft_s <= 0.03 + TOL
+        assert 0.03 - EARLY <= rec.ttft_s <= 0.03 + tol, (rec.ttft_s, tol)
         # five gaps of p each between the six events
-        assert 5 * p - EARLY <= rec.t_last - rec.t_first <= 5 * p + TOL
+        assert 5 * p - EARLY <= rec.t_last - rec.t_first <= 5 * p + tol, (rec.t_last - rec.t_first, tol)

@@ -1,0 +1,62 @@
+"""How long the kernel kept a test's processes waiting for a CPU: the share of a wall-clock lateness
+that the machine's load added, measured in the same test.
+
+A timing test checks that the simulator sends a token when it is due, within a few ms. On a loaded
+machine (both cores busy, other suites running) a process that is ready to run may wait tens of ms
+for a core, and no bound a few ms wide holds. Linux counts that wait per thread
+(``/proc/PID/task/TID/schedstat``, second field: ns runnable but not running), so a test bounds
+lateness by its quiet-machine tolerance *plus the wait measured over the same interval*, in the
+processes that produce and read the timings. A fault in the code (drift, a wrong origin, a delay
+added on every token) still shows on a quiet machine as it did, and on a loaded one whenever the
+fault is larger than the wait; the load alone can no longer fail the test, and no retry is needed.
+
+Where the kernel keeps no schedstat (another OS, a kernel built without it) the wait reads 0: the
+bounds are the quiet-machine ones.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def _read_ns(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def waited_ns(pid: int, tid: int | None = None) -> int:
+    """Nanoseconds thread ``tid`` of ``pid`` (every thread when None) has been runnable but not
+    running, since it started."""
+    if tid is not None:
+        return _read_ns(Path(f"/proc/{pid}/task/{tid}/schedstat"))
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0
+    return sum(_read_ns(t / "schedstat") for t in tasks)
+
+
+class RunDelay:
+    """The run-queue wait accrued since construction by this thread (the one that reads the
+    timings) and every thread of the processes ``pids`` (the servers that produce them).
+
+    Threads that end in between drop out of the sum; the result is clamped at 0."""
+
+    def __init__(self, pids: Iterable[int] = (), *, this_thread: bool = True) -> None:
+        self._pids = tuple(pids)
+        self._tid = threading.get_native_id() if this_thread else None
+        self._start = self._now()
+
+    def _now(self) -> int:
+        own = waited_ns(os.getpid(), self._tid) if self._tid is not None else 0
+        return own + sum(waited_ns(p) for p in self._pids)
+
+    @property
+    def s(self) -> float:
+        """Seconds waited so far."""
+        return max(0, self._now() - self._start) / 1e9
