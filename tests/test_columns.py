@@ -233,3 +233,16 @@ def test_columns_are_small(big_run: Path) -> None:
     per_record = sum(c.nbytes() for c in groups.values()) / sum(c.sent for c in groups.values())
     assert per_record <= 130  # bytes (8 a number, 2 or 4 a label), against ~1 KB as RequestRecord objects
     assert isinstance(next(iter(groups.values())), LevelColumns)
+
+
+def test_histograms_of_many_bins_are_summed_in_bulk_too() -> None:
+    from specload.analysis import columns as cols
+    from specload.core import histogram
+
+    many = b"[" + b",".join(b"[%d,1]" % b for b in range(200)) + b"]"  # past the table of usual sizes
+    few = b"[[3,2],[5,1]]"
+    counts = histogram.Counts()
+    assert cols._add_flat(counts, [few, many])
+    assert histogram.count(counts.hist()) == 3 + 200
+    for bad in (b"[[3,2],[5]]", b"[[3,2],,[5,1]]", b"[[3,2][5,1]]", b"[" + b"[1,1]," * 5000 + b"[1,1]]"):
+        assert not cols._add_flat(histogram.Counts(), [few, bad]), bad

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import gc
 import math
 import os
@@ -137,8 +138,26 @@ _N_NUM = len(NUMBERS)
 _DIGITS = b"0123456789"
 _BAR_TO_COMMA = bytes.maketrans(b"|", b",")
 _RAW_ONLY = {msgspec.Raw}
-# The skeleton of a well-formed ``[[bin, count], ...]`` of k pairs once its digits are taken out.
-_SKELETONS = {b"[[," + b"],[," * (k - 1) + b"]]": k for k in range(1, 4096)}
+
+
+@functools.cache
+def _skeleton(k: int) -> bytes:
+    """A well-formed ``[[bin, count], ...]`` of k pairs once its digits are taken out (4k + 1 bytes)."""
+    return b"[[," + b"],[," * (k - 1) + b"]]"
+
+
+# The usual skeletons at hand (a histogram has a few dozen bins); a table of every k up to the
+# 4095 bins a histogram may have would cost each process that imports this 33 MB and 70 ms.
+_SKELETONS = {_skeleton(k): k for k in range(1, 65)}
+
+
+def _pairs(skeleton: bytes) -> int | None:
+    """The pairs of a well-formed skeleton (1 to 4095), else None."""
+    k = _SKELETONS.get(skeleton)
+    if k is not None:
+        return k
+    k, rest = divmod(len(skeleton) - 1, 4)
+    return k if rest == 0 and 1 <= k < 4096 and skeleton == _skeleton(k) else None
 
 
 def _raw(itl: Any) -> bytes:
@@ -161,7 +180,7 @@ def _add_flat(counts: histogram.Counts, gaps: list[Any]) -> bool:
     """Many requests' ``[[bin, count], ...]`` (JSON text) added to ``counts`` at once, when every one
     is well-formed (ints, counts above zero, bins below Counts.SPAN); False, nothing added, else."""
     joined = b"|".join(gaps)
-    ks = list(map(_SKELETONS.get, joined.translate(None, _DIGITS).split(b"|")))
+    ks = list(map(_pairs, joined.translate(None, _DIGITS).split(b"|")))
     if None in ks:
         return False
     pairs = sum(ks)  # type: ignore[arg-type]
