@@ -100,12 +100,15 @@ def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(
         "--input-tokens",
         "16",
         "--output-tokens",
-        "4000",
+        "8000",
         "--read-timeout",
         "30",
         "--metrics-interval",
         "0",
-    )  # 20 s requests, far beyond the 10 s grace
+        "--",
+        "--stop-timeout",
+        "60",
+    )  # 40 s requests inside a 60 s grace: only the second Ctrl-C ends them early
     parent = procs.popen(
         specload_cmd("sweep", "--host", server.url, "--out", str(out), *slow),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -117,8 +120,9 @@ def test_a_second_ctrl_c_cuts_the_grace_period_but_not_the_final_write(
     os.kill(parent.pid, signal.SIGINT)
     time.sleep(0.5)
     os.kill(parent.pid, signal.SIGINT)
-    wait_until(lambda: not alive(child), 8, "the Locust child to stop well inside the 10 s grace")
-    assert time.monotonic() - t0 < 8
+    # well before the requests would end (~38 s) or the grace would (60 s), on a loaded machine too
+    wait_until(lambda: not alive(child), 25, "the Locust child to stop well before its requests end")
+    assert time.monotonic() - t0 < 25
     parent.wait(timeout=30)
     (run_dir,) = out.iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
