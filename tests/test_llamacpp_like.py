@@ -107,7 +107,9 @@ def test_sweep_against_a_llamacpp_like_server_is_exact(sim, tmp_path: Path, back
     assert meta["prompts"]["origin"].endswith("/tokenize") or "/tokenize" in meta["prompts"]["origin"]
     assert meta["prompts"]["overhead_tokens"] == (11 if backend == "chat" else 0)
     samples = [json.loads(line) for line in (run_dir / "server_samples.jsonl").read_text().splitlines()]
-    assert max(x["running"] or 0 for x in samples) >= 1  # llamacpp:requests_processing was read
+    # llamacpp:requests_processing was read (0 between requests: whether a sample lands on a running
+    # one depends on the machine's timing, so only that it was read is checked)
+    assert samples and all(isinstance(x["running"], int | float) for x in samples), samples[:3]
 
 
 def test_llamacpp_metric_names_are_read() -> None:
