@@ -91,6 +91,11 @@ class RequestSpec:
     category: str | None = None  # a categorised dataset's row category
 
 
+def _malformed(ex: _Exchange, e: MalformedEvent) -> str:
+    line = shorten(ex.line.decode("utf-8", "replace"), 100)
+    return f"malformed event after {ex.tokens_seen} tokens: {shorten(str(e), 60)} in line {line!r}"
+
+
 def _describe_read_error(e: BaseException, tokens: int, read_timeout: float) -> str:
     if isinstance(e, TimeoutError | socket.timeout):
         return f"no data for {read_timeout:g} s (read timeout) after {tokens} tokens"
@@ -297,7 +302,7 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
             ex.stray.append(resp.pending)  # the body ended with a line without its newline
     except MalformedEvent as e:
         ex.partial = b""
-        ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(e), 60)} in line {shorten(ex.line.decode('utf-8', 'replace'), 100)!r}"
+        ex.reason = _malformed(ex, e)
     except GreenletExit:
         ex.reason, ex.interrupted = f"interrupted (test stopped) after {ex.tokens_seen} tokens", True
     except Exception as e:  # noqa: BLE001
@@ -306,8 +311,7 @@ def _exchange(ex: _Exchange, client: HTTPClient, path: str, payload: bytes, head
         disarm()
     ex.t_end_p = _perf()
     if ex.reason is None and ex.partial and ex.partial_error is not None:  # (the body ended mid-event)
-        line = shorten(ex.line.decode("utf-8", "replace"), 100)
-        ex.reason = f"malformed event after {ex.tokens_seen} tokens: {shorten(str(ex.partial_error), 60)} in line {line!r}"
+        ex.reason = _malformed(ex, ex.partial_error)
     if ex.reason is None and not ex.done and not ex.chunks and any(s.strip() for s in ex.stray):
         body = b"".join(ex.stray)
         if body.lstrip()[:5] == b"data:" and b"\rdata:" in body:  # (legal SSE no engine sends)
