@@ -333,7 +333,7 @@ def run_sweep(
         "--json-file",
         prefix,
         "--only-summary",
-        "--quiet-report",
+        "--report-by-parent",
         *scenario_locust_flags(s),
         *(["--label", s.label] if s.label else []),
         *(["--insecure"] if s.insecure else []),
@@ -383,18 +383,21 @@ def _outcome(
     run_dir: str, locust_code: int, report_format: str | None, view: TableView = WHOLE
 ) -> SweepOutcome:
     from specload.analysis.run import load_run
-    from specload.present.report import print_report
+    from specload.present.report import print_report, write_report_md
 
     if not os.path.exists(os.path.join(run_dir, RUN_JSON)):
         # The sweep never started (Locust refused an option or the locustfile, or the server vanished):
         # nothing to report, and no empty run directory left behind to be mistaken for a run.
         shutil.rmtree(run_dir, ignore_errors=True)
         return SweepOutcome(locust_code or EXIT_INCOMPLETE, None)
-    if report_format is not None:
-        try:
+    # report.md is ours to write (--report-by-parent): the Locust process started no report child.
+    try:
+        if report_format is not None:
             print_report(load_run(run_dir), report_format, view=view)
-        except OSError as e:  # report.md could not be written (a full disk): the table was printed
-            print(f"specload: could not write report.md in {run_dir}: {e.strerror or e}", file=sys.stderr)
+        else:
+            write_report_md(load_run(run_dir))
+    except OSError as e:  # report.md could not be written (a full disk): any table was printed
+        print(f"specload: could not write report.md in {run_dir}: {e.strerror or e}", file=sys.stderr)
     status = read_run_meta(run_dir).status
     if status == RUN_COMPLETED and locust_code == 0:
         return SweepOutcome(EXIT_OK, run_dir, status)

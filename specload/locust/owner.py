@@ -255,12 +255,13 @@ class SweepOwner:
                 break
             gevent.sleep(0.1)
 
-    def close_run(self, print_report: bool = False) -> ReportJob | None:
+    def close_run(self, print_report: bool = False, report: bool = True) -> ReportJob | None:
         """Complete this run's directory once it has ended (idempotent): run.json with the final
         counts (records that arrived during the grace period included) and Locust's own counts
         (locust.json) now, report.md by a child process started here (``print_report``: which also
-        prints the report on stdout). Every run of a web UI session gets this at its test_stop; a
-        headless run at quitting. Returns the report's child (None: nothing to do)."""
+        prints the report on stdout; ``report=False``: none, the caller writes it). Every run of a web
+        UI session gets this at its test_stop; a headless run at quitting. Returns the report's
+        child (None: nothing to do)."""
         run_dir = self.recorder.run_dir
         if self.closed or self.active or run_dir is None:
             return None
@@ -268,6 +269,8 @@ class SweepOwner:
         self.write_meta()
         self.recorder.sample_streamed(None, time.time())  # the last level's last streamed counts
         self.recorder.write_locust_stats()
+        if not report:
+            return None
         ui = getattr(self.env, "web_ui", None) is not None
         self.report_job = ReportJob(
             run_dir, print_report, on_done=lambda ok: self._report_done(run_dir, ok, ui)

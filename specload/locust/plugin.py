@@ -42,6 +42,10 @@ logger = logging.getLogger("specload")
 # what they measured is recorded either way. Locust's own --stop-timeout overrides it.
 DEFAULT_GRACE_S = 10.0
 
+# The process that started this one: with --report-by-parent it writes report.md, unless it is gone
+# (killed: this process is then re-parented, and got SIGTERM from its parent-death signal).
+_PARENT = os.getppid()
+
 
 def _owns_sweep(environment: Any) -> bool:
     return isinstance(environment.runner, LocalRunner | MasterRunner)
@@ -50,11 +54,12 @@ def _owns_sweep(environment: Any) -> bool:
 def on_parser(parser: Any, **_: Any) -> None:
     add_arguments(parser)
     parser.add_argument(
-        "--quiet-report",
-        dest="quiet_report",
+        "--report-by-parent",
+        dest="report_by_parent",
         action="store_true",
         default=False,
-        help="Do not print the per-level table when the sweep ends",
+        help="Leave report.md to the command that started Locust (specload sweep reads the run and "
+        "writes it): no report child, nothing printed when the sweep ends",
         include_in_web_ui=False,
     )
 
@@ -250,9 +255,12 @@ def on_quitting(environment: Any, **_: Any) -> None:
         return
     opts = environment.parsed_options
     # A headless run's report is printed here (by the child that writes report.md), unless the
-    # command that started Locust prints it itself (specload sweep: --quiet-report).
-    show = opts is not None and opts.headless and not getattr(opts, "quiet_report", False)
-    owner.close_run(print_report=show)  # nothing to do when a web UI run was completed already
+    # command that started Locust reads the run after it anyway (specload sweep: --report-by-parent):
+    # a second reading of the run in a second process would only repeat it.
+    headless = opts is not None and opts.headless
+    by_parent = headless and getattr(opts, "report_by_parent", False) and os.getppid() == _PARENT
+    # nothing to do when a web UI run was completed already
+    owner.close_run(print_report=headless and not by_parent, report=not by_parent)
     owner.wait_report()  # before quitting: whoever reads the run next finds report.md
 
 
