@@ -6,7 +6,6 @@ import contextlib
 import ctypes
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -147,39 +146,6 @@ def wait_until(pred: Callable[[], Any], timeout: float, what: str, interval: flo
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-# SPECLOAD_TIMING_ATTEMPTS=1 runs each once: how to see whether a timing test holds under load.
-TIMING_ATTEMPTS = int(os.environ.get("SPECLOAD_TIMING_ATTEMPTS", "3"))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """A test marked ``timing`` (an end-to-end sweep whose figures are the simulator's timings,
-    measured on the wall clock by Locust processes) runs again when an assertion fails, up to
-    TIMING_ATTEMPTS times. The in-process and single-request timing tests have no such marker: their
-    bounds add the run-queue wait measured in the same test (tests/rundelay.py). (timeit keeps
-    the best of its repeats for the same reason): a fault in the code fails every attempt, a
-    preempted moment of a loaded machine seldom three in a row. Its tmp_path is emptied between
-    attempts (one run directory each); other failures (errors, timeouts) are not retried."""
-    if pyfuncitem.get_closest_marker("timing") is None:
-        return None
-    args = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
-    tmp = pyfuncitem.funcargs.get("tmp_path")
-    for attempt in range(1, TIMING_ATTEMPTS + 1):
-        try:
-            pyfuncitem.obj(**args)
-            return True
-        except AssertionError:
-            if attempt == TIMING_ATTEMPTS:
-                raise
-            if isinstance(tmp, Path):
-                for child in tmp.iterdir():
-                    if child.is_dir():
-                        shutil.rmtree(child)
-                    else:
-                        child.unlink()
-    return True
 
 
 def wait_for_web_ui(procs: Procs, proc: subprocess.Popen[bytes], base: str, timeout: float = 30) -> None:

@@ -20,6 +20,7 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 
 def _read_ns(path: Path) -> int:
@@ -60,3 +61,23 @@ class RunDelay:
     def s(self) -> float:
         """Seconds waited so far."""
         return max(0, self._now() - self._start) / 1e9
+
+
+def client_lateness_s(run: Any, index: int, worst: bool = False) -> float:
+    """How late the client itself could have been during run.json level ``index``: the highest
+    event-loop lag p99 (``worst``: maximum) its Locust processes measured of themselves (run.json
+    ``levels[i].client``, specload.locust.clientload), in seconds; 0 where none was recorded.
+
+    An end-to-end sweep's latencies are the simulator's exact timing plus the moments the client
+    read them late. On a quiet machine the loop lags well under a millisecond and the bounds stay
+    the quiet-machine ones; on a loaded one they widen by what the client measured in that level,
+    not by a retry."""
+    from specload.analysis.clientcheck import figures
+
+    for lv in run.info.levels:
+        if lv.index == index:
+            fig = figures(lv)
+            procs = fig.processes.values() if fig is not None else ()
+            lags = [p.lag_max_ms if worst else p.lag_p99_ms for p in procs]
+            return max((x for x in lags if x is not None), default=0.0) / 1e3
+    return 0.0

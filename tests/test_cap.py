@@ -8,8 +8,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from specload.analysis.cap import infer_cap, running_cap
 from specload.analysis.comparison import build_comparison
 from specload.analysis.metrics import ServerSample
@@ -101,7 +99,6 @@ def _sweep(server: Any, out: Path, label: str) -> Path:
 VLLM_LIKE = ("--max-num-seqs", "2", "--ttft-ms", "20", "--itl-ms", "25")
 
 
-@pytest.mark.timing
 def test_a_vllm_server_that_does_not_say_its_cap_shows_it_in_its_gauges(sim: Any, tmp_path: Path) -> None:
     server = sim(*VLLM_LIKE)
     cfg = server_config(server.url)

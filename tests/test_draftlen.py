@@ -7,8 +7,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from specload.analysis.draftlen import DraftLengthTable, DraftSetting, LevelChoice
 from specload.experiment.draft import draft_family, draft_setting
 from tests.conftest import specload_cmd
@@ -121,7 +119,6 @@ def _sim_arm(k: int) -> str:
     )
 
 
-@pytest.mark.timing
 def test_the_draft_length_table_on_the_simulator_where_the_answer_is_known(tmp_path: Path) -> None:
     plan = tmp_path / "draft.toml"
     plan.write_text(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specload.analysis.metrics import LATE_S
 from specload.core.records import PHASE_MEASURE, level_label, read_records
 from specload.present.compare import run_compare
 from specload.present.report import load_run, render_report
@@ -21,6 +22,7 @@ from specload.sweep.levels import GRANT_AHEAD_S, MEASURE, SCHEDULE_LEAD_S, Sweep
 from specload.workload.arrivals import CONSTANT, GAMMA, POISSON, Schedule, offsets, schedule_seed
 from specload.workload.config import DEFAULT_POOL, Scenario, ScenarioError, apply_overrides
 from tests.conftest import run_together, specload_cmd
+from tests.rundelay import RunDelay, client_lateness_s
 
 # ---------------------------------------------------------------- schedules (pure)
 
@@ -140,7 +142,13 @@ E2E_S = (TTFT_MS + (OUT - 1) * ITL_MS) / 1000  # 0.29 s
 
 
 def _sweep(sim, out: Path, *flags: str, sim_args: tuple[str, ...] = ()) -> Path:  # type: ignore[no-untyped-def]
+    return _sweep_waited(sim, out, *flags, sim_args=sim_args)[0]
+
+
+def _sweep_waited(sim, out: Path, *flags: str, sim_args: tuple[str, ...] = ()) -> tuple[Path, float]:  # type: ignore[no-untyped-def]
+    """The run directory, and the seconds the simulator waited for a CPU meanwhile (tests/rundelay.py)."""
     server = sim("--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--model", "m", *sim_args)
+    waited = RunDelay([server.proc.pid], this_thread=False)
     res = subprocess.run(
         specload_cmd(
             "sweep",
@@ -162,14 +170,15 @@ def _sweep(sim, out: Path, *flags: str, sim_args: tuple[str, ...] = ()) -> Path:
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir() and not d.name.startswith("compare-")]
-    return run_dir
+    return run_dir, waited.s
 
 
-@pytest.mark.timing
 def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
     """Constant arrivals at 8 and 16 req/s: exact budgets, sends on schedule (each record's due time
-    is the seeded schedule's), the server never queues, so TTFT is the simulator's."""
-    run_dir = _sweep(
+    is the seeded schedule's), the server never queues, so TTFT is the simulator's. A loaded machine
+    widens the TTFT bound by what the simulator waited for a CPU and the client measured of its own
+    lag, and may make the client send late, which the report must then blame on the client."""
+    run_dir, server_wait_s = _sweep_waited(
         sim,
         tmp_path,
         "--rates",
@@ -199,14 +208,23 @@ def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
         lags = sorted(r.t_send - r.t_sched for r in mine)  # type: ignore[operator]
         assert lags[len(lags) // 2] < 0.005, lags  # median send within 5 ms of its due time
         assert s.send_rate == pytest.approx(rate, rel=0.05)
-        assert s.ttft_p50_ms == pytest.approx(TTFT_MS, rel=0.03)
+        late_s = server_wait_s + client_lateness_s(run, s.index or 0)
+        assert TTFT_MS * 0.97 <= (s.ttft_p50_ms or 0.0) <= TTFT_MS * 1.03 + late_s * 1e3, (
+            s.ttft_p50_ms,
+            late_s,
+        )
         assert s.dists["ttft_sched"].n == 24 and s.dists["e2e_sched"].n == 24
         assert s.steady_tok_s is None  # closed-loop only
+        # Sends more than LATE_S after they were due: none, unless the client's own loop lagged
+        # that much in this level, and then the note says so.
+        if client_lateness_s(run, s.index or 0, worst=True) < LATE_S:
+            assert s.late_note is None, s.late_note
+        elif s.late_note is not None:
+            assert "the client sent them late" in s.late_note, s.late_note
     md = (run_dir / "report.md").read_text()
-    assert "Rate (req/s)" in md and "TTFT from schedule" in md and "rate16" not in md.split("## Notes")[-1]
+    assert "Rate (req/s)" in md and "TTFT from schedule" in md
 
 
-@pytest.mark.timing
 def test_coordinated_omission_is_not_hidden(sim, tmp_path: Path) -> None:
     """20 req/s into a cap of 2 users that each take 0.29 s (about 7 req/s): most sends wait for a
     free user. Latency from the send stays 0.29 s; from the schedule it grows with the backlog,
@@ -235,7 +253,6 @@ def test_coordinated_omission_is_not_hidden(sim, tmp_path: Path) -> None:
     assert "--max-in-flight" in render_report(load_run(run_dir))
 
 
-@pytest.mark.timing
 def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> None:
     """--processes 2 (a real master and two workers): exact budgets, both workers send; then two
     rate runs compared on the request-rate axis (the faster server's per-request tok/s is higher)."""
@@ -289,7 +306,6 @@ def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> N
     assert math.isfinite(run.levels[0].per_req_tok_s or math.nan)
 
 
-@pytest.mark.timing
 def test_arrivals_above_capacity_queue_at_the_server(sim, tmp_path: Path) -> None:
     """20 req/s into a server that runs 2 requests at once (capacity 2 / 0.29 s = 6.9 req/s): the
     client keeps to its schedule (no late sends), the server queues, and each TTFT is the FIFO

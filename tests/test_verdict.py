@@ -60,7 +60,6 @@ SWEEP = ("--backend", "sglang", "--levels", "1,4,16", "--requests-per-user", "0.
 SWEEP += ("--input-tokens", "128", "--output-tokens", "32")
 
 
-@pytest.mark.timing
 def test_two_single_sweeps_of_one_server_are_no_finding(sim: Any, tmp_path: Path) -> None:
     """The issue's case: two single sweeps of one and the same simulated server compared. Whatever
     their changes, the verdict may not read as a rise, a fall or a crossover."""
@@ -85,7 +84,6 @@ def test_two_single_sweeps_of_one_server_are_no_finding(sim: Any, tmp_path: Path
     assert not [n for n in comp.notes if "drifted" in n], comp.notes
 
 
-@pytest.mark.timing
 def test_a_server_that_speeds_up_half_way_through_a_level_is_flagged(sim: Any, tmp_path: Path) -> None:
     # One level of 40 requests at C=2 (no warm-up); the smoke and probe requests come first, so the
     # switch after 22 admissions falls about half-way through the level.
