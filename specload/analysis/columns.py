@@ -34,7 +34,7 @@ import orjson
 
 from specload.analysis import forked
 from specload.analysis.spectally import SpecTally
-from specload.analysis.validity import Validity
+from specload.analysis.validity import Validity, broken_columns
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -48,6 +48,7 @@ from specload.core.records import (
 from specload.core.slo import Slo, SloTally, request_value
 
 Floats = npt.NDArray[np.float64]
+Floats2 = npt.NDArray[np.float64]  # a block's NUMBERS, one row per record
 Codes = npt.NDArray[np.int32]
 # (level, concurrency, repeat): the records of one run.json level.
 GroupKey = tuple[Any, Any, Any]
@@ -135,6 +136,25 @@ _PHASE, _STATUS, _REASON, _ITL, _UNIT = (
 _OPEN, _N = ord("["), ord("n")
 _SPEC_LISTS = attrgetter("spec_hist", "spec_along")
 _N_NUM = len(NUMBERS)
+_COL = {name: j for j, name in enumerate(NUMBERS)}
+# validity.broken_columns' number arguments, as NUMBERS columns
+_RULE_COLUMNS = {
+    "tokens": "tokens",
+    "asked": "req_out",
+    "t_send": "t_send",
+    "t_first": "t_first",
+    "t_last": "t_last",
+    "t_end": "t_end",
+    "e2e": "e2e",
+}
+_SOURCE = attrgetter("output_tokens_source")
+
+
+def _numbers(recs: Sequence[Any]) -> Floats2:
+    """The NUMBERS of each record, a row a record (None: nan)."""
+    return np.array(list(map(_TAKE_NUMBERS, recs)), dtype=np.float64).reshape(len(recs), _N_NUM)
+
+
 _DIGITS = b"0123456789"
 _BAR_TO_COMMA = bytes.maketrans(b"|", b",")
 _RAW_ONLY = {msgspec.Raw}
@@ -245,17 +265,32 @@ class LevelColumns:
             pending, self._pending = self._pending, []
             self._extend(pending)
 
-    def _extend(self, recs: Sequence[Any]) -> None:
-        phases = list(map(_PHASE, recs))
+    def _extend(
+        self,
+        recs: Sequence[Any],
+        numbers: Floats2 | None = None,
+        phases: list[Any] | None = None,
+        status: list[Any] | None = None,
+    ) -> None:
+        """``recs``, with what the file reader took of them already (``_numbers``, their phases and
+        statuses, in the same order), so that no field is read twice."""
+        if phases is None:
+            phases = list(map(_PHASE, recs))
         m = len(phases)
         measured = phases.count(PHASE_MEASURE)
         if measured != m:
             self.warmup += phases.count(PHASE_WARMUP)
-            recs = [r for r, p in zip(recs, phases, strict=True) if p == PHASE_MEASURE]
+            idx = [i for i, p in enumerate(phases) if p == PHASE_MEASURE]
+            recs = [recs[i] for i in idx]
+            numbers = numbers[idx] if numbers is not None else None
+            status = [status[i] for i in idx] if status is not None else None
             m = measured
         if not m:
             return
-        numbers = np.array(list(map(_TAKE_NUMBERS, recs)), dtype=np.float64).reshape(m, _N_NUM)
+        if numbers is None:
+            numbers = _numbers(recs)
+        if status is None:
+            status = list(map(_STATUS, recs))
         for j, name in enumerate(NUMBERS):
             col = np.ascontiguousarray(numbers[:, j])
             # one value the block through (a requested length; nan: a field no request has, a rate
@@ -267,7 +302,6 @@ class LevelColumns:
             else:
                 self._chunks[name].append(col)
         del numbers
-        status = list(map(_STATUS, recs))
         status_codes = self._code("status", status)
         self._chunks["status"].append(status_codes)
         for name, field in LABELS.items():
@@ -528,15 +562,32 @@ class _Reading:
         return checked
 
     def _add(self, recs: list[Any]) -> None:
-        recs = self.validity.keep(recs)
-        if not recs:
-            return
+        """A block of records: each number and label read once, held to the client's rules
+        (validity), then appended to its level's columns."""
+        numbers = _numbers(recs)
+        phases, status = list(map(_PHASE, recs)), list(map(_STATUS, recs))
+        verdict = broken_columns(
+            status=status,
+            source=list(map(_SOURCE, recs)),
+            phase=phases,
+            **{arg: numbers[:, _COL[name]] for arg, name in _RULE_COLUMNS.items()},
+        )
+        keep = self.validity.judge(recs, verdict)
+        if keep is not None:
+            idx = np.flatnonzero(keep).tolist()
+            if not idx:
+                return
+            recs, numbers = [recs[i] for i in idx], numbers[idx]
+            phases, status = [phases[i] for i in idx], [status[i] for i in idx]
         keys = list(map(_KEY, recs))
         if keys.count(keys[0]) == len(keys):  # a block is usually all one level
-            self._group(keys[0]).extend(recs)
+            self._group(keys[0])._extend(recs, numbers, phases, status)
             return
         for key in dict.fromkeys(keys):  # first-seen order, and a group's first key, as a dict has them
-            self._group(key).extend([r for r, k in zip(recs, keys, strict=True) if k == key])
+            idx = [i for i, k in enumerate(keys) if k == key]
+            self._group(key)._extend(
+                [recs[i] for i in idx], numbers[idx], [phases[i] for i in idx], [status[i] for i in idx]
+            )
 
     def _group(self, key: GroupKey) -> LevelColumns:
         cols = self.groups.get(key)

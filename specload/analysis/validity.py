@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
+from functools import partial
+from operator import attrgetter, eq
 from typing import Any
 
 import numpy as np
@@ -43,39 +44,73 @@ E2E = "e2e_s other than t_end - t_send"
 RULES = (OK_COUNT, TOKENS, TIMES, E2E)
 
 _STATUS, _SOURCE, _PHASE = attrgetter("status"), attrgetter("output_tokens_source"), attrgetter("phase")
+Floats = npt.NDArray[np.float64]
 
 
-def _floats(recs: Sequence[Any], name: str) -> npt.NDArray[np.float64]:
+def _floats(recs: Sequence[Any], name: str) -> Floats:
     """A field of every record as floats (None: nan)."""
     return np.array(list(map(attrgetter(name), recs)), dtype=np.float64)
 
 
-def _exact(recs: Sequence[Any], name: str) -> npt.NDArray[np.float64]:
-    """A field no record read has as None (the reader drops those): the faster path."""
-    return np.fromiter(map(attrgetter(name), recs), dtype=np.float64, count=len(recs))
+def equal_to(values: Sequence[Any], v: Any) -> npt.NDArray[np.bool_]:
+    """Which of ``values`` equal ``v`` (a block is usually all one value: counted, not compared)."""
+    n = values.count(v)
+    if n in (0, len(values)):
+        return np.full(len(values), n > 0, dtype=bool)
+    return np.fromiter(map(partial(eq, v), values), dtype=bool, count=len(values))
 
 
 def broken(recs: Sequence[Any]) -> npt.NDArray[np.int8]:
-    """Per record, the index in RULES of the first rule it breaks, or -1 (Rec or RequestRecord;
-    a warmup record: -1)."""
-    status = np.array(list(map(_STATUS, recs)))
-    out, asked = _exact(recs, "output_tokens"), _floats(recs, "requested_output_tokens")
-    t_send, t_end = _exact(recs, "t_send"), _exact(recs, "t_end")
-    t_first, t_last = _floats(recs, "t_first"), _floats(recs, "t_last")
-    e2e = _exact(recs, "e2e_s")
-    counted = np.array(list(map(_SOURCE, recs))) != SRC_CHUNKS
-    ok = status == OK
+    """Per record (Rec or RequestRecord), the index in RULES of the first rule it breaks, or -1 (a
+    warmup record: -1)."""
+    return broken_columns(
+        status=list(map(_STATUS, recs)),
+        source=list(map(_SOURCE, recs)),
+        phase=list(map(_PHASE, recs)),
+        **{name: _floats(recs, field) for name, field in _FIELDS.items()},
+    )
+
+
+# broken_columns' number arguments, and the record field each is
+_FIELDS = {
+    "tokens": "output_tokens",
+    "asked": "requested_output_tokens",
+    "t_send": "t_send",
+    "t_first": "t_first",
+    "t_last": "t_last",
+    "t_end": "t_end",
+    "e2e": "e2e_s",
+}
+
+
+def broken_columns(
+    *,
+    status: Sequence[Any],
+    source: Sequence[Any],
+    phase: Sequence[Any],
+    tokens: Floats,
+    asked: Floats,
+    t_send: Floats,
+    t_first: Floats,
+    t_last: Floats,
+    t_end: Floats,
+    e2e: Floats,
+) -> npt.NDArray[np.int8]:
+    """``broken`` of a block of records given as columns (a missing number: nan), as the reader of
+    records.jsonl holds them already (specload.analysis.columns): the rules are written once."""
+    counted = ~equal_to(source, SRC_CHUNKS)
+    ok = equal_to(status, OK)
     with np.errstate(invalid="ignore"):
         cap = asked + np.maximum(16.0, np.floor(asked / 4))  # overrun_cap, vectorised
-        tokens_ok = (out >= 0) & (asked >= 1) & (out <= cap)
+        tokens_ok = (tokens >= 0) & (asked >= 1) & (tokens <= cap)
         s = _TIME_SLACK_S
         first = np.isnan(t_first) | ((t_send <= t_first + s) & (t_first <= t_end + s))
         last = np.isnan(t_last) | ((t_last <= t_end + s) & (np.isnan(t_first) | (t_first <= t_last + s)))
         times_ok = np.isfinite(t_send) & np.isfinite(t_end) & (t_send <= t_end + s) & first & last
         e2e_ok = np.abs(e2e - (t_end - t_send)) <= 1e-3  # (rounded to the ms by older writers)
-    checks = (~(ok & counted) | (out == asked), tokens_ok, times_ok, e2e_ok)
-    measured = np.array(list(map(_PHASE, recs))) == PHASE_MEASURE
-    verdict = np.full(len(recs), -1, dtype=np.int8)
+    checks = (~(ok & counted) | (tokens == asked), tokens_ok, times_ok, e2e_ok)
+    measured = equal_to(phase, PHASE_MEASURE)
+    verdict = np.full(len(status), -1, dtype=np.int8)
     for i in range(len(checks) - 1, -1, -1):  # the first rule broken wins
         verdict[~checks[i] & measured] = i
     return verdict
@@ -102,19 +137,20 @@ class Validity:
         """``recs`` without the records that break a rule (the same list when none does)."""
         if not recs:
             return recs
-        verdict = broken(recs)
-        if not (verdict >= 0).any():
-            return recs
-        kept = []
-        for rec, v in zip(recs, verdict.tolist(), strict=True):
-            if v < 0:
-                kept.append(rec)
-                continue
-            rule = RULES[v]
+        mask = self.judge(recs, broken(recs))
+        return recs if mask is None else [r for r, k in zip(recs, mask.tolist(), strict=True) if k]
+
+    def judge(self, recs: Sequence[Any], verdict: npt.NDArray[np.int8]) -> npt.NDArray[np.bool_] | None:
+        """Count the records ``verdict`` (``broken``'s) finds broken; which to keep, or None: all."""
+        bad = verdict >= 0
+        if not bad.any():
+            return None
+        for i in np.flatnonzero(bad).tolist():
+            rule = RULES[verdict[i]]
             self.by_rule[rule] = self.by_rule.get(rule, 0) + 1
             if self.first is None:
-                self.first = describe(rec, rule)
-        return kept
+                self.first = describe(recs[i], rule)
+        return ~bad
 
     @property
     def invalid(self) -> int:
