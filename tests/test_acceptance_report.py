@@ -17,7 +17,10 @@ from tests.test_acceptance_sim import K3
 
 
 def _sweep(url: str, out: Path) -> Path:
+    """Samples of /metrics every 30 s, longer than the sweep: the periodic ones bound no level, and
+    the counters' figures come from the samples taken as each level closed."""
     args = ["--levels", "1,2", "--requests-per-level", "6", "--warmup-requests", "0", "--input-tokens", "16"]
+    args += ["--metrics-interval", "30"]
     return sim_sweep(url, out, *args, "--output-tokens", "64", "--read-timeout", "30").run_dir
 
 
@@ -35,6 +38,13 @@ def test_acceptance_in_report_json_csv_and_compare(
         assert a["histogram"] == [0, 0, 6, 90] and a["along"] == pytest.approx([1 + 47 / 16])
         assert a["sources"]["length"] == SPEC_VLLM and a["note"] is None
         assert lv["accept_length_source"] == SPEC_VLLM and lv["itl_unit"] == "token"
+        # the server's counters over the level, to its close sample: the same figures exactly
+        assert a["counter_length"] == pytest.approx(a["length"]) and a["counter_rate"] == pytest.approx(
+            a["rate"]
+        )
+        assert a["counter_per_position"] == pytest.approx(a["per_position"])
+    closes = [json.loads(line).get("closes") for line in (run / "server_samples.jsonl").open()]
+    assert sorted(c for c in closes if c is not None) == [0, 1]
     assert main(["report", str(run), "--format", "csv", "--no-write"]) == 0
     csv = capsys.readouterr().out.splitlines()
     header = csv[0].split(",")

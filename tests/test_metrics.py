@@ -618,3 +618,24 @@ def test_every_level_stats_field_that_is_computed_reaches_the_output() -> None:
     # The accept length and the prefix cache rate came from the records here: their other sources
     # (the server's counters) have tests of their own above and in test_mixstats.
     assert never == [], f"computed by no fill, or never kept: {never}"
+
+
+def test_a_levels_counters_end_at_its_close_sample() -> None:
+    """The counters' deltas end at the sample taken as the level closed (after its last request,
+    before the next level), not at the last periodic one inside it; another level's close, or one
+    before the window's end, is no such sample."""
+    from specload.analysis.metrics import counter_window_end
+
+    samples = [
+        ServerSample(t=9.0, closes=0),  # the level before
+        ServerSample(t=12.5),
+        ServerSample(t=14.0, closes=3),  # before the end: not a close of this window
+        ServerSample(t=15.2, closes=2),
+        ServerSample(t=15.1, closes=1),
+        ServerSample(t=16.0, closes=1),
+    ]
+    assert counter_window_end(samples, 1, 15.0) == 15.1
+    assert counter_window_end(samples, 3, 15.0) == 15.0
+    assert counter_window_end(samples, None, 15.0) == 15.0
+    assert ServerSample.from_dict({"t": 1.0, "closes": 2}) == ServerSample(t=1.0, closes=2)
+    assert ServerSample.from_dict({"t": 1.0, "closes": True}) == ServerSample(t=1.0)

@@ -294,6 +294,7 @@ class ServerSample:
     spec_verify_calls: float | None = None  # SGLang's cumulative verify steps
     generation_tokens: float | None = None  # SGLang's (and vLLM's) cumulative output tokens
     spec_accepted_per_pos: tuple[float, ...] | None = None  # vLLM's accepted tokens per draft position
+    closes: int | None = None  # taken as run.json level ``closes`` ended (MetricsSampler.sample_close)
 
     @classmethod
     def from_dict(cls, d: Any) -> ServerSample | None:
@@ -316,7 +317,13 @@ class ServerSample:
             spec_verify_calls=_num(d.get("spec_verify_calls")),
             generation_tokens=_num(d.get("generation_tokens")),
             spec_accepted_per_pos=_per_pos(d),
+            closes=_index(d.get("closes")),
         )
+
+
+def _index(v: Any) -> int | None:
+    """A level index as written (a whole number), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _per_pos(d: Mapping[str, Any]) -> tuple[float, ...] | None:
@@ -790,7 +797,8 @@ def level_stats(
     _fill_latency(s, c)
     if samples:
         _fill_server(s, samples, start, end)
-    s.acceptance = acceptance(c, samples or (), start, end)
+    counters_end = counter_window_end(samples or (), index, end)
+    s.acceptance = acceptance(c, samples or (), start, counters_end)
     if s.acceptance is not None:  # the table's Accept len: its length, from the per-request counts first
         s.accept_length = s.acceptance.length
         s.accept_length_source = s.acceptance.sources.get("length")
@@ -802,10 +810,20 @@ def level_stats(
     _fill_schedule(s, c)
     s.mix = mix_stats(c, s.wall_s)
     s.reasoning = reasoning_stats(c, s.wall_s)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples or (), start, end)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(
+        c, samples or (), start, end, counters_end
+    )
     for fill in FIGURES:
         fill(s, c)
     return s
+
+
+def counter_window_end(samples: Sequence[ServerSample], index: int | None, end: float) -> float:
+    """Where a level's counter deltas end: at the sample taken as level ``index`` closed (every one of
+    its requests back, the next level not begun: nothing else ran between ``end`` and it), else at
+    ``end``, whose last sample may come up to a sampling interval before the level's last steps."""
+    closing = [s.t for s in samples if index is not None and s.closes == index and s.t >= end]
+    return min(closing) if closing else end
 
 
 # More figures: each is called as ``fill(stats, columns)`` after the built-in ones, for every level

@@ -210,14 +210,14 @@ def cache_from_gauge(samples: Sequence[Any], start: float, end: float) -> float 
 
 
 def prefix_cache_rate(
-    c: LevelColumns, samples: Sequence[Any], start: float, end: float
+    c: LevelColumns, samples: Sequence[Any], start: float, end: float, counters_end: float | None = None
 ) -> tuple[float | None, str | None]:
-    """(hit rate, source): the records' own counts when the server gave them, else its counters,
-    else its gauge."""
+    """(hit rate, source): the records' own counts when the server gave them, else its counters
+    (their deltas up to ``counters_end``, metrics.counter_window_end; default ``end``), else its gauge."""
     n, cached, prompt = _cached(c)
     if n and prompt:
         return cached / prompt, CACHE_FROM_RECORDS
-    rate = cache_from_counters(samples, start, end)
+    rate = cache_from_counters(samples, start, end if counters_end is None else counters_end)
     if rate is not None:
         return rate, CACHE_FROM_COUNTERS
     rate = cache_from_gauge(samples, start, end)

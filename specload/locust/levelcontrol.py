@@ -54,6 +54,10 @@ class LevelControl:
         lv = self.ctrl.current if self.ctrl is not None else None
         return None if lv is None else lv.plan.index
 
+    def done_index(self) -> int:
+        """run.json's index of the level that ended last."""
+        return self._last_done().plan.index
+
     def _last_done(self) -> LevelProgress:
         assert self.ctrl is not None
         return next(x for x in reversed(self.ctrl.levels) if x.status == LevelStatus.COMPLETED)

@@ -485,6 +485,7 @@ class SweepOwner:
                 self.levels.log_level_start()
                 self.watch.clocks_for_level()
             elif change == Change.DONE:
+                self.recorder.sample_level_close(self.levels.done_index())
                 self.levels.log_level_done(self.client_figures)
                 if self.levels.capacity_step(self.client_figures):
                     self.recorder.write_capacity(self.levels.capacity)

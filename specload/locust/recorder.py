@@ -130,6 +130,11 @@ class RunRecorder:
         )
         return "sampled" if self.sampler.start() else "unavailable"
 
+    def sample_level_close(self, index: int) -> None:
+        """The server's counters as level ``index`` ends (MetricsSampler.sample_close)."""
+        if self.sampler is not None:
+            self.sampler.sample_close(index)
+
     def stop_sampler(self) -> None:
         if self.sampler is not None:
             self.sampler.stop()

@@ -67,8 +67,9 @@ class MetricsSampler:
         self.greenlet = gevent.spawn(self._loop)
         return True
 
-    def _write(self, values: dict[str, float | None]) -> None:
-        line = {"t": now(), "level": self.level_of(), **values}
+    def _write(self, values: dict[str, float | None], closes: int | None = None) -> None:
+        level = self.level_of() if closes is None else closes
+        line = {"t": now(), "level": level, **values, **({"closes": closes} if closes is not None else {})}
         try:
             with open(self.path, "ab") as f:
                 f.write(orjson.dumps(line) + b"\n")
@@ -89,6 +90,24 @@ class MetricsSampler:
                 continue
             if values is not None:
                 self._write(values)
+
+    def sample_close(self, index: int) -> None:
+        """One sample now, marked as closing run.json level ``index``: taken once every request of
+        that level is back and before the next begins, so a counter's delta over the level can end
+        at it (metrics.counter_window_end) instead of at the last periodic sample inside the level,
+        up to an interval before its end (vLLM ngram at C=1, 0.2 s samples: 11 % of the drafts)."""
+        if self.status != "sampling" or self.greenlet is None:
+            return
+
+        def once() -> None:
+            try:
+                values = self.fetch()
+            except Exception:  # noqa: BLE001 - the periodic samples still bound the level
+                return
+            if values is not None:
+                self._write(values, closes=index)
+
+        gevent.spawn(once)
 
     def stop(self) -> None:
         if self.greenlet is not None:
