@@ -38,7 +38,7 @@ install: $(VENV)/.installed
 # The fast suite: the simulator, real Locust processes, the web UI through its HTTP API (a few
 # minutes). Most tests wait on simulated timings, so more workers than cores (TEST_WORKERS); the
 # tests that share a module-scoped fixture stay on one worker (--dist loadgroup, tests/conftest.py).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 test: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
