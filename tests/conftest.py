@@ -85,9 +85,13 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM (CI cancelling a job, ``timeout``, a kill) ends the suite as Ctrl-C does: every
-    fixture's teardown runs and stops its processes, instead of leaving them running."""
+    fixture's teardown runs and stops its processes, instead of leaving them running. A suite run
+    as a background job of a non-interactive shell starts with SIGINT ignored, which every process
+    it starts would inherit: the tests that press Ctrl-C need it as a terminal delivers it."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class Procs:

@@ -287,13 +287,20 @@ def test_cancel_frees_kv_and_slot_in_queue_running_and_mid_step() -> None:
     assert s.kv_used == 0
 
 
+def _until(pred: Any, timeout: float = 10.0) -> None:
+    """Yield to the engine's greenlets until ``pred()`` holds (a fixed sleep is a guess at the load)."""
+    with gevent.Timeout(timeout, AssertionError(f"not within {timeout:g} s")):
+        while not pred():
+            gevent.sleep(0.001)
+
+
 def test_engine_generator_close_frees_kv() -> None:
     eng = BatchEngine(params(decode_ms=[[1, 2.0]], max_running_requests=1), time_scale=1.0)
     gen = eng.generate(100, 1000)
     assert next(gen) == ADMITTED
     assert next(gen).tokens >= 1
     waiting = gevent.spawn(lambda: list(eng.generate(10, 2)))
-    gevent.sleep(0.01)
+    _until(lambda: eng.queued == 1)  # the engine's loop has seen it (a loaded machine runs it late)
     assert (eng.running, eng.queued, eng.sched.kv_used) == (1, 1, 1100)
     gen.close()  # client gone
     assert eng.running == 0 and eng.sched.kv_used == 0
@@ -301,7 +308,7 @@ def test_engine_generator_close_frees_kv() -> None:
     assert got[0] == ADMITTED and sum(c.tokens for c in got) == 2
     assert (eng.running, eng.queued, eng.sched.kv_used) == (0, 0, 0)
     killed = gevent.spawn(lambda: list(eng.generate(10, 10_000)))
-    gevent.sleep(0.01)
+    _until(lambda: eng.running == 1)
     killed.kill()
     assert (eng.running, eng.queued, eng.sched.kv_used) == (0, 0, 0)
 
