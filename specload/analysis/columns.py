@@ -521,16 +521,17 @@ class _Reading:
         self.bad_fields: dict[str, int] = {}
         self.validity = Validity()  # records breaking the client's own rules: counted, left out
 
-    def block(self, buf: bytes, first_no: int) -> None:
+    def block(self, buf: bytes | memoryview, first_no: int) -> None:
         """Whole lines of the file, the first being line ``first_no``: decoded at once, or, when some
-        line is odd (torn, wrongly typed, an ``itl`` that is no list), each on its own."""
+        line is odd (torn, wrongly typed, an ``itl`` that is no list), each on its own. ``buf`` may be
+        a view of an immutable bytes (the records' ``itl`` texts point into it, no copy made)."""
         try:
             recs: list[Any] = _DECODER.decode_lines(buf)
             if recs and not _lists_or_null(list(map(_ITL, recs))):
                 raise msgspec.DecodeError  # an ``itl`` that is no list (Rec keeps it as text): the checks
         except msgspec.DecodeError:
             recs = []
-            for no, line in enumerate(buf.split(b"\n"), first_no):
+            for no, line in enumerate(bytes(buf).split(b"\n"), first_no):
                 rec = self._one(line, no)
                 if rec is not None:
                     recs.append(rec)
@@ -608,7 +609,7 @@ class _Reading:
                 buf = rest + chunk
                 cut = buf.rfind(b"\n") + 1
                 if cut:
-                    self.block(buf[:cut], no)
+                    self.block(memoryview(buf)[:cut], no)  # (a slice would copy the megabyte)
                     no += buf.count(b"\n", 0, cut)
                 rest = buf[cut:]
         if rest:
