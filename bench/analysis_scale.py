@@ -13,7 +13,7 @@ used of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the sa
 fixed part and the figures are scaled to 5M records along the line through both.
 
 Runs of 200k records or more are generated once into ``~/.cache/specload/bench`` (``--cache``) and
-reused: writing 2 x 5M records (~7 GB) takes minutes, the two runs are written by two processes.
+reused: writing 2 x 5M records (~10.5 GB) takes a minute or two, the two runs are written by two processes.
 
     .venv/bin/python -m bench.analysis_scale [--records 500000] [--keep DIR] [--cache DIR]
 """
