@@ -34,7 +34,7 @@ import orjson
 
 from specload.analysis import forked
 from specload.analysis.spectally import SpecTally
-from specload.analysis.validity import Validity, broken_columns
+from specload.analysis.validity import RULE_FIELDS, Validity, broken_columns
 from specload.core import histogram
 from specload.core.records import (
     OK,
@@ -137,17 +137,17 @@ _OPEN, _N = ord("["), ord("n")
 _SPEC_LISTS = attrgetter("spec_hist", "spec_along")
 _N_NUM = len(NUMBERS)
 _COL = {name: j for j, name in enumerate(NUMBERS)}
-# validity.broken_columns' number arguments, as NUMBERS columns
-_RULE_COLUMNS = {
-    "tokens": "tokens",
-    "asked": "req_out",
-    "t_send": "t_send",
-    "t_first": "t_first",
-    "t_last": "t_last",
-    "t_end": "t_end",
-    "e2e": "e2e",
-}
+# validity.broken_columns' number arguments, as the NUMBERS columns of their record fields
+_RULE_COLUMNS = {arg: _COL[name] for arg, f in RULE_FIELDS.items() for name, g in NUMBERS.items() if g == f}
+assert len(_RULE_COLUMNS) == len(RULE_FIELDS)
 _SOURCE = attrgetter("output_tokens_source")
+
+
+def _pick(
+    idx: list[int], recs: Sequence[Any], numbers: Floats2, phases: list[Any], status: list[Any]
+) -> tuple[list[Any], Floats2, list[Any], list[Any]]:
+    """Records ``idx`` of a block, with their rows of what was taken of them."""
+    return [recs[i] for i in idx], numbers[idx], [phases[i] for i in idx], [status[i] for i in idx]
 
 
 def _numbers(recs: Sequence[Any]) -> Floats2:
@@ -571,24 +571,21 @@ class _Reading:
             status=status,
             source=list(map(_SOURCE, recs)),
             phase=phases,
-            **{arg: numbers[:, _COL[name]] for arg, name in _RULE_COLUMNS.items()},
+            **{arg: numbers[:, j] for arg, j in _RULE_COLUMNS.items()},
         )
         keep = self.validity.judge(recs, verdict)
         if keep is not None:
             idx = np.flatnonzero(keep).tolist()
             if not idx:
                 return
-            recs, numbers = [recs[i] for i in idx], numbers[idx]
-            phases, status = [phases[i] for i in idx], [status[i] for i in idx]
+            recs, numbers, phases, status = _pick(idx, recs, numbers, phases, status)
         keys = list(map(_KEY, recs))
         if keys.count(keys[0]) == len(keys):  # a block is usually all one level
             self._group(keys[0])._extend(recs, numbers, phases, status)
             return
         for key in dict.fromkeys(keys):  # first-seen order, and a group's first key, as a dict has them
             idx = [i for i, k in enumerate(keys) if k == key]
-            self._group(key)._extend(
-                [recs[i] for i in idx], numbers[idx], [phases[i] for i in idx], [status[i] for i in idx]
-            )
+            self._group(key)._extend(*_pick(idx, recs, numbers, phases, status))
 
     def _group(self, key: GroupKey) -> LevelColumns:
         cols = self.groups.get(key)

@@ -67,12 +67,12 @@ def broken(recs: Sequence[Any]) -> npt.NDArray[np.int8]:
         status=list(map(_STATUS, recs)),
         source=list(map(_SOURCE, recs)),
         phase=list(map(_PHASE, recs)),
-        **{name: _floats(recs, field) for name, field in _FIELDS.items()},
+        **{name: _floats(recs, field) for name, field in RULE_FIELDS.items()},
     )
 
 
 # broken_columns' number arguments, and the record field each is
-_FIELDS = {
+RULE_FIELDS = {
     "tokens": "output_tokens",
     "asked": "requested_output_tokens",
     "t_send": "t_send",
