@@ -616,7 +616,8 @@ class _Reading:
 
     def merge(self, later: _Reading, lines: int) -> None:
         """The reading of the lines after this one's ``lines`` lines, as if this one had read on."""
-        for key, theirs in later.groups.items():
+        groups, later.groups = later.groups, {}  # held here alone: each part is let go of once joined
+        for key, theirs in groups.items():
             mine = self.groups.get(key)
             self.groups[key] = theirs if mine is None else LevelColumns.concat([mine, theirs])
         self.torn += [lines + no for no in later.torn]
@@ -708,6 +709,7 @@ def read_columns(
         if mid is None:
             reading.read(path)
         else:
+            _trim()  # (a page of free heap at the fork would be copied once either process wrote to it)
             with forked.Child[_Reading](lambda: _second_half(path, mid, qs), _send, _receive) as child:
                 lines = reading.read(path, 0, mid)
                 try:

@@ -896,15 +896,20 @@ def summary_rows(
 
 
 def summarize_rows(
-    rows: Sequence[Row],
+    rows: list[Row],
     samples: Sequence[ServerSample] | None = None,
     cap: int | None = None,
     slo: Slo | None = None,
 ) -> list[LevelStats]:
-    """The stats of each row (``slo``: each judged against it)."""
+    """The stats of each row (``slo``: each judged against it). The rows are taken out of ``rows``
+    as they are done, so that a level's columns can be let go of once its figures are made: the
+    last (and usually biggest) level's figures are then worked out without every other level's
+    columns still held."""
     samples = sorted(samples or [], key=lambda x: x.t)
     out = []
-    for row in rows:
+    rows.reverse()
+    while rows:
+        row = rows.pop()
         s = level_stats(
             row.columns,
             row.concurrency,

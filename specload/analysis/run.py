@@ -223,9 +223,8 @@ def load_run(
         levels, read_notes = saved.levels, saved.notices
     else:
         read_notes = []
-        groups = _read_columns(d, read_notes, chosen, processes)
-        levels = summarize_rows(summary_rows(groups, info.levels), samples, info.server.max_running, chosen)
-        del groups  # the columns: what stays of a run is its figures
+        rows = summary_rows(_read_columns(d, read_notes, chosen, processes), info.levels)
+        levels = summarize_rows(rows, samples, info.server.max_running, chosen)  # (takes the rows)
         if keep and savedfigures.worth_saving(d, info.status):
             savedfigures.save(d, key, levels, read_notes)
     apply_streamed(levels, read_streamed(d))  # tok/s over time from the streamed samples, where kept
