@@ -670,6 +670,7 @@ def _send(reading: _Reading, f: IO[bytes]) -> None:
     arrays.reverse()
     while arrays:
         pickle.dump(arrays.pop(), f, protocol=pickle.HIGHEST_PROTOCOL)
+        _trim()  # (its pages back to the system now: freed on the heap, they would stay the child's)
 
 
 def _receive(f: IO[bytes]) -> _Reading:
