@@ -263,6 +263,25 @@ def test_the_odd_file_has_what_it_should(odd_run: Path) -> None:
     assert any(c.labels["request_class"] != [None] for c in groups.values())
 
 
+@pytest.mark.parametrize("chunk", [97, 4096])
+def test_the_buffer_size_changes_nothing(odd_run: Path, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Read through a reused buffer shorter than a line (it grows) or a few lines long: the same
+    columns, the same notes, the same torn lines by number, as in megabyte chunks."""
+    path = str(odd_run / RECORDS)
+    want_notes: list[str] = []
+    want = read_columns(path, want_notes)
+    monkeypatch.setattr(columns, "_CHUNK_BYTES", chunk)
+    reading = columns._Reading()
+    assert reading.read(path) == len((odd_run / RECORDS).read_bytes().splitlines())
+    notes: list[str] = []
+    got = read_columns(path, notes)
+    assert notes == want_notes and reading.torn and list(got) == list(want)
+    for key, cols in got.items():
+        for name in ("t_send", "t_end", "tokens", "prompt"):
+            np.testing.assert_array_equal(cols.col(name), want[key].col(name))
+        assert cols.labels == want[key].labels and cols.itl == want[key].itl
+
+
 def test_records_without_the_newer_fields_read_as_version_1(tmp_path: Path) -> None:
     """Records written before the rate, workload and version fields existed take their defaults
     through the typed decoder (no record by record checks) and give the same figures."""
