@@ -151,6 +151,19 @@ def test_figures_round_trip_through_run_json_and_readers_judge_them_anew() -> No
     assert level_flags([LevelMeta(index=0, concurrency=256, client=stale)]) == {0: fig.flag()}
 
 
+def test_the_live_verdict_is_the_one_stored_and_read_back_at_a_rounding_edge() -> None:
+    """run.json keeps a mean in flight of 60.51 as 60.5: live, stored and judged anew by a reader,
+    the flag says 60 (the live figure said 61 and the report 60)."""
+    live = ClientFigures(256, {"local": load(0.9155, 5.0)}, 60.51, None)
+    assert "mean in flight 61 of 256" in (live.flag() or "")  # the unrounded figure's verdict
+    fig = live.as_stored()
+    d = fig.to_json()
+    back = ClientFigures.from_json(256, orjson.loads(orjson.dumps(d)))
+    assert back is not None and fig.flag() == d["flag"] == back.flag()
+    assert "mean in flight 60 of 256" in d["flag"] and "92% CPU" in d["flag"]
+    assert fig.as_stored() == fig
+
+
 # ---------------------------------------------------------------- the probe (no greenlet: ticks by hand)
 
 

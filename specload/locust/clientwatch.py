@@ -170,7 +170,7 @@ class ClientWatch:
             if final:
                 del self.traffic[index]  # every record is in: the figure is final, the spans can go
         mif, why, peak = cached[1] if cached is not None else (None, "no measured request", None)
-        return ClientFigures(lv.plan.concurrency, dict(procs), mif, why, peak)
+        return ClientFigures(lv.plan.concurrency, dict(procs), mif, why, peak).as_stored()
 
     # outages ----------------------------------------------------------------------------------
     def watch_outage(self, ctrl: SweepController, config: RunConfig) -> None:
