@@ -65,8 +65,11 @@ class RunDelay:
 
 def client_lateness_s(run: Any, index: int, worst: bool = False) -> float:
     """How late the client itself could have been during run.json level ``index``: the highest
-    event-loop lag p99 (``worst``: maximum) its Locust processes measured of themselves (run.json
-    ``levels[i].client``, specload.locust.clientload), in seconds; 0 where none was recorded.
+    event-loop lag p99 its Locust processes measured of themselves (run.json ``levels[i].client``,
+    specload.locust.clientload), in seconds; 0 where none was recorded. ``worst``: the most one
+    moment of the level could have been late, the highest lag maximum or, when higher, the longest
+    a process waited for a CPU in all (``cpu_wait`` x ``wall_s``, from schedstat: the lag is a
+    sample, a preemption between two samples shows only there).
 
     An end-to-end sweep's latencies are the simulator's exact timing plus the moments the client
     read them late. On a quiet machine the loop lags well under a millisecond and the bounds stay
@@ -79,5 +82,7 @@ def client_lateness_s(run: Any, index: int, worst: bool = False) -> float:
             fig = figures(lv)
             procs = fig.processes.values() if fig is not None else ()
             lags = [p.lag_max_ms if worst else p.lag_p99_ms for p in procs]
+            if worst:
+                lags += [p.cpu_wait * p.wall_s * 1e3 for p in procs if p.cpu_wait is not None]
             return max((x for x in lags if x is not None), default=0.0) / 1e3
     return 0.0

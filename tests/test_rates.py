@@ -215,8 +215,8 @@ def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
         )
         assert s.dists["ttft_sched"].n == 24 and s.dists["e2e_sched"].n == 24
         assert s.steady_tok_s is None  # closed-loop only
-        # Sends more than LATE_S after they were due: none, unless the client's own loop lagged
-        # that much in this level, and then the note says so.
+        # Sends more than LATE_S after they were due: none, unless the client's own loop lagged,
+        # or it waited for a CPU, that long in this level, and then the note says so.
         if client_lateness_s(run, s.index or 0, worst=True) < LATE_S:
             assert s.late_note is None, s.late_note
         elif s.late_note is not None:
