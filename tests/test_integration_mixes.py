@@ -20,6 +20,7 @@ from specload.workload.config import Scenario, load_scenario, scenario_from_dict
 from specload.workload.lengths import expected_mean, parse_dist
 from specload.workload.request import draw_request, request_classes
 from tests.conftest import specload_cmd
+from tests.rundelay import RunDelay, client_lateness_s
 
 FAST = ("--ttft-ms", "5", "--itl-ms", "1", "--max-running", "64", "--model", "m")
 # The client's own delay on a TTFT, on a 2-core box shared with the simulator and other tests: the
@@ -101,6 +102,7 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
         *FAST, "--prefill-us-per-token", "400", "--prefix-cache-tokens", "200000", "--metrics-style", "vllm"
     )
     common = ("--levels", "1", "--input-tokens", "512", "--output-tokens", "8", "--metrics-interval", "0.2")
+    waited = RunDelay([server.proc.pid], this_thread=False)
     shared = sweep(
         server.url,
         tmp_path / "shared",
@@ -114,13 +116,20 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
     )
     alone = sweep(server.url, tmp_path / "alone", *common, "--requests-per-level", "6", "--seed", "1")
     cold, warm = ttft + prefill * 512, ttft + prefill * (512 - 384)  # 209.8 ms, 56.2 ms
+    # A hit is under the midpoint, unless the simulator waited for a CPU, or the client lagged,
+    # longer than the gap to it in this sweep (a loaded machine).
+    slack = (cold - warm) / 2 + waited.s + client_lateness_s(shared, 0, worst=True)
     recs = sorted(measured(shared), key=lambda r: r.t_send)
     seen: set[int | None] = set()
     late: dict[bool, list[float]] = {True: [], False: []}  # TTFT - the model's, for hits and misses
     for r in recs:  # a group's first request computes its prefix; every later one finds it cached
         hit = r.prefix_group in seen
         seen.add(r.prefix_group)
-        assert r.ttft_s is not None and (r.ttft_s < (cold + warm) / 2) == hit, (r.prefix_group, r.ttft_s)
+        assert r.ttft_s is not None and r.ttft_s >= (cold if not hit else warm) - 0.0005, (
+            r.prefix_group,
+            r.ttft_s,
+        )
+        assert not hit or r.ttft_s < warm + slack, (r.prefix_group, r.ttft_s, slack)
         late[hit].append(r.ttft_s - (warm if hit else cold))
     assert seen == {0, 1} and len(late[False]) == 2
     late[False] += [r.ttft_s - cold for r in measured(alone) if r.ttft_s is not None]

@@ -309,9 +309,11 @@ def test_rate_levels_with_worker_processes_and_compare(sim, tmp_path: Path) -> N
 def test_arrivals_above_capacity_queue_at_the_server(sim, tmp_path: Path) -> None:
     """20 req/s into a server that runs 2 requests at once (capacity 2 / 0.29 s = 6.9 req/s): the
     client keeps to its schedule (no late sends), the server queues, and each TTFT is the FIFO
-    queue's answer: request k starts at s_k = max(a_k, s_{k-2} + E2E), TTFT = s_k - a_k + TTFT."""
+    queue's answer: request k starts at s_k = max(a_k, s_{k-2} + E2E), TTFT = s_k - a_k + TTFT.
+    On a loaded machine every slip of the simulator's timing stays in the queue: the bound widens
+    by all it waited for a CPU, and by the most the client could have sent late."""
     n, rate = 16, 20.0
-    run_dir = _sweep(
+    run_dir, server_wait_s = _sweep_waited(
         sim,
         tmp_path,
         "--rates",
@@ -324,12 +326,14 @@ def test_arrivals_above_capacity_queue_at_the_server(sim, tmp_path: Path) -> Non
         "32",
         sim_args=("--max-running", "2"),
     )
-    (s,) = load_run(run_dir).levels
-    assert s.sent == s.ok == n and s.late == 0
+    run = load_run(run_dir)
+    (s,) = run.levels
+    client_s = client_lateness_s(run, 0, worst=True)
+    assert s.sent == s.ok == n and (s.late == 0 or client_s >= LATE_S), (s.late, client_s)
     starts: list[float] = []
     for k in range(n):
         a = k / rate
         starts.append(max(a, starts[k - 2] + E2E_S) if k >= 2 else a)
     ttfts = sorted(st - k / rate + TTFT_MS / 1000 for k, st in enumerate(starts))
-    got = sorted(r.ttft_s for r in load_run(run_dir).records if r.phase == PHASE_MEASURE)  # type: ignore[misc]
-    assert got == pytest.approx(ttfts, abs=0.03)
+    got = sorted(r.ttft_s for r in run.records if r.phase == PHASE_MEASURE)  # type: ignore[misc]
+    assert got == pytest.approx(ttfts, abs=0.03 + server_wait_s + client_s), (server_wait_s, client_s)
