@@ -209,7 +209,8 @@ def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
         assert lags[len(lags) // 2] < 0.005, lags  # median send within 5 ms of its due time
         # The first to the last send: a client stalled at either end (a loaded machine) stretches
         # the span by as much as its worst lateness in the level, no more.
-        span_s = (len(mine) - 1) / rate + client_lateness_s(run, s.index or 0, worst=True)
+        worst_s = client_lateness_s(run, s.index or 0, worst=True)
+        span_s = (len(mine) - 1) / rate + worst_s
         assert (len(mine) - 1) / span_s * 0.95 <= (s.send_rate or 0.0) <= rate * 1.05, (s.send_rate, span_s)
         late_s = server_wait_s + client_lateness_s(run, s.index or 0)
         assert TTFT_MS * 0.97 <= (s.ttft_p50_ms or 0.0) <= TTFT_MS * 1.03 + late_s * 1e3, (
@@ -220,7 +221,7 @@ def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
         assert s.steady_tok_s is None  # closed-loop only
         # Sends more than LATE_S after they were due: none, unless the client's own loop lagged,
         # or it waited for a CPU, that long in this level, and then the note says so.
-        if client_lateness_s(run, s.index or 0, worst=True) < LATE_S:
+        if worst_s < LATE_S:
             assert s.late_note is None, s.late_note
         elif s.late_note is not None:
             assert "the client sent them late" in s.late_note, s.late_note
