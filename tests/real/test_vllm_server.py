@@ -200,12 +200,16 @@ def test_per_request_spec_decode_metrics_agree_with_the_counters(vllm_ngram) -> 
 
 
 def test_max_num_seqs_caps_the_running_requests(vllm_capped, tmp_path: Path) -> None:
-    """--max-num-seqs 2 at C=4: the engine runs 2 and queues the rest (the report's Srv run / queue max)."""
-    flags = ("--levels", "4", "--requests-per-level", "8", "--input-tokens", "64", "--output-tokens", "64")
+    """--max-num-seqs 2 at C=4: the engine runs 2 and queues the rest (the report's Srv run / queue max).
+
+    16 requests of 128 tokens: the engine keeps one core, and the server's frontend, the client and
+    its /metrics sampler share the other, so the samples come late (5 in a 10 s level at worst, of
+    one every 0.1 s); in a level of 8 requests of 64 tokens one run's samples all read 0."""
+    flags = ("--levels", "4", "--requests-per-level", "16", "--input-tokens", "64", "--output-tokens", "128")
     run_dir = run_sweep(
         vllm_capped, tmp_path / "out", *flags, "--metrics-interval", "0.1", "--label", "capped"
     )
-    check_ok(run_dir, 8, 64)
+    check_ok(run_dir, 16, 128)
     level = report_json(run_dir)[4]
     assert level["server_running_max"] == 2, level
     assert 1 <= level["server_queued_max"] <= 2, level
