@@ -8,13 +8,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from specload.analysis.cap import infer_cap, running_cap
+from specload.analysis.cap import infer_cap, running_cap, sparse_sampling_notes
 from specload.analysis.comparison import build_comparison
-from specload.analysis.metrics import ServerSample
-from specload.analysis.run import load_run
+from specload.analysis.metrics import LevelStats, ServerSample
+from specload.analysis.run import Run, load_run
 from specload.client.introspect import llamacpp_props, server_config, vllm_dev_config
-from specload.core.rundir import ServerInfo
+from specload.core.rundir import RunMeta, ServerInfo
 from specload.experiment.cap import command_cap, declare_command_cap
+from specload.present.report import _notes as report_notes
 from tests.conftest import specload_cmd
 
 
@@ -127,3 +128,34 @@ def test_a_vllm_server_in_dev_mode_says_its_cap(sim: Any) -> None:
     assert cfg["speculative_config"] is None
     cap = running_cap(ServerInfo(cfg), [])
     assert cap is not None and cap.how == ", read from vLLM /server_info scheduler_config.max_num_seqs"
+
+
+def test_a_level_whose_gauges_answered_seldom_is_named(tmp_path: Path) -> None:
+    """A vLLM frontend sharing a core with the client answered its /metrics 4 times in a level of
+    7.9 s asked every 0.1 s (each time as requests ended, its running gauge at 0): the report says
+    so beside the level's Srv run / queue figures. Half the asked samples is enough; a level asked
+    fewer than 10 times is not judged."""
+
+    def level(label: str, wall_s: float, n: int) -> LevelStats:
+        return LevelStats(concurrency=4, repeat=0, label=label, wall_s=wall_s, server_samples=n)
+
+    levels = [level("c004", 7.9, 4), level("c008", 7.9, 40), level("c016", 7.9, 39), level("c001", 0.9, 0)]
+    want = [
+        "c004: the server's /metrics answered 4 times in 7.9 s (asked every 0.1 s): Srv run and Srv "
+        "queue, and a cap inferred from them, come from those samples alone (a server busy with the "
+        "load answers late)",
+        "c016: the server's /metrics answered 39 times in 7.9 s (asked every 0.1 s): Srv run and Srv "
+        "queue, and a cap inferred from them, come from those samples alone (a server busy with the "
+        "load answers late)",
+    ]
+    assert sparse_sampling_notes(levels, 0.1) == want
+    assert sparse_sampling_notes(levels, 1.0) == []  # each level asked 8 times at most: not judged
+
+    def run(server_metrics: str, scenario: dict[str, Any]) -> Run:
+        return Run(tmp_path, {}, levels, info=RunMeta(server_metrics=server_metrics, scenario=scenario))
+
+    sampled = run("sampled", {"metrics_interval_s": 0.1})
+    assert sampled.sampling_notes() == want
+    assert all(n in report_notes(sampled) for n in want)
+    assert run("unavailable", {"metrics_interval_s": 0.1}).sampling_notes() == []
+    assert run("sampled", {}).sampling_notes() == []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specload.analysis.metrics import ServerSample
+from specload.analysis.metrics import LevelStats, ServerSample
 from specload.client.introspect import CAP_SOURCE
 from specload.core.rundir import ServerInfo
 
@@ -22,6 +22,11 @@ from specload.core.rundir import ServerInfo
 CAP_MIN_SAMPLES = 3
 # The share of the queued samples at the plateau's height (the rest are moments of admission).
 CAP_MIN_SHARE = 0.5
+# A level whose gauges were read fewer than this share of the times they were asked for is named:
+# its Srv run / queue figures come from those few samples. Levels asked fewer than
+# SAMPLED_MIN_ASKED times are not judged (one late answer is a large share of a few).
+SAMPLED_MIN_SHARE = 0.5
+SAMPLED_MIN_ASKED = 10
 
 
 @dataclass(frozen=True)
@@ -78,3 +83,25 @@ def running_cap(server: ServerInfo, samples: Sequence[ServerSample]) -> RunningC
         f"max_running_requests {value} inferred: the server did not say its cap, and its running gauge held "
         f"{value} while its queue gauge was above zero ({at} of {n} samples with a queue)",
     )
+
+
+def sparse_sampling_notes(levels: Sequence[LevelStats], interval_s: float) -> list[str]:
+    """One note per level whose server gauges answered fewer than SAMPLED_MIN_SHARE of the times
+    they were asked for (every ``interval_s`` over the level's wall time).
+
+    A server busy with the load answers its /metrics late: a vLLM frontend that shares a core with
+    the client answered 4 times in a level of 8 s asked every 0.1 s, each time as requests ended,
+    and its running gauge read 0 at all four. Its Srv run max of 0 then says nothing about the
+    level, and the cap inferred from the gauges has few samples to go on."""
+    notes = []
+    for s in levels:
+        if not s.wall_s or interval_s <= 0:
+            continue
+        asked = s.wall_s / interval_s
+        if asked >= SAMPLED_MIN_ASKED and s.server_samples < SAMPLED_MIN_SHARE * asked:
+            notes.append(
+                f"{s.label}: the server's /metrics answered {s.server_samples} times in {s.wall_s:.1f} s "
+                f"(asked every {interval_s:g} s): Srv run and Srv queue, and a cap inferred from them, "
+                "come from those samples alone (a server busy with the load answers late)"
+            )
+    return notes

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specload.analysis import forked, savedfigures
-from specload.analysis.cap import RunningCap, running_cap
+from specload.analysis.cap import RunningCap, running_cap, sparse_sampling_notes
 from specload.analysis.capacity import (
     CAPACITY_JSON,
     KIND_CONCURRENCY,
@@ -96,6 +96,13 @@ class Run:
             f"C={c} exceeds the server's max_running_requests ({cap.value}{cap.how}): the excess requests queue"
             for c in over
         ]
+
+    def sampling_notes(self) -> list[str]:
+        """Levels whose server gauges were read less than half as often as asked (cap.sparse_sampling_notes)."""
+        interval = self.info.scenario.get("metrics_interval_s")
+        if self.info.server_metrics != "sampled" or not isinstance(interval, int | float):
+            return []
+        return sparse_sampling_notes(self.levels, float(interval))
 
     def capacity(self) -> Capacity | None:
         """The highest level that met the SLO, bracketed (specload.analysis.capacity.capacity_of); None without an SLO."""

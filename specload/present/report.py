@@ -769,6 +769,7 @@ def _notes(run: Run) -> list[str]:
     notes += _level_meta_notes(run)
     notes += _client_notes(run)
     notes += run.max_running_notes()
+    notes += run.sampling_notes()
     notes += _slo_notes(run.levels)
     notes += _accept_note(run.levels)
     caveat = acceptance_caveat(run)  # beside the acceptance: random prompts overstate it
