@@ -160,6 +160,7 @@ def test_multi_turn_conversations_resend_their_history(sim, tmp_path: Path, back
         "--chat-template-tokens",
         str(template),
     )
+    waited = RunDelay([server.proc.pid], this_thread=False)
     run = sweep(
         server.url,
         tmp_path,
@@ -201,7 +202,10 @@ def test_multi_turn_conversations_resend_their_history(sim, tmp_path: Path, back
             units_before = units + r.output_tokens
             assert r.ttft_s is not None
             late.append(r.ttft_s - (0.005 + 0.0002 * (r.prompt_tokens - (r.cached_tokens or 0))))
-    assert min(late) >= -0.0005 and statistics.median(late) <= LATE_S, late
+    # The simulator's timing is exact; the client's stamps may be late by what the machine's load
+    # made the simulator or the client wait for a CPU, measured here (a loaded run: median 8.3 ms).
+    slack = waited.s + client_lateness_s(run, 0, worst=True)
+    assert min(late) >= -0.0005 and statistics.median(late) <= LATE_S + slack, (late, slack)
     (s,) = run.levels
     assert [g.key for g in s.mix.turns] == [0, 1, 2] and s.mix.turns[0].prefix_cache_hit_rate == 0
     assert s.mix.turns[2].prefix_cache_hit_rate > 0.7 and s.prefix_cache_source == "records"
