@@ -52,6 +52,7 @@ from specload.core.records import (  # noqa: E402
     derived,
     level_label,
     make_record,
+    record_line,
 )
 from specload.core.rundir import LevelMeta, RunMeta, ServerInfo, write_run_meta  # noqa: E402
 
@@ -62,7 +63,7 @@ T0 = 1_764_475_200.0
 GOAL_RECORDS = 5_000_000
 GOAL_S = 60.0
 GOAL_MB = 1000.0
-GENERATOR = 2  # the version of what make_run writes: a cached run of another version is written anew
+GENERATOR = 3  # the version of what make_run writes: a cached run of another version is written anew
 CACHE = Path.home() / ".cache" / "specload" / "bench"
 CACHE_FROM = 200_000  # runs at least this big are cached
 KEPT = "compare of kept figures"  # compare of two runs whose figures a former reading kept
@@ -76,7 +77,7 @@ def _itl_mean(c: int, speed: float) -> float:
 def _record(
     level: int, c: int, seq: int, phase: str, t_send: float, rng: random.Random, speed: float
 ) -> dict:
-    """One record as the dict ``RequestRecord.to_json`` would write (checked against make_record)."""
+    """One record as ``RequestRecord.to_dict`` gives it (checked against make_record)."""
     status, reason, tokens, http = OK, None, OUTPUT if phase == PHASE_MEASURE else 100, 200
     u = rng.random()
     if u < 0.001:
@@ -179,7 +180,7 @@ def _check_schema() -> None:
         if k not in ("ttft_s", "e2e_s", "tpot_s", "per_request_tok_s", "decode_tok_s")
     }
     rec = make_record(**kw)
-    assert list(d) == _FIELDS and orjson.dumps(d) == rec.to_json(), "records drifted from RequestRecord"
+    assert list(d) == _FIELDS and record_line(d) == rec.to_json(), "records drifted from RequestRecord"
 
 
 def per_level(n: int) -> list[int]:
@@ -199,7 +200,7 @@ def make_run(run_dir: Path, n: int, label: str, speed: float, seed: int) -> None
     levels: list[LevelMeta] = []
     entries = []
     t = T0
-    dumps = orjson.dumps
+    dumps = record_line
     with open(run_dir / "records.jsonl", "wb") as f:
         buf: list[bytes] = []
         for idx, (c, budget) in enumerate(zip(LEVELS, per_level(n), strict=True)):
@@ -307,20 +308,20 @@ def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:  # type
     else:
         log(f"analysis scale: runs of {n:,} records found in {where}")
     for d in dirs:
-        missing = _missing_fields(d)
-        if missing:
+        version = _version(d)
+        if version != SCHEMA_VERSION:
             log(
-                f"analysis scale: {d.name} was written before {', '.join(missing)} were record fields: it is read "
-                "as an older run directory is (--no-cache, or remove it, for records of today's schema)"
+                f"analysis scale: {d.name} holds records of schema version {version}, not {SCHEMA_VERSION}: it is "
+                "read as an older run directory is (--no-cache, or remove it, for records of today's schema)"
             )
     return dirs, time.perf_counter() - t0
 
 
-def _missing_fields(run_dir: Path) -> list[str]:
-    """The fields of today's RequestRecord that the run's first record lacks (a cache of an older schema)."""
+def _version(run_dir: Path) -> int:
+    """The schema version of the run's first record (a cache may hold records of an older one)."""
     with open(run_dir / "records.jsonl", "rb") as f:
         first = orjson.loads(f.readline() or b"{}")
-    return [name for name in _FIELDS if name not in first]
+    return int(first.get("v", 1))
 
 
 @dataclass

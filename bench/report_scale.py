@@ -35,7 +35,16 @@ from typing import BinaryIO
 import orjson
 
 from specload.core import histogram
-from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, SRC_META, make_record
+from specload.core.records import (
+    FAILED,
+    OK,
+    PHASE_MEASURE,
+    PHASE_WARMUP,
+    SHORT,
+    SRC_META,
+    make_record,
+    record_line,
+)
 from specload.core.rundir import RECORDS, SERVER_SAMPLES, LevelMeta, RunMeta, ServerInfo, write_run_meta
 
 FIELDS = None  # RequestRecord field names, filled on first use
@@ -117,7 +126,7 @@ def _run_level(
             return
         d = _record(rng, li, c, phase, sent[phase], ts, cap)
         sent[phase] += 1
-        heapq.heappush(heap, (d["t_end"], user, orjson.dumps(d)))
+        heapq.heappush(heap, (d["t_end"], user, record_line(d)))
 
     for u in range(c):
         send(start + u * 0.0005, u)

@@ -114,7 +114,7 @@ def test_old_records_still_read(tmp_path: Path) -> None:
     path.write_text(json.dumps(old) + "\n" + new.to_json().decode() + "\n")
     a, b = read_records(str(path))
     assert (
-        a.spec_accepted is None and a.v == 2 and b.spec_hist == [0, 0, 1, 15] and b.v == SCHEMA_VERSION == 3
+        a.spec_accepted is None and a.v == 2 and b.spec_hist == [0, 0, 1, 15] and b.v == SCHEMA_VERSION == 4
     )
     cols = next(iter(read_columns(str(path)).values()))
     assert cols.spec.hist.tolist() == [0, 0, 1, 15] and cols.spec.hist_requests == 1

@@ -27,13 +27,16 @@ from specload.analysis.run import load_run
 from specload.analysis.validity import Validity
 from specload.core import histogram
 from specload.core.records import (
+    NULLABLE,
     OK,
     PHASE_MEASURE,
+    SCHEMA_VERSION,
     SRC_CHUNKS,
     SRC_META,
     RequestRecord,
     make_record,
     read_records,
+    record_line,
 )
 from specload.core.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, write_run_meta
 from specload.core.slo import SloTally, parse_slo
@@ -282,6 +285,30 @@ def test_the_buffer_size_changes_nothing(odd_run: Path, monkeypatch: pytest.Monk
         assert cols.labels == want[key].labels and cols.itl == want[key].itl
 
 
+def test_records_written_without_their_nulls_read_as_with_them(tmp_path: Path) -> None:
+    """A line leaves its null fields out (schema 4): the typed decoder, the record-by-record reading
+    and the figures take each missing one as null, as from a line that wrote it (schema 3)."""
+    recs = [r for r in odd_records(random.Random(12), 200) if r["level"] < 4]
+    assert any(r[name] is None for r in recs for name in NULLABLE)
+    full, slim = tmp_path / "full", tmp_path / "slim"
+    for d, line in ((full, orjson.dumps), (slim, record_line)):
+        d.mkdir()
+        (d / RECORDS).write_bytes(b"\n".join(map(line, recs)) + b"\n")
+    text = (slim / RECORDS).read_bytes()
+    assert b"null" not in text and len(text) < 0.8 * (full / RECORDS).stat().st_size
+    for r in recs:
+        assert columns._DECODER.decode(record_line(r)) == columns._DECODER.decode(orjson.dumps(r))
+        assert RequestRecord.from_dict(orjson.loads(record_line(r))) == RequestRecord.from_dict(r)
+    notes_full: list[str] = []
+    notes_slim: list[str] = []
+    assert read_records(str(slim / RECORDS), notes_slim) == read_records(str(full / RECORDS), notes_full)
+    assert notes_full == notes_slim == []
+    a, b = load_run(full, slo=None), load_run(slim, slo=None)
+    assert a.notices == b.notices
+    for x, y in zip(a.levels, b.levels, strict=True):
+        assert asdict(x) == asdict(y)
+
+
 def test_records_without_the_newer_fields_read_as_version_1(tmp_path: Path) -> None:
     """Records written before the rate, workload and version fields existed take their defaults
     through the typed decoder (no record by record checks) and give the same figures."""
@@ -291,7 +318,7 @@ def test_records_without_the_newer_fields_read_as_version_1(tmp_path: Path) -> N
     now = tmp_path / "now"
     now.mkdir()
     (now / RECORDS).write_bytes(b"\n".join(map(orjson.dumps, recs)) + b"\n")
-    assert all(r["v"] == 3 for r in recs)
+    assert all(r["v"] == SCHEMA_VERSION for r in recs)
     for r in recs:
         for name in newer:
             del r[name]

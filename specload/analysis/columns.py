@@ -38,6 +38,7 @@ from specload.analysis.spectally import SpecTally
 from specload.analysis.validity import RULE_FIELDS, Validity, broken_columns
 from specload.core import histogram
 from specload.core.records import (
+    NULLABLE,
     OK,
     PHASE_MEASURE,
     PHASE_WARMUP,
@@ -60,7 +61,8 @@ _NULL = msgspec.Raw(b"null")
 
 def _typed(record: type[RequestRecord]) -> type[msgspec.Struct]:
     """``Rec``: RequestRecord's fields with their types and defaults, as a msgspec Struct, so the
-    schema is written once (core.records). Two fields differ on purpose: ``itl`` stays JSON text
+    schema is written once (core.records). A field that may be null defaults to None (a line leaves
+    it out when it is: schema version 4). Two fields differ on purpose: ``itl`` stays JSON text
     (its pairs are summed from it in bulk, no list per pair), and ``v`` defaults to 1, the version
     of records written without it."""
     hints = typing.get_type_hints(record)
@@ -74,6 +76,8 @@ def _typed(record: type[RequestRecord]) -> type[msgspec.Struct]:
             fields.append((f.name, hints[f.name], f.default))
         elif f.default_factory is not dataclasses.MISSING:
             fields.append((f.name, hints[f.name], msgspec.field(default_factory=f.default_factory)))
+        elif f.name in NULLABLE:
+            fields.append((f.name, hints[f.name], None))
         else:
             fields.append((f.name, hints[f.name]))
     return msgspec.defstruct("Rec", fields, kw_only=True)

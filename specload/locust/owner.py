@@ -407,10 +407,12 @@ class SweepOwner:
         if self._admitted(msg.node_id, m.ticket, m.auth, "record"):
             self.take_record(msg.node_id, rec, m.ticket, m.record)
 
-    def take_record(self, node: str, rec: RequestRecord, ticket: str, line: Any) -> None:
+    def take_record(
+        self, node: str, rec: RequestRecord, ticket: str, line: RequestRecord | dict[str, Any]
+    ) -> None:
         """A finished request's record from process ``node`` (a message, or a call in a local run);
-        ``line`` is what records.jsonl gets: the record's dict, or the record itself (orjson writes
-        a dataclass as the same bytes as its ``asdict``)."""
+        ``line`` is what records.jsonl gets (records.record_line): the record's dict as shipped, or
+        the record itself."""
         if not self.desk.redeem(node, (rec.level, rec.phase, rec.seq), ticket):
             # Only a ticket this owner granted to that process, and only once: a forged or repeated
             # record (or one for a ticket already written off) never reaches the counts.

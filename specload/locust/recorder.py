@@ -24,6 +24,7 @@ from specload.analysis.live import LiveRun
 from specload.analysis.metrics import ServerSample
 from specload.analysis.streamed import STREAMED, StreamTally
 from specload.client.http import redact_host
+from specload.core.records import RequestRecord, record_line
 from specload.core.rundir import (
     LOCUST_PREFIX,
     RUN_RUNNING,
@@ -141,12 +142,12 @@ class RunRecorder:
             self.sampler = None
 
     # writes -----------------------------------------------------------------------------------
-    def write_record(self, line: Any) -> None:
-        """One line of records.jsonl: the record's dict, or the record itself (orjson writes a
-        dataclass as the same bytes as its ``asdict``). Nothing more once a write failed."""
+    def write_record(self, rec: RequestRecord | dict[str, Any]) -> None:
+        """One line of records.jsonl: the record, or its dict as a worker shipped it. Nothing more
+        once a write failed."""
         if self.writer is not None and self.write_error is None:
             try:
-                self.writer.write(line)
+                self.writer.write(record_line(rec))
             except OSError as e:
                 self.cannot_write("records.jsonl", e)
 
