@@ -5,15 +5,16 @@ per-request figure from ``specload.core.records.derived``, run.json through ``sp
 locust.json whose counts agree): a closed-loop sweep over C = 1 ... 512 in which every level lasts
 the same time (as with a per-level duration: the records of a level are proportional to its
 throughput, so C = 512 has the most), 1000-token outputs with a ~10-bin ITL histogram each, 0.1%
-failed and 0.1% short, the second run 10% faster to decode. Then runs, each in a fresh process,
-``specload report A --no-write`` and ``specload compare A B --no-plot`` and measures the command
+failed and 0.1% short, the second run 10% faster to decode. Then runs, each in a fresh process with
+the records it reads dropped from the page cache first (a cold read), ``specload report A
+--no-write --reread`` and ``specload compare A B --no-plot --reread``, and measures the command
 and any process it forks: wall seconds, CPU seconds (rusage), the command's own peak RSS (rusage)
 and the peak of the processes' memory together (the sum of their PSS, sampled every 0.1 s), and what other processes
 used of the machine meanwhile (/proc/stat). Without ``--records 5000000`` the same at N / 10 gives the
 fixed part and the figures are scaled to 5M records along the line through both.
 
 Runs of 200k records or more are generated once into ``~/.cache/specload/bench`` (``--cache``) and
-reused: writing 2 x 5M records (~10.5 GB) takes a minute or two, the two runs are written by two processes.
+reused: writing 2 x 5M records (~7 GB) takes a minute or two, the two runs are written by two processes.
 
     .venv/bin/python -m bench.analysis_scale [--records 500000] [--keep DIR] [--cache DIR]
 """
@@ -420,6 +421,18 @@ def timed(cmd: list[str], what: str, records: int, log: Path) -> Timed:
     )
 
 
+def evict(*runs: Path) -> None:
+    """Let go of the runs' records in the page cache, so that the command reads them from the disk
+    (the goal is a cold read): the kernel drops a file's clean cached pages on POSIX_FADV_DONTNEED
+    (the runs were synced once written)."""
+    for d in runs:
+        fd = os.open(d / "records.jsonl", os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
 def report_cmd(a: Path) -> list[str]:
     return [sys.executable, "-m", "specload", "report", str(a), "--no-write", "--reread"]
 
@@ -479,8 +492,10 @@ def measure(
         where = cache if cache is not None and size >= CACHE_FROM else work
         (a, b), made_s = prepare(size, where, log)
         gen_s += made_s
-        log(f"analysis scale: specload report / compare on {size:,} records ...")
+        log(f"analysis scale: specload report / compare on {size:,} records, read cold ...")
+        evict(a)
         out["report"].append(timed(report_cmd(a), "report", size, work / f"report-{size}.log"))
+        evict(a, b)
         out["compare"].append(
             timed(compare_cmd(a, b, work / f"cmp-{size}"), "compare", size, work / f"compare-{size}.log")
         )

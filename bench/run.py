@@ -12,7 +12,7 @@ they are (1 only when something could not be measured). The machine's other load
 with the figures; CPU *time* per unit of work is little affected by it, wall-clock figures are.
 
     .venv/bin/python -m bench.run                     # ~3 min: three levels, 500k-record runs
-    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~10.5 GB of cached runs)
+    .venv/bin/python -m bench.run --records 5000000   # the analysis goal at full size (~7 GB of cached runs)
     .venv/bin/python -m bench.run --quick             # a smoke run: one tiny level, 20k records
 """
 

@@ -1,10 +1,10 @@
 """A second core for report and compare: work done in a forked copy of this process.
 
-Why it stays: decoding records.jsonl is most of a report's time (msgspec, ~5 µs a record of the
-bench's 850-byte records; every figure after it takes ~1 µs a record with numpy). On the bench's
-500k-record run one process took 9.2 s of CPU to read it on a loaded 2-core machine (docs/bench.md),
-which puts 5M records at ~90 s: over the 60 s goal. ``columns.read_columns(processes=2)`` reads the
-second half of a big file in a child made here, at the same time as the first half.
+Why it stays: decoding records.jsonl is most of a report's time (msgspec; every figure after it
+takes ~1 µs a record with numpy). ``compare`` of the bench's two 5M-record runs takes 74-84 s of
+CPU (docs/bench.md): in one process, over the 60 s goal; over two cores, 44-51 s read cold.
+``columns.read_columns(processes=2)`` reads the second half of a big file in a child made here, at
+the same time as the first half.
 
 ``Child(fn)`` forks; the child computes ``fn()``, sends the value back pickled through a pipe and
 exits; ``result()`` waits for it. The child starts with the parent's memory as it was at the fork

@@ -1,10 +1,11 @@
 """A big run's per-level figures kept beside its records (``figures.msgpack``).
 
-Why it exists: decoding records.jsonl costs ~10 µs a record on a 2-core machine (docs/bench.md), so
-comparing two 5M-record runs spends ~100 s of CPU before the first figure, while the figures
-themselves are a few KB to a few MB. ``load_run`` therefore keeps what it computed from a big
-records file (each level's LevelStats and the reading's notes) and uses it again only while
-everything it came from is unchanged:
+Why it exists: decoding records.jsonl costs ~8 µs of CPU a record (docs/bench.md), so comparing
+two 5M-record runs spends 74-84 s of CPU before the first figure (44-51 s over two cores, near the
+60 s goal, and over it on a slower or busier machine), while the figures themselves are a few KB
+to a few MB: read from here, that compare takes 0.6 s. ``load_run`` therefore keeps what it
+computed from a big records file (each level's LevelStats and the reading's notes) and uses it
+again only while everything it came from is unchanged:
 
 - run.json, records.jsonl and server_samples.jsonl (each file's size and modification time),
 - the SLO the levels were judged against,
