@@ -6,7 +6,8 @@ machine (both cores busy, other suites running) a process that is ready to run m
 for a core, and no bound a few ms wide holds. Linux counts that wait per thread
 (``/proc/PID/task/TID/schedstat``, second field: ns runnable but not running), so a test bounds
 lateness by its quiet-machine tolerance *plus the wait measured over the same interval*, in the
-processes that produce and read the timings. A fault in the code (drift, a wrong origin, a delay
+processes that produce and read the timings (and, on a virtual machine, the time its hypervisor
+ran something else: /proc/stat's steal). A fault in the code (drift, a wrong origin, a delay
 added on every token) still shows on a quiet machine as it did, and on a loaded one whenever the
 fault is larger than the wait; the load alone can no longer fail the test, and no retry is needed.
 
@@ -17,7 +18,6 @@ bounds are the quiet-machine ones.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,20 +42,34 @@ def waited_ns(pid: int, tid: int | None = None) -> int:
     return sum(_read_ns(t / "schedstat") for t in tasks)
 
 
+def steal_ns() -> int:
+    """Nanoseconds the hypervisor gave this machine's CPUs to someone else while they had work
+    (/proc/stat ``steal``, every CPU, counted in clock ticks): a virtual machine's process is
+    late by that too, and no schedstat of its own shows it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 class RunDelay:
-    """The run-queue wait accrued since construction by this thread (the one that reads the
-    timings) and every thread of the processes ``pids`` (the servers that produce them).
+    """The run-queue wait accrued since construction by this process (``this_thread``: the one
+    that reads the timings; every thread of it, since one that holds the GIL and waits for a CPU
+    delays the reader too), every thread of the processes ``pids`` (the servers that produce
+    them), and the machine's steal time (steal_ns).
 
     Threads that end in between drop out of the sum; the result is clamped at 0."""
 
     def __init__(self, pids: Iterable[int] = (), *, this_thread: bool = True) -> None:
         self._pids = tuple(pids)
-        self._tid = threading.get_native_id() if this_thread else None
+        self._own = this_thread
         self._start = self._now()
 
     def _now(self) -> int:
-        own = waited_ns(os.getpid(), self._tid) if self._tid is not None else 0
-        return own + sum(waited_ns(p) for p in self._pids)
+        own = waited_ns(os.getpid()) if self._own else 0
+        return own + sum(waited_ns(p) for p in self._pids) + steal_ns()
 
     @property
     def s(self) -> float:

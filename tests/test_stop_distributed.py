@@ -18,6 +18,7 @@ import pytest
 
 from specload.core.records import read_records
 from tests.conftest import Procs, free_port, specload_cmd, wait_until
+from tests.test_stop import children
 
 SIM = ("--ttft-ms", "20", "--itl-ms", "5", "--model", "m")
 LONG = (
@@ -41,7 +42,7 @@ def _started(out: Path, n: int = 4) -> bool:
     return any(len(read_records(str(p))) >= n for p in out.glob("*/records.jsonl"))
 
 
-def _check_every_record_kept(out: Path) -> None:
+def _check_every_record_kept(out: Path, log: str) -> None:
     (run_dir,) = out.iterdir()
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "interrupted", meta["status"]
@@ -51,7 +52,10 @@ def _check_every_record_kept(out: Path) -> None:
     assert lv["granted"] == lv["received"] == len(recs), (lv, len(recs))
     assert len({r.seq for r in recs}) == len(recs)  # one record per request
     # The requests in flight at the signal finished within the grace period.
-    assert all(r.status == "ok" for r in recs), [r.reason for r in recs if r.status != "ok"][:5]
+    assert all(r.status == "ok" for r in recs), (
+        [r.reason for r in recs if r.status != "ok"][:5],
+        log[-4000:],
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["term", "int", "kill"])
@@ -65,10 +69,16 @@ def test_stopping_a_processes_sweep_keeps_every_record(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_until(lambda: _started(out), 90, "records")
+    (locust_pid,) = children(parent.pid)
     os.kill(parent.pid, sig)
     parent.wait(timeout=60)
+    if sig == signal.SIGKILL:
+        # A dead parent's death signal comes once per thread of it: a SIGTERM after the first is
+        # that repeat, never a second stop that cuts the requests in flight.
+        wait_until(lambda: "SIGTERM: stopping" in procs.log(parent), 30, "the first SIGTERM")
+        os.kill(locust_pid, signal.SIGTERM)
     wait_until(lambda: any(p.exists() for p in out.glob("*/report.md")), 30, "report.md")
-    _check_every_record_kept(out)
+    _check_every_record_kept(out, procs.log(parent))
 
 
 def cluster(  # type: ignore[no-untyped-def]
@@ -113,7 +123,7 @@ def test_stopping_the_master_of_two_workers_keeps_every_record(sim, procs: Procs
     os.kill(master.pid, signal.SIGTERM)  # as Kubernetes and CI stop a master Job
     master.wait(timeout=60)
     wait_until(lambda: any(p.exists() for p in out.glob("*/report.md")), 30, "report.md")
-    _check_every_record_kept(out)
+    _check_every_record_kept(out, procs.log(master))
     assert "in flight sent no record" not in procs.log(master)
 
 
@@ -125,5 +135,5 @@ def test_a_worker_stopped_by_sigterm_ships_its_records_first(sim, procs: Procs, 
     assert "was lost with" not in log, log[-3000:]  # nothing written off: its records all came
     os.kill(master.pid, signal.SIGTERM)
     master.wait(timeout=60)
-    _check_every_record_kept(out)
+    _check_every_record_kept(out, procs.log(master))
     assert "was lost with" not in procs.log(master)

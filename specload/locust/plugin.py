@@ -47,6 +47,43 @@ DEFAULT_GRACE_S = 10.0
 _PARENT = os.getppid()
 
 
+def _parent_is_forker() -> None:
+    """In a child forked from this process (Locust's --processes workers): its parent is the forker."""
+    global _PARENT  # noqa: PLW0603 - one value per process, reset where the process begins
+    _PARENT = os.getppid()
+
+
+os.register_at_fork(after_in_child=_parent_is_forker)
+
+# A parent that dies sends its parent-death signal (specload.launch.child_setup) once for each of
+# its threads as they exit: Linux hands the child to the next live thread and signals it again. A
+# killed `specload sweep` gave its Locust two SIGTERMs 16 ms apart, and the second cut the requests
+# in flight. So once the parent is dead, a SIGTERM after the first is that death again, not a
+# second stop signal; SIGINT still cuts.
+
+
+def _parent_dead() -> bool:
+    """Whether the process that started this one has exited (reaped, or a zombie)."""
+    if os.getppid() != _PARENT:
+        return True
+    try:
+        with open(f"/proc/{_PARENT}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return not os.path.isdir("/proc/self")  # no /proc: only the re-parenting above tells
+    return state in ("Z", "X")
+
+
+def _repeated_death(sig: signal.Signals, seen: list[int]) -> bool:
+    """Whether ``sig`` is the parent's death signalled again, not a second stop signal."""
+    if sig == signal.SIGTERM and seen and _parent_dead():
+        logger.info(
+            "SIGTERM again with the parent gone (its exit signals once per thread): the same stop; SIGINT cuts"
+        )
+        return True
+    return False
+
+
 def _owns_sweep(environment: Any) -> bool:
     return isinstance(environment.runner, LocalRunner | MasterRunner)
 
@@ -136,6 +173,8 @@ def _install_stop_signals(environment: Any) -> None:
     owner = sweep_owner(environment)
 
     def on_signal(sig: signal.Signals) -> None:
+        if _repeated_death(sig, signals_seen):
+            return
         signals_seen.append(sig)
         master = isinstance(environment.runner, MasterRunner)
         if len(signals_seen) == 1:
@@ -205,6 +244,8 @@ def _install_worker_stop_signals(environment: Any) -> None:
     environment.events.quitting.add_listener(wind_down)
 
     def on_signal(sig: signal.Signals) -> None:
+        if _repeated_death(sig, signals_seen):
+            return
         signals_seen.append(sig)
         side = user_side(environment)
         if len(signals_seen) == 1:
