@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -776,8 +777,14 @@ def test_streams_read_in_the_hub_keep_their_own_times(serve: Any, clients: list[
             script += [chunk(sse(cmpl(str(i)))), p]
         servers.append(serve(script + [chunk(sse(usage(6)) + DONE) + END]))
     waited = RunDelay()  # servers and clients share this thread's hub
+    t0 = time.monotonic()
     jobs = [gevent.spawn(run, s, clients, "openai", 6) for s in servers]
-    gevent.joinall(jobs, timeout=10, raise_error=True)
+    # Each stream takes under 0.3 s and every read has a 2 s timeout: 10 s is a hang, unless the
+    # machine's load kept this process from a CPU that long (tests/rundelay.py).
+    while not all(j.ready() for j in jobs) and time.monotonic() - t0 < 10 + waited.s:
+        gevent.joinall(jobs, timeout=0.5, raise_error=True)
+    unfinished = [p for p, j in zip(pauses, jobs, strict=True) if not j.ready()]
+    assert not unfinished, (unfinished, time.monotonic() - t0, waited.s)
     tol = TOL + waited.s  # plus what the machine's load made the hub wait for a CPU (tests/rundelay.py)
     for p, job in zip(pauses, jobs, strict=True):
         rec = job.value
