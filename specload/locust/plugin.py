@@ -55,12 +55,6 @@ def _parent_is_forker() -> None:
 
 os.register_at_fork(after_in_child=_parent_is_forker)
 
-# A parent that dies sends its parent-death signal (specload.launch.child_setup) once for each of
-# its threads as they exit: Linux hands the child to the next live thread and signals it again. A
-# killed `specload sweep` gave its Locust two SIGTERMs 16 ms apart, and the second cut the requests
-# in flight. So once the parent is dead, a SIGTERM after the first is that death again, not a
-# second stop signal; SIGINT still cuts.
-
 
 def _parent_dead() -> bool:
     """Whether the process that started this one has exited (reaped, or a zombie)."""
@@ -75,7 +69,13 @@ def _parent_dead() -> bool:
 
 
 def _repeated_death(sig: signal.Signals, seen: list[int]) -> bool:
-    """Whether ``sig`` is the parent's death signalled again, not a second stop signal."""
+    """Whether ``sig`` is the parent's death signalled again, not a second stop signal.
+
+    A parent that dies sends its parent-death signal (specload.launch.child_setup) once for each of
+    its threads as they exit: Linux hands the child to the next live thread and signals it again. A
+    killed `specload sweep` gave its Locust two SIGTERMs 16 ms apart, and the second cut the
+    requests in flight. So once the parent is dead, a SIGTERM after the first is that death again;
+    SIGINT still cuts."""
     if sig == signal.SIGTERM and seen and _parent_dead():
         logger.info(
             "SIGTERM again with the parent gone (its exit signals once per thread): the same stop; SIGINT cuts"
