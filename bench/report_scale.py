@@ -65,7 +65,7 @@ def _itl_pairs(rng: random.Random, tpot: float, gaps: int) -> list[list[int]]:
 
 
 def _record(rng: random.Random, level: int, c: int, phase: str, seq: int, t_send: float, cap: int) -> dict:
-    global FIELDS
+    global FIELDS  # noqa: PLW0603 - filled once, on the first record made
     load = 1.0 + 0.1 * level + (0.5 if c > cap else 0.0)
     ttft = 0.05 * load * rng.lognormvariate(0.0, 0.3)
     tpot = 0.015 * load * rng.uniform(0.9, 1.1)

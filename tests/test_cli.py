@@ -6,7 +6,7 @@ import pytest
 
 from specload.cli import build_parser, settings
 from specload.launch import scenario_locust_flags
-from specload.locust.options import explicit_options, scenario_from_options
+from specload.locust.options import explicit_from, scenario_from_options
 from specload.workload.config import FIELDS, FLAG_FIELDS, ScenarioError
 from tests.test_locust_options import parser as locust_parser
 
@@ -50,7 +50,8 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
     value = special.get(spec.name, samples[spec.option_type])
     s = settings(sweep_args(spec.flag, value, *needs.get(spec.name, ())))
     argv = scenario_locust_flags(s)
-    via_locust = scenario_from_options(locust_parser().parse_args(argv), explicit_options(argv))
+    opts = locust_parser().parse_args(argv)
+    via_locust = scenario_from_options(opts, explicit_from(opts))
     assert getattr(via_locust, spec.name) == getattr(s.scenario(), spec.name) != FIELDS[spec.name].default
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, RequestRecord, make_record
@@ -429,7 +430,7 @@ def test_levels_meta_has_run_json_keys() -> None:
     (g,) = grants(c)
     clock.t += 2
     c.receive(rec(g))
-    meta = [lv.to_json() for lv in c.levels_meta()]
+    meta = [msgspec.to_builtins(lv) for lv in c.levels_meta()]
     assert len(meta) == 2
     required = {
         "index",

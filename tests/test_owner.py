@@ -85,12 +85,12 @@ def test_records_only_for_granted_tickets_and_once(tmp_path: Path) -> None:
 
 
 def check(tmp_path: Path) -> None:
-    from specload.locust.protocol import MSG_TICKET, RecordMsg, TicketReply
+    from specload.locust.protocol import MSG_TICKET, WIRE_VERSION, RecordMsg, TicketReply
 
     env, owner = running_owner(tmp_path)
 
     def grant(node: str) -> str:
-        owner.on_ticket_req(env, msg({"uid": "u"}, node))
+        owner.on_ticket_req(env, msg({"v": WIRE_VERSION, "uid": "u"}, node))
         kind, data, to = env.runner.sent[-1]
         assert (kind, to) == (MSG_TICKET, node)
         reply = TicketReply.from_wire(data)
@@ -106,8 +106,10 @@ def check(tmp_path: Path) -> None:
     send(0, "worker-a", t0)  # the same again: ignored
     send(1, "forger", t1)  # never granted to that process: ignored
     send(1, "worker-a", "0" * 16)  # the right process and seq, the wrong secret (spoofed id): ignored
-    owner.on_ticket_return(env, msg({"level": 0, "phase": "measure", "seq": 1, "ticket": "x"}, "worker-a"))
-    owner.on_record(env, msg({"level": 0}, "forger"))  # not even a record message: ignored
+    owner.on_ticket_return(
+        env, msg({"v": WIRE_VERSION, "level": 0, "phase": "measure", "seq": 1, "ticket": "x"}, "worker-a")
+    )
+    owner.on_record(env, msg({"v": WIRE_VERSION, "level": 0}, "forger"))  # not even a record message: ignored
     assert owner.ctrl.levels[0].granted == 2  # a forged return does not reopen a ticket
     send(1, "worker-a", t1)  # the genuine record still counts
     owner.recorder.writer.close()

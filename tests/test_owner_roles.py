@@ -21,7 +21,7 @@ from specload.locust.protocol import (
     ClientLoadMsg,
     ClockPing,
     ClockPong,
-    NewerVersion,
+    OtherVersion,
     RecordMsg,
     RunConfig,
     StateMsg,
@@ -78,29 +78,53 @@ def test_every_message_says_its_version_and_reads_back() -> None:
         assert decode(type(m).from_wire, wire).to_wire() == wire, type(m)
 
 
-def test_a_message_without_a_version_is_version_1() -> None:
-    """What a specload from before versions sends still reads."""
+def test_another_version_is_refused_with_a_reason() -> None:
+    """Master and workers run one specload version: an older message (one without a version is
+    version 1) or a newer one is refused, saying so."""
     for m in _messages():
-        wire = {k: v for k, v in m.to_wire().items() if k != "v"}
-        assert decode(type(m).from_wire, wire).to_wire() == m.to_wire(), type(m)
-
-
-def test_a_newer_version_is_refused_with_a_reason() -> None:
-    for m in _messages():
-        with pytest.raises(NewerVersion) as e:
-            decode(type(m).from_wire, {**m.to_wire(), "v": WIRE_VERSION + 1})
-        assert f"wire version {WIRE_VERSION + 1}" in str(e.value)
-        assert "same specload version on the master and every worker" in str(e.value)
+        wire = m.to_wire()
+        for other, said in (
+            (WIRE_VERSION + 1, WIRE_VERSION + 1),
+            (WIRE_VERSION - 1, WIRE_VERSION - 1),
+            (None, 1),
+        ):
+            sent = {k: v for k, v in wire.items() if k != "v"} | ({} if other is None else {"v": other})
+            with pytest.raises(OtherVersion) as e:
+                decode(type(m).from_wire, sent)
+            assert f"wire version {said}, but this specload" in str(e.value)
+            assert "same specload version on the master and every worker" in str(e.value)
     with pytest.raises(WireError, match="not a wire version"):
         decode(TicketRequest.from_wire, {"v": "2", "uid": "u"})
 
 
-def test_a_malformed_message_is_a_wire_error() -> None:
-    for bad in ({}, None, [], {"uid": "u", "grant": {"level": 1}}):
-        with pytest.raises(WireError):
+def test_a_malformed_message_is_a_wire_error_naming_the_message_and_field() -> None:
+    v = {"v": WIRE_VERSION}
+    for bad, said in (
+        ({}, None),
+        (None, "TicketReply: expected an object, got NoneType"),
+        ([], "TicketReply: expected an object, got list"),
+        (
+            v | {"uid": "u", "grant": {"level": 1}},
+            "TicketReply: Object missing required field `concurrency` - at `$.grant`",
+        ),
+        (v | {"uid": 5, "grant": None}, "TicketReply: Expected `str`, got `int` - at `$.uid`"),
+        (
+            v
+            | {
+                "uid": "u",
+                "grant": None,
+                "item": {"prompt": "p", "prompt_tokens": 1, "output_tokens": 1, "turns": ["a"]},
+            },
+            "turn_tokens must match its turns",
+        ),
+    ):
+        with pytest.raises(WireError) as e:
             decode(TicketReply.from_wire, bad)
-    with pytest.raises(WireError):
-        decode(StateMsg.from_wire, {"state": {"no_such_field": 1}})
+        assert said is None or said in str(e.value), str(e.value)
+    with pytest.raises(WireError, match="StateMsg: .*state"):
+        decode(StateMsg.from_wire, v | {"state": {"phase": "nowhere"}, "config_id": None, "config": None})
+    with pytest.raises(WireError, match="streamed"):
+        decode(ClientLoadMsg.from_wire, _messages()[-1].to_wire() | {"streamed": -1})
 
 
 def test_the_run_config_is_checked_again_by_the_field_table() -> None:
@@ -137,16 +161,20 @@ def check_versions(tmp_path: Path) -> None:
     owner.on_ticket_req(env, msg({"v": WIRE_VERSION + 1, "uid": "u"}, "worker-a"))
     owner.on_ticket_req(env, msg({"v": WIRE_VERSION + 1, "uid": "u"}, "worker-a"))
     assert env.runner.sent == []  # no ticket for a request it cannot read
-    owner.on_ticket_req(env, msg({"uid": "u"}, "worker-a"))  # an older worker's (no version): answered
+    owner.on_ticket_req(env, msg({"v": WIRE_VERSION, "uid": "u"}, "worker-a"))  # our version: answered
     reply = TicketReply.from_wire(env.runner.sent[-1][1])
     assert reply.grant is not None
     newer = RecordMsg(record(0), reply.ticket).to_wire()
     owner.on_record(env, msg({**newer, "v": WIRE_VERSION + 1}, "worker-b"))
-    owner.on_ticket_req(env, msg({"nothing": 1}, "worker-a"))  # malformed: ignored, not raised
+    owner.on_ticket_req(
+        env, msg({"v": WIRE_VERSION, "nothing": 1}, "worker-a")
+    )  # malformed: ignored, not raised
     owner.on_ticket_return(env, msg(["not", "a", "dict"], "worker-a"))
     text = log.getvalue()
-    assert text.count("refused a ticket request message from worker-a: wire version 2") == 1, text
-    assert "refused a record message from worker-b: wire version 2" in text, text
+    assert (
+        text.count(f"refused a ticket request message from worker-a: wire version {WIRE_VERSION + 1}") == 1
+    ), text
+    assert f"refused a record message from worker-b: wire version {WIRE_VERSION + 1}" in text, text
     assert "ignored a malformed ticket request message" in text, text
     assert "ignored a malformed ticket return message" in text, text
     assert owner.ctrl.levels[0].received == 0 and owner.rejected == 2
@@ -179,9 +207,9 @@ def check_worker(tmp_path: Path) -> None:
     assert side.config is None and not side.open.is_set()  # no request under a config it cannot trust
     side.on_ticket(None, SimpleNamespace(data={"v": WIRE_VERSION + 1}, node_id="master"))
     text = log.getvalue()
-    assert text.count("refused the owner's state message: wire version 2") == 1, text
+    assert text.count(f"refused the owner's state message: wire version {WIRE_VERSION + 1}") == 1, text
     assert "refused the owner's run config run-1: the owner's run config: field 'levels'" in text, text
-    assert "refused the owner's ticket reply: wire version 2" in text, text
+    assert f"refused the owner's ticket reply: wire version {WIRE_VERSION + 1}" in text, text
     side.on_state(None, SimpleNamespace(data=state, node_id="master"))  # a master of our version
     assert side.config is not None and side.open.is_set()
 

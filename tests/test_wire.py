@@ -286,13 +286,13 @@ def test_watch_throws_into_a_silent_reader_only() -> None:
     gevent.sleep(0.2)  # a disarmed watch never fires
 
 
-# shipping a record: the hand-written dicts are what dataclasses.asdict gives -----------------------
+# shipping a record: the message dicts are what dataclasses.asdict gives -----------------------
 
 
 def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> None:
     from dataclasses import asdict
 
-    from specload.locust.protocol import RecordMsg, TicketReply
+    from specload.locust.protocol import WIRE_VERSION, RecordMsg, TicketReply
     from specload.sweep.levels import Grant
 
     payload = sse(cmpl("a")) + sse(cmpl("b")) + sse(cmpl("c", "length")) + sse(usage(3)) + DONE
@@ -301,7 +301,12 @@ def test_record_and_grant_dicts_equal_asdict(serve: Any, clients: list[Any]) -> 
     d = rec.to_dict()
     assert d == asdict(rec) and list(d) == list(asdict(rec))
     assert rec.to_json() == orjson.dumps({k: v for k, v in asdict(rec).items() if v is not None})
-    assert RecordMsg.of(rec, "t").to_wire() == {"v": 1, "record": asdict(rec), "ticket": "t", "auth": ""}
+    assert RecordMsg.of(rec, "t").to_wire() == {
+        "v": WIRE_VERSION,
+        "record": asdict(rec),
+        "ticket": "t",
+        "auth": "",
+    }
     g = Grant(1, 16, 0, "measure", 7, 100, 0.25, 2.0)
     assert TicketReply("u", g, None, "t").to_wire()["grant"] == asdict(g)
     assert TicketReply.from_wire(TicketReply("u", g, None, "t").to_wire()).grant == g

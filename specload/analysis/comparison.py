@@ -29,6 +29,7 @@ from specload.core.records import SRC_CHUNKS
 from specload.core.rundir import RUN_COMPLETED, RunMeta
 from specload.core.tdist import t_quantile_975, t_two_sided_p  # noqa: F401 - Student's t lives in tdist; found here too
 from specload.core.text import MISSING, fmt_pct
+from specload.workload.recorded import recorded_scenario
 
 NOISE_MARK = "~"
 NOT_COMPARABLE = "n/c"  # the Δ cell of a level where the runs are not comparable
@@ -605,9 +606,9 @@ def prompts_desc(m: RunMeta) -> str | None:
 
 def _own_lengths(m: RunMeta) -> tuple[bool, bool]:
     """(output, prompt) lengths are fixed by the scenario (not each dataset item's own), so they must match."""
-    if not m.scenario.get("dataset"):
+    if (sc := recorded_scenario(m)) is None or not sc.dataset:
         return True, True
-    return m.scenario.get("dataset_lengths") == "fixed", False
+    return sc.dataset_lengths == "fixed", False
 
 
 def check_level(
@@ -848,8 +849,8 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
 _SAME: tuple[tuple[str, Callable[[RunMeta], Any]], ...] = (
     ("model", lambda m: m.model),
     ("backend", lambda m: m.backend),
-    ("input tokens", lambda m: m.scenario.get("input_tokens")),
-    ("output tokens", lambda m: m.scenario.get("output_tokens")),
+    ("input tokens", lambda m: sc.input_tokens if (sc := recorded_scenario(m)) else None),
+    ("output tokens", lambda m: sc.output_tokens if (sc := recorded_scenario(m)) else None),
     ("server engine", lambda m: m.server.get("engine")),
     ("server version", lambda m: m.server.get("version")),
     ("server tp_size", lambda m: m.server.get("tp_size")),

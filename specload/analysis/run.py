@@ -43,6 +43,7 @@ from specload.core.rundir import (
     read_jsonl,
 )
 from specload.core.slo import Slo, SloError, parse_slo
+from specload.workload.recorded import recorded_scenario
 
 
 class NotARunDir(Exception):
@@ -99,7 +100,7 @@ class Run:
 
     def sampling_notes(self) -> list[str]:
         """Levels whose server gauges were read less than half as often as asked (cap.sparse_sampling_notes)."""
-        interval = self.info.scenario.get("metrics_interval_s")
+        interval = sc.metrics_interval_s if (sc := recorded_scenario(self.info)) else None
         if self.info.server_metrics != "sampled" or not isinstance(interval, int | float):
             return []
         return sparse_sampling_notes(self.levels, float(interval))
@@ -188,7 +189,7 @@ RUN_SLO = _RunSlo()
 
 def run_slo(info: RunMeta, notices: list[str] | None = None) -> Slo | None:
     """The SLO in run.json's scenario (``--slo``), or None; an unreadable one is a notice."""
-    text = info.scenario.get("slo")
+    text = sc.slo if (sc := recorded_scenario(info)) else None
     if not text:
         return None
     try:

@@ -4,24 +4,26 @@ Records are appended and flushed one by one (a crash loses at most the request i
 ``run.json`` is rewritten atomically (temp file + rename) at every level boundary, so whatever
 stops the sweep, the directory on disk is complete up to that moment and reportable.
 
-run.json's schema is the dataclasses below (``RunMeta``, ``LevelMeta``, ``ServerInfo``): the
-sweep's owner writes one with ``write_run_meta`` and every reader goes through ``RunMeta.from_json``.
-Reading is lenient on purpose: a run directory outlives the code that wrote it (older files have
-no ``schema_version`` and count as version 1), so unknown keys are kept and malformed values
-become None instead of an exception. ``specload.analysis.run.load_run`` reads a whole directory back.
+run.json's schema is the msgspec Structs below (``RunMeta``, ``LevelMeta``, ``ClientClock``, and
+``ServerInfo`` kept whole): the sweep's owner writes one with ``write_run_meta`` and every reader goes
+through ``RunMeta.from_json``. Reading is lenient on purpose (``lenient``): a run directory outlives
+the code that wrote it (older files have no ``schema_version`` and count as version 1), so unknown
+keys are ignored and a malformed value becomes its field's default instead of an exception. ``specload.analysis.run.load_run`` reads a whole directory back.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import dataclasses
+import functools
 import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar, cast, get_args, get_origin, get_type_hints
 
+import msgspec
 import orjson
 
 # File names inside a run directory (docs/DESIGN-CONTRACTS.md).
@@ -135,48 +137,55 @@ class RecordWriter:
 
 
 # ---------------------------------------------------------------- run.json schema
-# Lenient converters: a value of the wrong type reads as None (or the default), never raises.
+
+T = TypeVar("T")
 
 
-def _int(v: Any) -> int | None:
-    if v is None or isinstance(v, bool):
+def lenient(cls: type[T], data: Any) -> T | None:
+    """``data`` as a ``cls`` (a msgspec Struct or a dataclass), each field read on its own.
+
+    A value that does not fit its field's type leaves the field at its default (None for the
+    optional ones); a list of Structs keeps the items that read; keys ``cls`` does not know are
+    ignored. None when ``data`` is not an object or a required field has no usable value: a run
+    directory outlives the code that wrote it, and one bad value must not hide the rest.
+    """
+    if not isinstance(data, Mapping):
         return None
+    with contextlib.suppress(msgspec.ValidationError):  # the common case: every field fits
+        return msgspec.convert(data, cls, strict=False, dec_hook=_dec_hook)
+    names, hints = _fields(cast(Any, cls))
+    values: dict[str, Any] = {}
+    for name in names:
+        if name not in data:
+            continue
+        tp, value = hints[name], data[name]
+        item = get_args(tp)[0] if get_origin(tp) is list else None
+        if isinstance(item, type) and issubclass(item, msgspec.Struct) and isinstance(value, list):
+            values[name] = [x for x in (lenient(item, v) for v in value) if x is not None]
+            continue
+        with contextlib.suppress(msgspec.ValidationError):
+            values[name] = msgspec.convert(value, tp, strict=False, dec_hook=_dec_hook)
     try:
-        return int(v)
-    except (TypeError, ValueError, OverflowError):
+        return cls(**values)
+    except (TypeError, ValueError):
         return None
 
 
-def _float(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+@functools.cache
+def _fields(cls: Any) -> tuple[list[str], dict[str, Any]]:
+    """The field names of a Struct or dataclass, and their types."""
+    fs = msgspec.structs.fields(cls) if issubclass(cls, msgspec.Struct) else dataclasses.fields(cls)
+    return [f.name for f in fs], get_type_hints(cls, include_extras=True)
 
 
-def _str(v: Any) -> str | None:
-    return None if v is None else str(v)
-
-
-def _positive_int(v: Any) -> int | None:
-    """A cap the server reported: only a positive integer counts (not a bool, not a string)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-
-def _extra(d: Mapping[str, Any], cls: type) -> dict[str, Any]:
-    known = {f.name for f in fields(cls)}
-    return {k: v for k, v in d.items() if k not in known}
-
-
-@dataclass
-class LevelMeta:
+class LevelMeta(msgspec.Struct, kw_only=True):
     """One level's entry in run.json ``levels``: its plan, its boundaries and how it ended.
 
     ``status`` is ``completed``, ``incomplete`` or ``running``; ``lost`` counts requests written
     off with a lost worker (``note`` says which). Times are wall-clock epoch seconds.
     """
 
-    index: int | None
+    index: int | None = None
     concurrency: int
     repeat: int = 0
     budget: int | None = None  # measured requests planned (None: the level runs for duration_s)
@@ -199,8 +208,7 @@ class LevelMeta:
     client: dict[str, Any] | None = None
     # A rate level's requests/s (open loop; ``concurrency`` is then its user pool); None: a
     # concurrency level.
-    rate: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
+    rate: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
     @property
     def x(self) -> float:
@@ -210,42 +218,9 @@ class LevelMeta:
     @classmethod
     def from_json(cls, d: Any) -> LevelMeta | None:
         """None when ``d`` is not a level (not an object, or no usable ``concurrency``)."""
-        if not isinstance(d, Mapping):
-            return None
-        concurrency = _int(d.get("concurrency"))
-        if concurrency is None:
-            return None
-        return cls(
-            index=_int(d.get("index")),
-            concurrency=concurrency,
-            repeat=_int(d.get("repeat")) or 0,
-            budget=_int(d.get("budget")),
-            warmup=_int(d.get("warmup")) or 0,
-            duration_s=_float(d.get("duration_s")),
-            t_start=_float(d.get("t_start")),
-            t_measure_start=_float(d.get("t_measure_start")),
-            t_end=_float(d.get("t_end")),
-            status=_str(d.get("status")),
-            granted=_int(d.get("granted")),
-            received=_int(d.get("received")),
-            granted_warmup=_int(d.get("granted_warmup")),
-            received_warmup=_int(d.get("received_warmup")),
-            lost=_int(d.get("lost")) or 0,
-            refused=_int(d.get("refused")) or 0,
-            outage_s=_float(d.get("outage_s")) or 0.0,
-            note=_str(d.get("note")),
-            client=dict(d["client"]) if isinstance(d.get("client"), Mapping) else None,
-            rate=rate if (rate := _float(d.get("rate"))) is not None and rate > 0 else None,
-            extra=_extra(d, cls),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.extra)
-        out.update({f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"})
-        return out
+        return lenient(cls, d)
 
 
-@dataclass(frozen=True)
 class ServerInfo:
     """run.json ``server``: the server's own account of its configuration (introspect.server_config).
 
@@ -254,14 +229,20 @@ class ServerInfo:
     properties below. ``{}`` means the server said nothing.
     """
 
-    data: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("data",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self.data: Mapping[str, Any] = dict(data or {})
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServerInfo) and self.data == other.data
+
+    def __repr__(self) -> str:
+        return f"ServerInfo({self.data!r})"
 
     @classmethod
     def from_json(cls, d: Any) -> ServerInfo:
-        return cls(dict(d) if isinstance(d, Mapping) else {})
-
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.data)
+        return cls(d if isinstance(d, Mapping) else {})
 
     def get(self, key: str) -> Any:
         """A raw value (None when absent), e.g. to tell whether two runs had the same server."""
@@ -315,8 +296,28 @@ class ServerInfo:
         return ", ".join(parts) or None
 
 
-@dataclass(frozen=True)
-class ClientClock:
+def _str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def _positive_int(v: Any) -> int | None:
+    """A cap the server reported: only a positive integer counts (not a bool, not a string)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def _dec_hook(tp: type, obj: Any) -> Any:
+    if tp is ServerInfo:
+        return ServerInfo.from_json(obj)
+    raise NotImplementedError(tp)
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, ServerInfo):
+        return dict(obj.data)
+    raise NotImplementedError(type(obj))
+
+
+class ClientClock(msgspec.Struct, frozen=True):
     """run.json ``clients``: one worker's clock against the master's (specload.core.clocks), measured when
     the run started or the worker joined. ``offset_ms`` > 0: the worker's clock is ahead."""
 
@@ -326,25 +327,14 @@ class ClientClock:
     samples: int = 0
     measured_at: float | None = None
 
-    @classmethod
-    def from_json(cls, d: Any) -> ClientClock | None:
-        if not isinstance(d, Mapping):
-            return None
-        worker, offset, rtt = _str(d.get("worker")), _float(d.get("offset_ms")), _float(d.get("rtt_ms"))
-        if worker is None or offset is None or rtt is None:
-            return None
-        return cls(worker, offset, rtt, _int(d.get("samples")) or 0, _float(d.get("measured_at")))
 
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-@dataclass
-class RunMeta:
+class RunMeta(msgspec.Struct):
     """run.json: what was run, against what, and how far it got (docs/DESIGN-CONTRACTS.md).
 
     Every field but ``schema_version`` may be missing from a file, hence the defaults; a run
-    directory without run.json reads as ``RunMeta()``.
+    directory without run.json reads as ``RunMeta()``. ``scenario`` is the resolved Scenario as
+    written (``Scenario.to_dict``): the field table lives above this layer, in
+    specload.workload.config, and ``specload.workload.recorded.recorded_scenario`` types it.
     """
 
     schema_version: int = SCHEMA_VERSION
@@ -356,81 +346,34 @@ class RunMeta:
     model: str | None = None
     model_source: str | None = None  # how the model name was found (scenario/flag, /v1/models)
     scenario_file: str | None = None
-    scenario: dict[str, Any] = field(default_factory=dict)  # every resolved Scenario field
+    scenario: dict[str, Any] = {}  # every resolved Scenario field
     started_at: float | None = None
     ended_at: float | None = None
     status: str | None = None  # RUN_RUNNING | RUN_COMPLETED | RUN_INTERRUPTED | RUN_FAILED
     reason: str | None = None  # why the run did not complete
     mode: str | None = None  # local | master
-    levels: list[LevelMeta] = field(default_factory=list)
-    server: ServerInfo = field(default_factory=ServerInfo)
+    levels: list[LevelMeta] = []
+    server: ServerInfo = msgspec.field(default_factory=ServerInfo)
     simulated: bool = False
     server_metrics: str | None = None  # off | sampled | unavailable
-    prompts: dict[str, Any] = field(
-        default_factory=dict
-    )  # PromptSource.describe(): what prompts were made of
-    clients: list[ClientClock] = field(default_factory=list)  # workers' clock offsets (distributed runs)
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this schema does not know, kept as read
+    # PromptSource.describe(): what prompts were made of; left out of the file when empty (runs before
+    # prompts were recorded read back as they were written).
+    prompts: dict[str, Any] = {}
+    clients: list[ClientClock] = []  # workers' clock offsets (distributed runs); left out when empty
 
     @classmethod
     def from_json(cls, d: Any) -> RunMeta:
-        """Any parsed run.json, old or new; what is not an object reads as an empty RunMeta."""
+        """Any parsed run.json, old or new; what is not an object reads as an empty RunMeta.
+        A file without ``schema_version`` is version 1."""
         if not isinstance(d, Mapping):
             return cls()
-        levels = d.get("levels")
-        scenario = d.get("scenario")
-        return cls(
-            schema_version=_int(d.get("schema_version")) or 1,
-            specload_version=_str(d.get("specload_version")),
-            locust_version=_str(d.get("locust_version")),
-            label=_str(d.get("label")),
-            host=_str(d.get("host")),
-            backend=_str(d.get("backend")),
-            model=_str(d.get("model")),
-            model_source=_str(d.get("model_source")),
-            scenario_file=_str(d.get("scenario_file")),
-            scenario=dict(scenario) if isinstance(scenario, Mapping) else {},
-            started_at=_float(d.get("started_at")),
-            ended_at=_float(d.get("ended_at")),
-            status=_str(d.get("status")),
-            reason=_str(d.get("reason")),
-            mode=_str(d.get("mode")),
-            levels=[
-                lv
-                for lv in (LevelMeta.from_json(x) for x in (levels if isinstance(levels, list) else []))
-                if lv is not None
-            ],
-            server=ServerInfo.from_json(d.get("server")),
-            simulated=bool(d.get("simulated", False)),
-            server_metrics=_str(d.get("server_metrics")),
-            prompts=dict(d["prompts"]) if isinstance(d.get("prompts"), Mapping) else {},
-            clients=[
-                c
-                for c in (
-                    ClientClock.from_json(x)
-                    for x in (d["clients"] if isinstance(d.get("clients"), list) else [])
-                )
-                if c is not None
-            ],
-            extra=_extra(d, cls),
-        )
+        return lenient(cls, {"schema_version": 1, **d}) or cls()
 
     def to_json(self) -> dict[str, Any]:
-        out = dict(self.extra)
-        for f in fields(self):
-            if f.name != "extra":
-                out[f.name] = getattr(self, f.name)
-        out["levels"] = [lv.to_json() for lv in self.levels]
-        out["server"] = self.server.to_json()
-        out["scenario"] = dict(self.scenario)
-        if self.prompts:
-            out["prompts"] = dict(self.prompts)
-        else:
-            out.pop("prompts")  # a run before prompts were recorded reads back as it was written
-        if self.clients:
-            out["clients"] = [c.to_json() for c in self.clients]
-        else:
-            out.pop("clients")  # local runs have none
+        out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_enc_hook)
+        for key in ("prompts", "clients"):
+            if not out[key]:
+                del out[key]
         return out
 
 

@@ -149,19 +149,7 @@ def parse_slo(text: str) -> Slo:
     return Slo(tuple(targets))
 
 
-def decode_floor_tok_s(slo: Slo) -> float | None:
-    """The per-user decode speed a TPOT target implies (1 / TPOT threshold, tok/s); None without one."""
-    t = slo.target("tpot")
-    return None if t is None else 1.0 / t.threshold_s
-
-
 # ---------------------------------------------------------------- statistics
-
-
-def percentile_inf(ordered: Sequence[float], q: float) -> float | None:
-    """numpy's linear percentile of values that may hold +inf (a failed request): +inf as soon as
-    the interpolation touches one, never nan (specload.core.stats.percentile)."""
-    return percentile(ordered, q)
 
 
 def _log_pmf(k: int, n: int, p: float) -> float:
@@ -233,17 +221,6 @@ def request_value(
     if not hist:
         return None
     return histogram.mean_std(hist)[0] if q is None else histogram.quantile(hist, q)
-
-
-def meets(slo: Slo, status: str, ttft: float | None, tpot: float | None, e2e: float | None, itl: Any) -> bool:
-    """The per-request rule: the request succeeded and has a value within every target's threshold."""
-    if status != OK:
-        return False
-    for t in slo.targets:
-        v = request_value(t.metric, t.q, ttft, tpot, e2e, itl)
-        if v is None or v > t.threshold_s:
-            return False
-    return True
 
 
 # ---------------------------------------------------------------- per level

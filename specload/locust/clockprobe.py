@@ -64,9 +64,6 @@ class ClockProbe:
         else:
             self.on_clock(clock)
 
-    def forget(self, worker: str) -> None:
-        self._samples.pop(worker, None)
-
     def on_pong(self, environment: Any, msg: Any, **_: Any) -> None:
         received = time.time()
         samples = self._samples.get(msg.node_id)

@@ -19,7 +19,7 @@ from typing import Any
 from locust.rpc import Message
 
 from specload.locust.channel import FOR_JOIN, master_token, proven
-from specload.locust.protocol import MSG_JOIN
+from specload.locust.protocol import MSG_JOIN, JoinMsg, WireError
 
 logger = logging.getLogger("specload")
 
@@ -57,9 +57,12 @@ class JoinGate:
 
     def on_join(self, environment: Any, msg: Any, **_: Any) -> None:
         node = msg.node_id
-        data = msg.data if isinstance(msg.data, dict) else {}
-        auth = data.get("auth")
-        if not isinstance(auth, str) or not proven(self.token, node, FOR_JOIN, auth):
+        try:
+            auth = JoinMsg.from_wire(msg.data).auth
+        except WireError as e:
+            self._say(node, f"sent a join this master cannot read ({e}): it is not taken in")
+            return
+        if not proven(self.token, node, FOR_JOIN, auth):
             self._say(node, "sent no valid proof of the master token: it is not taken in")
             return
         first = node not in self.proved

@@ -59,10 +59,6 @@ SEND_KEY_FLAG, SEND_KEY_DEST = "--send-key-to-new-host", "send_key_to_new_host"
 LAUNCH_HOST = "host"  # launch_values' key for the host given at launch (the API key's own host)
 
 _BY_DEST: dict[str, FieldSpec] = {s.dest: s for s in FLAG_FIELDS}
-_FLAGS: dict[str, str] = {
-    **{o[1]: o[0] for o in RUN_OPTIONS},
-    **{s.flag: s.dest for s in FLAG_FIELDS if s.flag},
-}
 
 
 # The start forms' order (Locust's lists its options in the order they were registered, once the page
@@ -183,13 +179,6 @@ def _add_run_flags(parser: Any) -> None:
         help="Comma-separated origins (https://name[:port]) besides the web UI's own address whose pages "
         "may start or stop runs, e.g. a reverse proxy's public address",
     )
-
-
-def explicit_options(argv: list[str]) -> set[str]:
-    """Option dests given on a command line, whatever their value (``--flag v`` or ``--flag=v``):
-    for a command line made here (``specload sweep``'s), before any parse. A Locust process asks
-    its parsed options instead (``explicit_from``)."""
-    return {_FLAGS[tok.split("=", 1)[0]] for tok in argv if tok.split("=", 1)[0] in _FLAGS}
 
 
 def scenario_from_options(

@@ -37,7 +37,7 @@ from specload.locust.protocol import (
     MSG_TICKET_REQ,
     MSG_TICKET_RETURN,
     ClientLoadMsg,
-    NewerVersion,
+    OtherVersion,
     RecordMsg,
     RunConfig,
     StateMsg,
@@ -344,7 +344,7 @@ class SweepOwner:
         self.env.runner.send_message(MSG_STATE, msg.to_wire())
 
     def _unreadable(self, node: str, kind: str, e: WireError) -> None:
-        if isinstance(e, NewerVersion):
+        if isinstance(e, OtherVersion):
             self.desk.unreadable(node, kind, str(e))
         else:
             self.desk.ignore(node, f"a malformed {kind} message ({e})")

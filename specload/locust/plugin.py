@@ -33,7 +33,7 @@ from specload.locust.clockprobe import register_clock_answer
 from specload.locust.joingate import JoinGate
 from specload.locust.options import add_arguments
 from specload.locust.owner import sweep_owner
-from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT, MSG_JOIN
+from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT, MSG_JOIN, JoinMsg
 from specload.locust.user import register_user_side, user_side
 
 logger = logging.getLogger("specload")
@@ -119,7 +119,7 @@ def on_init(environment: Any, **_: Any) -> None:
         if why := token_problem(token):
             logger.error("this worker is refused by its master (no users, no tickets): %s", why)
         if token is not None:  # (connected already: Locust's init waits for the master's ack)
-            runner.send_message(MSG_JOIN, {"auth": proof(token, runner.client_id, FOR_JOIN)})
+            runner.send_message(MSG_JOIN, JoinMsg(proof(token, runner.client_id, FOR_JOIN)).to_wire())
     if _owns_sweep(environment):
         sweep_owner(environment).register()
         if isinstance(runner, LocalRunner):

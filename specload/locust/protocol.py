@@ -1,27 +1,29 @@
 """The messages between the sweep's owner (local runner or master) and the users of every process.
 
-They travel through Locust's custom messages, which carry plain msgpack data, so each message is
-a typed dataclass here with ``to_wire``/``from_wire``: the shape of what crosses a process (or a
-machine) boundary is written down in one place, and a renamed field breaks a test, not a sweep.
+They travel through Locust's custom messages, which carry plain msgpack data, so each message is a
+msgspec Struct here: ``to_wire`` gives its builtins, ``from_wire`` converts them back and validates
+every field against its type (dataclasses inside, such as ``Grant`` or ``Scenario``, included). The
+shape of what crosses a process (or a machine) boundary is written down in one place, and a message
+that does not fit it is a ``WireError`` naming the message and the field, not a crash in Locust's
+message loop or a misread deeper in.
 
-Each message carries the schema version it was written in (``WIRE_VERSION``): a master and its
-workers may run different specload versions (one upgraded, the others not yet), and a message
-whose fields this process cannot read must be refused with a word about why, not misread or
-turned into a traceback in Locust's message loop. A message without a version is from a
-specload before versions, whose messages are version 1.
+Each message carries the schema version it was written in (``WIRE_VERSION``). The master and its
+workers must run the same specload version: a message of another version is refused with a word
+about why. A message without a version is from a specload before versions, whose messages are
+version 1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
-from operator import attrgetter
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+import msgspec
 
 from specload import __version__
 from specload.analysis.clientcheck import ProcessLoad
 from specload.client.http import redact_host
-from specload.core.records import Phase, RequestRecord
+from specload.core.records import RequestRecord
 from specload.sweep.levels import Grant, SweepState
 from specload.workload.config import Scenario, ScenarioError, scenario_from_dict
 from specload.workload.datasets import Item
@@ -33,40 +35,42 @@ MSG_TICKET = "specload_ticket"  # owner -> the asking process
 MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nobody waited for
 MSG_RECORD = "specload_record"  # user -> owner: one finished request
 MSG_CUT = "specload_cut"  # master -> workers: stop the requests in flight now (each is still recorded)
-MSG_JOIN = "specload_join"  # worker -> master: {"auth": the proof of the master token for its id}
+MSG_JOIN = "specload_join"  # worker -> master: JoinMsg
 LOCAL_NODE = "local"  # the node id of a local run's only process (Locust's LocalRunner messages say so)
 
-# Raised by one with each change to a message's fields that an older reader would misread.
-WIRE_VERSION = 1
+# Raised by one with each change to a message's fields that an older reader would misread (2: the
+# messages became Structs, and the prompt pool travels as {"ranges": ...}).
+WIRE_VERSION = 2
 _V = "v"  # the version's key in every message
 
 
 class WireError(ValueError):
-    """A message this process cannot read: malformed, or written by a newer specload."""
+    """A message this process cannot read: malformed, or written by another specload version."""
 
 
-class NewerVersion(WireError):
-    """A message in a schema version newer than this specload reads."""
+class OtherVersion(WireError):
+    """A message in a schema version this specload does not read."""
 
     def __init__(self, version: int) -> None:
         super().__init__(
-            f"wire version {version}, newer than this specload ({__version__}) reads ({WIRE_VERSION}); "
+            f"wire version {version}, but this specload ({__version__}) reads version {WIRE_VERSION}; "
             "run the same specload version on the master and every worker"
         )
         self.version = version
 
 
 def wire_version(d: Any) -> int:
-    """The message's schema version (1 when it has none); NewerVersion when it is newer than ours."""
+    """The message's schema version (1 when it has none); OtherVersion unless it is ours."""
     v = d.get(_V, 1)
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise WireError(f"not a wire version: {v!r}")
-    if v > WIRE_VERSION:
-        raise NewerVersion(v)
+    if v != WIRE_VERSION:
+        raise OtherVersion(v)
     return v
 
 
 T = TypeVar("T")
+M = TypeVar("M", bound="Message")
 
 
 def decode(from_wire: Callable[[Any], T], data: Any) -> T:
@@ -80,9 +84,31 @@ def decode(from_wire: Callable[[Any], T], data: Any) -> T:
         raise WireError(str(e)) from e
 
 
-@dataclass(frozen=True, slots=True)
-class RunConfig:
-    """What every process needs to send the sweep's requests.
+def _convert(cls: type[T], data: Any) -> T:
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as e:
+        raise WireError(f"{cls.__name__}: {e}") from None
+
+
+class Message(msgspec.Struct, frozen=True):
+    """A message with its schema version: ``to_wire`` for ``send_message``, ``from_wire`` on receipt."""
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        out[_V] = WIRE_VERSION
+        return out
+
+    @classmethod
+    def from_wire(cls: type[M], data: Any) -> M:
+        if not isinstance(data, dict):
+            raise WireError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+        wire_version(data)
+        return _convert(cls, data)
+
+
+class RunConfig(msgspec.Struct, frozen=True):
+    """What every process needs to send the sweep's requests (it rides in ``StateMsg.config``).
 
     ``send_key``: whether requests carry the API key (``http.key_may_go_to``). The owner decides,
     every process obeys; the key itself never travels: each process reads its own environment.
@@ -93,42 +119,30 @@ class RunConfig:
     host: str
     prompts: PromptSource
     insecure: bool = False
-    send_key: bool = True
+    # No word from the owner about the key means no key: the safe reading.
+    send_key: bool = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "scenario": self.scenario.to_dict(),
-            "model": self.model,
-            # Without any user:password part: every process that joins hears this (specload never
-            # sends URL credentials to the server; the API key goes by each process's environment).
-            "host": redact_host(self.host),
-            "prompts": self.prompts.to_wire(),
-            "insecure": self.insecure,
-            "send_key": self.send_key,
-        }
+        # The host without any user:password part: every process that joins hears this (specload never
+        # sends URL credentials to the server; the API key goes by each process's environment).
+        out: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(self, host=redact_host(self.host)))
+        return out
 
     @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> RunConfig:
+    def from_wire(cls, d: Any) -> RunConfig:
         """The run config as the owner sent it, its scenario checked again by the field table's
         own checks (a WireError names the field): what each process sends must be a scenario a
         run could have resolved, whoever wrote the message."""
+        if not isinstance(d, dict) or not isinstance(d.get("scenario"), dict):
+            raise WireError("the owner's run config: expected an object with a scenario object")
         try:
             sc = scenario_from_dict(dict(d["scenario"]), "the owner's run config")
         except ScenarioError as e:
             raise WireError(str(e)) from None
-        # No word from the owner about the key (an older owner) means no key: the safe reading.
-        return cls(
-            sc,
-            d.get("model"),
-            d["host"],
-            PromptSource.from_wire(d["prompts"]),
-            bool(d.get("insecure", False)),
-            bool(d.get("send_key", False)),
-        )
+        return msgspec.structs.replace(_convert(cls, {**d, "scenario": {}}), scenario=sc)
 
 
-@dataclass(frozen=True, slots=True)
-class StateMsg:
+class StateMsg(Message, frozen=True):
     """The sweep's state, and the run's config with the id it has for this run.
 
     The config (prompt material included: up to thousands of id ranges) rides along on every
@@ -140,48 +154,19 @@ class StateMsg:
     config_id: str | None
     config: dict[str, Any] | None  # RunConfig.to_wire(), made once per run by the owner
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            _V: WIRE_VERSION,
-            "state": asdict(self.state),
-            "config_id": self.config_id,
-            "config": self.config,
-        }
 
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> StateMsg:
-        wire_version(d)
-        st = dict(d["state"])
-        if st.get("phase") is not None:
-            st["phase"] = Phase(st["phase"])
-        return cls(SweepState(**st), d.get("config_id"), d.get("config"))
+class JoinMsg(Message, frozen=True):
+    """A worker's proof of the master token for its own id, sent before it is given users."""
+
+    auth: str
 
 
-@dataclass(frozen=True, slots=True)
-class TicketRequest:
+class TicketRequest(Message, frozen=True):
     uid: str
     auth: str = ""  # the sender's proof that it knows the master token (specload.locust.channel)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "uid": self.uid, "auth": self.auth}
 
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> TicketRequest:
-        wire_version(d)
-        return cls(str(d["uid"]), str(d.get("auth") or ""))
-
-
-_GRANT_FIELDS = tuple(f.name for f in fields(Grant))
-_grant_values = attrgetter(*_GRANT_FIELDS)
-
-
-def _grant_dict(g: Grant) -> dict[str, Any]:
-    """``asdict(grant)`` (its fields are all scalars) without asdict's recursive copy: once per request."""
-    return dict(zip(_GRANT_FIELDS, _grant_values(g), strict=True))
-
-
-@dataclass(frozen=True, slots=True)
-class TicketReply:
+class TicketReply(Message, frozen=True):
     """A grant (or a refusal), with the request's dataset prompt when the run uses a dataset: the
     owner holds the dataset, so workers need no copy of it."""
 
@@ -193,29 +178,12 @@ class TicketReply:
     # phase, seq) can be guessed, this cannot.
     ticket: str = ""
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            _V: WIRE_VERSION,
-            "uid": self.uid,
-            "grant": None if self.grant is None else _grant_dict(self.grant),
-            "item": None if self.item is None else self.item.to_wire(),
-            "ticket": self.ticket,
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> TicketReply:
-        wire_version(d)
-        g, item = d.get("grant"), d.get("item")
-        return cls(
-            str(d["uid"]),
-            None if g is None else Grant(**g),
-            None if item is None else Item.from_wire(item),
-            str(d.get("ticket") or ""),
-        )
+    def __post_init__(self) -> None:
+        if self.item is not None and len(self.item.turns) != len(self.item.turn_tokens):
+            raise ValueError("an item's turn_tokens must match its turns")
 
 
-@dataclass(frozen=True, slots=True)
-class TicketReturn:
+class TicketReturn(Message, frozen=True):
     """A granted ticket that was never used: the level may hand it out again."""
 
     level: int
@@ -224,36 +192,16 @@ class TicketReturn:
     ticket: str = ""
     auth: str = ""  # proof of the master token for this ticket (specload.locust.channel)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, **asdict(self)}
 
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> TicketReturn:
-        wire_version(d)
-        return cls(
-            int(d["level"]),
-            str(d["phase"]),
-            int(d["seq"]),
-            str(d.get("ticket") or ""),
-            str(d.get("auth") or ""),
-        )
+class RecordMsg(Message, frozen=True):
+    """One finished request's record, with the secret of the ticket it was sent under.
 
+    The record stays a dict (``RequestRecord.to_dict``, written to records.jsonl as is): records
+    have their own versioned format, read by ``parsed``."""
 
-@dataclass(frozen=True, slots=True)
-class RecordMsg:
-    """One finished request's record, with the secret of the ticket it was sent under."""
-
-    record: dict[str, Any]  # RequestRecord.to_dict() (= asdict): written to records.jsonl as is
+    record: dict[str, Any]
     ticket: str
     auth: str = ""  # proof of the master token for this ticket (specload.locust.channel)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "record": self.record, "ticket": self.ticket, "auth": self.auth}
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> RecordMsg:
-        wire_version(d)
-        return cls(dict(d["record"]), str(d.get("ticket") or ""), str(d.get("auth") or ""))
 
     @classmethod
     def of(cls, rec: RequestRecord, ticket: str, auth: str = "") -> RecordMsg:
@@ -267,38 +215,19 @@ MSG_CLOCK_PING = "specload_clock_ping"  # master -> one worker: its clock, pleas
 MSG_CLOCK_PONG = "specload_clock_pong"  # worker -> master: the ping's send time and the worker's clock
 
 
-@dataclass(frozen=True, slots=True)
-class ClockPing:
+class ClockPing(Message, frozen=True):
     sent: float  # the master's clock
 
-    def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "sent": self.sent}
 
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> ClockPing:
-        wire_version(d)
-        return cls(float(d["sent"]))
-
-
-@dataclass(frozen=True, slots=True)
-class ClockPong:
+class ClockPong(Message, frozen=True):
     sent: float  # echoed from the ping
     remote: float  # the worker's clock as it answered
-
-    def to_wire(self) -> dict[str, Any]:
-        return {_V: WIRE_VERSION, "sent": self.sent, "remote": self.remote}
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> ClockPong:
-        wire_version(d)
-        return cls(float(d["sent"]), float(d["remote"]))
 
 
 MSG_CLIENT_LOAD = "specload_client_load"  # every process running users -> owner: its own load in a level
 
 
-@dataclass(frozen=True, slots=True)
-class ClientLoadMsg:
+class ClientLoadMsg(Message, frozen=True):
     """One process's own load (CPU, event-loop lag) in one level so far; the latest one counts.
 
     ``run``: the run's id as the process learnt it (``StateMsg.config_id``), so that a report
@@ -307,25 +236,5 @@ class ClientLoadMsg:
     run: str | None
     level: int
     load: ProcessLoad
-    streamed: int = 0  # output tokens the process's streams read in the level so far (the live tok/s)
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            _V: WIRE_VERSION,
-            "run": self.run,
-            "level": self.level,
-            "load": self.load.to_json(),
-            "streamed": self.streamed,
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> ClientLoadMsg:
-        wire_version(d)
-        load = ProcessLoad.from_json(d.get("load"))
-        if load is None:
-            raise ValueError("no load figures")
-        run = d.get("run")
-        streamed = d.get("streamed", 0)
-        if isinstance(streamed, bool) or not isinstance(streamed, int) or streamed < 0:
-            raise ValueError(f"streamed: expected a count, got {streamed!r}")
-        return cls(None if run is None else str(run), int(d["level"]), load, streamed)
+    # Output tokens the process's streams read in the level so far (the live tok/s).
+    streamed: Annotated[int, msgspec.Meta(ge=0)] = 0

@@ -43,6 +43,7 @@ from specload.present.output import fit_text, format_help, is_document, is_known
 from specload.present.output import render_table as output_table
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView, columns_help, terminal_width, view_for
+from specload.workload.recorded import recorded_scenario
 
 COMPARISON_MD = "comparison.md"
 COMPARISON_PNG = "comparison.png"
@@ -478,7 +479,7 @@ def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
     texts = set()
     for d in run_dirs:
         try:
-            text = read_run_meta(d).scenario.get("slo")
+            text = sc.slo if (sc := recorded_scenario(read_run_meta(d))) else None
         except (OSError, ValueError):
             continue
         if text:

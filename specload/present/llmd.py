@@ -24,6 +24,7 @@ from typing import Any
 
 from specload.analysis.metrics import Dist, LevelStats
 from specload.analysis.run import NotARunDir, Run, load_run
+from specload.workload.recorded import recorded_scenario
 
 VERSION = "0.2"
 # specload's percentile -> the v0.2 Statistics key
@@ -66,7 +67,7 @@ def level_report(run: Run, s: LevelStats, stage: int) -> dict[str, Any]:
         {
             "tool": "specload",
             "tool_version": m.specload_version or "unknown",
-            "source": "sampled" if m.scenario.get("dataset") else "random",
+            "source": "sampled" if (sc := recorded_scenario(m)) and sc.dataset else "random",
             "stage": stage,
             "input_seq_len": _seq(s.requested_prompt_tokens) or {"distribution": "other", "value": 1},
             "output_seq_len": _seq(s.requested_output_tokens),

@@ -62,6 +62,7 @@ from specload.present.output import (
     render_view,
 )
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.workload.recorded import recorded_scenario
 
 REASON_WIDTH = 120
 SERIES_PNG = "tok_s_over_time.png"
@@ -587,7 +588,7 @@ def _utc(ts: float | None) -> str | None:
 
 
 def _scenario_name(run: Run) -> str | None:
-    name = run.info.scenario.get("name")
+    name = sc.name if (sc := recorded_scenario(run.info)) else None
     if name:
         return str(name)
     path = run.info.scenario_file

@@ -48,26 +48,6 @@ class Item:
     turns: tuple[str, ...] = ()  # a multi-turn row's later user turns, sent as one conversation
     turn_tokens: tuple[int, ...] = ()  # each later turn's own length in tokens
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "prompt": self.prompt,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "category": self.category,
-            "turns": list(self.turns),
-            "turn_tokens": list(self.turn_tokens),
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> Item:
-        turns = tuple(str(t) for t in d.get("turns") or ())
-        tokens = tuple(int(n) for n in d.get("turn_tokens") or ())
-        if len(tokens) != len(turns):
-            raise ValueError("an item's turn_tokens must match its turns")
-        return cls(
-            d["prompt"], int(d["prompt_tokens"]), int(d["output_tokens"]), d.get("category"), turns, tokens
-        )
-
 
 @dataclass(frozen=True)
 class Pair:

@@ -87,28 +87,6 @@ class PromptSource:
             "material": material_of({"kind": self.kind, "origin": self.origin}),
         }
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "origin": self.origin,
-            "ids": None if self.ids is None else self.ids.to_wire(),
-            "words": list(self.words),
-            "overhead": self.overhead,
-            "exact": self.exact,
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> PromptSource:
-        ids = d.get("ids")
-        return cls(
-            d["kind"],
-            d["origin"],
-            None if ids is None else IdPool.from_wire(ids),
-            tuple(d["words"]),
-            int(d["overhead"]),
-            bool(d["exact"]),
-        )
-
 
 def range_source(lo: int, hi: int, origin: str) -> PromptSource:
     return PromptSource(IDS, origin, ids=IdPool(((lo, hi),)), exact=True)

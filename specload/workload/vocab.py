@@ -180,13 +180,6 @@ class IdPool:
 
         return draw
 
-    def to_wire(self) -> list[list[int]]:
-        return [list(r) for r in self.ranges]
-
-    @classmethod
-    def from_wire(cls, data: list[list[int]]) -> IdPool:
-        return cls(tuple((int(a), int(b)) for a, b in data))
-
 
 # Short, common English words: one token each with a leading space in the usual BPE vocabularies.
 WORDS = [
