@@ -7,6 +7,7 @@ test environment's installed dependencies (a path entry, not a copy), so the tes
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -102,12 +103,15 @@ def test_installed_sweep_with_a_builtin_scenario_from_another_folder(installed: 
             "results",
             "--metrics-interval",
             "0",
+            "--prompts",
+            "real",  # the real-text set is package data: the wheel must carry it
         )
     finally:
         sim.stop()
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     assert (run_dir / "records.jsonl").read_text().count("\n") == 4 + 4  # budgets max(4, 2*C) at C=1, 2
+    assert json.loads((run_dir / "run.json").read_text())["prompts"]["material"] == "real text"
     assert "# specload report: smoke" in out.stdout and "SIMULATED SERVER" in out.stdout
 
 

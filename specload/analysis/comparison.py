@@ -593,7 +593,7 @@ def prompt_material(m: RunMeta) -> str | None:
     origin = m.prompts.get("origin")
     if not isinstance(origin, str) or not origin:
         return None
-    return origin.split(" (")[0] if origin.startswith("dataset") else "synthetic"
+    return origin.split(" (")[0] if origin.startswith(("dataset", "real text")) else "synthetic"
 
 
 def prompts_desc(m: RunMeta) -> str | None:

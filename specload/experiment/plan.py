@@ -19,7 +19,7 @@ from typing import Any
 from specload.client.http import check_host
 from specload.core.resources import builtin_experiment
 from specload.core.rundir import MAX_LABEL
-from specload.workload.config import Scenario, ScenarioError, apply_overrides, load_scenario
+from specload.workload.config import REAL, Scenario, ScenarioError, apply_overrides, load_scenario
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -247,9 +247,22 @@ def _sweep(path: str, data: Any) -> Scenario:
         except ScenarioError as e:
             raise ExperimentError(f"{where}: key 'scenario': {e}") from None
     try:
-        return apply_overrides(base, fields, source=where)
+        sc = apply_overrides(base, fields, source=where)
     except ScenarioError as e:
         raise ExperimentError(str(e)) from None
+    return real_text_default(sc)
+
+
+def real_text_default(sc: Scenario) -> Scenario:
+    """An experiment measures speculation, so its prompts are real text unless the file says
+    otherwise (``prompts = "random"``, a dataset, or traffic real text cannot size: classes, turns,
+    shared prefixes, drawn input lengths). docs/guide.md, "Which prompts"."""
+    if sc.prompts is not None or sc.dataset:
+        return sc
+    try:
+        return apply_overrides(sc, {"prompts": REAL}, source="the experiment's default prompts")
+    except ScenarioError:
+        return sc
 
 
 def scenario_toml(sc: Scenario) -> str:

@@ -28,9 +28,11 @@ from specload.locust.options import (
 from specload.locust.protocol import RunConfig
 from specload.sweep.capacity import CapacityRun
 from specload.sweep.levels import plan_levels
-from specload.workload.config import Scenario, ScenarioError
+from specload.workload.config import REAL, Scenario, ScenarioError
 from specload.workload.datasets import DatasetError, Item, load_items
 from specload.workload.prompt_source import PromptProbeFailed, discover_prompts
+from specload.workload.prompts import TEXT
+from specload.workload.realtext import ORIGIN, RealTextError, real_items
 from specload.workload.vocab import LocalTokenizer, ServerTokenizer, VocabError
 
 logger = logging.getLogger("specload")
@@ -122,11 +124,15 @@ class RunResolver:
         try:
             prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure, send_key)
             items = self._dataset(sc, host, model, insecure, prompts.overhead, send_key)
-        except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError) as e:
+        except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError, RealTextError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
-            prompts = replace(
-                prompts, origin=f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)"
+            origin = f"dataset {sc.dataset} ({len(items)} prompts by vLLM's sampling rules)"
+            real = sc.prompt_method == REAL  # (text, whatever the API: the report's header says "text from")
+            prompts = (
+                replace(prompts, origin=ORIGIN, kind=TEXT, ids=None)
+                if real
+                else replace(prompts, origin=origin)
             )
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
         return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
@@ -171,7 +177,7 @@ class RunResolver:
         """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them).
 
         ``overhead``: the tokens the server adds to each prompt, left out of a fixed prompt length."""
-        if not sc.dataset:
+        if not sc.dataset and sc.prompt_method != REAL:
             return []
         plans = plan_levels(sc)
         n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
@@ -180,6 +186,11 @@ class RunResolver:
             if sc.tokenizer
             else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
         )
+        if sc.prompt_method == REAL:  # specload's real text, each prompt sized to the input tokens
+            items = real_items(n, sc.seed, tok, sc.input_tokens - overhead, sc.output_tokens)
+            logger.info("real text: %d prompts of %d tokens by %s", len(items), sc.input_tokens, tok.name)
+            return items
+        assert sc.dataset is not None
         fixed = sc.dataset_lengths == "fixed"
         items = load_items(
             sc.dataset,

@@ -775,7 +775,7 @@ def _notes(run: Run) -> list[str]:
     notes += _accept_note(run.levels)
     caveat = acceptance_caveat(run)  # beside the acceptance: random prompts overstate it
     notes += (
-        [f"Accept len and speedup measured on {caveat} (SPEED-Bench); use --dataset for real text"]
+        [f"Accept len and speedup measured on {caveat} (SPEED-Bench); --prompts real sends real text"]
         if caveat
         else []
     )

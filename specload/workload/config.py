@@ -38,6 +38,10 @@ BACKEND_HELP = "Server API: " + ", ".join(f"{b.name} ({b.path})" for b in backen
 # server that keeps more requests than this in flight makes the sends late, and the report says so.
 DEFAULT_POOL = 512
 REFERENCE_LEVELS = [1, 4, 16, 32, 64, 128]
+# What generated prompts are (``--prompts``): the built-in real-text set, or the reference method's random
+# draws. Unset means the context's default: random for a sweep, real for an experiment (docs/guide.md).
+REAL, RANDOM = "real", "random"
+PROMPT_METHODS = (REAL, RANDOM)
 
 
 class ScenarioError(ValueError):
@@ -502,6 +506,15 @@ class Scenario:
         flag="--dataset-lengths",
         choices=("dataset", "fixed"),
     )
+    prompts: str | None = _f(
+        None,
+        help="Generated prompts: 'real' (specload's built-in real text: code, summaries, questions, stories, "
+        "conversations, each sized to --input-tokens; the default of specload experiment) or 'random' "
+        "(the reference method: random token ids, or one-token words on a chat API; it flatters "
+        "speculation, docs/metrics.md). Default: random",
+        check=_optional(_choice(*PROMPT_METHODS)),
+        flag="--prompts",
+    )
     temperature: float = _f(0.0, help="Sampling temperature", check=_number(), flag="--temperature")
     read_timeout_s: float = _f(
         600.0,
@@ -545,6 +558,13 @@ class Scenario:
         check=_classes,
         factory=list,
     )
+
+    @property
+    def prompt_method(self) -> str:
+        """What the prompts are: REAL, RANDOM (unset: the sweep's default) or "dataset"."""
+        if self.dataset:
+            return "dataset"
+        return self.prompts or RANDOM
 
     def budget(self, concurrency: int) -> int | None:
         """Measured requests for a level; None for time-boxed levels."""
@@ -657,6 +677,23 @@ def _check_whole(source: str, sc: Scenario) -> Scenario:
             f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
             f"(--levels), not --rates"
         )
+    if sc.prompts == REAL:
+        if sc.dataset:
+            raise ScenarioError(
+                f"{source}: field 'prompts': 'real' is specload's own prompt set; --dataset brings its own "
+                f"prompts (drop one of the two)"
+            )
+        for key, bad in (
+            ("classes", bool(sc.classes)),
+            ("turns", sc.turns > 1),
+            ("shared_prefix_tokens", sc.shared_prefix_tokens > 0),
+            ("input_dist", not parse_dist(sc.input_dist).fixed),
+        ):
+            if bad:
+                raise ScenarioError(
+                    f"{source}: field '{key}': not with --prompts real (each real prompt is sized to "
+                    f"--input-tokens); pass --prompts random for drawn lengths, prefixes or turns"
+                )
     if sc.dataset:
         # A dataset brings its own prompts (and lengths, unless --dataset-lengths fixed): only the
         # output length may be drawn instead.

@@ -19,6 +19,7 @@ scenario's output length. Files are read from disk only: nothing is downloaded.
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ from typing import Any
 import orjson
 
 from specload.workload.vocab import Tokenizer
+
+logger = logging.getLogger("specload")
 
 SHAREGPT = "sharegpt"
 MIN_TOKENS, MAX_PROMPT, MAX_TOTAL = 4, 1024, 2048  # vLLM's is_valid_sequence defaults
@@ -230,5 +233,14 @@ def load_items(
     if not items:
         raise DatasetError(
             f"dataset {name!r}: no prompt passed the length rules (4..{MAX_PROMPT} prompt tokens)"
+        )
+    if len(items) < n:
+        logger.warning(
+            "dataset %s: %d usable prompts for the %d requests planned: they are sent again in turn, so "
+            "later levels resend earlier levels' prompts, which a prefix cache serves (TTFT reads low); "
+            "--prompts real has a distinct prompt for every request",
+            name,
+            len(items),
+            n,
         )
     return items

@@ -39,10 +39,13 @@ IDS, TEXT = "ids", "text"
 # What the prompts are, as run.json ``prompts.material`` says: random draws make the target accept
 # more (or other) drafts than real text does (SPEED-Bench, arXiv 2604.09557), so a report says so.
 RANDOM_IDS, RANDOM_WORDS, DATASET = "random token ids", "random words", "dataset"
+REAL_TEXT = (
+    "real text"  # specload's built-in set (specload.workload.realtext), run.json origin "real text (...)"
+)
 
 
 def material_of(p: Mapping[str, Any]) -> str | None:
-    """The material of run.json ``prompts`` (RANDOM_IDS, RANDOM_WORDS or DATASET); None when not
+    """The material of run.json ``prompts`` (RANDOM_IDS, RANDOM_WORDS, REAL_TEXT or DATASET); None when not
     recorded. A run.json written before ``material`` existed gets it from its kind and origin."""
     m = p.get("material")
     if isinstance(m, str) and m:
@@ -52,7 +55,24 @@ def material_of(p: Mapping[str, Any]) -> str | None:
         return None
     if origin.startswith("dataset"):
         return DATASET
+    if origin.startswith(REAL_TEXT):
+        return REAL_TEXT
     return RANDOM_IDS if p.get("kind") == IDS else RANDOM_WORDS
+
+
+def method_label(prompts: Mapping[str, Any], scenario: Mapping[str, Any]) -> str:
+    """How a run's prompts were made and how its answers ended, in the report's words (run.json
+    ``prompts`` and ``scenario``): acceptance depends on both (docs/metrics.md, "Prompts that flatter
+    speculation"), so a report says from which its figures come."""
+    m = material_of(prompts)
+    what = {
+        RANDOM_IDS: "random token ids (the reference method, --prompts random: it flatters speculation, "
+        "about 2x the accept length of real text on a real model)",
+        RANDOM_WORDS: "random words (--prompts random)",
+        REAL_TEXT: "real text (specload's built-in set, --prompts real)",
+        DATASET: f"dataset {scenario.get('dataset')}",
+    }.get(m or "", "not recorded")
+    return f"prompts: {what}; answers: forced to the output length (ignore_eos)"
 
 
 @dataclass(frozen=True)
