@@ -232,5 +232,7 @@ def test_the_changes_of_a_run_against_itself_are_zero(outputs: dict[str, tuple[s
         )
         assert fig["histogram"] == pytest.approx([0, 0, 1 / 16, 15 / 16])
         r = next(iter(lv["runs"].values()))["reasoning"]
-        # (the simulator ends its reasoning at a verify step's end, past REASONING under speculation)
-        assert r["reasoning_tokens_mean"] >= REASONING and r["answer_ttft_p50_ms"] > r["ttft_p50_ms"]
+        # Exactly the reasoning asked for: a verify step's chunk across its end is split there. The
+        # answer comes after the first token, or with it when a reader late by a few steps (a loaded
+        # machine) gets the reasoning's end and the answer's start in its first event.
+        assert r["reasoning_tokens_mean"] == REASONING and r["answer_ttft_p50_ms"] >= r["ttft_p50_ms"]

@@ -133,11 +133,16 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
         late[hit].append(r.ttft_s - (warm if hit else cold))
     assert seen == {0, 1} and len(late[False]) == 2
     late[False] += [r.ttft_s - cold for r in measured(alone) if r.ttft_s is not None]
-    for hit, xs in late.items():  # the simulator is never early; the client adds a few ms at most
-        assert min(xs) >= -0.0005 and statistics.median(xs) <= LATE_S, (hit, xs)
+    # The simulator is never early; the client adds a few ms at most, and a loaded machine what
+    # the simulator waited for a CPU and the client measured of its own lag in the two sweeps.
+    load = waited.s + max(client_lateness_s(shared, 0, worst=True), client_lateness_s(alone, 0, worst=True))
+    for hit, xs in late.items():
+        assert min(xs) >= -0.0005 and statistics.median(xs) <= LATE_S + load, (hit, xs, load)
     (s_shared,), (s_alone,) = shared.levels, alone.levels
+    assert s_alone.ttft_p50_ms is not None and s_shared.ttft_p50_ms is not None
     drop_ms = s_alone.ttft_p50_ms - s_shared.ttft_p50_ms
-    assert drop_ms == pytest.approx(prefill * 384 * 1000, rel=0.05)  # 153.6 ms: the prefill of 384 tokens
+    # 153.6 ms, the prefill of 384 tokens; each median is the model's plus at most that lateness
+    assert abs(drop_ms - prefill * 384 * 1000) <= 0.05 * prefill * 384 * 1000 + load * 1000, (drop_ms, load)
     # The hit rate as the report reads it from the server's sampled counters: 14 of 16 requests had
     # 384 of their 512 tokens cached (the sampled window can miss the last 0.2 s: a few points).
     assert s_shared.prefix_cache_source == "server_counters"

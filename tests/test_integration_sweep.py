@@ -7,7 +7,9 @@ figure has a known expected value. Tolerances are stated where they are used.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -68,12 +70,44 @@ def _within(value: float | None, lo: float, hi: float) -> bool:
     return value is not None and lo * (1 - TOL) <= value <= hi * (1 + TOL)
 
 
+def _emitted_tpot_p50(log: Path, run: Run) -> dict[int, float]:
+    """Per level, the median TPOT of the streams as the simulator sent them (its --emission-log):
+    (last token event - first) / (tokens after the first event), on the simulator's clock. A stream
+    belongs to the level whose measured requests' wall-clock span holds its first event (the
+    simulator's clock is CLOCK_MONOTONIC, as this process's perf_counter)."""
+    to_wall = time.time() - time.perf_counter()
+    spans = {}
+    for r in run.records:
+        if r.phase == "measure" and r.t_end is not None:
+            lo, hi = spans.get(r.level, (r.t_send, r.t_end))
+            spans[r.level] = (min(lo, r.t_send), max(hi, r.t_end))
+    tpots: dict[int, list[float]] = {}
+    for line in log.read_text().splitlines():
+        e = orjson.loads(line)
+        if not e["complete"] or e["tokens"] != OUT:
+            continue
+        t = e["t_first"] + to_wall
+        for level, (lo, hi) in spans.items():
+            if lo - 0.05 <= t <= hi + 0.05:
+                tpots.setdefault(level, []).append(
+                    (e["t_last"] - e["t_first"]) / (e["tokens"] - e["first_tokens"])
+                )
+    return {level: statistics.median(v) for level, v in tpots.items()}
+
+
 def _check_levels(
-    run: Run, burst_s: float = BURST_LOCAL_S, planned: list[int] = LEVELS, server_wait_s: float = 0.0
+    run: Run,
+    burst_s: float = BURST_LOCAL_S,
+    planned: list[int] = LEVELS,
+    server_wait_s: float = 0.0,
+    emitted_tpot: dict[int, float] | None = None,
 ) -> None:
     """Every level's figures against the simulator's exact ones. ``server_wait_s``: how long the
     simulator waited for a CPU during the sweep (tests/rundelay.py); with what the client measured of
-    its own lag in each level, what a loaded machine may add to a latency (0 on a quiet one)."""
+    its own lag in each level, what a loaded machine may add to a latency (0 on a quiet one).
+    ``emitted_tpot``: per level, the TPOT p50 of the streams as the simulator sent them; TPOT is
+    held to it, since a first token sent late (its deadline missed under load) is followed by the
+    next ones on time, which shortens the request's TPOT below the configured ITL."""
     levels = run.levels
     assert [lv.concurrency for lv in levels] == planned
     for lv in levels:
@@ -84,7 +118,21 @@ def _check_levels(
         burst = burst_s * c + late
         assert _within(lv.ttft_p50_ms, TTFT_S * 1000, (TTFT_S + burst) * 1000), (c, lv.ttft_p50_ms, burst)
         assert _within(lv.per_req_tok_s, OUT / (E2E_S + burst), PER_REQ), (c, lv.per_req_tok_s, burst)
-        assert _within(lv.tpot_p50_ms, ITL_S * 1000, (ITL_S + late / (OUT - 1)) * 1000), (c, lv.tpot_p50_ms)
+        if emitted_tpot is None:
+            assert _within(lv.tpot_p50_ms, ITL_S * 1000, (ITL_S + late / (OUT - 1)) * 1000), (
+                c,
+                lv.tpot_p50_ms,
+            )
+        else:
+            # The client's TPOT is the simulator's as sent, give or take how late the client read
+            # the first and the last event (its lag, and the simulator's wait between noting an
+            # event's time and writing it), spread over the tokens after the first.
+            sent = emitted_tpot[lv.index or 0]
+            slack = ITL_S * TOL + late / (OUT - 1)
+            assert lv.tpot_p50_ms is not None, c
+            assert abs(lv.tpot_p50_ms / 1000 - sent) <= slack, (c, lv.tpot_p50_ms, sent * 1000, slack * 1000)
+            # and the simulator kept its ITL to within how late a burst and the machine's load made it
+            assert abs(sent - ITL_S) <= ITL_S * TOL + burst / (OUT - 1), (c, sent, burst)
         # Closed loop, all C users start together and nothing queues: budget/C back-to-back waves.
         waves = max(1, BUDGET[c] // c)
         expected_agg = BUDGET[c] * OUT / (waves * E2E_S)
@@ -124,7 +172,8 @@ def _sweep_and_check(
     sim, tmp_path: Path, *extra: str, burst_s: float = BURST_LOCAL_S, planned: list[int] = LEVELS
 ) -> tuple[subprocess.CompletedProcess[str], Run]:  # type: ignore[no-untyped-def]
     """`specload sweep` against the exact simulator, then every figure and file checked."""
-    server = sim(*SIM_ARGS)
+    emissions = tmp_path / "emitted.jsonl"
+    server = sim(*SIM_ARGS, "--emission-log", str(emissions))
     waited = RunDelay([server.proc.pid], this_thread=False)
     out = subprocess.run(
         specload_cmd("sweep", "--host", server.url, *extra, *_sweep_flags(tmp_path, planned)),
@@ -135,7 +184,7 @@ def _sweep_and_check(
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run_dir = _run_dir(tmp_path)
     run = load_run(run_dir)
-    _check_levels(run, burst_s, planned, waited.s)
+    _check_levels(run, burst_s, planned, waited.s, _emitted_tpot_p50(emissions, run))
     _check_run_files(run_dir, planned)
     return out, run
 
@@ -159,7 +208,9 @@ def test_headless_sweep_two_processes(sim, tmp_path: Path) -> None:
 
 @pytest.mark.slow  # the same master and two workers as --processes 2 above, started by hand: make test-slow
 def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
-    server = sim(*SIM_ARGS)
+    emissions = tmp_path / "emitted.jsonl"
+    server = sim(*SIM_ARGS, "--emission-log", str(emissions))
+    waited = RunDelay([server.proc.pid], this_thread=False)
     port = free_port()
     run_dir = tmp_path / "run"
     prefix = str(run_dir / "locust")
@@ -200,7 +251,7 @@ def test_master_and_two_workers(sim, procs: Procs, tmp_path: Path) -> None:
     code = master.wait(timeout=180)
     assert code == 0, procs.log(master)[-4000:]
     run = load_run(run_dir)
-    _check_levels(run, BURST_PROCESSES_S, LEVELS_PROCESSES)
+    _check_levels(run, BURST_PROCESSES_S, LEVELS_PROCESSES, waited.s, _emitted_tpot_p50(emissions, run))
     _check_run_files(run_dir, LEVELS_PROCESSES)
     assert len({r.worker for r in run.records}) == 2
     assert run.meta["mode"] == "master"

@@ -57,6 +57,15 @@ def test_the_chat_parser_tells_reasoning_from_answer(field: str) -> None:
     assert p.reasoning_tokens == 2 and p.output_tokens == 4
 
 
+def test_a_delta_with_the_end_of_the_reasoning_and_the_answer_starts_the_answer() -> None:
+    # vLLM's reasoning parser returns the delta holding the end-of-think marker with both fields;
+    # when it is the stream's first, the stream still had reasoning and its answer begins there.
+    p = get_backend("chat").parser()
+    p.text = []
+    assert p.feed(ev({"reasoning": " so", "content": " Yes"})) == 1
+    assert p.reasoning_events == 1 and not p.in_reasoning and p.text == [" Yes"]
+
+
 def test_a_plain_chat_stream_has_no_reasoning() -> None:
     p = get_backend("chat").parser()
     assert p.feed(ev({"content": " Hi"})) == 1
@@ -124,6 +133,66 @@ def test_a_reasoning_stream_from_the_simulator(sim: Callable[..., SimProcess], f
     kinds = ["role" if "role" in d else next(iter(d)) for d in deltas]
     assert kinds == ["role"] + [field] * 8 + ["content"] * 2
     assert events[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 8}
+
+
+def _raw_chat(url: str, max_tokens: int) -> list[dict[str, object]]:
+    """A streamed chat answer's events (usage included), as the server sent them."""
+    body = {
+        "model": "specload-sim",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    req = urllib.request.Request(
+        url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return [json.loads(x[6:]) for x in lines if x.startswith("data: ") and x != "data: [DONE]"]
+
+
+# A chunk that crosses the end of the reasoning, as each engine's reasoning parser splits it: vLLM
+# returns one delta with both fields, SGLang a reasoning_content chunk and then a content chunk.
+SPLIT = {
+    "reasoning": [{"reasoning": 1}, {"reasoning": 3}, {"reasoning": 3}, {"reasoning": 1, "content": 2}],
+    "reasoning_content": [
+        {"reasoning_content": 1},
+        {"reasoning_content": 3},
+        {"reasoning_content": 3},
+        {"reasoning_content": 1},
+        {"content": 2},
+    ],
+}
+
+
+@pytest.mark.parametrize("field", sorted(SPLIT))
+def test_a_chunk_across_the_end_of_the_reasoning_is_split_as_the_engine_splits_it(
+    sim: Callable[..., SimProcess], field: str
+) -> None:
+    # Events of 1, 3, 3, 3, 3 tokens: the fourth (tokens 8-10) holds the 8th, the last of the reasoning.
+    s = sim(
+        "--ttft-ms",
+        "5",
+        "--itl-ms",
+        "1",
+        "--tokens-per-chunk",
+        "3",
+        "--reasoning-tokens",
+        "8",
+        "--reasoning-field",
+        field,
+    )
+    events = _raw_chat(s.url, 13)
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]][1:]  # after the role-only one
+    words = [{k: len(v.split()) for k, v in d.items() if v} for d in deltas]
+    assert words == SPLIT[field] + [{"content": 3}]
+    assert events[-1]["usage"]["completion_tokens_details"] == {"reasoning_tokens": 8}
+    # The client: exactly the reasoning asked for, and the answer begins in the split chunk.
+    rec = _one(s.url, "chat", 13)
+    assert rec.status == OK and rec.output_tokens == 13 and rec.reasoning_tokens == 8
+    assert rec.t_first_answer is not None and rec.t_first is not None
+    assert rec.t_first_answer > rec.t_first
 
 
 def test_completions_and_plain_chat_records_have_no_reasoning(sim: Callable[..., SimProcess]) -> None:

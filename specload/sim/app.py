@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 
 import gevent
 import orjson
@@ -29,6 +29,7 @@ from specload.sim.faults import FaultInjector, Faults, RequestFaults
 from specload.sim.httpd import App, Request, Response, Stream
 from specload.sim.info import METRICS_STYLES, metrics_text, server_info, vllm_server_info
 from specload.sim.prefix import PromptKey, chat_units, text_units, word_unit
+from specload.sim.promptkind import prompt_kind
 from specload.sim.protocol import (
     GenRequest,
     HTTPError,
@@ -54,7 +55,7 @@ from specload.sim.render import (
     Renderer,
 )
 from specload.sim.specfields import PER_REQUEST_LEVELS
-from specload.sim.timing import Engine
+from specload.sim.timing import Engine, clock
 
 DIE_EXIT_CODE = 3  # exit status when the die_after_requests fault fires
 
@@ -135,6 +136,7 @@ class SimApp:
         reasoning_field: str = "reasoning",
         vllm: bool = False,
         vllm_dev_mode: bool = False,
+        emission_log: IO[str] | None = None,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -146,6 +148,10 @@ class SimApp:
         self.vocab = vocab or Vocab()
         self.secrets: dict[str, Any] = {}  # server-info fields that carry secrets (see sim.cli.make_server)
         self.close_after_stream = close_after_stream
+        # One JSON line per finished stream: when its first and last token events were handed to the
+        # socket, on the engine's clock (what the simulator really did, for tests to hold a client's
+        # figures against: TPOT is (t_last - t_first) / (tokens - first_tokens) of these).
+        self.emission_log = emission_log
         # llama.cpp listens before its weights are loaded and answers every endpoint, /health
         # included, with 503 "Loading model" meanwhile: a client must not take that for "back".
         self.loading_until = time.monotonic() + loading_s if loading_s > 0 else 0.0
@@ -260,8 +266,10 @@ class SimApp:
         if renderer is ChatRenderer:
             req.prompt_tokens += self.vocab.chat_template_tokens
             req.key = self._key(messages=body.get("messages"))
+            req.kind = self._kind(None, body.get("messages"))
         else:
             req.key = self._key(body.get("prompt"))
+            req.kind = self._kind(body.get("prompt"))
         r = renderer(self.model, self._model_json, req.prompt_tokens, req.include_usage)
         r.cache_report = self.cache_report
         r.continuous_usage, spec_details = openai_options(body)
@@ -275,9 +283,18 @@ class SimApp:
         body = read_json_object(request.body)
         self.vocab.check_ids(body.get("input_ids"))
         req = parse_generate(body, self.max_model_len)
-        req.key = self._key(body["input_ids"] if body.get("input_ids") is not None else body.get("text"))
+        prompt = body["input_ids"] if body.get("input_ids") is not None else body.get("text")
+        req.key = self._key(prompt)
+        req.kind = self._kind(prompt)
         r = GenerateRenderer(req.prompt_tokens, request.arrived, self.engine.speculative)
         return self._respond(request, req, r)
+
+    def _kind(self, prompt: Any, messages: Any = None) -> str | None:
+        """The prompt's kind, for an engine whose acceptance depends on it (specload.sim.promptkind)."""
+        engine = self.engine
+        if not engine.speculative:
+            return None
+        return prompt_kind(prompt, messages, engine.openings, engine.multi_turn)
 
     def _key(self, prompt: Any = None, messages: Any = None) -> PromptKey | None:
         """The prompt as prefix-cache units, only when the engine has a cache (it costs O(prompt))."""
@@ -324,7 +341,9 @@ class SimApp:
         fault cut the request) closes the engine's, which frees the engine slot.
         """
         key = job.req.key
-        chunks = self.engine.generate(job.req.prompt_tokens, job.target, arrival=job.request.arrived, key=key)
+        chunks = self.engine.generate(
+            job.req.prompt_tokens, job.target, arrival=job.request.arrived, key=key, kind=job.req.kind
+        )
         try:
             next(chunks)  # ADMITTED; blocks while queued
             if key is not None:
@@ -350,6 +369,7 @@ class SimApp:
         r, target, done = job.renderer, job.target, not job.plan.omit_done
         mishaps = _Mishaps(job.plan, target)
         progress = _Progress()
+        sent: list[tuple[float, int]] = []  # (when, tokens) of each token event, for the emission log
         loop = self._engine_loop(job, progress)
         try:
             next(loop)  # admitted (blocks while queued)
@@ -363,6 +383,8 @@ class SimApp:
             for p in loop:
                 last = p.sent >= target
                 event = r.content(p.tokens, p.sent, p.verify, job.finish if last else None)
+                if self.emission_log is not None:
+                    sent.append((clock(), p.tokens))
                 if last and mishaps.idle:
                     # One write (one syscall) for the last event and its usage / [DONE] tail.
                     yield event + r.tail(p.sent, done)
@@ -381,9 +403,25 @@ class SimApp:
                 yield tail
         finally:
             loop.close()
+            if sent and self.emission_log is not None:
+                self._log_emission(sent, progress.sent >= target)
             if self.close_after_stream:
                 # The headers already said keep-alive; the connection closes anyway (llama.cpp).
                 job.request.keep_alive = False
+
+    def _log_emission(self, sent: list[tuple[float, int]], complete: bool) -> None:
+        log = self.emission_log
+        assert log is not None
+        line = {
+            "t_first": sent[0][0],
+            "t_last": sent[-1][0],
+            "first_tokens": sent[0][1],
+            "tokens": sum(n for _, n in sent),
+            "events": len(sent),
+            "complete": complete,
+        }
+        log.write(orjson.dumps(line).decode() + "\n")
+        log.flush()
 
     def _whole(self, job: _Job) -> Response | None:
         """The whole response, once the engine produced the last token; None if a fault cut it."""

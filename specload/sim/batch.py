@@ -47,7 +47,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-PRESETS = ("baseline", "mtp")
+PRESETS = ("baseline", "mtp", "ngram")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -96,6 +96,56 @@ class Table:
 
 
 @dataclass(frozen=True)
+class PromptCategory:
+    """A kind of prompt with its own acceptance (a preset's ``[prompt_categories.NAME]`` table).
+
+    A prompt is of the category when its first user text starts with ``opening``; ``multi_turn``
+    makes it the category of conversations of several turns that no opening matched; the category
+    named ``token_ids`` is that of prompts of token ids, told by their shape (specload.sim.promptkind).
+    ``spec_accept_prob`` and ``spec_accept_decay`` replace the preset's own for its prompts (None:
+    the preset's)."""
+
+    name: str
+    opening: str = ""
+    multi_turn: bool = False
+    spec_accept_prob: float | None = None
+    spec_accept_decay: float | None = None
+
+
+_CATEGORY_KEYS = {f.name for f in fields(PromptCategory)} - {"name"}
+
+
+def _categories(table: Any, where: str) -> tuple[PromptCategory, ...]:
+    """``[prompt_categories.NAME]`` tables (name -> keys) as PromptCategory, checked."""
+    if isinstance(table, (tuple, list)) and all(isinstance(c, PromptCategory) for c in table):
+        return tuple(table)
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: prompt_categories must be a table of tables, got {table!r}")
+    out = []
+    for name, keys in table.items():
+        if not isinstance(keys, dict):
+            raise ValueError(f"{where}: prompt_categories.{name} must be a table, got {keys!r}")
+        unknown = sorted(set(keys) - _CATEGORY_KEYS)
+        if unknown:
+            raise ValueError(
+                f"{where}: prompt_categories.{name}: unknown key(s) {', '.join(unknown)}; "
+                f"known: {', '.join(sorted(_CATEGORY_KEYS))}"
+            )
+        try:
+            out.append(PromptCategory(str(name), **keys))
+        except TypeError as e:
+            raise ValueError(f"{where}: prompt_categories.{name}: {e}") from None
+    return tuple(out)
+
+
+def accept_length(p: float, k: int) -> float:
+    """Tokens per verify step that k drafts accepted in sequence with probability p each give, the
+    bonus token included: 1 + p + p^2 + ... + p^k (SGLang's spec_accept_length, vLLM's
+    mean_acceptance_length, in expectation)."""
+    return 1.0 + sum(p**i for i in range(1, k + 1))
+
+
+@dataclass(frozen=True)
 class BatchParams:
     """Everything a preset file sets (specload/sim/presets/*.toml); see docs/simulator.md."""
 
@@ -120,6 +170,9 @@ class BatchParams:
     verify_us_per_draft_token: float = 0.0
     draft_kv_tokens: int = 0  # KV tokens the draft's memory takes from kv_budget_tokens
     spec_max_running_requests: int | None = None  # replaces max_running_requests when speculative
+    # Kinds of prompt with their own acceptance (PromptCategory); a prompt of none of them (plain
+    # real text) gets spec_accept_prob and spec_accept_decay above.
+    prompt_categories: tuple[PromptCategory, ...] = ()
     seed: int = 0
 
     @property
@@ -158,6 +211,13 @@ class BatchParams:
                 raise ValueError(
                     f"spec_max_running_requests must be >= 1, got {self.spec_max_running_requests}"
                 )
+            for c in self.prompt_categories:
+                if c.spec_accept_prob is not None and not 0.0 <= c.spec_accept_prob <= 1.0:
+                    raise ValueError(f"prompt_categories.{c.name}.spec_accept_prob must be in [0, 1]")
+                if c.spec_accept_decay is not None and c.spec_accept_decay < 0:
+                    raise ValueError(f"prompt_categories.{c.name}.spec_accept_decay must be >= 0")
+            if sum(c.multi_turn for c in self.prompt_categories) > 1:
+                raise ValueError("at most one of prompt_categories may be multi_turn")
         if self.effective_kv_budget < 1:
             raise ValueError(
                 f"the KV budget left for requests must be >= 1 token, got {self.effective_kv_budget}"
@@ -168,7 +228,29 @@ class BatchParams:
         for t in ("decode_ms", "draft_ms", "verify_ms"):
             if d[t] is not None:
                 d[t] = [list(p) for p in d[t]]
+        d["prompt_categories"] = {
+            c.name: {k: v for k, v in asdict(c).items() if k != "name" and v is not None}
+            for c in self.prompt_categories
+        }
         return d
+
+    def acceptance(self, kind: str | None) -> tuple[float, float]:
+        """(p, decay per 1000 output tokens) of a prompt of ``kind`` (None: plain real text)."""
+        for c in self.prompt_categories:
+            if c.name == kind:
+                p = self.spec_accept_prob if c.spec_accept_prob is None else c.spec_accept_prob
+                decay = self.spec_accept_decay if c.spec_accept_decay is None else c.spec_accept_decay
+                return p, decay
+        return self.spec_accept_prob, self.spec_accept_decay
+
+    @property
+    def openings(self) -> dict[str, str]:
+        """Category -> its opening sentence, for the categories that have one."""
+        return {c.name: c.opening for c in self.prompt_categories if c.opening}
+
+    @property
+    def multi_turn(self) -> str | None:
+        return next((c.name for c in self.prompt_categories if c.multi_turn), None)
 
 
 _FIELDS = {f.name for f in fields(BatchParams)}
@@ -191,9 +273,14 @@ def params_from_dict(
                 raise ValueError(
                     f"{where}: {t} must be a list of [batch, ms] pairs, got {values[t]!r}"
                 ) from None
+    if "prompt_categories" in values:
+        values["prompt_categories"] = _categories(values["prompt_categories"], where)
     if values.get("speculative_algorithm") in ("", "none", "None"):
         values["speculative_algorithm"] = None
-    params = replace(base or BatchParams(), **values)
+    try:
+        params = replace(base or BatchParams(), **values)
+    except TypeError as e:  # a category's key of the wrong shape
+        raise ValueError(f"{where}: {e}") from None
     try:
         params.validate()
     except ValueError as e:
@@ -202,7 +289,7 @@ def params_from_dict(
 
 
 def load_preset(name_or_path: str, overrides: Sequence[str] = ()) -> BatchParams:
-    """A packaged preset by name (``baseline``, ``mtp``) or a TOML file, then ``KEY=VALUE`` overrides.
+    """A packaged preset by name (``baseline``, ``mtp``, ``ngram``) or a TOML file, then ``KEY=VALUE`` overrides.
 
     An override's value is a TOML value: ``max_running_requests=128``, ``spec_accept_prob=0.8``,
     ``decode_ms=[[1, 9], [64, 25]]``, ``speculative_algorithm="EAGLE"``.
@@ -257,12 +344,20 @@ class BatchRequest:
         "admitted_at",
         "event",
         "key",
+        "accept",
     )
 
     def __init__(
-        self, prompt_tokens: int, max_tokens: int, arrival: float, key: PromptKey | None = None
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        arrival: float,
+        key: PromptKey | None = None,
+        accept: tuple[float, float] | None = None,
     ) -> None:
         self.key = key  # the prompt as prefix-cache units (None: no cache, or not looked up)
+        # (p, decay per 1000 output tokens) of this prompt's kind (BatchParams.acceptance); None: the preset's
+        self.accept = accept
         self.prompt = prompt_tokens
         self.max_tokens = max_tokens
         self.arrival = arrival
@@ -453,7 +548,9 @@ class BatchScheduler:
                 n, verify = 1, 1  # the pass that finishes the prefill gives the first token
             elif k:
                 accepted = 0
-                q = max(0.0, p - self.decay * req.generated) if self.decay else p
+                q, decay = (p, self.decay) if req.accept is None else (req.accept[0], req.accept[1] / 1000.0)
+                if decay:
+                    q = max(0.0, q - decay * req.generated)
                 if q >= 1.0:
                     accepted = k
                 else:
@@ -532,6 +629,8 @@ class BatchEngine(Engine):
         self._wake = Event()
         self._loop: gevent.Greenlet | None = None
         self._last_end = float("-inf")  # end of the last step run
+        if self.speculative:  # the prompt's kind sets its acceptance
+            self.openings, self.multi_turn = params.openings, params.multi_turn
 
     @classmethod
     def from_preset(
@@ -552,10 +651,18 @@ class BatchEngine(Engine):
         return self.sched.waiting()
 
     def generate(
-        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        arrival: float | None = None,
+        key: PromptKey | None = None,
+        kind: str | None = None,
     ) -> Generator[Chunk, None, None]:
         now = clock()
-        req = BatchRequest(prompt_tokens, max_tokens, now if arrival is None else min(arrival, now), key)
+        accept = self.params.acceptance(kind) if self.speculative else None
+        req = BatchRequest(
+            prompt_tokens, max_tokens, now if arrival is None else min(arrival, now), key, accept
+        )
         sched = self.sched
         if max_tokens <= 0:
             sched.admit_empty(req, now)

@@ -104,7 +104,7 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--preset",
         default=None,
-        help="batch engine parameters: baseline, mtp, or a TOML file of them (default baseline)",
+        help="batch engine parameters: baseline, mtp, ngram, or a TOML file of them (default baseline)",
     )
     t.add_argument(
         "--param",
@@ -163,7 +163,15 @@ def _add_timing_flags(p: argparse.ArgumentParser) -> None:
         "--reasoning-field",
         choices=("reasoning", "reasoning_content"),
         default="reasoning",
-        help="the reasoning delta's field: vLLM's 'reasoning' (default) or 'reasoning_content' (SGLang, older vLLM)",
+        help="the reasoning delta's field, and how a chunk across the reasoning's end is split: vLLM's "
+        "'reasoning' (default; one delta with both fields) or SGLang's 'reasoning_content' (two chunks)",
+    )
+    t.add_argument(
+        "--emission-log",
+        metavar="FILE",
+        default=None,
+        help="append one JSON line per finished stream: when its first and last token events went to the "
+        "socket (the simulator's clock, seconds) and their tokens, for tests that hold a client to it",
     )
     t.add_argument(
         "--cache-report",
@@ -400,6 +408,7 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             reasoning_field=args.reasoning_field,
             vllm=args.max_num_seqs is not None,
             vllm_dev_mode=args.vllm_server_dev_mode,
+            emission_log=open(args.emission_log, "a", encoding="utf-8") if args.emission_log else None,  # noqa: SIM115
         )
     except ValueError as e:
         parser.error(str(e))

@@ -82,6 +82,7 @@ class GenRequest:
     key: Any = (
         None  # the prompt as prefix-cache units (specload.sim.prefix.PromptKey), when the engine has a cache
     )
+    kind: str | None = None  # the prompt's kind (specload.sim.promptkind), when the engine speculates
 
 
 #: An endpoint's body reader: (JSON body, the server's max_model_len) -> the request.

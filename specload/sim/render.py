@@ -110,13 +110,16 @@ class OpenAIRenderer(Renderer):
         )
         self._head = b"data: " + self._envelope + b',"choices":[{"index":0,' + self.text_open
 
-    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
-        if self.continuous_usage:  # vLLM: the running usage in every chunk
+    def _event(self, head: bytes, text: bytes, finish: str | None, total: int) -> bytes:
+        """One event: ``head`` (up to the open delta string), ``text``, the finish reason, and the
+        running usage when the request asked for it in every chunk (vLLM's continuous_usage_stats)."""
+        if self.continuous_usage:
             usage = orjson.dumps(self._usage_dict(total))
-            return b"".join(
-                (self._head, _TOK * n, self.text_close, _FINISH[finish], b'}],"usage":', usage, b"}\n\n")
-            )
-        return b"".join((self._head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
+            return b"".join((head, text, self.text_close, _FINISH[finish], b'}],"usage":', usage, b"}\n\n"))
+        return b"".join((head, text, self.text_close, _FINISH[finish], b"}]}\n\n"))
+
+    def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
+        return self._event(self._head, _TOK * n, finish, total)
 
     def spec_event(self, completion_tokens: int) -> bytes:
         if not self.sglext or self.spec_steps is None:
@@ -186,19 +189,31 @@ class ChatRenderer(OpenAIRenderer):
         self._reasoning_sent = 0
 
     def reason(self, tokens: int, field: str) -> None:
-        """Stream the first ``tokens`` tokens as reasoning deltas named ``field``, as a vLLM
-        --reasoning-parser server does (``reasoning``; SGLang and older vLLM: ``reasoning_content``),
-        and count them in usage ``completion_tokens_details.reasoning_tokens``. A chunk that starts
-        inside the reasoning is reasoning whole."""
+        """Stream the first ``tokens`` tokens as reasoning deltas named ``field`` and count them in
+        usage ``completion_tokens_details.reasoning_tokens``, as a server with a reasoning parser does.
+
+        A chunk that crosses the end of the reasoning is split where the reasoning ends, as the
+        engines' parsers split the delta that holds the end-of-think marker: vLLM (``reasoning``)
+        returns one ``DeltaMessage`` with both ``reasoning`` and ``content``; SGLang
+        (``reasoning_content``) yields a ``reasoning_content`` chunk, then a ``content`` chunk."""
         self.reasoning_tokens = tokens
         self._reasoning_head = self._head[: -len(self.text_open)] + b'"delta":{"%s":"' % field.encode()
         self.reasoning_field = field
 
     def content(self, n: int, total: int, verify: int, finish: str | None) -> bytes:
-        if total - n < self.reasoning_tokens:
-            self._reasoning_sent += n
-            return b"".join((self._reasoning_head, _TOK * n, self.text_close, _FINISH[finish], b"}]}\n\n"))
-        return super().content(n, total, verify, finish)
+        think = min(n, self.reasoning_tokens - (total - n))  # this chunk's tokens before the end of thought
+        if think <= 0:
+            return super().content(n, total, verify, finish)
+        self._reasoning_sent += think
+        if think == n:
+            return self._event(self._reasoning_head, _TOK * n, finish, total)
+        answer = _TOK * (n - think)
+        if self.reasoning_field == "reasoning":  # vLLM: one delta, both fields
+            both = _TOK * think + b'","content":"' + answer
+            return self._event(self._reasoning_head, both, finish, total)
+        # SGLang: the reasoning chunk, then the answer's
+        head = self._event(self._reasoning_head, _TOK * think, None, total - n + think)
+        return head + self._event(self._head, answer, finish, total)
 
     def reasoning_done(self, total: int) -> int:
         """Reasoning tokens among the answer's ``total``: those streamed, else (a whole response) its first."""

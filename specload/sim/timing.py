@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,15 +99,26 @@ class Engine(ABC):
     speculative: bool = False
     #: The simulated prefix cache (specload.sim.prefix), or None: every prompt is prefilled in full.
     prefix_cache: PrefixCache | None = None
+    #: Prompt categories the engine tells apart (category -> opening sentence), and the category of a
+    #: conversation of several turns that no opening matched (specload.sim.promptkind); an engine
+    #: whose timing depends on the prompt's kind (a speculative one: acceptance) sets them.
+    openings: Mapping[str, str] = {}
+    multi_turn: str | None = None
 
     @abstractmethod
     def generate(
-        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        arrival: float | None = None,
+        key: PromptKey | None = None,
+        kind: str | None = None,
     ) -> Generator[Chunk, None, None]:
         """Yield :data:`ADMITTED` once admitted, then chunks summing to exactly ``max_tokens`` tokens.
 
         ``key``: the prompt as prefix-cache units (made only when the engine has a ``prefix_cache``);
         the engine looks it up at admission (``key.cached``: the prompt tokens it skips) and stores it.
+        ``kind``: the prompt's kind (specload.sim.promptkind.prompt_kind; None: plain real text).
 
         Each item is yielded only when it is due (the generator sleeps), so the caller just iterates
         and writes. Closing the generator early (client gone) must free whatever the request held.
@@ -267,7 +278,12 @@ class FixedEngine(Engine):
         return self._slots.queued
 
     def generate(
-        self, prompt_tokens: int, max_tokens: int, arrival: float | None = None, key: PromptKey | None = None
+        self,
+        prompt_tokens: int,
+        max_tokens: int,
+        arrival: float | None = None,
+        key: PromptKey | None = None,
+        kind: str | None = None,
     ) -> Generator[Chunk, None, None]:
         admitted_at = self._slots.acquire(arrival)
         try:

@@ -29,10 +29,13 @@ class ChatParser(CompletionsParser):
             return 0
         delta = choice.get("delta") or {}
         content = delta.get("content")
-        if not content and (delta.get("reasoning") or delta.get("reasoning_content")):
+        if delta.get("reasoning") or delta.get("reasoning_content"):
             self.reasoning_events += 1
-            self.in_reasoning = True
-            return self.tokens_of(ev, before)
+            if not content:
+                self.in_reasoning = True
+                return self.tokens_of(ev, before)
+            # vLLM's parser returns the delta that ends the reasoning with both fields: the answer
+            # begins in it
         if content is None:
             return 0
         if content == "" and ("role" in delta or choice.get("finish_reason")):
