@@ -159,3 +159,32 @@ def test_a_level_whose_gauges_answered_seldom_is_named(tmp_path: Path) -> None:
     assert all(n in report_notes(sampled) for n in want)
     assert run("unavailable", {"metrics_interval_s": 0.1}).sampling_notes() == []
     assert run("sampled", {}).sampling_notes() == []
+
+
+def test_an_inferred_cap_is_the_cap_of_every_consumer() -> None:
+    """Run.cap is the one accessor: a cap the gauges show (the server did not say it) is named in the
+    notes, drawn on the HTML charts of a report and a comparison, given in compare's JSON, and used by
+    the live view's figures, as a declared one is."""
+    from specload.analysis.live import LiveRun
+    from specload.present.compare import to_dict
+    from specload.present.htmlpage import compare_charts, report_charts, run_lines
+
+    samples = [ServerSample(t=float(i), running=48.0, queued=16.0) for i in range(40)]
+    levels = [LevelStats(concurrency=c, repeat=0, label=f"c{c:03d}") for c in (16, 64)]
+    run = Run(Path("x"), {}, levels, samples=samples, info=RunMeta())
+    assert run.cap is not None and run.cap.inferred and run.cap.value == 48
+    assert run.max_running_notes() and run_lines(run).max_running == 48
+
+    def cap_marks(charts: list[Any]) -> set[str]:
+        return {m.text for c in charts for m in c.marks if "cap" in m.text}
+
+    assert cap_marks(report_charts(run)) == {"cap 48"}
+    other = Run(Path("y"), {"label": "y"}, levels, samples=samples, info=RunMeta(label="y"))
+    comp = build_comparison([run, other])
+    assert cap_marks(compare_charts(comp)) == {"x: cap 48", "y: cap 48"}
+    assert [r["max_running_requests"] for r in to_dict(comp)["runs"]] == [48, 48]
+    live = LiveRun(1, ServerInfo({}))
+    assert live.cap is None
+    for s in samples:
+        live.add_sample(s)
+    assert live.cap == 48

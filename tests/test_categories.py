@@ -10,7 +10,6 @@ import msgspec
 import orjson
 import pytest
 
-from specload.analysis.categories import compare_categories
 from specload.analysis.comparison import build_comparison
 from specload.analysis.run import load_run
 from specload.core.records import RequestRecord, read_records
@@ -83,7 +82,7 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
     run = load_run(mtp)
     for s in run.levels:
         assert s.mix is not None
-        cats = {g.key: g for g in s.mix.categories}
+        cats = {g.key: g.stats for g in s.mix.categories}
         assert set(cats) == {"coding", "writing"}
         assert sum(g.sent for g in cats.values()) == s.sent
         for name, g in cats.items():
@@ -96,7 +95,7 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
     table = text.split("## Prompt categories")[1].split("\n## ")[0]
     assert "| coding" in table and "2.50" in table and "1.25" in table
     comp = build_comparison([load_run(base), run])
-    (coding, writing) = compare_categories(comp)
+    (coding, writing) = comp.categories
     assert (coding.category, writing.category) == ("coding", "writing")
     # Each category is half of every level in both runs: its changes are the level's, its crossover too.
     for cc in (coding, writing):
@@ -106,7 +105,7 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
             [x.at for x in comp.crossovers["mtp"].agg]
         )
         assert cc.sentences[0].startswith(f"mtp on {cc.category} prompts ")
-        assert [f.accept_length for f in cc.figures["mtp"]] == pytest.approx(
+        assert [f.of("accept_length") for f in cc.figures["mtp"]] == pytest.approx(
             [ACCEPT[cc.category]] * len(comp.levels)
         )
     lines = "\n".join(category_lines(comp))
@@ -140,6 +139,6 @@ def test_sweep_with_a_categorised_dataset(sim, tmp_path: Path) -> None:
             used = [r for r in mine if r.spec_verify_ct]
             assert used, "the MTP simulator reports spec_verify_ct"
             want = sum(r.output_tokens for r in used) / sum(r.spec_verify_ct or 0 for r in used)
-            assert g.accept_length == pytest.approx(want)
+            assert g.stats.accept_length == pytest.approx(want)
     assert "## Prompt categories" in (run_dir / "report.md").read_text()
     assert orjson.loads((run_dir / "run.json").read_bytes())["prompts"]["material"] == "dataset"

@@ -15,12 +15,13 @@ import statistics
 import weakref
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from specload.analysis import metrics
+from specload.analysis import figures
 from specload.analysis.columns import LevelColumns, _Reading, read_columns
 from specload.analysis.metrics import (
     LevelStats,
@@ -253,9 +254,12 @@ def test_each_level_is_let_go_of_once_its_figures_are_made(
     rows = summary_rows(read_columns(str(big_run / RECORDS)), read_run_meta(big_run).levels)
     held = [weakref.ref(r.columns) for r in rows]
     seen: list[list[bool]] = []
-    monkeypatch.setattr(
-        metrics, "FIGURES", [*metrics.FIGURES, lambda s, c: seen.append([bool(h()) for h in held])]
-    )
+
+    def compute(c: Any, mask: Any) -> None:
+        seen.append([bool(h()) for h in held])
+
+    watch = figures.Figure.of("watch", "watch", "Watch", "", 0, compute=compute)
+    monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, watch))
     stats = summarize_rows(rows)
     assert [s.concurrency for s in stats] == list(LEVELS) and not rows
     assert seen == [[i >= j for i in range(len(held))] for j in range(len(held))]

@@ -295,7 +295,7 @@ def test_reference_table(pair: tuple[Path, Path]) -> None:
     assert comp.sentences == [REF_SENTENCE]
     assert any("C=64 exceeds the server's max_running_requests (48)" in n for n in comp.notes)
     # spec_verify_ct = round(1000 / accept): 1000 / 526 = 1.901 at C=16
-    accept = [comp.runs[1].figures[c].accept_length_mean for c in LEVELS]
+    accept = [comp.runs[1].figures[c].of("accept_length") for c in LEVELS]
     assert accept == pytest.approx([MTP_ACCEPT[c] for c in LEVELS], abs=0.002)
 
 

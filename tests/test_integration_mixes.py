@@ -212,8 +212,8 @@ def test_multi_turn_conversations_resend_their_history(sim, tmp_path: Path, back
     slack = waited.s + client_lateness_s(run, 0, worst=True)
     assert min(late) >= -0.0005 and statistics.median(late) <= LATE_S + slack, (late, slack)
     (s,) = run.levels
-    assert [g.key for g in s.mix.turns] == [0, 1, 2] and s.mix.turns[0].prefix_cache_hit_rate == 0
-    assert s.mix.turns[2].prefix_cache_hit_rate > 0.7 and s.prefix_cache_source == "records"
+    assert [g.key for g in s.mix.turns] == [0, 1, 2] and s.mix.turns[0].stats.prefix_cache_hit_rate == 0
+    assert s.mix.turns[2].stats.prefix_cache_hit_rate > 0.7 and s.prefix_cache_source == "records"
     assert "## Conversation turns" in (run.run_dir / "report.md").read_text()
 
 
@@ -239,13 +239,20 @@ def test_a_class_mix_is_sent_and_reported_per_class(sim, tmp_path: Path) -> None
     by_name = {g.key: g for g in s.mix.classes}
     for name in ("chat", "summary"):
         mine = [r for r in recs if r.request_class == name]
-        g = by_name[name]
-        assert (g.sent, g.ok) == (len(mine), len(mine)) and g.share == pytest.approx(len(mine) / 40)
-        assert g.input_mean == pytest.approx(statistics.fmean(r.requested_prompt_tokens for r in mine))
-        assert g.output_mean == pytest.approx(statistics.fmean(r.output_tokens for r in mine))
-    assert by_name["chat"].input_mean == 64 and by_name["summary"].output_mean == 48
+        g, lengths = by_name[name].stats, by_name[name].stats.mix.lengths  # type: ignore[union-attr]
+        assert (g.sent, g.ok) == (len(mine), len(mine)) and by_name[name].share == pytest.approx(
+            len(mine) / 40
+        )
+        assert lengths["input_sent"].mean == pytest.approx(
+            statistics.fmean(r.requested_prompt_tokens for r in mine)
+        )
+        assert lengths["output_received"].mean == pytest.approx(
+            statistics.fmean(r.output_tokens for r in mine)
+        )
+    assert by_name["chat"].stats.mix.lengths["input_sent"].mean == 64  # type: ignore[union-attr]
+    assert by_name["summary"].stats.mix.lengths["output_received"].mean == 48  # type: ignore[union-attr]
     assert min(r.prompt_tokens for r in recs if r.request_class == "summary") >= 300
     assert abs(by_name["chat"].share - 0.7) <= 0.15  # 40 seeded draws of a 70/30 mix
-    assert sum(g.output_tokens for g in by_name.values()) == s.output_tokens
+    assert sum(g.stats.output_tokens for g in by_name.values()) == s.output_tokens
     report = (run.run_dir / "report.md").read_text()
     assert "## Request classes" in report and "| summary" in report and "| all" in report

@@ -11,6 +11,7 @@ import pytest
 from specload.analysis.metrics import (
     ACCEPT_FROM_COUNTERS,
     ACCEPT_FROM_RECORDS,
+    Dist,
     LevelStats,
     ServerSample,
     accept_length_from_counters,
@@ -257,6 +258,20 @@ def test_failures_shorts_and_token_sum() -> None:
     assert s.mean_concurrency == pytest.approx(2.05)
 
 
+def test_per_request_tok_s_is_the_mean_of_the_records_own() -> None:
+    """docs/metrics.md: Per-req tok/s is the mean of the OK records' ``per_request_tok_s``, which a
+    chunk-counted request does not have (a chunk may carry several tokens). One usage-counted
+    request at 100 tok/s and one chunk-counted at 50 give 100, not the 75 of counting both."""
+    usage = rec(0.0, 0.25, 1.0, tokens=100, seq=0)
+    chunks = rec(0.0, 0.25, 1.0, tokens=50, seq=1, source=SRC_CHUNKS)
+    assert (usage.per_request_tok_s, chunks.per_request_tok_s) == (100.0, None)
+    s = summarize_level([usage, chunks], 2)
+    assert s.per_req_tok_s == pytest.approx(100.0)
+    assert s.agg_tok_s == pytest.approx(150.0)  # tokens of both, chunks included, as Tokens has them
+    only_chunks = summarize_level([chunks], 2)
+    assert only_chunks.per_req_tok_s is None and only_chunks.agg_tok_s == pytest.approx(50.0)
+
+
 def test_warmup_excluded_everywhere() -> None:
     warm = rec(-3.0, -2.9, -0.5, tokens=3, requested=3, phase=PHASE_WARMUP, status=OK)
     s = summarize_level([warm, *four_requests()], 2)
@@ -358,7 +373,7 @@ def test_repeats_at_means_and_server_maxima() -> None:
         label="c004",
         sent=8,
         agg_tok_s=10.0,
-        ttft_p50_ms=100.0,
+        dists={"ttft": Dist(1, p={50.0: 0.125})},
         server_running_max=4.0,
         server_queued_max=0.0,
     )
@@ -368,15 +383,14 @@ def test_repeats_at_means_and_server_maxima() -> None:
         label="c004.r1",
         sent=8,
         agg_tok_s=14.0,
-        ttft_p50_ms=None,
         server_running_max=3.0,
         server_queued_max=2.0,
     )
     other = LevelStats(concurrency=8, repeat=0, label="c008", sent=16, agg_tok_s=99.0)
     r = repeats_at([a, other, b], 4)
     assert r.repeats == [0, 1] and r.agg_tok_s_values == [10.0, 14.0] and r.agg_tok_s_mean == 12.0
-    assert r.ttft_p50_ms_mean == 100.0  # a repeat without a value does not count
-    assert (r.server_running_max, r.server_queued_max) == (4.0, 2.0)  # max over repeats, not mean
+    assert r.of("ttft_p50_ms") == 125.0  # a repeat without a value does not count
+    assert (r.of("server_running_max"), r.of("server_queued_max")) == (4.0, 2.0)  # max over repeats, not mean
     assert r.measured and r.per_req_tok_s_mean is None and r.per_req_tok_s_values == []
     absent = repeats_at([a, b], 16)
     assert absent.repeats == [] and not absent.measured and absent.agg_tok_s_mean is None and absent.n == 0

@@ -100,14 +100,16 @@ def test_lengths_classes_and_turns_of_a_level(tmp_path: Path) -> None:
         sum(counted) / 30
     )
     assert m.lengths["output_received"].n == 30 and m.lengths["output_asked"].n == 31
-    by_name = {g.key: g for g in m.classes}
+    by_name = {g.key: g.stats for g in m.classes}
+    shares = {g.key: g.share for g in m.classes}
     assert set(by_name) == {"chat", "summary"}
     chat, summ = by_name["chat"], by_name["summary"]
     assert (chat.sent, chat.ok, summ.sent, summ.ok, summ.failed) == (20, 20, 11, 10, 1)
-    assert chat.share == pytest.approx(20 / 31) and chat.output_mean == 20 and summ.output_mean == 200
+    mean_out = [x.mix.lengths["output_received"].mean if x.mix else None for x in (chat, summ)]
+    assert shares["chat"] == pytest.approx(20 / 31) and mean_out == [20, 200]
     assert chat.output_tokens + summ.output_tokens == s.output_tokens
     assert chat.agg_tok_s + summ.agg_tok_s == pytest.approx(s.agg_tok_s)
-    assert [g.key for g in m.turns] == [0, 1] and sum(g.sent for g in m.turns) == 31
+    assert [g.key for g in m.turns] == [0, 1] and sum(g.stats.sent for g in m.turns) == 31
     assert (
         s.prefix_cache_hit_rate == pytest.approx(64 * 30 / sum(counted))
         and s.prefix_cache_source == CACHE_FROM_RECORDS

@@ -12,7 +12,6 @@ from specload.present.progress import (
     LevelSnapshot,
     TerminalLine,
     clock,
-    live_tok_s,
     render,
     snapshot,
     terminal_handlers,
@@ -51,7 +50,7 @@ def test_a_budget_level_as_requests_come_back() -> None:
     clk.t += 1.0
     s = snap(c, clk)
     assert (s.label, s.phase, s.done, s.budget, s.in_flight) == ("c004", "draining", 0, 8, 8)
-    assert live_tok_s(s) is None and time_left_s(s) is None  # nothing back yet: nothing to go by
+    assert s.agg_tok_s is None and time_left_s(s) is None  # nothing back yet: nothing to go by
     assert (
         render(s, 100)
         == "level 1/2 c004 [..............................] 0/8 req, 8 in flight, - tok/s [00:02<?]"
@@ -62,11 +61,11 @@ def test_a_budget_level_as_requests_come_back() -> None:
         c.receive(rec(g, tokens=50, t_send=T + 0.5, t_end=T + 2.5))
     s = snap(c, clk)
     assert s.done == 4 and s.in_flight == 4
-    assert live_tok_s(s) == pytest.approx(200 / 2.0)  # the level's Agg tok/s so far: 200 tokens in 2 s
+    assert s.agg_tok_s == pytest.approx(200 / 2.0)  # the level's Agg tok/s so far: 200 tokens in 2 s
     assert time_left_s(s) == pytest.approx(2.0)  # 4 more at 0.5 s each (4 back in 2 s of measuring)
     clk.t += 0.75
     assert time_left_s(snap(c, clk)) == pytest.approx(1.25)  # counts down between arrivals
-    assert live_tok_s(snap(c, clk)) == pytest.approx(100.0)  # and the rate does not sag meanwhile
+    assert snap(c, clk).agg_tok_s == pytest.approx(100.0)  # and the rate does not sag meanwhile
     line = render(snap(c, clk), 100)
     assert (
         line

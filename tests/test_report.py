@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import re
@@ -29,7 +28,7 @@ from specload.core.records import (
 from specload.core.rundir import ServerInfo
 from specload.present.report import (
     COLUMNS,
-    LEVEL_COLUMNS,
+    level_columns,
     main,
     print_report,
     render_levels,
@@ -507,11 +506,12 @@ def test_write_report(run_dir: Path) -> None:
 
 
 def test_level_columns_are_one_table() -> None:
-    names = [c.name for c in LEVEL_COLUMNS]
+    names = [c.header for c in level_columns()]
     # Every table has the always-shown columns in this order (a rate run adds its Rate column first).
     assert [n for n in names if n in COLUMNS] == list(COLUMNS) and len(set(names)) == len(names)
-    fields_ = {f.name for f in dataclasses.fields(LevelStats)}
-    assert all(c.attr in fields_ for c in LEVEL_COLUMNS)
+    s = LevelStats(concurrency=1, repeat=0, label="c001")
+    counts = ("c", "tokens", "ok", "fail", "short", "late", "429")  # 0 before any request, not None
+    assert all(c.value(s) is None or c.key in counts for c in level_columns())
 
 
 def test_report_reads_run_json_typed(run_dir: Path) -> None:
@@ -607,25 +607,20 @@ def test_tok_s_series_buckets_add_up(run_dir: Path) -> None:
 # ---------------------------------------------------------------- adding a figure (CONTRIBUTING.md)
 
 
-def test_a_figure_added_through_the_hooks_reaches_the_table_and_the_json(
+def test_a_figure_added_through_the_table_reaches_the_table_and_the_json(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The recipe "add a figure", through its public hooks: its definition over a level's columns
-    (metrics.FIGURES here; in specload itself a LevelStats field and its fill), a column in
-    report.LEVEL_COLUMNS, and it is in the table (every format) and in the JSON."""
-    from specload.analysis import metrics
+    """The recipe "add a figure": one entry in the figure table (analysis.figures.FIGURES) with its
+    definition over a level's columns, and it is in the table (every format) and in the JSON."""
+    from specload.analysis import figures
     from specload.core.text import fmt_num
-    from specload.present import report
 
-    def ttft_max(s: LevelStats, c: Any) -> None:
-        xs = c.present("ttft", c.is_label("status", OK))
-        s.extra["ttft_max_ms"] = float(xs.max()) * 1e3 if len(xs) else None
+    def ttft_max(c: Any, mask: Any) -> float | None:
+        xs = c.present("ttft", mask & c.is_label("status", OK))
+        return float(xs.max()) * 1e3 if len(xs) else None
 
-    monkeypatch.setattr(metrics, "FIGURES", [ttft_max])
-    column = report.Column(
-        "TTFT max (ms)", "ttft_max", "extra", cell_of=lambda s: fmt_num(s.extra.get("ttft_max_ms"), 1)
-    )
-    monkeypatch.setattr(report, "LEVEL_COLUMNS", (*report.LEVEL_COLUMNS, column))
+    entry = figures.Figure.of("ttft_max", "ttft_max_ms", "TTFT max (ms)", "ms", 1, compute=ttft_max)
+    monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, entry))
     run = load_run(run_dir)
     want = []  # by hand: the largest TTFT of each level's OK measured requests
     for s in run.levels:

@@ -22,7 +22,7 @@ from specload.present.compare import _columns, run_compare
 from specload.present.compare import main as compare_main
 from specload.present.compare import render_table as render_comparison
 from specload.present.output import render_view
-from specload.present.report import LEVEL_COLUMNS, print_report, render_levels, render_report
+from specload.present.report import level_columns, print_report, render_levels, render_report
 from specload.present.report import main as report_main
 from specload.present.tableview import (
     FIGURES,
@@ -72,7 +72,7 @@ def note(text: str) -> str | None:
 
 def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
     assert len(RANK) == len(PRIORITY)  # each key once
-    assert {c.key for c in LEVEL_COLUMNS} <= set(FIGURES)
+    assert {c.key for c in level_columns()} <= set(FIGURES)
     assert [f.key for f in PRIORITY[:8]] == [
         "rate",
         "c",
@@ -244,8 +244,8 @@ def test_level_table_fits_the_width(mtp: Run, width: int, shown: list[str]) -> N
     assert header(text) == shown
     assert max(len(ln) for ln in text.splitlines()) <= width
     # The longest head of the priority that fits: the next one hidden would not.
-    keys = [c.key for c in LEVEL_COLUMNS if c.name in shown]
-    hidden = [c for c in LEVEL_COLUMNS if c.name not in shown and c.shown(mtp.levels)]
+    keys = [c.key for c in level_columns() if c.header in shown]
+    hidden = [c for c in level_columns() if c.header not in shown and c.shown(mtp.levels)]
     nxt = min(hidden, key=lambda c: RANK[c.key])
     wider = render_levels(mtp.levels, "github", TableView(frozenset([*keys, nxt.key])))
     assert max(len(ln) for ln in wider.splitlines()) > width

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 from specload.analysis.acceptance import FROM_COUNTERS, Acceptance
-from specload.analysis.metrics import LevelStats
-from specload.analysis.mixstats import GroupStats, MixStats
+from specload.analysis.metrics import GroupStats, LevelStats, MixStats
 from specload.analysis.reasoning import ReasoningStats
 from specload.core.records import SPEC_VLLM
 from specload.present.acceptview import SOURCE_NAMES, live_figures
@@ -35,7 +34,8 @@ def test_every_figure_rounded_as_the_report_prints_it() -> None:
     r = ReasoningStats(
         requests=3, reasoning_tokens_mean=8.333, reasoning_share=0.13021, answer_ttft_p50_ms=12.345
     )
-    mix = MixStats(categories=[GroupStats("coding", sent=2, agg_tok_s=10.04, accept_length=2.499)])
+    part = LevelStats(1, 0, "c001", sent=2, agg_tok_s=10.04, acceptance=Acceptance(length=2.499))
+    mix = MixStats(categories=[GroupStats("coding", 1.0, part)])
     d = live_figures(_level(acceptance=a, reasoning=r, mix=mix))
     assert d["acceptance"] == {
         "length": 3.94,

@@ -99,6 +99,7 @@ NUMBERS = {
     "e2e": "e2e_s",
     "tpot": "tpot_s",
     "decode": "decode_tok_s",
+    "per_req": "per_request_tok_s",
     "tokens": "output_tokens",
     "prompt": "prompt_tokens",
     "req_out": "requested_output_tokens",

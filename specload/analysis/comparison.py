@@ -19,9 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specload.analysis.accept_compare import AcceptChange, AcceptFigures, accept_change, accept_figures
 from specload.analysis.cap import RunningCap
 from specload.analysis.clientcheck import client_flags
-from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean, repeats_at
+from specload.analysis.metrics import LevelStats, RepeatedLevelStats, combine_parts, mean, repeats_at
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import Run
 from specload.analysis.slo_compare import SloComparison, compare_slo
@@ -653,13 +654,16 @@ class ComparedRun:
     label: str  # unique within the comparison
     run: Run
     figures: dict[float, RepeatedLevelStats]  # by concurrency (or rate), for every level of the comparison
-    max_running: int | None  # server max_running_requests from run.json (effective one first)
     quality: dict[float, LevelQuality] = field(default_factory=dict)  # by concurrency (or rate)
-    cap: RunningCap | None = None  # max_running and how it is known (declared or inferred, analysis.cap)
+    cap: RunningCap | None = None  # the run's cap on running requests (Run.cap: declared, else inferred)
 
     @property
     def cap_how(self) -> str:
         return self.cap.how if self.cap is not None else ""
+
+    @property
+    def cap_value(self) -> int | None:
+        return self.cap.value if self.cap is not None else None
 
     @property
     def simulated(self) -> bool:
@@ -671,8 +675,8 @@ class ComparedRun:
             f = self.figures[c]
             if not f.measured:
                 continue
-            over_cap = f.rate is None and self.max_running is not None and c > self.max_running
-            if (f.server_queued_max or 0) > 0 or over_cap:
+            over_cap = f.rate is None and self.cap is not None and c > self.cap.value
+            if (f.of("server_queued_max") or 0) > 0 or over_cap:
                 return c
         return None
 
@@ -700,6 +704,12 @@ class Comparison:
     checks: dict[str, list[LevelCheck]] = field(default_factory=dict)  # treatment label -> per level
     slo: SloComparison = field(default_factory=lambda: SloComparison(None))  # capacities, the Pareto points
     axis: Axis = CONCURRENCY  # what the levels are: concurrencies, or request rates
+    categories: list[CategoryComparison] = field(default_factory=list)  # per prompt category ([]: none)
+    # run label -> per level its acceptance over its repeats (analysis.accept_compare; None: none)
+    accept: dict[str, list[AcceptFigures | None]] = field(default_factory=dict)
+    accept_delta: dict[str, list[AcceptChange | None]] = field(
+        default_factory=dict
+    )  # treatment label -> per level
 
     @property
     def baseline(self) -> ComparedRun:
@@ -744,7 +754,7 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     ):
         # every level there is to compare is a single run: the measurements, and nothing firmer
         text = f"{t.label} vs {comp.baseline.label}: {told}"
-        text += _queue_part(t.queue_from(), t.max_running, comp.axis, t.cap_how)
+        text += _queue_part(t.queue_from(), t.cap_value, comp.axis, t.cap_how)
         return text + _left_out_part(comp.levels, agg, per, comp.axis) + prompts
     text = crossover_sentence(
         t.label,
@@ -752,7 +762,7 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
         [_firm(a, s) for a, s in zip(agg, single, strict=True)],
         [_firm(p, s) for p, s in zip(per, single, strict=True)],
         queue_from=t.queue_from(),
-        max_running=t.max_running,
+        max_running=t.cap_value,
         tpot_changes=[None if s else y for y, s in zip(tpot, single, strict=True)],
         axis=comp.axis,
         cap_how=t.cap_how,
@@ -802,17 +812,7 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     cruns = []
     for label, r in zip(labels, runs, strict=True):
         figs = {c: repeats_at(r.levels, c, axis.rate) for c in levels}
-        cap = r.cap
-        cruns.append(
-            ComparedRun(
-                label,
-                r,
-                figs,
-                cap.value if cap is not None else None,
-                {c: level_quality(figs[c]) for c in levels},
-                cap,
-            )
-        )
+        cruns.append(ComparedRun(label, r, figs, {c: level_quality(figs[c]) for c in levels}, r.cap))
     base = cruns[0]
     comp = Comparison(cruns, levels, {}, {}, {}, {}, [], [], axis=axis)
     for t in cruns[1:]:
@@ -835,11 +835,19 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
             for (b, n), k in zip(pairs, checks, strict=True)
         ]
         comp.agg[t.label], comp.per_req[t.label], comp.checks[t.label] = agg, per, checks
-        comp.tpot[t.label] = [change_pct(b.tpot_p50_ms_mean, n.tpot_p50_ms_mean) for b, n in pairs]
+        comp.tpot[t.label] = [change_pct(b.of("tpot_p50_ms"), n.of("tpot_p50_ms")) for b, n in pairs]
         comp.crossovers[t.label] = Crossovers(_marked(levels, agg), _marked(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
     comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns])
     comp.notes = _notes(comp) + comp.slo.notes
+    comp.categories = compare_categories(comp)
+    comp.accept = {r.label: [accept_figures(r.figures[c]) for c in levels] for r in cruns}
+    comp.accept_delta = {
+        t.label: [
+            accept_change(b, n) for b, n in zip(comp.accept[base.label], comp.accept[t.label], strict=True)
+        ]
+        for t in cruns[1:]
+    }
     return comp
 
 
@@ -956,3 +964,82 @@ def drift_notes(comp: Comparison) -> list[str]:
                     "machine); a warm-up (--warmup-requests N) or repeats tell which"
                 )
     return notes
+
+
+# ---------------------------------------------------------------- per prompt category
+# Speculation's change per prompt category: the answer for a mixed workload. A categorised dataset
+# (SPEED-Bench's rows) gives every record its row's category, and metrics.level_stats summarizes each
+# level's part per category as it summarizes the level; here each part's repeats are combined as the
+# level's are and compared with the level's own arithmetic (change_of, crossover, crossover_sentence)
+# and comparability, so that a category whose speedup ends at a lower concurrency than the mix's
+# says so. docs/metrics.md, "Prompt categories".
+
+
+def category_figures(f: RepeatedLevelStats, category: str) -> RepeatedLevelStats:
+    """The category's part of one level, over its repeats, combined as the level's figures are."""
+    parts = [g.stats for s in f.levels if s.mix is not None for g in s.mix.categories if g.key == category]
+    return combine_parts(f.x, parts, f.rate is not None)
+
+
+@dataclass
+class CategoryComparison:
+    """One category across the comparison: per run and level its figures, per treatment its changes."""
+
+    category: str
+    figures: dict[str, list[RepeatedLevelStats]]  # run label -> per level of the comparison
+    agg: dict[str, list[Change]]  # treatment label -> change of the category's Agg tok/s per level
+    per_req: dict[str, list[Change]]
+    crossovers_agg: dict[str, list[Crossover]]
+    crossovers_per_req: dict[str, list[Crossover]]
+    sentences: list[str]
+
+
+def categories(comp: Comparison) -> list[str]:
+    """Every category some run has at some level, sorted."""
+    return sorted(
+        {
+            str(g.key)
+            for r in comp.runs
+            for f in r.figures.values()
+            for s in f.levels
+            if s.mix is not None
+            for g in s.mix.categories
+        }
+    )
+
+
+def _change(b: RepeatedLevelStats, n: RepeatedLevelStats, attr: str, comparable: bool) -> Change:
+    ch = change_of(
+        getattr(b, f"{attr}_tok_s_values"),
+        getattr(n, f"{attr}_tok_s_values"),
+        getattr(b, f"{attr}_tok_s_mean"),
+        getattr(n, f"{attr}_tok_s_mean"),
+    )
+    return ch if comparable else dataclasses.replace(ch, comparable=False)
+
+
+def compare_categories(comp: Comparison) -> list[CategoryComparison]:
+    """Each category's changes and verdict; [] when no run has categories."""
+    out = []
+    for cat in categories(comp):
+        figs = {r.label: [category_figures(r.figures[c], cat) for c in comp.levels] for r in comp.runs}
+        base = figs[comp.baseline.label]
+        cc = CategoryComparison(cat, figs, {}, {}, {}, {}, [])
+        for t in comp.treatments:
+            ok = [k.comparable for k in comp.checks[t.label]]
+            new = figs[t.label]
+            cc.agg[t.label] = [_change(b, n, "agg", k) for b, n, k in zip(base, new, ok, strict=True)]
+            cc.per_req[t.label] = [_change(b, n, "per_req", k) for b, n, k in zip(base, new, ok, strict=True)]
+            cc.crossovers_agg[t.label] = crossover(comp.levels, cc.agg[t.label])
+            cc.crossovers_per_req[t.label] = crossover(comp.levels, cc.per_req[t.label])
+            cc.sentences.append(
+                crossover_sentence(
+                    f"{t.label} on {cat} prompts",
+                    comp.levels,
+                    cc.agg[t.label],
+                    cc.per_req[t.label],
+                    axis=comp.axis,
+                )
+            )
+        out.append(cc)
+    return out

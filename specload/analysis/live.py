@@ -16,9 +16,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from specload.analysis.cap import running_cap
 from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import LevelStats, ServerSample, level_stats
 from specload.core.records import RequestRecord
+from specload.core.rundir import ServerInfo
 from specload.core.slo import Slo
 
 # A live level's figures are recomputed at most every this many seconds, or ten times as long as
@@ -49,9 +51,9 @@ class LiveLevel:
 class LiveRun:
     """The live figures of one run (a new one per run)."""
 
-    def __init__(self, n_levels: int, cap: int | None = None, slo: Slo | None = None) -> None:
+    def __init__(self, n_levels: int, server: ServerInfo | None = None, slo: Slo | None = None) -> None:
         self.levels = [LiveLevel() for _ in range(n_levels)]
-        self.cap = cap  # the server's max_running_requests, as the report uses it
+        self.server = server or ServerInfo()  # run.json ``server``: what the server said of itself
         self.slo = slo  # the run's SLO: each level judged as the report judges it (LevelStats.slo)
         self.samples: list[ServerSample] = []
 
@@ -67,6 +69,13 @@ class LiveRun:
 
     def add_sample(self, sample: ServerSample) -> None:
         self.samples.append(sample)
+
+    @property
+    def cap(self) -> int | None:
+        """The server's cap on running requests as the report has it (Run.cap): declared, else
+        inferred from the gauges sampled so far."""
+        cap = running_cap(self.server, self.samples)
+        return cap.value if cap is not None else None
 
     @property
     def latest_sample(self) -> ServerSample | None:

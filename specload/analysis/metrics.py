@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from specload.analysis import figures
 from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
 from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
-from specload.analysis.mixstats import MixStats, mix_stats, prefix_cache_rate
+from specload.analysis.mixstats import LengthSummary, lengths_of, parts_of, prefix_cache_rate, varied
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
 from specload.core.counters import window_ends
@@ -127,6 +128,27 @@ def _ms(v: float | None) -> float | None:
 
 
 @dataclass
+class GroupStats:
+    """One part of a level (a request class, a conversation turn, a prompt category): its share of
+    the level's requests and its figures, summarized as a level's are (``part_stats``)."""
+
+    key: Any  # the class's or category's name, or the turn index
+    share: float | None  # its requests / the level's measured requests
+    stats: LevelStats
+
+
+@dataclass
+class MixStats:
+    """A level's workload as sent: its lengths, and its parts (empty when there are none)."""
+
+    lengths: dict[str, LengthSummary] = field(default_factory=dict)
+    varied: bool = False  # some length asked for was not the same for every request
+    classes: list[GroupStats] = field(default_factory=list)
+    turns: list[GroupStats] = field(default_factory=list)
+    categories: list[GroupStats] = field(default_factory=list)  # a categorised dataset's row categories
+
+
+@dataclass
 class LevelStats:
     """Figures of one level (one repeat of one concurrency), all from measured records only."""
 
@@ -145,13 +167,7 @@ class LevelStats:
     output_tokens: int = 0  # sum over all measured records, whatever their outcome
     wall_s: float | None = None  # last measured t_end - first measured t_send
     agg_tok_s: float | None = None  # output_tokens / wall_s
-    per_req_tok_s: float | None = None  # mean over OK of output_tokens / e2e
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    tpot_p50_ms: float | None = None
-    tpot_p99_ms: float | None = None
-    e2e_p50_s: float | None = None
-    e2e_p99_s: float | None = None
+    per_req_tok_s: float | None = None  # mean over OK of the records' per_request_tok_s
     decode_tok_s_mean: float | None = None  # mean over OK of (N - 1) / (e2e - ttft)
     prompt_tokens_mean: float | None = None  # server-counted, over OK records that report it
     requested_output_tokens: int | None = None  # most common requested max_tokens
@@ -180,10 +196,6 @@ class LevelStats:
     dists: dict[str, Dist] = field(default_factory=dict)
     itl_unit: str | None = None  # "token" | "event" | "mixed": what an ITL gap is between
     reasons: dict[str, int] = field(default_factory=dict)  # "failed: <reason>" / "short: <reason>"
-    # speculative decoding: tokens per verify step (bonus token included), see accept_length_*()
-    accept_length: float | None = None
-    accept_length_source: str | None = None  # ACCEPT_FROM_RECORDS | ACCEPT_FROM_COUNTERS
-    accept_length_requests: int = 0  # OK records that carried spec_verify_ct > 0
     acceptance: Acceptance | None = None  # every acceptance figure (specload.analysis.acceptance)
     # the server's own gauges (server_samples.jsonl) inside the level's measured window
     server_samples: int = 0  # samples with t inside [first measured t_send, last measured t_end]
@@ -208,7 +220,7 @@ class LevelStats:
     prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
     mix: MixStats | None = None
     reasoning: ReasoningStats | None = None  # reasoning streams (specload.analysis.reasoning); None: none
-    # figures of metrics.FIGURES, by name
+    # the figure table's computed figures (analysis.figures, Figure.compute), by JSON field
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -216,11 +228,40 @@ class LevelStats:
         """The level's value on a report's x axis: its rate, or its concurrency."""
         return self.rate if self.rate is not None else self.concurrency
 
+    def p(self, name: str, q: float, scale: float = 1.0) -> float | None:
+        """The q-th percentile of the ``dists`` latency ``name``, times ``scale``; None without one."""
+        d = self.dists.get(name)
+        v = d.p.get(q) if d is not None and d.n else None
+        return None if v is None else v * scale
+
+    # the table's percentiles (JSON ttft_p50_ms, ...: figures.figures_json), read from ``dists``
+    ttft_p50_ms = property(lambda self: self.p("ttft", 50.0, 1e3))
+    ttft_p99_ms = property(lambda self: self.p("ttft", 99.0, 1e3))
+    tpot_p50_ms = property(lambda self: self.p("tpot", 50.0, 1e3))
+    tpot_p99_ms = property(lambda self: self.p("tpot", 99.0, 1e3))
+    e2e_p50_s = property(lambda self: self.p("e2e", 50.0))
+    e2e_p99_s = property(lambda self: self.p("e2e", 99.0))
+
+    # speculative decoding's Accept len (tokens per verify step, the bonus token included), where it
+    # came from and the OK requests whose responses carried verify steps: read from ``acceptance``
+    accept_length = property(lambda self: self.acceptance.length if self.acceptance else None)
+    accept_length_source = property(
+        lambda self: self.acceptance.sources.get("length") if self.acceptance else None
+    )
+    accept_length_requests = property(lambda self: self.acceptance.requests if self.acceptance else 0)
+
 
 def level_json(s: LevelStats) -> dict[str, Any]:
     """A level's figures for JSON: every field unrounded, the distributions keyed p50, p99.9, ..."""
     d = asdict(s)
+    d.update(figures.figures_json(s))  # every figure of the table (analysis.figures)
+    d["accept_length_source"], d["accept_length_requests"] = s.accept_length_source, s.accept_length_requests
     d["dists"] = {name: dist.to_dict() for name, dist in s.dists.items()}
+    if s.mix is not None:  # each part as a level
+        for kind in ("classes", "turns", "categories"):
+            d["mix"][kind] = [
+                {"key": g.key, "share": g.share, **level_json(g.stats)} for g in getattr(s.mix, kind)
+            ]
     d["slo"] = s.slo.to_json() if s.slo is not None else None
     return d
 
@@ -230,8 +271,9 @@ class RepeatedLevelStats:
     """One concurrency across its repeats (--repeat): the figures a report and a comparison show
     for it, and the per-repeat values that the spread and confidence intervals are built on.
 
-    Figures are means over the repeats that have a value, except the server gauges, which are the
-    max over repeats (how far the server's queue went, not how far it went on average).
+    Figures are combined by the figure table's rule (analysis.figures): means over the repeats that
+    have a value, the server gauges' max (how far the server's queue went, not how far it went on
+    average), the counts' sum.
     """
 
     concurrency: int
@@ -244,16 +286,13 @@ class RepeatedLevelStats:
     levels: list[LevelStats]
     agg_tok_s_values: list[float] = field(default_factory=list)  # per repeat, those with a value
     per_req_tok_s_values: list[float] = field(default_factory=list)
-    ttft_p50_ms_mean: float | None = None
-    ttft_p99_ms_mean: float | None = None
-    tpot_p50_ms_mean: float | None = None
-    itl_p99_ms_mean: float | None = None
-    req_s_mean: float | None = None
-    steady_tok_s_mean: float | None = None
-    accept_length_mean: float | None = None
-    server_running_max: float | None = None
-    server_queued_max: float | None = None
+    # every numeric figure of the figure table by JSON field, its repeats combined (figures.combine)
+    combined: dict[str, float | None] = field(default_factory=dict)
     rate: float | None = None  # a rate level's requests/s (then ``concurrency`` is its user pool)
+
+    def of(self, name: str) -> float | None:
+        """A figure of the table (its JSON field) over the repeats; None where none has it."""
+        return self.combined.get(name)
 
     @property
     def x(self) -> float:
@@ -698,25 +737,14 @@ def _fill_throughput(s: LevelStats, c: LevelColumns, start: float, end: float, c
 
 def _fill_latency(s: LevelStats, c: LevelColumns) -> None:
     ok = c.is_label("status", OK)
-    e2e, n = c.col("e2e"), c.col("tokens")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s.per_req_tok_s = _mean_of((n / e2e)[ok & (e2e > 0)])
-    ttft, tpot, e2e_ok = c.present("ttft", ok), c.present("tpot", ok), e2e[ok]
+    s.per_req_tok_s = _mean_of(c.present("per_req", ok))  # the record's own (core.records.derived)
+    ttft, tpot, e2e_ok = c.present("ttft", ok), c.present("tpot", ok), c.col("e2e")[ok]
     s.dists = {
         "ttft": dist_of(ttft),
         "tpot": dist_of(tpot),
         "e2e": dist_of(e2e_ok),
         "itl": dist_of_hist(c.itl),
     }
-    for name, dist in s.dists.items():
-        if name != "itl" and dist.n:
-            p50, p99 = dist.p[50.0], dist.p[99.0]
-            if name == "ttft":
-                s.ttft_p50_ms, s.ttft_p99_ms = _ms(p50), _ms(p99)
-            elif name == "tpot":
-                s.tpot_p50_ms, s.tpot_p99_ms = _ms(p50), _ms(p99)
-            else:
-                s.e2e_p50_s, s.e2e_p99_s = p50, p99
     s.decode_tok_s_mean = _mean_of(c.present("decode", ok))
     units = set(c.itl_units)
     s.itl_unit = units.pop() if len(units) == 1 else ("mixed" if units else None)
@@ -799,22 +827,49 @@ def level_stats(
         _fill_server(s, samples, start, end)
     counters_end = counter_window_end(samples or (), index, end)
     s.acceptance = acceptance(c, samples or (), start, counters_end)
-    if s.acceptance is not None:  # the table's Accept len: its length, from the per-request counts first
-        s.accept_length = s.acceptance.length
-        s.accept_length_source = s.acceptance.sources.get("length")
-        s.accept_length_requests = s.acceptance.requests
     if s.server_running_max is not None and s.server_queued_max:
         # The server queued part of this level: it ran at most what its gauge peaked at.
         cap = min(cap or s.concurrency, int(s.server_running_max))
     _fill_throughput(s, c, start, end, cap)
     _fill_schedule(s, c)
-    s.mix = mix_stats(c, s.wall_s)
     s.reasoning = reasoning_stats(c, s.wall_s)
     s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(
         c, samples or (), start, end, counters_end
     )
-    for fill in FIGURES:
-        fill(s, c)
+    _fill_computed(s, c)
+    s.mix = MixStats(lengths_of(c), varied(c))
+    for kind, parts in parts_of(c).items():
+        groups = [
+            GroupStats(key, int(mask.sum()) / c.sent, part_stats(s, c.subset(mask))) for key, mask in parts
+        ]
+        setattr(s.mix, {"class": "classes", "turn": "turns", "category": "categories"}[kind], groups)
+    return s
+
+
+def _fill_computed(s: LevelStats, c: LevelColumns) -> None:
+    """The figure table's figures computed over the columns (figures.Figure.compute)."""
+    everything = np.ones(c.sent, dtype=np.bool_)
+    for f in figures.FIGURES:
+        if f.compute is not None:
+            s.extra[f.field] = f.compute(c, everything)
+
+
+def part_stats(level: LevelStats, c: LevelColumns) -> LevelStats:
+    """A part of a level (``c``: its requests) summarized as the level is: its outcomes, latencies,
+    acceptance and prefix cache from its own requests (from the records alone: the server's
+    counters cover the whole level), its throughput over the level's wall time, so that the parts
+    add up to the level."""
+    s = LevelStats(level.concurrency, level.repeat, level.label, rate=level.rate, warmup=c.warmup)
+    if not c.sent:
+        return s
+    _fill_outcomes(s, c)
+    _fill_latency(s, c)
+    if level.wall_s:
+        s.agg_tok_s, s.req_s = s.output_tokens / level.wall_s, s.ok / level.wall_s
+    s.acceptance = acceptance(c, (), 0.0, 0.0)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, (), 0.0, 0.0)
+    s.mix = MixStats(lengths_of(c))
+    _fill_computed(s, c)
     return s
 
 
@@ -824,13 +879,6 @@ def counter_window_end(samples: Sequence[ServerSample], index: int | None, end: 
     ``end``, whose last sample may come up to a sampling interval before the level's last steps."""
     closing = [s.t for s in samples if index is not None and s.closes == index and s.t >= end]
     return min(closing) if closing else end
-
-
-# More figures: each is called as ``fill(stats, columns)`` after the built-in ones, for every level
-# of every run (report, compare, the live web view). A figure kept here goes into ``LevelStats.extra``
-# (JSON ``extra``) under its own name; the report's table shows it once it has a column
-# (specload.present.report.LEVEL_COLUMNS). CONTRIBUTING.md, "Add a figure", says when to use this.
-FIGURES: list[Callable[[LevelStats, LevelColumns], None]] = []
 
 
 def summarize_level(
@@ -981,11 +1029,6 @@ def _sample_std(xs: list[float]) -> float | None:
     return statistics.stdev(xs) if len(xs) >= 2 else None
 
 
-def _itl_p99_ms(s: LevelStats) -> float | None:
-    d = s.dists.get("itl")
-    return None if d is None or not d.n else d.p.get(99.0, 0.0) * 1e3
-
-
 def _combine(x: float, levels: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
     """``x`` is the level's concurrency, or its requests/s when ``rate``."""
     agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
@@ -1002,16 +1045,14 @@ def _combine(x: float, levels: Sequence[LevelStats], rate: bool = False) -> Repe
         levels=list(levels),
         agg_tok_s_values=agg,
         per_req_tok_s_values=per,
-        ttft_p50_ms_mean=mean(s.ttft_p50_ms for s in levels),
-        ttft_p99_ms_mean=mean(s.ttft_p99_ms for s in levels),
-        itl_p99_ms_mean=mean(_itl_p99_ms(s) for s in levels),
-        req_s_mean=mean(s.req_s for s in levels),
-        steady_tok_s_mean=mean(s.steady_tok_s for s in levels),
-        tpot_p50_ms_mean=mean(s.tpot_p50_ms for s in levels),
-        accept_length_mean=mean(s.accept_length for s in levels),
-        server_running_max=_max(s.server_running_max for s in levels),
-        server_queued_max=_max(s.server_queued_max for s in levels),
+        combined=figures.combined(levels),
     )
+
+
+def combine_parts(x: float, parts: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
+    """One part of a level (a category) over the level's repeats, combined as the level's figures
+    are; ``x`` is the level's concurrency, or its rate when ``rate``."""
+    return _combine(x, parts, rate)
 
 
 def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:

@@ -3,25 +3,25 @@ conversation turns, and how much of its prompts the server's prefix cache served
 
 Pure functions over a level's columns (``columns.LevelColumns``; a class's or a turn's requests
 are the level's columns where its label is) and the run's server samples
-(``metrics.ServerSample``, read by attribute). ``metrics.level_stats`` calls ``mix_stats`` and
-``prefix_cache_rate`` for every level, whichever way it was read. The definitions are in
+(``metrics.ServerSample``, read by attribute). ``metrics.level_stats`` calls these for every
+level, whichever way it was read, and summarizes each part (a class, a turn, a category) as it
+summarizes the level. The definitions are in
 docs/metrics.md ("Request lengths", "Request classes and conversation turns", "Prefix cache hit rate").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from specload.analysis.acceptance import acceptance
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
-from specload.core.records import FAILED, OK, SHORT
-from specload.core.stats import percentile, percentiles
+from specload.core.records import FAILED
+from specload.core.stats import percentiles
 
 Floats = npt.NDArray[np.float64]
 
@@ -67,50 +67,6 @@ def summarize_counts(counts: Mapping[Any, int]) -> LengthSummary:
     return summarize(np.repeat(np.array([v for v, _ in items], dtype=np.float64), [k for _, k in items]))
 
 
-@dataclass
-class GroupStats:
-    """One request class (or one conversation turn) of a level: its share, outcomes, lengths and latencies.
-
-    Throughput figures are over the level's wall time, so the classes of a level add up to it."""
-
-    key: Any  # the class's name, or the turn index
-    sent: int = 0
-    share: float | None = None  # sent / the level's measured requests
-    ok: int = 0
-    failed: int = 0
-    short: int = 0
-    input_mean: float | None = None  # requested prompt tokens
-    input_counted_mean: float | None = None  # the server's prompt tokens (not failed)
-    output_mean: float | None = None  # output tokens received (not failed)
-    output_tokens: int = 0  # every measured request's, as the level's Tokens
-    agg_tok_s: float | None = None  # output_tokens / the level's wall
-    req_s: float | None = None  # ok / the level's wall
-    per_req_tok_s: float | None = None
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    tpot_p50_ms: float | None = None
-    e2e_p50_s: float | None = None
-    prefix_cache_hit_rate: float | None = None  # from the records only
-    # The group's own accept length from its records (accept_length_of; docs/metrics.md, "Prompt categories")
-    accept_length: float | None = None
-    accept_length_requests: int = 0
-
-
-@dataclass
-class MixStats:
-    """A level's workload as sent: its lengths, and per class and per turn (empty when there are none)."""
-
-    lengths: dict[str, LengthSummary] = field(default_factory=dict)
-    varied: bool = False  # some length asked for was not the same for every request
-    classes: list[GroupStats] = field(default_factory=list)
-    turns: list[GroupStats] = field(default_factory=list)
-    categories: list[GroupStats] = field(default_factory=list)  # a categorised dataset's row categories
-
-
-def _ms(v: float | None) -> float | None:
-    return None if v is None else v * 1000.0
-
-
 def _lengths(c: LevelColumns) -> dict[str, Floats]:
     """The four lengths of a level's requests (LENGTHS; nan where a request has none)."""
     got = ~c.is_label("status", FAILED)
@@ -129,63 +85,31 @@ def _cached(c: LevelColumns) -> tuple[int, float, float]:
     return int(said.sum()), float(c.col("cached")[said].sum()), float(c.col("prompt")[said].sum())
 
 
-def accept_length_of(c: LevelColumns) -> tuple[float | None, int]:
-    """(accept length, requests used) of a part of a level (a category's requests), by the level's
-    own definition (specload.analysis.acceptance, from the records only); (None, 0) without one."""
-    a = acceptance(c, (), 0.0, 0.0)
-    return (a.length, a.requests) if a is not None and a.length is not None else (None, 0)
-
-
-def group_stats(key: Any, c: LevelColumns, level_sent: int, wall: float | None) -> GroupStats:
-    """One class's (or turn's) figures from its columns; ``wall``: the level's wall time."""
-    status = c.codes("status")
-    ok = c.is_label("status", OK)
-    g = GroupStats(
-        key,
-        c.sent,
-        c.sent / level_sent if level_sent else None,
-        int(ok.sum()),
-        int(c.is_label("status", FAILED).sum()),
-        int(c.is_label("status", SHORT).sum()),
-    )
-    del status
+def lengths_of(c: LevelColumns) -> dict[str, LengthSummary]:
+    """The summary of each of a level's (or a part's) LENGTHS."""
     lengths = _lengths(c)
-    g.input_mean = summarize(lengths["input_sent"]).mean
-    g.input_counted_mean = summarize(lengths["input_counted"]).mean
-    g.output_mean = summarize(lengths["output_received"]).mean
-    total = float(np.maximum(c.col("tokens"), 0).sum())
-    g.output_tokens = int(total) if total.is_integer() else total  # type: ignore[assignment]
-    if wall:
-        g.agg_tok_s, g.req_s = g.output_tokens / wall, g.ok / wall
-    e2e = c.col("e2e")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_req = (c.col("tokens") / e2e)[ok & (e2e > 0)]
-    g.per_req_tok_s = float(per_req.mean()) if len(per_req) else None
-    ttft_p50, ttft_p99 = percentiles(c.present("ttft", ok), (50.0, 99.0))
-    g.ttft_p50_ms, g.ttft_p99_ms = _ms(ttft_p50), _ms(ttft_p99)
-    g.tpot_p50_ms, g.e2e_p50_s = _ms(percentile(c.present("tpot", ok), 50.0)), percentile(e2e[ok], 50.0)
-    n, cached, prompt = _cached(c)
-    g.prefix_cache_hit_rate = cached / prompt if n and prompt else None
-    g.accept_length, g.accept_length_requests = accept_length_of(c)
-    return g
+    return {key: summarize(lengths[key]) for key, _ in LENGTHS}
 
 
-def mix_stats(c: LevelColumns, wall: float | None) -> MixStats:
-    lengths = _lengths(c)
-    m = MixStats(lengths={key: summarize(lengths[key]) for key, _ in LENGTHS})
-    m.varied = len(np.unique(lengths["input_sent"])) > 1 or len(np.unique(lengths["output_asked"])) > 1
-    groups = []
-    for kind, name in (("class", "request_class"), ("turn", "turn"), ("category", "category")):
+def varied(c: LevelColumns) -> bool:
+    """Some length asked for was not the same for every request."""
+    return len(np.unique(c.col("req_prompt"))) > 1 or len(np.unique(c.col("req_out"))) > 1
+
+
+# The parts of a level the report has a table for: (kind, its LABELS column), in the report's order.
+PARTS = (("class", "request_class"), ("turn", "turn"), ("category", "category"))
+
+
+def parts_of(c: LevelColumns) -> dict[str, list[tuple[Any, npt.NDArray[np.bool_]]]]:
+    """Per kind of PARTS, each value's mask of the level's requests (classes and categories in name
+    order, turns by number); a kind the level does not have is []."""
+    out: dict[str, list[tuple[Any, npt.NDArray[np.bool_]]]] = {}
+    for kind, name in PARTS:
         codes = c.codes(name)
-        for code, key in enumerate(c.labels[name]):
-            mine = codes == code
-            if key is not None and mine.any():
-                groups.append(((kind, key), c.subset(mine)))
-    lists = {"class": m.classes, "turn": m.turns, "category": m.categories}
-    for (kind, key), group in sorted(groups, key=lambda kv: (kv[0][0], str(kv[0][1]))):
-        lists[kind].append(group_stats(key, group, c.sent, wall))
-    m.turns.sort(key=lambda g: g.key)
-    return m
+        found = [(key, codes == code) for code, key in enumerate(c.labels[name]) if key is not None]
+        found = [(key, mask) for key, mask in found if mask.any()]
+        out[kind] = sorted(found, key=lambda km: km[0] if kind == "turn" else str(km[0]))
+    return out
 
 
 def cache_from_counters(samples: Sequence[Any], start: float, end: float) -> float | None:

@@ -232,7 +232,8 @@ def load_run(
     else:
         read_notes = []
         rows = summary_rows(_read_columns(d, read_notes, chosen, processes), info.levels)
-        levels = summarize_rows(rows, samples, info.server.max_running, chosen)  # (takes the rows)
+        cap = running_cap(info.server, samples)  # Run.cap: the steady window's D = min(C, cap)
+        levels = summarize_rows(rows, samples, cap.value if cap else None, chosen)  # (takes the rows)
         if keep and savedfigures.worth_saving(d, info.status):
             savedfigures.save(d, key, levels, read_notes)
     apply_streamed(levels, read_streamed(d))  # tok/s over time from the streamed samples, where kept

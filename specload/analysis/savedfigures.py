@@ -10,8 +10,8 @@ again only while everything it came from is unchanged:
 - run.json, records.jsonl and server_samples.jsonl (each file's size and modification time),
 - the SLO the levels were judged against,
 - the figure code itself: a digest of specload/core and specload/analysis and the names of the
-  figures added through ``metrics.FIGURES``, so an upgraded or edited specload, or one with another
-  figure plugged in, never reads figures another computed.
+  figure table's computed figures (``figures.FIGURES``), so an upgraded or edited specload, or one
+  with another figure plugged in, never reads figures another computed.
 
 Anything else (another SLO, one more record, another specload) decodes the records again and writes
 the file anew; ``report --reread`` / ``compare --reread`` skip it. It is written only for records
@@ -37,7 +37,8 @@ from pathlib import Path
 import msgspec
 
 import specload
-from specload.analysis.metrics import FIGURES, LevelStats
+from specload.analysis import figures
+from specload.analysis.metrics import LevelStats
 from specload.core.rundir import RECORDS, RUN_JSON, RUN_RUNNING, SERVER_SAMPLES
 from specload.core.slo import Slo
 
@@ -87,7 +88,7 @@ def key_of(run_dir: Path, slo: Slo | None) -> str:
         FORMAT,
         specload.__version__,
         code_digest(),
-        [f"{f.__module__}.{f.__qualname__}" for f in FIGURES],  # figures added through the hook
+        [f.field for f in figures.FIGURES if f.compute is not None],  # the table's computed figures
         [_stamp(run_dir / name) for name in (RUN_JSON, RECORDS, SERVER_SAMPLES)],
         None if slo is None else slo.text,
     ]

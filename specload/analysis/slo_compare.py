@@ -56,15 +56,6 @@ def level_met(f: RepeatedLevelStats) -> bool | None:
     return all(verdicts) if verdicts else None
 
 
-def goodput_tok_s(f: RepeatedLevelStats) -> float | None:
-    """Mean over the repeats of the level's goodput in tok/s."""
-    return mean(s.slo.goodput_tok_s for s in f.levels if s.slo is not None)
-
-
-def good_share(f: RepeatedLevelStats) -> float | None:
-    return mean(s.slo.good_share for s in f.levels if s.slo is not None)
-
-
 def _tpot_stat(s: LevelStats, target: Target | None) -> float | None:
     d = s.dists.get("tpot")
     if d is None or not d.n:

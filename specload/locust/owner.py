@@ -157,7 +157,7 @@ class SweepOwner:
         meta = self.recorder.new_meta(run, ctrl.levels_meta())
         # Only a web UI shows the run live (a headless run keeps no second copy of its records).
         ui = getattr(self.env, "web_ui", None) is not None
-        self.live = LiveRun(len(ctrl.levels), meta.server.max_running, self.levels.slo) if ui else None
+        self.live = LiveRun(len(ctrl.levels), meta.server, self.levels.slo) if ui else None
         meta.server_metrics = self.recorder.start_sampler(run, self.levels.level_index, self.live)
         clocks = self.watch.clocks_for_run()
         if clocks is not None:

@@ -43,6 +43,7 @@ from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_RECORDS, SERIES_ST
 from specload.analysis.streamed import apply_streamed, series_over
 from specload.core.records import level_label
 from specload.core.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
+from specload.core.text import MISSING, fmt_num
 from specload.locust.options import (
     LABEL_DEST,
     RUN_OPTIONS,
@@ -55,7 +56,7 @@ from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
 from specload.present.acceptview import live_figures
 from specload.present.charts import RunLines, acceptance_over_time, server_chart
-from specload.present.report import slo_met_cell
+from specload.present.liverow import live_columns, live_row
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
 from specload.workload.config import FIELDS
@@ -64,7 +65,8 @@ logger = logging.getLogger("specload")
 
 _ASSETS = Path(__file__).resolve().parent / "webpage"
 _KEY = "specload-levels"
-_COLUMNS = [
+# Locust's "specload levels" tab: the level and its progress, the figure table's live columns, the client.
+_PROGRESS = [
     ("level", "Level"),
     ("concurrency", "C"),
     ("phase", "Phase"),
@@ -73,9 +75,13 @@ _COLUMNS = [
     ("failed", "Fail"),
     ("short", "Short"),
     ("tokens", "Tokens"),
-    ("agg_tok_s", "Agg tok/s"),
-    ("client", "Client"),  # the load generator's own verdict (specload.analysis.clientcheck)
 ]
+
+
+def _columns() -> list[tuple[str, str]]:
+    return [*_PROGRESS, *((c["field"], c["header"]) for c in live_columns()), ("client", "Client")]
+
+
 # specload's page shows the runner's state in four words: the run can be started, is running, is
 # winding down (in-flight requests get their grace period), or has stopped.
 _PAGE_STATE = {
@@ -92,29 +98,30 @@ _DOWNLOADS = {"md": "text/markdown", "csv": "text/csv", "json": "application/jso
 
 
 def level_rows(owner: SweepOwner) -> list[dict[str, Any]]:
+    """Locust's tab: per level its progress (the controller's counts) and its live figures as the
+    web page shows them (``_level_live``: the report's own, over the records so far), as text."""
     ctrl = owner.ctrl
     if ctrl is None:
         return []
+    now = time.time()
     rows = []
     for lv in ctrl.levels:
         budget = lv.plan.budget if lv.plan.budget is not None else "-"
-        agg = lv.agg_tok_s()
-        rows.append(
-            {
-                "level": level_label(lv.plan.concurrency, lv.plan.repeat, lv.plan.rate),
-                "concurrency": lv.plan.concurrency,
-                "phase": (
-                    lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status
-                ).value,
-                "requests": f"{lv.received}/{budget}",
-                "ok": lv.ok,
-                "failed": lv.failed,
-                "short": lv.short,
-                "tokens": lv.tokens,
-                "agg_tok_s": "-" if agg is None else round(agg, 1),
-                "client": cell(owner.client_figures(lv.plan.index)),
-            }
-        )
+        live = _level_live(owner, lv.plan.index, now)
+        phase = lv.phase if lv.status in (LevelStatus.RUNNING, LevelStatus.PENDING) else lv.status
+        row: dict[str, Any] = {
+            "level": live["label"],
+            "concurrency": lv.plan.concurrency,
+            "phase": phase.value,
+            "requests": f"{lv.received}/{budget}",
+            **{k: live[k] for k in ("ok", "failed", "short", "tokens", "client")},
+        }
+        for c in live_columns():
+            v = live.get(c["field"])
+            row[c["field"]] = (
+                (v or MISSING) if c["text"] else fmt_num(None if v is None else v * c["scale"], c["digits"])
+            )
+        rows.append(row)
     return rows
 
 
@@ -241,12 +248,6 @@ def _r(v: float | None, digits: int = 1) -> float | None:
     return None if v is None else round(v, digits)
 
 
-def _dist_ms(s: LevelStats | None, key: str, q: float) -> float | None:
-    d = s.dists.get(key) if s is not None else None
-    v = d.p.get(q) if d is not None and d.n else None
-    return None if v is None else v * 1000.0
-
-
 def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     assert owner.ctrl is not None
     lv = owner.ctrl.levels[index]
@@ -262,6 +263,9 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
     fig = owner.client_figures(index)
     flag = fig.flag() if fig is not None else None
     return {
+        **live_row(
+            s
+        ),  # every figure of the table, as the report has it (the counts below are the controller's)
         "index": index,
         "label": level_label(p.concurrency, p.repeat, p.rate),
         "concurrency": p.concurrency,
@@ -277,35 +281,16 @@ def _level_live(owner: SweepOwner, index: int, now: float) -> dict[str, Any]:
         "failed": lv.failed,
         "short": lv.short,
         "tokens": lv.tokens,
-        "agg_tok_s": _r(s.agg_tok_s if s else lv.agg_tok_s()),
         "live_tok_s": _r(streamed),
-        "per_req_tok_s": _r(s.per_req_tok_s if s else None),
-        "ttft_p50_ms": _r(s.ttft_p50_ms if s else None),
-        "ttft_p99_ms": _r(s.ttft_p99_ms if s else None),
-        "tpot_p50_ms": _r(s.tpot_p50_ms if s else None),
-        "tpot_p99_ms": _r(s.tpot_p99_ms if s else None),
-        "e2e_p50_s": _r(s.e2e_p50_s if s else None, 2),
-        "e2e_p99_s": _r(s.e2e_p99_s if s else None, 2),
-        "itl_p50_ms": _r(_dist_ms(s, "itl", 50.0)),
-        "itl_p99_ms": _r(_dist_ms(s, "itl", 99.0)),
-        # failed and short requests, % of the measured ones (the HTML report's error chart)
-        "fail_pct": _r(100.0 * (s.failed + s.short) / s.sent if s is not None and s.sent else None),
-        "server_running_max": s.server_running_max if s else None,
-        "server_running_mean": _r(s.server_running_mean if s else None),
-        "server_queued_max": s.server_queued_max if s else None,
-        "server_queued_mean": _r(s.server_queued_mean if s else None),
-        "accept_length": _r(s.accept_length if s else None, 2),
         "client": cell(fig),
         "client_flag": flag,
         "final": final,
-        # the run's SLO, judged as the report judges it (None without one), and why requests failed
-        "slo_met": slo_met_cell(s.slo) if s is not None and s.slo is not None else None,
-        "slo_good_pct": _r(100.0 * g, 0)
-        if s is not None and s.slo is not None and (g := s.slo.good_share) is not None
-        else None,
+        # why requests failed
         "reasons": sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0]))[:3] if s is not None else [],
         # acceptance, reasoning, categories (present.acceptview; drawn by webpage/accept.js)
         **live_figures(s),
+        # before the first record: the controller's own count over the level's time so far
+        **({"agg_tok_s": _r(lv.agg_tok_s())} if s is None else {}),
     }
 
 
@@ -410,6 +395,7 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
         "levels": [],
         "server_now": None,
         "series": None,
+        "columns": live_columns(),
     }
     if owner.run_dir is None or owner.ctrl is None:
         return out
@@ -558,7 +544,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     app.json.sort_keys = False  # (and our JSON in the order it is built)
     web_ui.template_args["extended_tabs"] = [{"title": "specload levels", "key": _KEY}]
     web_ui.template_args["extended_tables"] = [
-        {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _COLUMNS]}
+        {"key": _KEY, "structure": [{"key": k, "title": t} for k, t in _columns()]}
     ]
     web_ui.template_args["extended_csv_files"] = [
         {"href": "./specload/levels.csv", "title": "specload levels (CSV)"},
@@ -632,7 +618,7 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @auth
     def _levels_csv() -> Any:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=[k for k, _ in _COLUMNS])
+        writer = csv.DictWriter(buf, fieldnames=[k for k, _ in _columns()])
         writer.writeheader()
         writer.writerows(level_rows(owner))
         return Response(buf.getvalue(), mimetype="text/csv")

@@ -1,11 +1,12 @@
-"""The comparison's acceptance and reasoning columns, cells, JSON and source lines.
+"""The comparison's acceptance columns, cells, JSON and source lines, and its reasoning changes' JSON.
 
-The figures come finished from ``specload.analysis.accept_compare`` and ``reasoning_compare``;
-here they become the side-by-side table's columns (each run's figure, then each treatment's
-change; a change column only where some level has one, a figure's columns only where some run
-has it), the JSON of each run and change, and the lines naming each run's acceptance sources.
-``specload.present.compare`` calls these from its table, text and JSON, so the terminal,
-comparison.md, its CSV and JSON and the HTML page all carry the same cells.
+The figures come finished with the Comparison (``Comparison.accept``, ``accept_delta``: see
+``specload.analysis.accept_compare``; the reasoning figures are the figure table's, combined over
+repeats as every figure is); here they become the side-by-side table's columns (each run's figure,
+then each treatment's change; a change column only where some level has one, a figure's columns
+only where some run has it), the JSON of each run and change, and the lines naming each run's
+acceptance sources. ``specload.present.compare`` calls these from its table, text and JSON, so the
+terminal, comparison.md, its CSV and JSON and the HTML page all carry the same cells.
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from specload.analysis.accept_compare import AcceptChange, AcceptFigures, accept_change, accept_figures
-from specload.analysis.comparison import ComparedRun, Comparison
-from specload.analysis.reasoning_compare import (
-    ReasoningChange,
-    ReasoningFigures,
-    reasoning_change,
-    reasoning_figures,
-)
-from specload.core.text import MISSING, fmt_num, fmt_pct
+from specload.analysis.accept_compare import AcceptChange, AcceptFigures
+from specload.analysis.comparison import ComparedRun, Comparison, change_pct
+from specload.core.text import MISSING, fmt_num
 from specload.present.acceptview import acceptance_notes
 
 
@@ -50,38 +45,17 @@ def _hist_change(vs: Sequence[float | None]) -> str:
 
 
 class _Grid:
-    """Every run's figures and every treatment's changes, per level of the comparison."""
+    """Every run's acceptance and every treatment's change, per level (Comparison.accept, accept_delta)."""
 
     def __init__(self, comp: Comparison) -> None:
         self.comp = comp
-        self.accept = {r.label: [accept_figures(r.figures[c]) for c in comp.levels] for r in comp.runs}
-        self.reasoning = {r.label: [reasoning_figures(r.figures[c]) for c in comp.levels] for r in comp.runs}
-        base = comp.baseline.label
-        self.accept_delta: dict[str, list[AcceptChange | None]] = {
-            t.label: [
-                accept_change(b, n) for b, n in zip(self.accept[base], self.accept[t.label], strict=True)
-            ]
-            for t in comp.treatments
-        }
-        self.reasoning_delta: dict[str, list[ReasoningChange | None]] = {
-            t.label: [
-                reasoning_change(b, n)
-                for b, n in zip(self.reasoning[base], self.reasoning[t.label], strict=True)
-            ]
-            for t in comp.treatments
-        }
+        self.accept, self.accept_delta = comp.accept, comp.accept_delta
 
     def any_accept(self, has: Callable[[AcceptFigures], object]) -> bool:
         return any(a is not None and has(a) for xs in self.accept.values() for a in xs)
 
     def any_change(self, has: Callable[[AcceptChange], object]) -> bool:
         return any(d is not None and has(d) for xs in self.accept_delta.values() for d in xs)
-
-    def any_reasoning(self) -> bool:
-        return any(x is not None for xs in self.reasoning.values() for x in xs)
-
-    def any_reasoning_change(self, has: Callable[[ReasoningChange], object]) -> bool:
-        return any(d is not None and has(d) for xs in self.reasoning_delta.values() for d in xs)
 
 
 _RunCell = Callable[[AcceptFigures | None], str]
@@ -143,59 +117,11 @@ def _accept_groups(g: _Grid) -> list[tuple[str, str, _RunCell | None, _ChangeCel
     return groups
 
 
-_ReasonCell = Callable[[ReasoningFigures | None], str]
-_ReasonChangeCell = Callable[[ReasoningChange | None], str]
-
-
-def _reasoning_groups(g: _Grid) -> list[tuple[str, str, _ReasonCell | None, _ReasonChangeCell | None]]:
-    if not g.any_reasoning():
-        return []
-    groups: list[tuple[str, str, _ReasonCell | None, _ReasonChangeCell | None]] = [
-        (
-            "First answer p50 (ms)",
-            "first_answer",
-            lambda r: fmt_num(None if r is None else r.answer_ttft_p50_ms, 1),
-            None,
-        ),
-        (
-            "Reasoning tokens",
-            "reasoning_tokens",
-            lambda r: fmt_num(None if r is None else r.reasoning_tokens_mean, 1),
-            None,
-        ),
-        (
-            "Answer tok/s",
-            "answer_tok_s",
-            lambda r: fmt_num(None if r is None else r.answer_tok_s_mean, 1),
-            None,
-        ),
-    ]
-    if g.any_reasoning_change(lambda d: d.answer_ttft_p50_pct is not None):
-        groups.append(
-            (
-                "Δ first answer",
-                "first_answer",
-                None,
-                lambda d: fmt_pct(None if d is None else d.answer_ttft_p50_pct),
-            )
-        )
-    if g.any_reasoning_change(lambda d: d.answer_tok_s_pct is not None):
-        groups.append(
-            (
-                "Δ answer tok/s",
-                "answer_tok_s",
-                None,
-                lambda d: fmt_pct(None if d is None else d.answer_tok_s_pct),
-            )
-        )
-    return groups
-
-
 def extra_columns(comp: Comparison) -> list[tuple[str, str]]:
     """(header, tableview key) of the acceptance and reasoning columns, in order."""
     g = _Grid(comp)
     cols: list[tuple[str, str]] = []
-    for head, key, run_cell, _ in [*_accept_groups(g), *_reasoning_groups(g)]:
+    for head, key, run_cell, _ in _accept_groups(g):
         who = comp.runs if run_cell is not None else comp.treatments
         cols += [(f"{head} {r.label}", key) for r in who]
     return cols
@@ -212,11 +138,6 @@ def extra_rows(comp: Comparison) -> list[list[str]]:
                 row += [run_cell(g.accept[r.label][i]) for r in comp.runs]
             elif change_cell is not None:
                 row += [change_cell(g.accept_delta[t.label][i]) for t in comp.treatments]
-        for _, _, rcell, rchange in _reasoning_groups(g):
-            if rcell is not None:
-                row += [rcell(g.reasoning[r.label][i]) for r in comp.runs]
-            elif rchange is not None:
-                row += [rchange(g.reasoning_delta[t.label][i]) for t in comp.treatments]
         rows.append(row)
     return rows
 
@@ -225,19 +146,30 @@ def _asdict(x: Any) -> dict[str, Any] | None:
     return None if x is None else asdict(x)
 
 
-def run_json(r: ComparedRun, c: float) -> dict[str, Any]:
-    """A run's acceptance and reasoning figures at level ``c``, for the comparison's JSON."""
-    f = r.figures[c]
-    return {"acceptance": _asdict(accept_figures(f)), "reasoning": _asdict(reasoning_figures(f))}
+def run_json(r: ComparedRun, c: float, comp: Comparison) -> dict[str, Any]:
+    """A run's acceptance figures at level ``c``, for the comparison's JSON."""
+    return {"acceptance": _asdict(comp.accept[r.label][comp.levels.index(c)])}
 
 
 def change_json(comp: Comparison, t: ComparedRun, c: float) -> dict[str, Any]:
-    """A treatment's acceptance and reasoning changes at level ``c``, for the comparison's JSON."""
+    """A treatment's acceptance changes at level ``c`` and its reasoning figures' changes (in %),
+    for the comparison's JSON."""
     base, new = comp.baseline.figures[c], t.figures[c]
     return {
-        "acceptance": _asdict(accept_change(accept_figures(base), accept_figures(new))),
-        "reasoning": _asdict(reasoning_change(reasoning_figures(base), reasoning_figures(new))),
+        "acceptance": _asdict(comp.accept_delta[t.label][comp.levels.index(c)]),
+        "reasoning": {
+            f"{k}_pct": change_pct(base.of(field), new.of(field)) for k, field in _REASONING.items()
+        },
     }
+
+
+# The reasoning figures whose changes compare's JSON gives (as ``<name>_pct``): name -> the table's field.
+_REASONING = {
+    "reasoning_tokens": "reasoning_tokens_mean",
+    "answer_ttft_p50": "answer_ttft_p50_ms",
+    "answer_tok_s": "answer_tok_s_mean",
+    "agg_answer_tok_s": "agg_answer_tok_s",
+}
 
 
 def source_lines(comp: Comparison) -> list[str]:

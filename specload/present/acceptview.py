@@ -7,10 +7,10 @@ source of each figure and the notes where the responses and the counters disagre
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, Acceptance
-from specload.analysis.metrics import LevelStats, RepeatedLevelStats, mean
+from specload.analysis.metrics import LevelStats
 from specload.core.records import SPEC_ALONG_BUCKET, SPEC_LLAMACPP, SPEC_SGLANG_META, SPEC_SGLEXT, SPEC_VLLM
 from specload.core.text import MISSING, fmt_num
 from specload.present.output import render_table
@@ -32,34 +32,12 @@ _FIGURE_NAMES = {
 }
 
 
-def _pct(v: float | None, digits: int = 1) -> str:
-    return MISSING if v is None else fmt_num(v * 100.0, digits)
-
-
-def accept_rate(s: LevelStats) -> float | None:
-    return s.acceptance.rate if s.acceptance is not None else None
-
-
-def rate_cell(s: LevelStats) -> str:
-    return _pct(accept_rate(s))
-
-
-def has_positions(s: LevelStats) -> bool | None:
-    """True when the level has an acceptance per draft position (None: not, for IF_VALUE)."""
-    return True if s.acceptance is not None and s.acceptance.per_position else None
-
-
 def positions_cell(s: LevelStats) -> str:
     """k = 1..K: the share of steps that accepted at least k draft tokens, in %, joined by '/'."""
     a = s.acceptance
     if a is None or not a.per_position:
         return MISSING
     return "/".join(fmt_num(v * 100.0, 0) for v in a.per_position)
-
-
-def accept_rate_mean(f: RepeatedLevelStats) -> float | None:
-    """The acceptance rate over a level's repeats (their mean), for the comparison."""
-    return mean(map(accept_rate, f.levels))
 
 
 def _histogram_cell(a: Acceptance) -> str:
@@ -108,33 +86,14 @@ def acceptance_notes(levels: Sequence[LevelStats]) -> list[str]:
     return notes
 
 
-def has_histogram(s: LevelStats) -> bool | None:
-    """True when the level has a histogram of accepted tokens per step (None: not, for IF_VALUE)."""
-    return True if s.acceptance is not None and sum(s.acceptance.histogram) > 0 else None
-
-
 def histogram_cell(s: LevelStats) -> str:
     """j:share% of the steps that accepted exactly j draft tokens, as the report's Acceptance section."""
     return MISSING if s.acceptance is None else _histogram_cell(s.acceptance)
 
 
-def has_along(s: LevelStats) -> bool | None:
-    return True if s.acceptance is not None and s.acceptance.along else None
-
-
 def along_cell(s: LevelStats) -> str:
     """The acceptance length per bucket of output positions, space-separated, as the Acceptance section."""
     return MISSING if s.acceptance is None else _along_cell(s.acceptance)
-
-
-def reasoning_value(attr: str) -> Callable[[LevelStats], float | None]:
-    """The level's reasoning figure ``attr`` (analysis.reasoning.ReasoningStats), None without reasoning."""
-    return lambda s: None if s.reasoning is None else getattr(s.reasoning, attr)
-
-
-def reasoning_cell(attr: str, digits: int) -> Callable[[LevelStats], str]:
-    value = reasoning_value(attr)
-    return lambda s: fmt_num(value(s), digits)
 
 
 ALONG_HEADER = f"Accept len per {SPEC_ALONG_BUCKET} tok"  # the per-level table's along-the-output column
@@ -183,10 +142,10 @@ def live_figures(s: LevelStats | None) -> dict[str, object]:
     categories = [
         {
             "category": str(g.key),
-            "sent": g.sent,
-            "agg_tok_s": _round(g.agg_tok_s, 1),
-            "per_req_tok_s": _round(g.per_req_tok_s, 1),
-            "accept_length": _round(g.accept_length, 2),
+            "sent": g.stats.sent,
+            "agg_tok_s": _round(g.stats.agg_tok_s, 1),
+            "per_req_tok_s": _round(g.stats.per_req_tok_s, 1),
+            "accept_length": _round(g.stats.accept_length, 2),
         }
         for g in cats
     ]

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specload.analysis import figures
 from specload.analysis.acceptance import acceptance
 from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_STREAMED, LevelStats, ServerSample
@@ -45,19 +46,6 @@ def _stopped_labels(levels: Sequence[LevelStats], xs: Sequence[float]) -> list[s
     point is drawn as measured, and said to be a part of a level."""
     stopped = {s.x for s in levels if s.status == "incomplete"}
     return ["stopped" if x in stopped else "" for x in xs]
-
-
-def _dist_ms(key: str, q: float) -> Callable[[LevelStats], float | None]:
-    def value(s: LevelStats) -> float | None:
-        d = s.dists.get(key)
-        v = None if d is None else d.p.get(q)
-        return None if v is None else v * 1000.0
-
-    return value
-
-
-def _fail_pct(s: LevelStats) -> float | None:
-    return None if not s.sent else 100.0 * (s.failed + s.short) / s.sent
 
 
 def _is_rate(runs: Sequence[RunLines]) -> bool:
@@ -108,61 +96,15 @@ def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[C
     rate = _is_rate(runs)
     caps = _cap_marks(runs, rate)
     one = len(runs) == 1
-    charts = [
-        _per_level(
-            "agg_tok_s",
-            "Aggregate output tok/s",
-            "tok/s",
-            runs,
-            [("", lambda s: s.agg_tok_s, False)],
-            [*marks, *caps],
-        ),
-        _per_level(
-            "per_req_tok_s",
-            "Per-request tok/s",
-            "tok/s per request",
-            runs,
-            [("", lambda s: s.per_req_tok_s, False)],
-            [*marks, *caps],
-        ),
-    ]
-    for key, name, unit, dist in (
-        ("ttft", "TTFT", "ms", "ttft"),
-        ("tpot", "TPOT", "ms", "tpot"),
-        ("itl", "ITL", "ms", "itl"),
-        ("e2e", "E2E latency", "ms", "e2e"),
-    ):
-        charts.append(
-            _per_level(
-                key,
-                f"{name} p50 and p99",
-                unit,
-                runs,
-                [("p50", _dist_ms(dist, 50.0), False), ("p99", _dist_ms(dist, 99.0), True)],
-                caps,
-            )
-        )
-    charts.append(pareto_chart(runs))
-    charts.append(
-        _per_level(
-            "errors",
-            "Failed and short requests",
-            "% of measured requests",
-            runs,
-            [("", _fail_pct, False)],
-            caps,
-        )
-    )
-    if any(s.accept_length is not None for r in runs for s in r.levels):
-        charts.append(
-            _per_level(
-                "accept",
-                "Acceptance length per level",
-                "tokens per verify step",
-                runs,
-                [("", lambda s: s.accept_length, False)],
-            )
-        )
+    charts = []
+    for spec in figures.CHARTS:
+        lines = [(name, figures.BY_KEY[key].number, i > 0) for i, (key, name) in enumerate(spec.lines)]
+        if spec.if_value and not any(v(s) is not None for r in runs for s in r.levels for _, v, _ in lines):
+            continue
+        chart_marks = [*marks, *caps] if spec.marks else [*caps] if spec.key != "accept" else []
+        charts.append(_per_level(spec.key, spec.title, spec.y_label, runs, lines, chart_marks))
+        if spec.key == "e2e":
+            charts.append(pareto_chart(runs))
     if any(r.samples for r in runs):
         charts.append(server_chart(runs))
     over = acceptance_over_time(runs)

@@ -10,34 +10,36 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from specload.analysis.categories import CategoryComparison, compare_categories
+from specload.analysis import figures
 from specload.analysis.comparison import (
     DRIFT_MARK,
     NOISE_MARK,
     NOT_COMPARABLE,
     SINGLE_MARK,
+    CategoryComparison,
     Change,
     ComparedRun,
     Comparison,
     LevelCheck,
     build_comparison,
+    change_pct,
     drifted,
 )
+from specload.analysis.figures import Figure
 from specload.analysis.foreign import MARK, ForeignError, ForeignRun, load_foreign, mark_cells
 from specload.analysis.metrics import RepeatedLevelStats, level_json
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
-from specload.analysis.slo_compare import good_share, goodput_tok_s, level_met
+from specload.analysis.slo_compare import level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
 from specload.present.acceptcompare import change_json, extra_columns, extra_rows, run_json, source_lines
-from specload.present.acceptview import accept_rate_mean
 from specload.present.colour import for_stream, is_terminal
 from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.output import render_table as output_table
@@ -77,52 +79,6 @@ def agg_cell(f: RepeatedLevelStats) -> str:
     return fmt_num(f.agg_tok_s_mean, 1) + (f" {DRIFT_MARK}" if drifted(f) else "")
 
 
-def _has(comp: Comparison, attr: str) -> bool:
-    return any(getattr(f, attr) is not None for r in comp.runs for f in r.figures.values())
-
-
-def _has_rate(comp: Comparison) -> bool:
-    return any(accept_rate_mean(f) is not None for r in comp.runs for f in r.figures.values())
-
-
-def _has_server(comp: Comparison) -> bool:
-    return _has(comp, "server_running_max") or _has(comp, "server_queued_max")
-
-
-def _columns(comp: Comparison) -> list[tuple[str, str]]:
-    """(header, key in tableview.PRIORITY) of each column, in order."""
-    runs, ts = comp.runs, comp.treatments
-    cols = [("Req/s" if comp.axis.rate else "C", "c")]  # the level axis
-    cols += [(f"Agg tok/s {r.label}", "agg") for r in runs] + [(f"Δ agg {t.label}", "agg") for t in ts]
-    cols += [(f"Per-req tok/s {r.label}", "per_req") for r in runs] + [
-        (f"Δ per-req {t.label}", "per_req") for t in ts
-    ]
-    cols += [(f"TTFT p50 (ms) {r.label}", "ttft_p50") for r in runs]
-    cols += [(f"TTFT p99 (ms) {r.label}", "ttft_p99") for r in runs]
-    cols += [(f"TPOT p50 (ms) {r.label}", "tpot_p50") for r in runs] + [
-        (f"Δ TPOT {t.label}", "tpot_p50") for t in ts
-    ]
-    if _has(comp, "itl_p99_ms_mean"):
-        cols += [(f"ITL p99 (ms) {r.label}", "itl_p99") for r in runs]
-    if _has(comp, "accept_length_mean"):
-        cols += [(f"Accept len {r.label}", "accept") for r in runs]
-    if _has_rate(comp):
-        cols += [(f"Accept rate % {r.label}", "accept_rate") for r in runs]
-    cols += extra_columns(comp)  # the other acceptance figures and the reasoning ones (present.acceptcompare)
-    if _has_server(comp):
-        cols += [(f"Srv run/queue {r.label}", "srv_run_queue") for r in runs]
-    if comp.slo.slo is not None:
-        cols += [(f"SLO met {r.label}", "slo_met") for r in runs] + [
-            (f"Good % {r.label}", "good_pct") for r in runs
-        ]
-        cols += [(f"Goodput tok/s {r.label}", "goodput_tok_s") for r in runs]
-    return cols
-
-
-def table_columns(comp: Comparison) -> list[str]:
-    return [name for name, _key in _columns(comp)]
-
-
 def _met_cell(f: RepeatedLevelStats) -> str:
     """yes / no: every repeat of the level met the SLO; ``~`` when a repeat's verdict is inside the noise."""
     met = level_met(f)
@@ -139,45 +95,87 @@ def tpot_cell(pct: float | None, check: LevelCheck) -> str:
 
 
 def _server_cell(f: RepeatedLevelStats) -> str:
-    if f.server_running_max is None and f.server_queued_max is None:
+    run, queued = f.of("server_running_max"), f.of("server_queued_max")
+    if run is None and queued is None:
         return MISSING
-    return f"{fmt_count(f.server_running_max)} / {fmt_count(f.server_queued_max)}"
+    return f"{fmt_count(run)} / {fmt_count(queued)}"
+
+
+# A run's cell that is not its figure's combined number rounded (analysis.figures).
+_CELLS: dict[str, Callable[[RepeatedLevelStats], str]] = {
+    "agg": agg_cell,
+    "srv_run_queue": _server_cell,
+    "slo_met": _met_cell,
+}
+# The figures a treatment's change follows: (header, cell of treatment t at level i).
+_CHANGES: dict[str, tuple[str, Callable[[Comparison, str, int], str]]] = {
+    "agg": ("Δ agg", lambda comp, t, i: change_cell(comp.agg[t][i])),
+    "per_req": ("Δ per-req", lambda comp, t, i: change_cell(comp.per_req[t][i])),
+    "tpot_p50": ("Δ TPOT", lambda comp, t, i: tpot_cell(comp.tpot[t][i], comp.checks[t][i])),
+    "first_answer": ("Δ first answer", lambda comp, t, i: fmt_pct(_pct(comp, t, i, "answer_ttft_p50_ms"))),
+    "answer_tok_s": ("Δ answer tok/s", lambda comp, t, i: fmt_pct(_pct(comp, t, i, "answer_tok_s_mean"))),
+}
+
+
+def _pct(comp: Comparison, t: str, i: int, field: str) -> float | None:
+    """Treatment ``t``'s change of a figure of the table against the baseline at level ``i``, in %."""
+    c = comp.levels[i]
+    new = next(r for r in comp.runs if r.label == t)
+    return change_pct(comp.baseline.figures[c].of(field), new.figures[c].of(field))
+
+
+# The acceptance and reasoning details (present.acceptcompare) follow this figure's columns.
+_DETAILS_AFTER = "accept_rate"
+
+
+def _figures(comp: Comparison) -> list[tuple[Figure, bool]]:
+    """The figure table's compare figures, each with whether some run has it (Figure.show, over
+    every repeat of every run)."""
+    levels = [s for r in comp.runs for f in r.figures.values() for s in f.levels]
+    return [(f, f.shown(levels)) for f in figures.FIGURES if f.compare]
+
+
+def _run_cell(fig: Figure, f: RepeatedLevelStats) -> str:
+    cell = _CELLS.get(fig.key)
+    if cell is not None:
+        return cell(f)
+    v = f.of(fig.field)
+    return fmt_num(None if v is None else v * fig.scale, fig.digits)
+
+
+def _columns(comp: Comparison) -> list[tuple[str, str]]:
+    """(header, key in tableview.PRIORITY) of each column, in order: the level axis, then per figure
+    each run's value and each treatment's change; the acceptance and reasoning details after the
+    acceptance rate."""
+    cols = [("Req/s" if comp.axis.rate else "C", "c")]
+    for fig, shown in _figures(comp):
+        if shown:
+            cols += [(f"{fig.header} {r.label}", fig.key) for r in comp.runs]
+        if shown and fig.key in _CHANGES:
+            cols += [(f"{_CHANGES[fig.key][0]} {t.label}", fig.key) for t in comp.treatments]
+        if fig.key == _DETAILS_AFTER:
+            cols += extra_columns(comp)
+    return cols
+
+
+def table_columns(comp: Comparison) -> list[str]:
+    return [name for name, _key in _columns(comp)]
 
 
 def table_rows(comp: Comparison) -> list[list[str]]:
     """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
-    accept = _has(comp, "accept_length_mean")
-    rate = _has_rate(comp)
-    server = _has_server(comp)
-    itl = _has(comp, "itl_p99_ms_mean")
-    rows: list[list[str]] = []
+    figs = _figures(comp)
     extra = extra_rows(comp)
+    rows: list[list[str]] = []
     for i, c in enumerate(comp.levels):
-        figs = [r.figures[c] for r in comp.runs]
-        ts = comp.treatments
         row = [f"{c:g}"]
-        row += [agg_cell(f) for f in figs] + [change_cell(comp.agg[t.label][i]) for t in ts]
-        row += [fmt_num(f.per_req_tok_s_mean, 1) for f in figs] + [
-            change_cell(comp.per_req[t.label][i]) for t in ts
-        ]
-        row += [fmt_num(f.ttft_p50_ms_mean, 1) for f in figs]
-        row += [fmt_num(f.ttft_p99_ms_mean, 1) for f in figs]
-        row += [fmt_num(f.tpot_p50_ms_mean, 1) for f in figs] + [
-            tpot_cell(comp.tpot[t.label][i], comp.checks[t.label][i]) for t in ts
-        ]
-        if itl:
-            row += [fmt_num(f.itl_p99_ms_mean, 1) for f in figs]
-        if accept:
-            row += [fmt_num(f.accept_length_mean, 2) for f in figs]
-        if rate:
-            row += [fmt_num(None if (a := accept_rate_mean(f)) is None else a * 100, 1) for f in figs]
-        row += extra[i]
-        if server:
-            row += [_server_cell(f) for f in figs]
-        if comp.slo.slo is not None:
-            row += [_met_cell(f) for f in figs]
-            row += [fmt_num(None if (g := good_share(f)) is None else g * 100, 0) for f in figs]
-            row += [fmt_num(goodput_tok_s(f), 1) for f in figs]
+        for fig, shown in figs:
+            if shown:
+                row += [_run_cell(fig, r.figures[c]) for r in comp.runs]
+            if shown and fig.key in _CHANGES:
+                row += [_CHANGES[fig.key][1](comp, t.label, i) for t in comp.treatments]
+            if fig.key == _DETAILS_AFTER:
+                row += extra[i]
         rows.append(row)
     return mark_cells(_columns(comp), [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
 
@@ -209,21 +207,10 @@ def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
         "rate": f.rate,
         "repeats": len(f.repeats),
         "measured": f.measured,
-        "agg_tok_s": f.agg_tok_s_mean,
+        **f.combined,  # every figure of the table, its repeats combined (analysis.figures.combine)
         "agg_values": f.agg_tok_s_values,
-        "per_req_tok_s": f.per_req_tok_s_mean,
         "per_req_values": f.per_req_tok_s_values,
-        "ttft_p50_ms": f.ttft_p50_ms_mean,
-        "ttft_p99_ms": f.ttft_p99_ms_mean,
-        "tpot_p50_ms": f.tpot_p50_ms_mean,
-        "itl_p99_ms": f.itl_p99_ms_mean,
-        "req_s": f.req_s_mean,
-        "steady_tok_s": f.steady_tok_s_mean,
         "levels": [level_json(s) for s in f.levels],  # every figure of every repeat, distributions included
-        "accept_length": f.accept_length_mean,
-        "accept_rate": accept_rate_mean(f),
-        "server_running_max": f.server_running_max,
-        "server_queued_max": f.server_queued_max,
         "quality": asdict(r.quality[c]),
         "marks": _marks_dict(r),
     }
@@ -241,7 +228,7 @@ def _run_info(r: ComparedRun, baseline: bool) -> dict[str, Any]:
         "status": m.status,
         "simulated": r.simulated,
         "speculative_algorithm": m.server.speculative_algorithm,
-        "max_running_requests": r.max_running,
+        "max_running_requests": r.cap_value,
         "running_cap": r.cap.to_json() if r.cap is not None else None,
     }
 
@@ -267,7 +254,7 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
     levels = [
         {
             ("rate" if comp.axis.rate else "concurrency"): c,
-            "runs": {r.label: {**_figures_dict(r, c), **run_json(r, c)} for r in comp.runs},
+            "runs": {r.label: {**_figures_dict(r, c), **run_json(r, c, comp)} for r in comp.runs},
             "changes": {
                 t.label: {**_changes_dict(comp, t, i), **change_json(comp, t, c)} for t in comp.treatments
             },
@@ -285,15 +272,25 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         "sentences": comp.sentences,
         "notes": comp.notes,
         "slo": comp.slo.to_json(),
-        "categories": [_category_dict(comp, cc) for cc in compare_categories(comp)],
+        "categories": [_category_dict(comp, cc) for cc in comp.categories],
+    }
+
+
+def _part_dict(f: RepeatedLevelStats) -> dict[str, Any]:
+    """A part of a level (a category) over its repeats: its requests and every figure of the table."""
+    return {
+        "sent": sum(s.sent for s in f.levels),
+        **f.combined,
+        "agg_values": f.agg_tok_s_values,
+        "per_req_values": f.per_req_tok_s_values,
     }
 
 
 def _category_dict(comp: Comparison, cc: CategoryComparison) -> dict[str, Any]:
-    """One prompt category of the comparison as plain data (analysis.categories)."""
+    """One prompt category of the comparison as plain data (Comparison.categories)."""
     return {
         "category": cc.category,
-        "figures": {label: [asdict(f) for f in fs] for label, fs in cc.figures.items()},
+        "figures": {label: [_part_dict(f) for f in fs] for label, fs in cc.figures.items()},
         "changes": {
             t: {"agg": [ch.to_dict() for ch in cc.agg[t]], "per_req": [ch.to_dict() for ch in cc.per_req[t]]}
             for t in cc.agg
@@ -311,7 +308,7 @@ def _category_dict(comp: Comparison, cc: CategoryComparison) -> dict[str, Any]:
 
 def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
     """The per-category table and verdict (a categorised dataset's runs); [] without categories."""
-    ccs = compare_categories(comp)
+    ccs = comp.categories
     if not ccs:
         return []
     headers = [
@@ -330,7 +327,8 @@ def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
         for i, c in enumerate(comp.levels):
             for r in comp.runs:
                 f = cc.figures[r.label][i]
-                if not f.sent:
+                sent = sum(s.sent for s in f.levels)
+                if not sent:
                     continue
                 agg = cc.agg.get(r.label)
                 per = cc.per_req.get(r.label)
@@ -339,12 +337,12 @@ def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
                         cc.category,
                         f"{c:g}",
                         r.label,
-                        str(f.sent),
-                        fmt_num(f.agg_tok_s, 1),
+                        str(sent),
+                        fmt_num(f.agg_tok_s_mean, 1),
                         change_cell(agg[i]) if agg else "",
-                        fmt_num(f.per_req_tok_s, 1),
+                        fmt_num(f.per_req_tok_s_mean, 1),
                         change_cell(per[i]) if per else "",
-                        fmt_num(f.accept_length, 2),
+                        fmt_num(f.of("accept_length"), 2),
                     ]
                 )
     lines = ["", "## Per prompt category (Δ: against the baseline's same category)", ""]
@@ -430,7 +428,7 @@ def side_text(comp: Comparison) -> str:
     """What a csv/json comparison prints on stderr: its stdout holds only the data, so it parses."""
     return "\n".join(
         header_lines(comp)
-        + ["", *comp.sentences, *(s for cc in compare_categories(comp) for s in cc.sentences)]
+        + ["", *comp.sentences, *(s for cc in comp.categories for s in cc.sentences)]
         + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes], *[f"- {s}" for s in source_lines(comp)]]
     )
 

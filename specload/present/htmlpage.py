@@ -153,7 +153,9 @@ def page(title: str, body_markdown: str, figures: Sequence[svg.Chart]) -> str:
 
 
 def run_lines(run: Run) -> chartlist.RunLines:
-    return chartlist.RunLines(run.label, run.levels, run.samples, run.info.server.max_running)
+    """A run's lines on the charts, with its cap (Run.cap: declared, else inferred from the gauges)."""
+    cap = run.cap
+    return chartlist.RunLines(run.label, run.levels, run.samples, cap.value if cap is not None else None)
 
 
 def report_page(run: Run, markdown: str) -> str:

@@ -45,7 +45,9 @@ class LevelSnapshot:
     tokens: int  # output tokens of the measured requests back
     elapsed_s: float  # since the level began (its users ramping)
     measure_s: float | None  # since its measured requests opened
-    back_span_s: float | None  # from the first measured request's send to the last one's end
+    # the level's Agg tok/s so far (sweep.levels.LevelProgress.agg_tok_s: at the level's end, the
+    # report's figure); it moves only as requests come back, so it does not sag between them
+    agg_tok_s: float | None
     back_ago_s: float | None  # since the last measured request ended
 
 
@@ -72,18 +74,9 @@ def snapshot(lv: LevelProgress, levels: int, now: float) -> LevelSnapshot:
         tokens=lv.tokens,
         elapsed_s=since(lv.t_start) or 0.0,
         measure_s=since(lv.t_measure_start),
-        back_span_s=None if lv.first_send is None or lv.last_end is None else lv.last_end - lv.first_send,
+        agg_tok_s=lv.agg_tok_s(),
         back_ago_s=since(lv.last_end),
     )
-
-
-def live_tok_s(s: LevelSnapshot) -> float | None:
-    """The level's Agg tok/s so far: output tokens of the requests back over the time from the
-    first one's send to the last one's end (at the level's end, the report's figure). It moves
-    only as requests come back, so it does not sag between them. None before a request is back."""
-    if not s.done or not s.back_span_s or s.back_span_s <= 0:
-        return None
-    return s.tokens / s.back_span_s
 
 
 def fraction(s: LevelSnapshot) -> float | None:
@@ -139,7 +132,7 @@ def render(s: LevelSnapshot, width: int) -> str:
         counts = [f"{s.done}/{s.budget} req"]
     else:
         counts = [f"{s.done} req", f"{clock(s.measure_s)}/{clock(s.duration_s)}"]
-    rate = live_tok_s(s)
+    rate = s.agg_tok_s
     in_flight = [f"{s.in_flight} in flight"] if active else []
     tok_s = [f"{rate:.1f} tok/s" if rate is not None else "- tok/s"] if active else []
     failed = [f"{s.failed} failed"] if s.failed else []

@@ -11,24 +11,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
+from specload.analysis import figures
 from specload.analysis.capacity import describe as describe_capacity
 from specload.analysis.capacity import fmt_x, limit_reason
 from specload.analysis.clientcheck import client_notes
-from specload.analysis.metrics import PERCENTILES, LevelStats, group_repeats, level_json
-from specload.analysis.mixstats import (
-    CACHE_FROM_COUNTERS,
-    CACHE_FROM_GAUGE,
-    CACHE_FROM_RECORDS,
-    LENGTHS,
-    GroupStats,
-    MixStats,
-)
+from specload.analysis.figures import ALWAYS, Figure
+from specload.analysis.metrics import PERCENTILES, GroupStats, LevelStats, MixStats, group_repeats, level_json
+from specload.analysis.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
@@ -37,18 +31,10 @@ from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
 from specload.core.text import MISSING, fmt_num, shorten
 from specload.present.acceptview import (
-    ALONG_HEADER,
-    accept_rate,
     acceptance_notes,
     along_cell,
-    has_along,
-    has_histogram,
-    has_positions,
     histogram_cell,
     positions_cell,
-    rate_cell,
-    reasoning_cell,
-    reasoning_value,
     render_acceptance,
 )
 from specload.present.colour import for_stream, is_terminal
@@ -67,11 +53,6 @@ from specload.workload.recorded import recorded_scenario
 REASON_WIDTH = 120
 SERIES_PNG = "tok_s_over_time.png"
 
-# When a column is shown.
-ALWAYS = "always"
-IF_VALUE = "if_value"  # some level has a value (None elsewhere)
-IF_COUNTED = "if_counted"  # some level counted one (0 elsewhere)
-
 
 def _c_cell(s: LevelStats) -> str:
     if s.rate is not None:  # a rate level: its user pool caps what is in flight
@@ -84,14 +65,6 @@ def slo_met_cell(r: LevelSlo | None) -> str:
     if r is None or r.met is None:
         return MISSING
     return ("yes" if r.met else "no") + (" ~" if r.inside_noise else "")
-
-
-def _slo_cell(attr: str, scale: float, digits: int) -> Callable[[LevelStats], str]:
-    def cell(s: LevelStats) -> str:
-        v = getattr(s.slo, attr) if s.slo is not None else None
-        return fmt_num(None if v is None else v * scale, digits)
-
-    return cell
 
 
 def _x_header(levels: Sequence[LevelStats]) -> str:
@@ -113,100 +86,44 @@ def _pct_cell(rate: float | None) -> str:
     return fmt_num(None if rate is None else rate * 100.0, 1)
 
 
-@dataclass(frozen=True)
-class Column:
-    """One column of the per-level table: the LevelStats field it shows, rounded to ``digits``."""
-
-    name: str
-    key: str  # in tableview.PRIORITY
-    attr: str
-    digits: int = 0
-    show: str = ALWAYS  # ALWAYS | IF_VALUE | IF_COUNTED
-    cell_of: Callable[[LevelStats], str] | None = None  # a cell that is not just the rounded field
-    value_of: Callable[[LevelStats], Any] | None = None  # what IF_VALUE looks at, when not the field itself
-
-    def cell(self, s: LevelStats) -> str:
-        if self.cell_of is not None:
-            return self.cell_of(s)
-        return fmt_num(getattr(s, self.attr), self.digits)
-
-    def shown(self, levels: Sequence[LevelStats]) -> bool:
-        if self.show == ALWAYS:
-            return True
-        values = [self.value_of(s) if self.value_of else getattr(s, self.attr) for s in levels]
-        return any(values) if self.show == IF_COUNTED else any(v is not None for v in values)
+# The cells that are not the figure's number rounded (analysis.figures: the value is an object).
+_CELLS: dict[str, Callable[[LevelStats], str]] = {
+    "rate": _rate_cell,
+    "c": _c_cell,
+    "accept_pos": positions_cell,
+    "accept_hist": histogram_cell,
+    "accept_along": along_cell,
+    "slo_met": lambda s: slo_met_cell(s.slo),
+}
 
 
-# The reasoning figures of a level (analysis.reasoning), as its section has them
-REASONING_COLUMNS = tuple(
-    Column(name, key, "reasoning", 1, IF_VALUE, reasoning_cell(attr, 1), reasoning_value(attr))
-    for name, key, attr in (
-        ("First answer p50 (ms)", "first_answer", "answer_ttft_p50_ms"),
-        ("Reasoning tokens", "reasoning_tokens", "reasoning_tokens_mean"),
-        ("Answer tok/s", "answer_tok_s", "answer_tok_s_mean"),
-    )
-)
+def figure_cell(f: Figure, s: LevelStats) -> str:
+    """A figure's cell at a level: its number scaled and rounded to the table's digits."""
+    cell = _CELLS.get(f.key)
+    if cell is not None:
+        return cell(s)
+    v = f.number(s)
+    return fmt_num(None if v is None else v * f.scale, f.digits)
 
 
-# The table, in order; docs/metrics.md defines every column. The second field is the column's key in
-# tableview.PRIORITY (its rank when a terminal cannot show them all, its name for --columns).
-LEVEL_COLUMNS: tuple[Column, ...] = (
-    Column("Rate (req/s)", "rate", "rate", show=IF_VALUE, cell_of=_rate_cell),
-    Column("C", "c", "concurrency", cell_of=_c_cell),
-    Column("Agg tok/s", "agg", "agg_tok_s", 1),
-    Column("Per-req tok/s", "per_req", "per_req_tok_s", 1),
-    Column("Tokens", "tokens", "output_tokens"),
-    Column("Wall(s)", "wall", "wall_s", 1),
-    Column("Ok", "ok", "ok"),
-    Column("Fail", "fail", "failed"),
-    Column("Short", "short", "short"),
-    Column("TTFT p50 (ms)", "ttft_p50", "ttft_p50_ms", 1),
-    Column("TTFT p99 (ms)", "ttft_p99", "ttft_p99_ms", 1),
-    Column("TPOT p50 (ms)", "tpot_p50", "tpot_p50_ms", 1),
-    Column("TPOT p99 (ms)", "tpot_p99", "tpot_p99_ms", 1),
-    Column("E2E p50 (s)", "e2e_p50", "e2e_p50_s", 2),
-    Column("Steady tok/s", "steady", "steady_tok_s", 1),
-    Column("Mean conc", "mean_conc", "mean_concurrency", 1),
-    Column("Req/s", "req_s", "req_s", 2),
-    Column("Late", "late", "late", 0, IF_COUNTED),
-    Column("429", "429", "rate_limited", 0, IF_COUNTED),
-    Column("Accept len", "accept", "accept_length", 2, IF_VALUE),
-    Column("Accept rate %", "accept_rate", "acceptance", 1, IF_VALUE, rate_cell, accept_rate),
-    Column("Accept >=k %", "accept_pos", "acceptance", 0, IF_VALUE, positions_cell, has_positions),
-    Column("Accept hist %", "accept_hist", "acceptance", 0, IF_VALUE, histogram_cell, has_histogram),
-    Column(ALONG_HEADER, "accept_along", "acceptance", 2, IF_VALUE, along_cell, has_along),
-    *REASONING_COLUMNS,  # (only a run whose requests streamed reasoning)
-    Column(
-        "Prefix hit %",
-        "prefix_hit",
-        "prefix_cache_hit_rate",
-        1,
-        IF_COUNTED,
-        cell_of=lambda s: _pct_cell(s.prefix_cache_hit_rate),
-    ),
-    Column("Srv run max", "srv_run_max", "server_running_max", 0, IF_VALUE),
-    Column("Srv run mean", "srv_run_mean", "server_running_mean", 1, IF_VALUE),
-    Column("Srv queue max", "srv_queue_max", "server_queued_max", 0, IF_VALUE),
-    Column("Srv queue mean", "srv_queue_mean", "server_queued_mean", 1, IF_VALUE),
-    # with an SLO (--slo): docs/metrics.md, "SLOs and goodput"
-    Column("SLO met", "slo_met", "slo", 0, IF_VALUE, lambda s: slo_met_cell(s.slo)),
-    Column("Good %", "good_pct", "slo", 0, IF_VALUE, _slo_cell("good_share", 100.0, 0)),
-    Column("Goodput req/s", "goodput_req_s", "slo", 2, IF_VALUE, _slo_cell("goodput_req_s", 1.0, 2)),
-    Column("Goodput tok/s", "goodput_tok_s", "slo", 1, IF_VALUE, _slo_cell("goodput_tok_s", 1.0, 1)),
-)
-COLUMNS = tuple(c.name for c in LEVEL_COLUMNS if c.show == ALWAYS)  # the columns every table has
+def level_columns() -> list[Figure]:
+    """The per-level table, in order: the figure table's report columns (docs/metrics.md defines each)."""
+    return [f for f in figures.FIGURES if f.report]
+
+
+COLUMNS = tuple(f.header for f in level_columns() if f.show == ALWAYS)  # the columns every table has
 
 
 # ---------------------------------------------------------------- table
 
 
-def _shown(levels: Sequence[LevelStats]) -> list[Column]:
-    return [c for c in LEVEL_COLUMNS if c.shown(levels)]
+def _shown(levels: Sequence[LevelStats]) -> list[Figure]:
+    return [f for f in level_columns() if f.shown(levels)]
 
 
 def columns(levels: Sequence[LevelStats]) -> list[str]:
     """COLUMNS, then the optional columns some level has a value for."""
-    return [c.name for c in _shown(levels)]
+    return [f.header for f in _shown(levels)]
 
 
 def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: TableView = WHOLE) -> str:
@@ -215,10 +132,10 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: Table
     ``view``: the columns a terminal shows (default: all of them, as report.md has them); when it
     hides some, a line below the table names them."""
     cols = _shown(levels)
-    rows = [[c.cell(s) for c in cols] for s in levels]
+    rows = [[figure_cell(f, s) for f in cols] for s in levels]
     return render_view(
-        [c.name for c in cols],
-        [c.key for c in cols],
+        [f.header for f in cols],
+        [f.key for f in cols],
         rows,
         fmt,
         view,
@@ -419,98 +336,46 @@ def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
-def _group_rows(s: LevelStats, groups: Sequence[GroupStats], total: bool) -> list[list[str]]:
-    rows = []
-    for g in groups:
-        rows.append(
-            [
-                _x_cell(s),
-                str(g.key),
-                _pct_cell(g.share),
-                str(g.ok),
-                str(g.failed + g.short),
-                fmt_num(g.input_mean, 1),
-                fmt_num(g.output_mean, 1),
-                fmt_num(g.ttft_p50_ms, 1),
-                fmt_num(g.ttft_p99_ms, 1),
-                fmt_num(g.tpot_p50_ms, 1),
-                fmt_num(g.e2e_p50_s, 2),
-                fmt_num(g.per_req_tok_s, 1),
-                fmt_num(g.agg_tok_s, 1),
-                _pct_cell(g.prefix_cache_hit_rate),
-            ]
-        )
-    if total and groups and s.mix is not None:
-        m = s.mix
-        inp, out = m.lengths.get("input_sent"), m.lengths.get("output_received")
-        rows.append(
-            [
-                _x_cell(s),
-                "all",
-                _pct_cell(1.0),
-                str(s.ok),
-                str(s.failed + s.short),
-                fmt_num(inp.mean if inp else None, 1),
-                fmt_num(out.mean if out else None, 1),
-                fmt_num(s.ttft_p50_ms, 1),
-                fmt_num(s.ttft_p99_ms, 1),
-                fmt_num(s.tpot_p50_ms, 1),
-                fmt_num(s.e2e_p50_s, 2),
-                fmt_num(s.per_req_tok_s, 1),
-                fmt_num(s.agg_tok_s, 1),
-                _pct_cell(s.prefix_cache_hit_rate),
-            ]
-        )
-    return rows
+# The tables of a level's parts: (MixStats list, the part's column header, with an "all" row: the level).
+PARTS = {
+    "classes": ("Class", True),
+    "turns": ("Turn", False),
+    "categories": ("Category", True),
+}
 
 
-_GROUP_HEADERS = [
-    "Share",
-    "Ok",
-    "Fail+short",
-    "Input mean",
-    "Output mean",
-    "TTFT p50 (ms)",
-    "TTFT p99 (ms)",
-    "TPOT p50 (ms)",
-    "E2E p50 (s)",
-    "Per-req tok/s",
-    "Agg tok/s",
-    "Prefix hit %",
-]
+def _length_mean(s: LevelStats, key: str) -> str:
+    d = s.mix.lengths.get(key) if s.mix is not None else None
+    return fmt_num(d.mean if d is not None else None, 1)
 
 
-def render_classes(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    """Per level, each request class and then all of them together; None without classes."""
-    rows = [r for s, m in _mixed(levels) for r in _group_rows(s, m.classes, True)]
-    return (
-        render_table([_x_header(levels), "Class", *_GROUP_HEADERS], rows, fmt, align_right=False)
-        if rows
-        else None
-    )
-
-
-def render_turns(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    """Per level, each conversation turn (0: the first request of a conversation); None without turns."""
-    rows = [r for s, m in _mixed(levels) for r in _group_rows(s, m.turns, False)]
-    return (
-        render_table([_x_header(levels), "Turn", *_GROUP_HEADERS], rows, fmt, align_right=False)
-        if rows
-        else None
-    )
-
-
-def render_categories(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    """Per level, each prompt category of a categorised dataset and then all of them, with its own
-    accept length; None without categories."""
-    rows = []
+def render_parts(levels: Sequence[LevelStats], kind: str, fmt: str = "github") -> str | None:
+    """Per level, each of its parts of ``kind`` (PARTS: its classes, turns or prompt categories), then
+    (classes, categories) the level itself as "all": the figure table's part columns, each part
+    summarized as a level is (metrics.part_stats); None when no level has such parts."""
+    name, total = PARTS[kind]
+    rows_of: list[tuple[LevelStats, str, float | None, LevelStats]] = []
     for s, m in _mixed(levels):
-        accepts = [g.accept_length for g in m.categories] + ([s.accept_length] if m.categories else [])
-        rows += [
-            [*r, fmt_num(a, 2)] for r, a in zip(_group_rows(s, m.categories, True), accepts, strict=True)
+        parts: list[GroupStats] = getattr(m, kind)
+        rows_of += [(s, str(g.key), g.share, g.stats) for g in parts]
+        if total and parts:
+            rows_of.append((s, "all", 1.0, s))
+    if not rows_of:
+        return None
+    cols = [f for f in figures.FIGURES if f.part and f.shown([st for *_, st in rows_of])]
+    headers = [_x_header(levels), name, "Share", "Input mean", "Output mean", *(f.header for f in cols)]
+    rows = [
+        [
+            _x_cell(s),
+            key,
+            _pct_cell(share),
+            _length_mean(st, "input_sent"),
+            _length_mean(st, "output_received"),
+            *(figure_cell(f, st) for f in cols),
         ]
-    headers = [_x_header(levels), "Category", *_GROUP_HEADERS, "Accept len"]
-    return render_table(headers, rows, fmt, align_right=False) if rows else None
+        for s, key, share, st in rows_of
+    ]
+    return render_table(headers, rows, fmt, align_right=False)
 
 
 def render_reasoning(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
@@ -704,6 +569,27 @@ def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
     return [f"Prefix hit % from {' and '.join(names.get(x, x) for x in sources)}"]
 
 
+def asks_shared_prefix(scenario: Mapping[str, Any]) -> bool:
+    """The scenario (run.json ``scenario``) makes prompts share a prefix: a shared prefix or a
+    conversation (each turn repeats the ones before it), for the run or one of its classes."""
+    parts = [scenario, *(c for c in scenario.get("classes") or () if isinstance(c, Mapping))]
+    return any((p.get("shared_prefix_tokens") or 0) > 0 or (p.get("turns") or 1) > 1 for p in parts)
+
+
+def unasked_prefix_notes(run: Run) -> list[str]:
+    """Levels whose prompts the server's prefix cache served though the scenario shared no prefix:
+    their prompts repeated (across levels, or within one), so their TTFT is a cached prefill's."""
+    if asks_shared_prefix(run.info.scenario):
+        return []
+    return [
+        f"{s.label}: the server's prefix cache served {s.prefix_cache_hit_rate:.1%} of its prompt tokens "
+        "though the scenario asked for no shared prefix: some prompts repeated, so its TTFT (and the "
+        "throughput) is partly a cached prefill's, not a fresh one's"
+        for s in run.levels
+        if s.prefix_cache_hit_rate
+    ]
+
+
 def _warmup_note(levels: Sequence[LevelStats]) -> list[str]:
     parts = [f"{s.label} {s.warmup}" for s in levels if s.warmup]
     return [f"warmup requests excluded from all figures: {', '.join(parts)}"] if parts else []
@@ -767,6 +653,7 @@ def _notes(run: Run) -> list[str]:
         notes.append(f"run status is {run.info.status}: the last levels may be partial")
     for s in run.levels:
         notes += _level_notes(s)
+    notes += unasked_prefix_notes(run)  # (beside the TTFT they lower)
     notes += _level_meta_notes(run)
     notes += _client_notes(run)
     notes += run.max_running_notes()
@@ -828,19 +715,22 @@ def render_report(
             "Request lengths (tokens; sent: asked for, counted/received: the server's count)",
             render_lengths(lvs, fmt),
         ),
-        ("Request classes (throughput over the level's wall time; all: the level)", render_classes(lvs, fmt)),
+        (
+            "Request classes (throughput over the level's wall time; all: the level)",
+            render_parts(lvs, "classes", fmt),
+        ),
         (
             "Acceptance (share of verify steps by draft tokens accepted; docs/metrics.md)",
             render_acceptance(lvs, fmt),
         ),
-        ("Conversation turns (0: a conversation's first request)", render_turns(lvs, fmt)),
+        ("Conversation turns (0: a conversation's first request)", render_parts(lvs, "turns", fmt)),
         (
             "Reasoning streams (OK requests that streamed reasoning; docs/metrics.md)",
             render_reasoning(lvs, fmt),
         ),
         (
             "Prompt categories (throughput over the level's wall time; all: the level)",
-            render_categories(lvs, fmt),
+            render_parts(lvs, "categories", fmt),
         ),
     ]
     for title, table in sections:

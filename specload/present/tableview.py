@@ -7,7 +7,7 @@ choosing columns in the order of ``PRIORITY`` below (the one place that ranks th
 one line what they hid; ``--columns`` picks sets or single columns instead. The files (report.md,
 comparison.md) and the machine formats (csv, json) always keep every column.
 
-Each table names its columns by the keys of ``PRIORITY`` (report.LEVEL_COLUMNS, compare's
+Each table names its columns by the figure table's keys (analysis.figures: report.level_columns, compare's
 table_columns): a key may cover several columns (compare's ``agg`` is every run's Agg tok/s and
 each change), which are shown or hidden together.
 """
@@ -19,89 +19,22 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specload.analysis.figures import FIGURES as ALL_FIGURES
+from specload.analysis.figures import SETS, Figure
+
 DEFAULT_WIDTH = 120  # when the output is not a terminal and COLUMNS is not set
 
 AUTO = "auto"  # the default: by priority, what fits
 ALL = "all"
 
 
-@dataclass(frozen=True)
-class Figure:
-    """A figure some table shows: its ``--columns`` key, a short title (for the hidden-columns
-    line), and the named sets it belongs to."""
-
-    key: str
-    title: str
-    sets: tuple[str, ...]
-
-
-SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO, ACCEPTANCE, REASONING = (
-    "seed",
-    "failures",
-    "latency",
-    "throughput",
-    "server",
-    "slo",
-    "acceptance",
-    "reasoning",
-)
-# The named sets, in the order the help lists them; "seed" is the reference benchmark's table
-# (the reference table, shared/reference/mtp-reference.md: C | Agg tok/s | Per-req tok/s | Tokens | Wall(s) | Ok).
-SETS: tuple[str, ...] = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO, ACCEPTANCE, REASONING)
-
-# Most important first. By default a table shows the longest head of this list that fits the width
-# (dropping from the tail until it fits), in the table's own column order: the seed's columns and
-# the acceptance length (only a speculative run has one), then whether the level's requests came back whole (failed, short, rate limited: figures of a level
-# with some are suspect), how it felt (first token, decode speed), the server's queue, then the
-# rest. With tabulate's github layout made compact, 120 characters hold the per-level table up to
-# TPOT p50 (107), and the queue from 123. A key a table does not have (or a column no level has a
-# value for) is skipped.
-PRIORITY: tuple[Figure, ...] = (
-    Figure(
-        "rate", "Rate (req/s)", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
-    ),  # rate levels: the axis
-    Figure("c", "C", (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)),  # (compare: its axis, C or Req/s)
-    Figure("agg", "Agg tok/s", (SEED,)),
-    Figure("per_req", "Per-req tok/s", (SEED,)),
-    Figure("tokens", "Tokens", (SEED,)),
-    Figure("wall", "Wall(s)", (SEED,)),
-    Figure("ok", "Ok", (SEED, FAILURES)),
-    # The acceptance length: the headline of a speculative run, and absent (so free) from any other.
-    Figure("accept", "Accept len", (SERVER, ACCEPTANCE)),
-    Figure("fail", "Fail", (FAILURES,)),
-    Figure("short", "Short", (FAILURES,)),
-    Figure("429", "429", (FAILURES,)),  # (only in a table where a level was rate limited)
-    Figure("late", "Late", (FAILURES,)),  # (rate levels: requests sent late skew their latencies)
-    Figure("ttft_p50", "TTFT p50", (LATENCY,)),
-    Figure("tpot_p50", "TPOT p50", (LATENCY,)),
-    Figure("srv_queue_max", "Srv queue max", (SERVER,)),
-    Figure("slo_met", "SLO met", (SLO,)),  # (only with --slo: did the level keep its promise)
-    Figure("good_pct", "Good %", (SLO,)),
-    Figure("srv_run_queue", "Srv run/queue", (SERVER,)),  # compare: max running / max queued
-    Figure("accept_rate", "Accept rate %", (SERVER, ACCEPTANCE)),  # (speculative servers: accepted / drafted)
-    Figure(
-        "prefix_hit", "Prefix hit %", (SERVER,)
-    ),  # (only when the server's prefix cache served some prompt)
-    Figure("ttft_p99", "TTFT p99", (LATENCY,)),
-    Figure("tpot_p99", "TPOT p99", (LATENCY,)),
-    Figure("itl_p99", "ITL p99", (LATENCY,)),  # compare
-    Figure("e2e_p50", "E2E p50", (LATENCY,)),
-    Figure("srv_run_max", "Srv run max", (SERVER,)),
-    Figure("goodput_tok_s", "Goodput tok/s", (SLO,)),
-    Figure("goodput_req_s", "Goodput req/s", (SLO,)),
-    Figure("steady", "Steady tok/s", (THROUGHPUT,)),
-    Figure("req_s", "Req/s", (THROUGHPUT,)),
-    Figure("mean_conc", "Mean conc", (THROUGHPUT,)),
-    Figure("srv_queue_mean", "Srv queue mean", (SERVER,)),
-    Figure("srv_run_mean", "Srv run mean", (SERVER,)),
-    Figure(
-        "accept_pos", "Accept >=k %", (SERVER, ACCEPTANCE)
-    ),  # k = 1..K: steps that accepted at least k drafts
-    Figure("accept_hist", "Accept hist %", (ACCEPTANCE,)),  # j: share of steps that accepted exactly j drafts
-    Figure("accept_along", "Accept len per 100 tok", (ACCEPTANCE,)),  # along the output
-    Figure("first_answer", "First answer p50", (REASONING,)),  # (reasoning streams only)
-    Figure("answer_tok_s", "Answer tok/s", (REASONING,)),
-    Figure("reasoning_tokens", "Reasoning tokens", (REASONING,)),
+# Most important first: by default a table shows the longest head of this ranking that fits the
+# width (dropping from the tail until it fits), in the table's own column order. The ranks are the
+# figure table's (specload.analysis.figures: the seed's columns and the acceptance length, then
+# whether the level's requests came back whole, how it felt, the server's queue, then the rest).
+# A key a table does not have (or a column no level has a value for) is skipped.
+PRIORITY: tuple[Figure, ...] = tuple(
+    sorted((f for f in ALL_FIGURES if f.rank is not None), key=lambda f: f.rank or 0)
 )
 FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
 RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}

@@ -179,6 +179,8 @@ class LevelProgress:
         return (self.granted_warmup - self.received_warmup) + (self.granted - self.received)
 
     def agg_tok_s(self) -> float | None:
+        """Output tokens of the measured requests back over the time from the first one's send to the
+        last one's end: the level's Agg tok/s so far (docs/metrics.md), before its records are read."""
         if self.first_send is None or self.last_end is None or self.last_end <= self.first_send:
             return None
         return self.tokens / (self.last_end - self.first_send)

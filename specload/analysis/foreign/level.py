@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specload.analysis.acceptance import Acceptance
 from specload.analysis.metrics import Dist, LevelStats
 from specload.core.records import level_label
 
@@ -64,9 +65,16 @@ def per_request_tok_s(tokens: Sequence[int], e2e_s: Sequence[float]) -> float | 
 
 def level_stats(f: ForeignLevel, repeat: int = 0) -> LevelStats:
     """The LevelStats that the comparison reads, with only the figures the tool gave filled in."""
-    dists = {}
-    if f.itl_p99_ms is not None:
-        dists["itl"] = Dist(n=1, p={99.0: f.itl_p99_ms / 1e3}, exact=False)
+    dists = {
+        name: Dist(n=1, p={q: v / div for q, v in ((50.0, p50), (99.0, p99)) if v is not None}, exact=exact)
+        for name, p50, p99, div, exact in (
+            ("ttft", f.ttft_p50_ms, f.ttft_p99_ms, 1e3, True),
+            ("tpot", f.tpot_p50_ms, f.tpot_p99_ms, 1e3, True),
+            ("e2e", f.e2e_p50_s, f.e2e_p99_s, 1.0, True),
+            ("itl", None, f.itl_p99_ms, 1e3, False),
+        )
+        if p50 is not None or p99 is not None
+    }  # the percentiles the tool gave (LevelStats reads its p50/p99 from these)
     return LevelStats(
         concurrency=f.concurrency,
         repeat=repeat,
@@ -79,14 +87,8 @@ def level_stats(f: ForeignLevel, repeat: int = 0) -> LevelStats:
         wall_s=f.wall_s,
         agg_tok_s=f.agg_tok_s,
         per_req_tok_s=f.per_req_tok_s,
-        ttft_p50_ms=f.ttft_p50_ms,
-        ttft_p99_ms=f.ttft_p99_ms,
-        tpot_p50_ms=f.tpot_p50_ms,
-        tpot_p99_ms=f.tpot_p99_ms,
-        e2e_p50_s=f.e2e_p50_s,
-        e2e_p99_s=f.e2e_p99_s,
         req_s=f.req_s,
-        accept_length=f.accept_length,
+        acceptance=None if f.accept_length is None else Acceptance(length=f.accept_length),
         requested_output_tokens=f.requested_output_tokens,
         rate=f.rate,
         dists=dists,

@@ -320,19 +320,18 @@ function renderProgress(d) {
 function renderLevels(d) {
   const rows = d.levels;
   if (!rows.length) { $("#levels").innerHTML = '<p class="muted">-</p>'; return; }
-  const server = rows.some((r) => r.server_running_max !== null || r.server_queued_max !== null);
-  const accept = rows.some((r) => r.accept_length !== null);
-  const slo = rows.some((r) => r.slo_met !== null && r.slo_met !== undefined);
+  // the figure columns come from the figure table (analysis/figures.py), each shown by its rule
+  const has = (c) => c.show === "always" || rows.some((r) => (c.show === "if_counted" ? r[c.field] : r[c.field] !== null && r[c.field] !== undefined));
+  // the streamed tok/s of the level running (live only) follows the aggregate tok/s
+  const live = { field: "live_tok_s", header: "Live tok/s", digits: 1, scale: 1, show: "always" };
+  const cols = (d.columns || []).filter(has).flatMap((c) => (c.field === "agg_tok_s" ? [c, live] : [c]));
   const cur = d.current ? d.current.index : -1;
   const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
-  const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", "Agg tok/s", "Live tok/s", "Per-req tok/s",
-    "TTFT p50 (ms)", "TTFT p99 (ms)", "TPOT p50 (ms)", "TPOT p99 (ms)", ...(server ? ["Srv run/queue"] : []),
-    ...(accept ? ["Accept len"] : []), ...(slo ? ["SLO met", "Good %"] : []), "Client"];
+  const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", ...cols.map((c) => c.header), "Client"];
   const body = rows.map((r) => {
     const cells = [xOf(r) + (r.repeat ? ` r${r.repeat}` : ""), r.phase, r.budget ? `${r.done}/${r.budget}` : String(r.done),
-      r.ok, r.failed, r.short, num(r.agg_tok_s), num(r.live_tok_s), num(r.per_req_tok_s), num(r.ttft_p50_ms), num(r.ttft_p99_ms),
-      num(r.tpot_p50_ms), num(r.tpot_p99_ms), ...(server ? [`${count(r.server_running_max)} / ${count(r.server_queued_max)}`] : []),
-      ...(accept ? [num(r.accept_length, 2)] : []), ...(slo ? [r.slo_met ?? "-", num(r.slo_good_pct, 0)] : [])];
+      r.ok, r.failed, r.short,
+      ...cols.map((c) => (c.text ? r[c.field] ?? "-" : num(r[c.field] === null || r[c.field] === undefined ? null : r[c.field] * c.scale, c.digits)))];
     const client = r.client_flag ? `<td class="flag" title="${esc(r.client_flag)}">${esc(r.client)}</td>` : `<td class="l">${esc(r.client)}</td>`;
     // a level stopped before its budget is drawn as such (status "incomplete", in italics)
     const cls = [r.index === cur ? "current" : "", r.status === "incomplete" ? "incomplete" : ""].join(" ").trim();

@@ -1,0 +1,57 @@
+"""A level's figures as the web page's live view shows them: one row of the figure table
+(specload.analysis.figures) per level, and the live table's columns, so that the page
+(specload/locust/webpage/app.js) draws whatever the table says without a list of its own."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from specload.analysis import figures
+from specload.analysis.metrics import LevelStats
+from specload.core.text import fmt_count
+from specload.present.report import slo_met_cell
+
+
+def _srv_cell(s: LevelStats) -> str | None:
+    if s.server_running_max is None and s.server_queued_max is None:
+        return None
+    return f"{fmt_count(s.server_running_max)} / {fmt_count(s.server_queued_max)}"
+
+
+# The live table's cells that are not a number (analysis.figures: the value is an object).
+_LIVE_CELLS: dict[str, Callable[[LevelStats], str | None]] = {
+    "srv_run_queue": _srv_cell,
+    "slo_met": lambda s: slo_met_cell(s.slo) if s.slo is not None else None,
+}
+
+
+def live_row(s: LevelStats | None) -> dict[str, Any]:
+    """A level's figures by JSON field for the web page: every number of the figure table rounded as
+    its table shows it (a share to its percent's digits), and the live table's other cells as text
+    (None: no value yet)."""
+    out: dict[str, Any] = {}
+    for f in figures.FIGURES:
+        if f.numeric:
+            v = f.number(s) if s is not None else None
+            out[f.field] = None if v is None else round(v, f.digits + round(math.log10(f.scale)))
+        elif f.live:
+            out[f.field] = _LIVE_CELLS[f.key](s) if s is not None else None
+    return out
+
+
+def live_columns() -> list[dict[str, Any]]:
+    """The live table's figure columns, in order (webpage/app.js draws them)."""
+    return [
+        {
+            "field": f.field,
+            "header": f.header,
+            "digits": f.digits,
+            "scale": f.scale,
+            "show": f.show,
+            "text": not f.numeric,
+        }
+        for f in figures.FIGURES
+        if f.live
+    ]
