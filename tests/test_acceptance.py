@@ -67,7 +67,12 @@ def test_records_with_accepted_counts_give_one_plus_accepted_per_step() -> None:
     got = acceptance(LevelColumns.of(a), [], 0.0, 1.0)
     assert got is not None
     assert got.length == pytest.approx(1 + 67 / 36) and got.rate == pytest.approx(67 / 108)
-    assert got.sources == {"length": "vllm_metrics", "rate": "vllm_metrics"} and got.requests == 2
+    assert got.sources == {
+        "length": "vllm_metrics",
+        "rate": "vllm_metrics",
+        "tokens_per_pass": "vllm_metrics",
+    }
+    assert got.requests == 2 and got.tokens_per_pass == pytest.approx(128 / (128 - 67))
 
 
 def test_old_records_keep_tokens_per_verify_step() -> None:
@@ -131,3 +136,66 @@ def test_per_position_gaps_beyond_the_tolerance_are_named() -> None:
     assert position_gaps([0.01], [0.012]) is None  # near 0: 5 % of 0.05 at least
     other = position_gaps([1.0, 0.9], [1.0, 0.9, 0.5])
     assert other is not None and "2 draft positions in the responses, 3 in the counters" in other
+
+
+# ---------------------------------------------------------------- llama.cpp and tokens per target pass
+
+
+def test_llamacpp_length_is_per_drafting_step_from_its_counters() -> None:
+    """llama.cpp's timings give drafted and accepted tokens but no drafting steps: the length is its
+    counters' 1 + accepted / drafts, the same definition as vLLM's, not output / (output - accepted)."""
+    # Two 64-token requests: 40 drafted, 30 accepted, over 16 drafting steps, by hand.
+    recs = [
+        rec(seq=i, spec_drafted=d, spec_accepted=a, spec_source="timings")
+        for i, (d, a) in enumerate(((24, 18), (16, 12)))
+    ]
+    samples = [
+        ServerSample(0.0, spec_num_drafts=100.0, spec_num_draft_tokens=300.0, spec_num_accepted_tokens=200.0),
+        ServerSample(2.0, spec_num_drafts=116.0, spec_num_draft_tokens=340.0, spec_num_accepted_tokens=230.0),
+    ]
+    a = acceptance(LevelColumns.of(recs), samples, 0.0, 2.0)
+    assert a is not None
+    assert a.length == pytest.approx(1 + 30 / 16) and a.sources["length"] == FROM_COUNTERS
+    assert a.rate == pytest.approx(30 / 40) and a.sources["rate"] == "timings"
+    # 128 tokens in 128 - 30 = 98 target passes (the prefill's included): each yields one of its own
+    assert a.tokens_per_pass == pytest.approx(128 / 98) and a.sources["tokens_per_pass"] == "timings"
+    assert a.note is None  # the counters' rate (30/40) agrees with the responses'
+    # Without the counters there is no length: the responses do not say how many steps drafted.
+    alone = acceptance(LevelColumns.of(recs), (), 0.0, 2.0)
+    assert alone is not None and alone.length is None and alone.rate == pytest.approx(0.75)
+
+
+def test_llamacpp_records_of_older_runs_give_no_per_pass_length() -> None:
+    """Records written before: spec_verify_ct = output - accepted (target passes) under spec_source
+    "timings". Their ratio is tokens per pass (64 / 34 here), not the acceptance length."""
+    old = [rec(spec_verify_ct=34, spec_drafted=40, spec_accepted=30, spec_source="timings")]
+    a = acceptance(LevelColumns.of(old), (), 0.0, 1.0)
+    assert a is not None and a.length is None and a.requests == 0
+    assert a.tokens_per_pass == pytest.approx(64 / 34)
+
+
+def test_tokens_per_pass_beside_the_length_on_vllm() -> None:
+    """An n-gram drafter drafts on some steps only: 64 tokens, 10 drafting steps that accepted 21
+    drafts. Length 1 + 21/10 = 3.1 per drafting step; 64 / (64 - 21) = 1.49 tokens per target pass."""
+    r = rec(spec_verify_ct=10, spec_drafted=30, spec_accepted=21, spec_source="vllm_metrics")
+    a = acceptance(LevelColumns.of([r]), (), 0.0, 1.0)
+    assert a is not None
+    assert a.length == pytest.approx(3.1) and a.tokens_per_pass == pytest.approx(64 / 43)
+
+
+def test_tokens_per_pass_from_the_counters_when_the_responses_lack_it() -> None:
+    samples = [
+        ServerSample(0.0, spec_num_drafts=0.0, spec_num_accepted_tokens=0.0, generation_tokens=0.0),
+        ServerSample(1.0, spec_num_drafts=50.0, spec_num_accepted_tokens=60.0, generation_tokens=200.0),
+    ]
+    a = acceptance(LevelColumns.of([rec()]), samples, 0.0, 1.0)
+    assert a is not None and a.length == pytest.approx(1 + 60 / 50)
+    assert a.tokens_per_pass == pytest.approx(200 / 140) and a.sources["tokens_per_pass"] == FROM_COUNTERS
+
+
+def test_a_request_that_drafted_nothing_counts_all_its_tokens_as_passes() -> None:
+    """llama.cpp leaves draft_n out of a request's timings when it drafted nothing; on a level where
+    other requests count drafts, that request's 64 tokens took 64 target passes."""
+    recs = [rec(seq=0, spec_drafted=40, spec_accepted=30, spec_source="timings"), rec(seq=1)]
+    a = acceptance(LevelColumns.of(recs), (), 0.0, 1.0)
+    assert a is not None and a.tokens_per_pass == pytest.approx(128 / (128 - 30))

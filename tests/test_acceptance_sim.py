@@ -47,7 +47,10 @@ def test_vllm_per_request_metrics(sim: Callable[..., SimProcess], clients: list[
     assert a.length == pytest.approx(1 + ACCEPTED / STEPS) and a.rate == pytest.approx(ACCEPTED / 48)
     assert a.histogram == [0, 0, 2, 30]
     assert a.per_position == pytest.approx([1.0, 1.0, 15 / 16])
-    assert a.sources == dict.fromkeys(("length", "rate", "histogram", "per_position"), SPEC_VLLM)
+    assert a.sources == dict.fromkeys(
+        ("length", "rate", "tokens_per_pass", "histogram", "per_position"), SPEC_VLLM
+    )
+    assert a.tokens_per_pass == pytest.approx(64 / (64 - ACCEPTED))
 
 
 def test_vllm_streams_count_tokens_per_event(sim: Callable[..., SimProcess], clients: list[Any]) -> None:
@@ -133,7 +136,10 @@ def test_vllm_counters_with_positions_reconcile(sim: Callable[..., SimProcess], 
     after = _sample(s.url, 1.5)
     assert after.spec_accepted_per_pos is not None and len(after.spec_accepted_per_pos) == 3
     from_counters = _acc([], [before, after])  # no records: the counters alone
-    assert from_counters.sources == dict.fromkeys(("length", "rate", "per_position"), FROM_COUNTERS)
+    keys = ("length", "rate", "tokens_per_pass", "per_position")
+    assert from_counters.sources == dict.fromkeys(keys, FROM_COUNTERS)
+    # vllm:generation_tokens_total counts the three requests' 64 tokens each
+    assert from_counters.tokens_per_pass == pytest.approx(64 / (64 - ACCEPTED))
     assert from_counters.length == pytest.approx(1 + ACCEPTED / STEPS)
     assert from_counters.rate == pytest.approx(ACCEPTED / 48)
     assert from_counters.per_position == pytest.approx([1.0, 1.0, 15 / 16])

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
+from specload.analysis.acceptance import acceptance
+from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import (
     ACCEPT_FROM_COUNTERS,
     ACCEPT_FROM_RECORDS,
     Dist,
     LevelStats,
     ServerSample,
-    accept_length_from_counters,
-    accept_length_from_records,
     combine_repeats,
     group_repeats,
     percentile,
@@ -408,6 +408,17 @@ def test_group_repeats_from_records() -> None:
 
 
 # ---------------------------------------------------------------- speculative accept length
+
+
+def accept_length_from_records(recs: list[RequestRecord]) -> tuple[float | None, int]:
+    """The acceptance length of the records alone, by the one definition (analysis.acceptance)."""
+    a = acceptance(LevelColumns.of(recs), (), 0.0, 0.0)
+    return (a.length, a.requests) if a is not None and a.length is not None else (None, 0)
+
+
+def accept_length_from_counters(samples: list[ServerSample], start: float, end: float) -> float | None:
+    a = acceptance(LevelColumns.of([]), samples, start, end)
+    return a.length if a is not None else None
 
 
 def test_accept_length_from_records_weighted_by_verify_steps() -> None:

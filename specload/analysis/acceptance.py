@@ -17,7 +17,7 @@ import numpy as np
 
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
-from specload.core.records import OK, SPEC_ALONG_BUCKET
+from specload.core.records import OK, SPEC_ALONG_BUCKET, SPEC_LLAMACPP
 
 # Where a figure came from, when not from one of the records' spec_source values (records.SPEC_*).
 FROM_COUNTERS = "server_counters"  # the server's /metrics counters, as a delta over the level's window
@@ -32,10 +32,11 @@ TOLERANCE = 0.05
 class Acceptance:
     """A level's acceptance figures (None / empty: not measurable from any source the run has).
 
-    ``sources``: figure name (length, rate, per_position, histogram, along) -> where it came from
+    ``sources``: figure name (length, tokens_per_pass, rate, per_position, histogram, along) -> its source
     (a records.SPEC_* value, FROM_OLD_RECORDS or FROM_COUNTERS)."""
 
-    length: float | None = None  # tokens per verify step, the bonus token included
+    length: float | None = None  # 1 + accepted / drafting steps (steps that verified a draft)
+    tokens_per_pass: float | None = None  # output tokens / target passes, every pass counted
     rate: float | None = None  # accepted / drafted draft tokens
     per_position: list[float] = field(default_factory=list)  # k = 1..K: share of steps accepting >= k
     histogram: list[int] = field(default_factory=list)  # j: verify steps that accepted exactly j
@@ -59,29 +60,44 @@ def _sum(x: np.ndarray[Any, Any]) -> float:
     return float(x.sum())
 
 
+def _source(c: LevelColumns, rows: np.ndarray[Any, Any]) -> str:
+    """The records' spec_source values of ``rows``, joined (FROM_OLD_RECORDS for records without one)."""
+    codes, names = c.codes("spec_source"), c.labels["spec_source"]
+    used = sorted({str(names[i]) for i in np.unique(codes[rows])} - {"None"})
+    return " + ".join(used) or FROM_OLD_RECORDS
+
+
 def _from_records(a: Acceptance, c: LevelColumns) -> None:
     ok = c.is_label("status", OK)
-    verify, accepted, drafted = c.col("verify"), c.col("accepted"), c.col("drafted")
-    with_steps = ok & (verify > 0)  # (nan > 0 is False: no count)
-    if not with_steps.any():
-        return
-    codes, names = c.codes("spec_source"), c.labels["spec_source"]
-    used_sources = sorted({str(names[i]) for i in np.unique(codes[with_steps])} - {"None"})
-    source = " + ".join(used_sources) or FROM_OLD_RECORDS
-    a.requests = int(with_steps.sum())
-    counted = with_steps & ~np.isnan(accepted)
-    if counted.any():  # 1 + accepted / steps: vLLM's mean_acceptance_length, summed over requests
-        a.steps, a.accepted = _sum(verify[counted]), _sum(accepted[counted])
-        a.length = 1.0 + a.accepted / a.steps
-    else:  # only the steps: output tokens / steps (SGLang's spec_accept_length)
-        a.steps = _sum(verify[with_steps])
-        a.length = _sum(c.col("tokens")[with_steps]) / a.steps
-    a.sources["length"] = source
+    verify, accepted, drafted, tokens = c.col("verify"), c.col("accepted"), c.col("drafted"), c.col("tokens")
+    # llama.cpp's timings say no drafting steps. Records written before this rule carry its target
+    # passes (output tokens - accepted) as steps: a per-pass figure, not the length.
+    with_steps = ok & (verify > 0) & ~c.is_label("spec_source", SPEC_LLAMACPP)  # (nan > 0 is False)
+    if with_steps.any():
+        source = _source(c, with_steps)
+        a.requests = int(with_steps.sum())
+        counted = with_steps & ~np.isnan(accepted)
+        if counted.any():  # 1 + accepted / steps: vLLM's mean_acceptance_length, summed over requests
+            a.steps, a.accepted = _sum(verify[counted]), _sum(accepted[counted])
+            a.length = 1.0 + a.accepted / a.steps
+        else:  # only the steps: output tokens / steps (SGLang's spec_accept_length)
+            a.steps = _sum(verify[with_steps])
+            a.length = _sum(tokens[with_steps]) / a.steps
+        a.sources["length"] = source
     rated = ok & (drafted > 0) & ~np.isnan(accepted)
     if rated.any():
         a.drafted = _sum(drafted[rated])
         a.rate = _sum(accepted[rated]) / a.drafted
-        a.sources["rate"] = source
+        a.sources["rate"] = _source(c, rated)
+    counted = ok & ~np.isnan(accepted)
+    if counted.any():
+        # Every target pass yields one token of its own. A request of the same server that counts no
+        # accepted drafts drafted none (llama.cpp leaves draft_n out then): all its tokens are passes.
+        t, acc = _sum(tokens[ok]), _sum(accepted[counted])
+        if t > acc:
+            a.tokens_per_pass = t / (t - acc)
+            a.sources["tokens_per_pass"] = _source(c, counted)
+    source = a.sources.get("length") or a.sources.get("rate") or FROM_OLD_RECORDS
     hist = c.spec.hist
     if len(hist) and hist.sum() > 0:
         a.histogram = hist.tolist()
@@ -122,6 +138,7 @@ class _Counters:
     steps: float | None = None
     drafted: float | None = None
     accepted: float | None = None
+    tokens_per_pass: float | None = None
 
 
 def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counters:
@@ -132,6 +149,9 @@ def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counter
     if drafts is not None and accepted is not None and drafts > 0:
         out.steps, out.accepted = float(drafts), float(accepted)
         out.length = 1.0 + out.accepted / out.steps
+        generated = counter_delta(samples, start, end, lambda s: s.generation_tokens)
+        if generated is not None and generated > out.accepted:
+            out.tokens_per_pass = float(generated) / (float(generated) - out.accepted)
         tokens = counter_delta(samples, start, end, lambda s: s.spec_num_draft_tokens)
         if tokens is not None and tokens > 0:
             out.drafted = float(tokens)
@@ -171,6 +191,9 @@ def acceptance(c: LevelColumns, samples: Sequence[Any], start: float, end: float
         a.sources["rate"] = FROM_COUNTERS
     elif ctr.rate is not None:
         a.counter_rate = ctr.rate
+    if a.tokens_per_pass is None and ctr.tokens_per_pass is not None:
+        a.tokens_per_pass = ctr.tokens_per_pass
+        a.sources["tokens_per_pass"] = FROM_COUNTERS
     if not a.per_position and ctr.per_position:
         a.per_position = ctr.per_position
         a.sources["per_position"] = FROM_COUNTERS

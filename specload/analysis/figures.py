@@ -140,6 +140,7 @@ _VALUES: dict[str, Callable[[LevelStats], Any]] = {
     "itl_p99": _dist("itl", 99.0, 1e3),
     "itl_p50": _dist("itl", 50.0, 1e3),
     "accept_rate": _accept("rate"),
+    "tok_pass": _accept("tokens_per_pass"),
     "accept_pos": _has_list("per_position"),
     "accept_hist": lambda s: (
         s.acceptance if s.acceptance is not None and any(s.acceptance.histogram) else None
@@ -190,6 +191,7 @@ late             | late                   | Late                   | requests   
 429              | rate_limited           | 429                    | requests    | 0      | 10   | sum     | if_counted | 1     | r    | failures
 accept           | accept_length          | Accept len             | tokens/step | 2      | 7    | mean    | if_value   | 1     | rclp | server+acceptance
 accept_rate      | accept_rate            | Accept rate %          | %           | 1      | 18   | mean    | if_value   | 100   | rc   | server+acceptance
+tok_pass         | tokens_per_pass        | Tok/pass               | tokens/pass | 2      | 38   | mean    | if_value   | 1     | rcp  | acceptance
 accept_pos       | accept_per_position    | Accept >=k %           | %           | 0      | 32   | mean    | if_value   | 100   | ro   | server+acceptance
 accept_hist      | accept_histogram       | Accept hist %          | %           | 0      | 33   | mean    | if_value   | 100   | ro   | acceptance
 accept_along     | accept_along           | Accept len per 100 tok | tokens/step | 2      | 34   | mean    | if_value   | 1     | ro   | acceptance

@@ -25,7 +25,6 @@ from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
 from specload.analysis.mixstats import LengthSummary, lengths_of, parts_of, prefix_cache_rate, varied
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
-from specload.core.counters import window_ends
 from specload.core.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, level_label
 from specload.core.rundir import LevelMeta
 from specload.core.slo import LevelSlo, Slo
@@ -372,41 +371,6 @@ def _per_pos(d: Mapping[str, Any]) -> tuple[float, ...] | None:
     }
     values = [pos.get(str(i)) for i in range(len(pos))]
     return tuple(v for v in values if v is not None) if values and None not in values else None
-
-
-def accept_length_from_records(records: Iterable[RequestRecord]) -> tuple[float | None, int]:
-    """(accept length, requests used) from SGLang's per-request ``spec_verify_ct``.
-
-    Over OK records with ``spec_verify_ct > 0``: sum(output_tokens) / sum(spec_verify_ct), i.e. the
-    mean of each request's completion_tokens / spec_verify_ct weighted by its verify steps.
-    """
-    used = [r for r in records if r.status == OK and r.spec_verify_ct is not None and r.spec_verify_ct > 0]
-    if not used:
-        return None, 0
-    verify = sum(r.spec_verify_ct or 0 for r in used)
-    return sum(r.output_tokens for r in used) / verify, len(used)
-
-
-def accept_length_from_counters(samples: Sequence[ServerSample], start: float, end: float) -> float | None:
-    """1 + Δaccepted / Δdrafts of vLLM's cumulative counters over [start, end]; None if not measurable.
-
-    The deltas run from the last sample at or before ``start`` (or, when sampling began later, the
-    first sample inside the window) to the last sample at or before ``end``. None when the counters
-    are absent, the two samples are the same, or Δdrafts <= 0 (no drafts, or a counter reset).
-    """
-    usable = sorted(
-        (s for s in samples if s.spec_num_drafts is not None and s.spec_num_accepted_tokens is not None),
-        key=lambda s: s.t,
-    )
-    ends = window_ends(usable, start, end)
-    if ends is None:
-        return None
-    first, last = ends
-    drafts = (last.spec_num_drafts or 0.0) - (first.spec_num_drafts or 0.0)
-    if drafts <= 0:
-        return None
-    accepted = (last.spec_num_accepted_tokens or 0.0) - (first.spec_num_accepted_tokens or 0.0)
-    return 1.0 + accepted / drafts
 
 
 def _max_mean(values: list[float]) -> tuple[float | None, float | None]:

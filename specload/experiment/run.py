@@ -51,7 +51,7 @@ from specload.experiment.record import (
     scrub_argv,
 )
 from specload.experiment.servers import Server, ServerError, start_server, wait_healthy
-from specload.experiment.smoke import smoke_check, speculation_problem
+from specload.experiment.smoke import smoke_check, speculation_problem, speculation_warning
 from specload.launch import (
     DEFAULT_LOCUSTFILE,
     EXIT_INCOMPLETE,
@@ -214,7 +214,7 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
         e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
         sc = _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)).scenario()
         try:
-            smoke = smoke_check(server.url, sc, s.insecure)
+            smoke = smoke_check(server.url, sc, s.insecure, server.argv or ())
         except ServerUnreachable as err:
             if server.exit_code() is not None:
                 raise ServerError(_died(server)) from None
@@ -225,15 +225,18 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             problem = f"the smoke request to {arm.label} failed: {smoke.reason}"
         if problem is not None:
             raise _Refused(problem)
+        warning = speculation_warning(arm.label, smoke) if arm.speculative else None
+        if warning is not None:
+            print(f"specload: warning: {warning}", file=sys.stderr)
         if smoke.active and not arm.speculative:
             print(
                 f"specload: warning: {arm.label} is not marked speculative, yet its server accepts draft "
-                f"tokens (accept length {smoke.accept_length:.2f} from {smoke.source})",
+                f"tokens ({smoke.seen()})",
                 file=sys.stderr,
             )
         elif smoke.active:
             print(
-                f"specload: {arm.label}: speculation active (accept length {smoke.accept_length:.2f} from {smoke.source})",
+                f"specload: {arm.label}: speculation active ({smoke.seen()})",
                 flush=True,
             )
         e.status, e.sweep_started_at = SWEEPING, time.time()

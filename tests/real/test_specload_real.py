@@ -173,11 +173,10 @@ def test_compare_shows_the_speculative_servers_own_acceptance_and_queue(llama_se
     assert sorted(levels) == [1, 8]
     for c, row in levels.items():
         assert row["baseline"]["accept_length"] is None
-        # Per request the server reports its accepted drafts (timings.draft_n_accepted): tokens per
-        # decode step, the first token's step included, which puts it a few % under the counters'
-        # 1 + accepted / drafts (docs/metrics.md).
+        # llama.cpp's own 1 + accepted / drafting steps, from its counters per level (its responses
+        # say no drafting steps); the level's own synthetic acceptance scatters around the run's.
         a = row["spec"]["accept_length"]
-        assert a is not None and 0.85 * server_accept <= a <= server_accept * 1.02, (c, a, server_accept)
+        assert a is not None and abs(a - server_accept) <= 0.05 * server_accept, (c, a, server_accept)
     # 4 slots: at C=8 the server ran 4 and deferred the rest (up to 4; a sample may miss the peak).
     for name in ("baseline", "spec"):
         assert levels[8][name]["server_running_max"] == 4 and 1 <= levels[8][name]["server_queued_max"] <= 4

@@ -227,7 +227,8 @@ def test_acceptance_from_the_responses_and_from_the_counters_agree(vllm_ngram, t
     assert all(r["itl_unit"] == "token" for r in recs)
     for c, lv in report_json(run_dir).items():
         a = lv["acceptance"]
-        assert a["sources"] == dict.fromkeys(("length", "rate", "histogram", "per_position"), SPEC_VLLM), a
+        keys = ("length", "rate", "tokens_per_pass", "histogram", "per_position")
+        assert a["sources"] == dict.fromkeys(keys, SPEC_VLLM), a
         assert a["counter_length"] is not None and a["counter_rate"] is not None, a
         assert abs(a["counter_length"] - a["length"]) <= TOLERANCE * a["length"], (c, a)
         assert abs(a["counter_rate"] - a["rate"]) <= TOLERANCE * a["rate"], (c, a)

@@ -344,6 +344,7 @@ def start_vllm_server(
     extra_args: Sequence[str] = (),
     health_timeout: float = 300.0,
     kv_cache_gb: int = 1,
+    served_name: str = "specload-tiny-vllm",
 ) -> VllmServer:
     """Start vLLM's OpenAI server on a free port of 127.0.0.1 and wait until /health is 200.
 
@@ -352,7 +353,7 @@ def start_vllm_server(
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    name = "specload-tiny-vllm"
+    name = served_name
     args = [
         str(venv.python),
         "-m",

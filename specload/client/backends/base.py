@@ -136,6 +136,9 @@ class Backend(ABC):
     # Whether the request body names a model: without --model, a run then asks /v1/models and
     # cannot start when the server lists none. False for an API that serves its one model unnamed.
     needs_model: bool = True
+    # The response fields that state this API's speculation (verify steps, drafted and accepted
+    # tokens), as a message names them; None: its responses never do (the server's /metrics may).
+    spec_fields: str | None = None
 
     @abstractmethod
     def body(

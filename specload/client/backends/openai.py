@@ -41,18 +41,18 @@ class CompletionsParser(StreamParser):
         return choice
 
     def take_timings(self, timings: dict[str, Any]) -> None:
-        """llama.cpp's per-request ``timings``: with a draft model, ``draft_n_accepted`` tokens came free.
+        """llama.cpp's per-request ``timings``: ``draft_n`` tokens drafted, ``draft_n_accepted`` accepted.
 
-        Each decode step yields its accepted draft tokens plus one of its own, so the steps taken
-        (SGLang's ``spec_verify_ct``) are the tokens minus the accepted ones, and tokens per step is
-        the acceptance length, as for SGLang.
+        They do not say how many steps drafted (llama.cpp keeps that count per slot, and only its
+        /metrics ``spec_decode_num_drafts_total`` tells it), so ``spec_verify_ct`` stays unset: the
+        acceptance length comes from those counters, while the rate and the tokens per target pass
+        come from these two counts (docs/metrics.md).
         """
         accepted = timings.get("draft_n_accepted")
         drafted = timings.get("draft_n")
-        if drafted and isinstance(accepted, int) and isinstance(self.output_tokens, int):
-            self.spec_verify_ct = self.output_tokens - accepted
+        if type(drafted) is int and drafted > 0 and type(accepted) is int and accepted >= 0:
             self.spec_accepted = accepted
-            self.spec_drafted = drafted if type(drafted) is int else None
+            self.spec_drafted = drafted
             self.spec_source = SPEC_LLAMACPP
 
     def tokens_of(self, ev: dict[str, Any], before: int | None) -> int:
@@ -91,6 +91,7 @@ class OpenAICompletions(Backend):
     name = "openai"
     path = "/v1/completions"
     token_source = SRC_USAGE
+    spec_fields = "vLLM metrics.speculative_decoding, SGLang sglext.spec_tokens_details or llama.cpp timings"
 
     def body(
         self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]

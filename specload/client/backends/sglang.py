@@ -46,6 +46,7 @@ class GenerateParser(StreamParser):
 class SGLangGenerate(Backend):
     name = "sglang"
     path = "/generate"
+    spec_fields = "meta_info.spec_verify_ct"
     token_source = SRC_META
     counts_tokens_per_event = True  # meta_info.completion_tokens deltas
     needs_model = False  # /generate serves the one model the server was started with
