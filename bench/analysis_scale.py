@@ -145,6 +145,7 @@ def _record(
         "t_first_answer": None,
         "reasoning_tokens": None,
         "reasoning_tokens_source": None,
+        "finish_reason": "length" if status == OK else None,
         "v": SCHEMA_VERSION,
     }
 

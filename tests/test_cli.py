@@ -41,6 +41,7 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
         "token_id_range": "5:500",
         "dataset_lengths": "fixed",
         "prompts": "real",
+        "output_mode": "natural",
         "rates": "0.5,2",
         "arrival": "gamma",
         "slo": "ttft_p99=2s",

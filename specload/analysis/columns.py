@@ -35,7 +35,7 @@ import orjson
 
 from specload.analysis import forked
 from specload.analysis.spectally import SpecTally
-from specload.analysis.validity import RULE_FIELDS, Validity, broken_columns
+from specload.analysis.validity import FINISH, RULE_FIELDS, Validity, broken_columns
 from specload.core import histogram
 from specload.core.records import (
     NULLABLE,
@@ -581,6 +581,7 @@ class _Reading:
             status=status,
             source=list(map(_SOURCE, recs)),
             phase=phases,
+            finish=list(map(FINISH, recs)),
             **{arg: numbers[:, j] for arg, j in _RULE_COLUMNS.items()},
         )
         keep = self.validity.judge(recs, verdict)

@@ -30,6 +30,7 @@ from specload.core.records import SRC_CHUNKS
 from specload.core.rundir import RUN_COMPLETED, RunMeta
 from specload.core.tdist import t_quantile_975, t_two_sided_p  # noqa: F401 - Student's t lives in tdist; found here too
 from specload.core.text import MISSING, fmt_pct
+from specload.workload.config import FORCED
 from specload.workload.recorded import recorded_scenario
 
 NOISE_MARK = "~"
@@ -619,7 +620,8 @@ def check_level(
 
     Not comparable when, in either run, more than NOT_COMPARABLE_SHARE of the measured requests
     counted tokens from stream chunks or failed or were short; when the requested output or prompt
-    length differs; or when the prompts are different material (dataset vs synthetic). Smaller
+    length differs; when the prompts are different material (dataset vs synthetic); or when the
+    answers end differently (--output-mode forced vs natural). Smaller
     shares and length mismatches inside a run are remarks only. A level a run lacks is not checked.
     """
     (bl, bm, bq), (tl, tm, tq) = base, treat
@@ -641,6 +643,9 @@ def check_level(
     mb, mt = prompt_material(bm), prompt_material(tm)
     if mb is not None and mt is not None and mb != mt:
         reasons.append(f"the prompts are different material ({bl} {mb}, {tl} {mt})")
+    eb, et = (m.scenario.get("output_mode", FORCED) for m in (bm, tm))  # (run.json without it: forced)
+    if eb != et:
+        reasons.append(f"the answers end differently ({bl} {eb}, {tl} {et}; --output-mode)")
     return LevelCheck(tuple(reasons), tuple(remarks))
 
 

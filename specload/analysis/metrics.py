@@ -22,7 +22,14 @@ from specload.analysis import figures
 from specload.analysis.acceptance import Acceptance, acceptance
 from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
 from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
-from specload.analysis.mixstats import LengthSummary, lengths_of, parts_of, prefix_cache_rate, varied
+from specload.analysis.mixstats import (
+    LengthSummary,
+    answers_varied,
+    lengths_of,
+    parts_of,
+    prefix_cache_rate,
+    varied,
+)
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
 from specload.core import histogram, stats
 from specload.core.records import FAILED, OK, SHORT, SRC_CHUNKS, RequestRecord, level_label
@@ -142,6 +149,7 @@ class MixStats:
 
     lengths: dict[str, LengthSummary] = field(default_factory=dict)
     varied: bool = False  # some length asked for was not the same for every request
+    answers_varied: bool = False  # ok answers of different lengths (natural lengths: the model ended them)
     classes: list[GroupStats] = field(default_factory=list)
     turns: list[GroupStats] = field(default_factory=list)
     categories: list[GroupStats] = field(default_factory=list)  # a categorised dataset's row categories
@@ -666,10 +674,14 @@ def _fill_outcomes(s: LevelStats, c: LevelColumns) -> None:
     n = c.col("tokens")
     s.output_tokens = count_of(np.maximum(n, 0).sum())  # type: ignore[assignment]  # (a float count: a float)
     s.token_sources = _counts(c, "source")
-    s.output_mismatch = int((~failed & (n != c.col("req_out"))).sum())
+    asked = c.col("req_out")
+    # An ok record with fewer tokens than asked, counted by the server, is one the model ended itself
+    # (--output-mode natural; specload.analysis.validity holds ok records to that): no mismatch.
+    stopped = ok & ~c.is_label("source", SRC_CHUNKS) & (n < asked)
+    s.output_mismatch = int((~failed & (n != asked) & ~stopped).sum())
     prompt = c.col("prompt")
     s.prompt_mismatch = int((~np.isnan(prompt) & (prompt != c.col("req_prompt"))).sum())
-    s.requested_output_tokens = _mode(c.col("req_out"))
+    s.requested_output_tokens = _mode(asked)
     s.requested_prompt_tokens = _mode(c.col("req_prompt"))
     s.reasons = _counts(c, "reason", None)
 
@@ -801,7 +813,7 @@ def level_stats(
         c, samples or (), start, end, counters_end
     )
     _fill_computed(s, c)
-    s.mix = MixStats(lengths_of(c), varied(c))
+    s.mix = MixStats(lengths_of(c), varied(c), answers_varied(c))
     for kind, parts in parts_of(c).items():
         groups = [
             GroupStats(key, int(mask.sum()) / c.sent, part_stats(s, c.subset(mask))) for key, mask in parts

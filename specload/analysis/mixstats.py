@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
-from specload.core.records import FAILED
+from specload.core.records import FAILED, OK
 from specload.core.stats import percentiles
 
 Floats = npt.NDArray[np.float64]
@@ -94,6 +94,11 @@ def lengths_of(c: LevelColumns) -> dict[str, LengthSummary]:
 def varied(c: LevelColumns) -> bool:
     """Some length asked for was not the same for every request."""
     return len(np.unique(c.col("req_prompt"))) > 1 or len(np.unique(c.col("req_out"))) > 1
+
+
+def answers_varied(c: LevelColumns) -> bool:
+    """Ok answers of different lengths (natural lengths: the model ended them)."""
+    return len(np.unique(c.col("tokens")[c.is_label("status", OK)])) > 1
 
 
 # The parts of a level the report has a table for: (kind, its LABELS column), in the report's order.

@@ -6,7 +6,8 @@ tok/s 1.4e12).
 The rules, each the client's own (specload.client.stream ``_record``):
 
 - ``ok`` with the server's count means exactly the tokens asked for (more is failed, fewer short;
-  a count of chunks, which approximates, may differ);
+  a count of chunks, which approximates, may differ), or fewer when the model ended the answer itself
+  (a ``finish_reason`` in STOPPED: --output-mode natural);
 - no record carries more tokens than the client cuts a stream at (``overrun_cap`` of the tokens
   asked for), nor a negative count, and the tokens asked for are at least 1;
 - times in order: ``t_send <= t_first <= t_last <= t_end`` (those present), all finite, and
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from specload.core.records import OK, PHASE_MEASURE, SRC_CHUNKS
+from specload.core.records import OK, PHASE_MEASURE, SRC_CHUNKS, STOPPED
 from specload.core.tokencap import overrun_cap
 
 # Times are wall-clock seconds (~1.8e9) offset by monotonic durations: exact to well under a
@@ -37,13 +38,14 @@ from specload.core.tokencap import overrun_cap
 _TIME_SLACK_S = 1e-6
 
 # The rules' names, as the note says them (their order is the order they are checked in).
-OK_COUNT = "ok with a server count other than the tokens asked for"
+OK_COUNT = "ok with a server count other than the tokens asked for (fewer only where the model stopped)"
 TOKENS = "a token count out of bounds (negative, or more than the client accepts)"
 TIMES = "times out of order (t_send <= t_first <= t_last <= t_end) or not finite"
 E2E = "e2e_s other than t_end - t_send"
 RULES = (OK_COUNT, TOKENS, TIMES, E2E)
 
 _STATUS, _SOURCE, _PHASE = attrgetter("status"), attrgetter("output_tokens_source"), attrgetter("phase")
+FINISH = attrgetter("finish_reason")
 Floats = npt.NDArray[np.float64]
 
 
@@ -67,6 +69,7 @@ def broken(recs: Sequence[Any]) -> npt.NDArray[np.int8]:
         status=list(map(_STATUS, recs)),
         source=list(map(_SOURCE, recs)),
         phase=list(map(_PHASE, recs)),
+        finish=list(map(FINISH, recs)),
         **{name: _floats(recs, field) for name, field in RULE_FIELDS.items()},
     )
 
@@ -88,6 +91,7 @@ def broken_columns(
     status: Sequence[Any],
     source: Sequence[Any],
     phase: Sequence[Any],
+    finish: Sequence[Any],
     tokens: Floats,
     asked: Floats,
     t_send: Floats,
@@ -108,7 +112,11 @@ def broken_columns(
         last = np.isnan(t_last) | ((t_last <= t_end + s) & (np.isnan(t_first) | (t_first <= t_last + s)))
         times_ok = np.isfinite(t_send) & np.isfinite(t_end) & (t_send <= t_end + s) & first & last
         e2e_ok = np.abs(e2e - (t_end - t_send)) <= 1e-3  # (rounded to the ms by older writers)
-    checks = (~(ok & counted) | (tokens == asked), tokens_ok, times_ok, e2e_ok)
+        count_ok = ~(ok & counted) | (tokens == asked)
+        fewer = np.flatnonzero(~count_ok & (tokens < asked)).tolist()  # (natural lengths only, usually none)
+    if fewer:
+        count_ok[[i for i in fewer if str(finish[i]) in STOPPED]] = True
+    checks = (count_ok, tokens_ok, times_ok, e2e_ok)
     measured = equal_to(phase, PHASE_MEASURE)
     verdict = np.full(len(status), -1, dtype=np.int8)
     for i in range(len(checks) - 1, -1, -1):  # the first rule broken wins

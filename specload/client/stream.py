@@ -34,6 +34,7 @@ from specload.core.records import (
     OK,
     SHORT,
     SRC_CHUNKS,
+    STOPPED,
     RequestRecord,
     make_record,
     now,
@@ -89,6 +90,9 @@ class RequestSpec:
     conversation: str | None = None
     prefix_group: int | None = None
     category: str | None = None  # a categorised dataset's row category
+    # Natural output length (--output-mode natural; not copied: run.json's scenario says it): a stream
+    # the model ended itself (STOPPED) below requested_output_tokens, its cap, is ok, not short.
+    natural: bool = False
 
 
 def _malformed(ex: _Exchange, e: MalformedEvent) -> str:
@@ -345,7 +349,7 @@ def _record(ex: _Exchange) -> RequestRecord:
         out, source = parser.output_tokens, backend.token_source
     else:
         out, source = tokens_seen, SRC_CHUNKS
-    asked = spec.requested_output_tokens
+    asked, finish = spec.requested_output_tokens, parser.finish_reason
     if source != SRC_CHUNKS and out > asked:
         # A server claiming more than it was asked for (or could have sent) is not believed: the
         # request fails, and only what streamed, at most what was asked, enters the level's tokens.
@@ -359,8 +363,9 @@ def _record(ex: _Exchange) -> RequestRecord:
         status = FAILED
     elif not ex.done:
         status, reason = SHORT, f"stream ended without its terminator after {out} tokens"
-    elif source != SRC_CHUNKS and out < spec.requested_output_tokens:
-        status, reason = SHORT, f"server counted {out} of {spec.requested_output_tokens} tokens asked for"
+    elif source != SRC_CHUNKS and out < asked and not (spec.natural and str(finish) in STOPPED):
+        ended = f" (finish_reason {shorten(str(finish), 20)!r})" if spec.natural else ""
+        status, reason = SHORT, f"server counted {out} of {asked} tokens asked for{ended}"
     else:
         status = OK
     t_send_wall, t0, t_first_p = ex.t_send_wall, ex.t0, ex.t_first_p
@@ -403,6 +408,7 @@ def _record(ex: _Exchange) -> RequestRecord:
         spec_along=parser.spec_along,
         spec_source=parser.spec_source,
         category=spec.category,
+        finish_reason=None if finish is None else shorten(str(finish), 40),
         **_reasoning(ex, t_send_wall, t0),
     )
 

@@ -25,8 +25,14 @@ from specload.core.rundir import read_jsonl
 
 # Outcome of a request. Only "ok" counts in the report's Ok column.
 OK = "ok"  # stream ended with its terminator and the server counted exactly the tokens asked for
+# (natural output length: or fewer, the model having stopped itself, STOPPED)
 SHORT = "short"  # stream ended (cleanly or not) with fewer tokens than asked, or without its terminator
 FAILED = "failed"  # HTTP error, connection error, timeout, malformed stream
+
+# The finish reasons of a model that ended its answer itself (its end-of-sequence token or a stop
+# string): "stop" (OpenAI, vLLM, SGLang, llama.cpp), "eos_token" and "stop_sequence" (TGI). With
+# --output-mode natural such a record is ok below the tokens asked for.
+STOPPED = frozenset({"stop", "eos_token", "stop_sequence"})
 
 # Where ``output_tokens`` came from.
 SRC_USAGE = "usage"  # OpenAI ``usage.completion_tokens``
@@ -143,6 +149,9 @@ class RequestRecord:
     t_first_answer: float | None = None
     reasoning_tokens: int | None = None
     reasoning_tokens_source: str | None = None
+    # How the server said the answer ended (finish_reason; SGLang's finish_reason.type): "length" at
+    # the cap, STOPPED when the model ended it; None when it did not say (and in records written before it).
+    finish_reason: str | None = None
     # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
     v: int = SCHEMA_VERSION
 

@@ -39,6 +39,7 @@ from specload.locust.protocol import (
     decode,
 )
 from specload.sweep.levels import SweepState
+from specload.workload.config import NATURAL
 from specload.workload.prompts import IDS, prime
 from specload.workload.request import Conversation, RequestMaker
 from specload.workload.vocab import ServerTokenizer
@@ -273,7 +274,8 @@ class SpecloadUser(User):
         backend = side.backend()
         maker = side.maker()
         req = maker.plan(grant.level, grant.phase, grant.seq, grant.max_tokens, reply.item, self._conv)
-        body = backend.body(req.prompt, req.max_tokens, cfg.model, sc.temperature, sc.extra_body)
+        natural = sc.output_mode == NATURAL
+        body = backend.body(req.prompt, req.max_tokens, cfg.model, sc.temperature, sc.extra_body, natural)
         spec = RequestSpec(
             level=grant.level,
             concurrency=grant.concurrency,
@@ -289,6 +291,7 @@ class SpecloadUser(User):
             conversation=req.conversation,
             prefix_group=req.prefix_group,
             category=req.category,
+            natural=natural,
         )
         http = self._http(cfg)  # a new user's connection is opened before its due time, not after
         if t_sched is not None:

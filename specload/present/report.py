@@ -48,6 +48,7 @@ from specload.present.output import (
     render_view,
 )
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.workload.prompts import method_label
 from specload.workload.recorded import recorded_scenario
 
 REASON_WIDTH = 120
@@ -311,9 +312,10 @@ def _mixed(levels: Sequence[LevelStats]) -> list[tuple[LevelStats, MixStats]]:
 
 def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Each level's request lengths as sent and as the server counted them (mixstats.LENGTHS), shown
-    when lengths varied or the run has classes or turns; None otherwise (a fixed-length run)."""
+    when lengths asked for or answered varied or the run has classes or turns; None otherwise (a
+    fixed-length run)."""
     shown = _mixed(levels)
-    if not any(m.varied or m.classes or m.turns for _, m in shown):
+    if not any(m.varied or m.answers_varied or m.classes or m.turns for _, m in shown):
         return None
     headers = [_x_header(levels), "Length", "n", "Mean", "p50", "p90", "Max"]
     rows = []
@@ -484,6 +486,7 @@ def _header_lines(run: Run) -> list[str]:
         ("model", m.model),
         ("scenario", _scenario_name(run)),
         ("prompts", prompts_line(m.prompts)),
+        ("method", method_label(m.prompts, m.scenario)),
         ("status", m.status),
         ("server", m.server.summary()),
         ("started", _utc(m.started_at)),

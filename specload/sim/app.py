@@ -25,6 +25,7 @@ from typing import IO, Any
 import gevent
 import orjson
 
+from specload.sim.eos import EosLength
 from specload.sim.faults import FaultInjector, Faults, RequestFaults
 from specload.sim.httpd import App, Request, Response, Stream
 from specload.sim.info import METRICS_STYLES, metrics_text, server_info, vllm_server_info
@@ -103,8 +104,8 @@ class _Job:
     req: GenRequest
     renderer: Renderer
     plan: RequestFaults
-    target: int  # tokens to generate: max_tokens, less a short_by fault
-    finish: str  # "length", or "stop" when a fault makes the output short
+    target: int  # tokens to generate: max_tokens, less a short_by fault, or where the model stops (eos)
+    finish: str  # "length", or "stop" when a fault or the model's EOS makes the output short
 
 
 @dataclass(slots=True)
@@ -137,6 +138,7 @@ class SimApp:
         vllm: bool = False,
         vllm_dev_mode: bool = False,
         emission_log: IO[str] | None = None,
+        eos: EosLength | None = None,
     ) -> None:
         if metrics_style not in METRICS_STYLES:
             raise ValueError(f"metrics_style must be one of {METRICS_STYLES}")
@@ -156,6 +158,7 @@ class SimApp:
         # included, with 503 "Loading model" meanwhile: a client must not take that for "back".
         self.loading_until = time.monotonic() + loading_s if loading_s > 0 else 0.0
         self.injector = FaultInjector(self.faults)
+        self.eos = eos  # None: the model never emits EOS (every answer runs to max_tokens)
         # The prefix cache (the engine's, if any): generated tokens are " tok", one unit each, as the
         # client sends an answer back: token ids from this server's /tokenize, or the words themselves.
         self.cache_report = cache_report
@@ -317,6 +320,9 @@ class SimApp:
             return Response(status, error_body(status, msg))
         target = max(0, req.max_tokens - plan.short_by)
         finish = "length" if target == req.max_tokens else "stop"
+        if self.eos is not None:  # the model's own end (--eos-length), unless ignore_eos
+            end, why = self.eos.end(req.max_tokens, req.may_stop, req.min_tokens)
+            target, finish = (end, why) if end < target else (target, finish)
         job = _Job(request, req, r, plan, target, finish)
         if req.stream:
             # httpd sends the status line and headers before asking for the first event, so they go

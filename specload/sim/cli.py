@@ -17,6 +17,7 @@ import gevent
 from gevent.event import Event
 
 from specload.sim.app import SimApp, require_api_key
+from specload.sim.eos import EosLength, parse_eos_length
 from specload.sim.faults import FAULT_NAMES, HTTP_ERROR_STATUSES, Faults
 from specload.sim.httpd import App, HTTPServer
 from specload.sim.info import METRICS_STYLES
@@ -91,6 +92,15 @@ def _add_basic_flags(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="answer every endpoint (/health too) with HTTP 503 'Loading model' for this long after start, as llama.cpp does",
     )
+    a(
+        "--eos-length",
+        default=None,
+        metavar="MIN:MAX",
+        help="the model ends each answer itself (finish_reason stop) after a length drawn uniformly from MIN..MAX, "
+        "in arrival order from --eos-seed, unless the request sets ignore_eos (default: it never does; every "
+        "answer runs to max_tokens)",
+    )
+    a("--eos-seed", type=int, default=0, help="seed of the --eos-length draws (default 0)")
     a("--access-log", action="store_true", help="log every request to stderr")
 
 
@@ -409,6 +419,9 @@ def _server_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             vllm=args.max_num_seqs is not None,
             vllm_dev_mode=args.vllm_server_dev_mode,
             emission_log=open(args.emission_log, "a", encoding="utf-8") if args.emission_log else None,  # noqa: SIM115
+            eos=None
+            if args.eos_length is None
+            else EosLength(*parse_eos_length(args.eos_length), args.eos_seed),
         )
     except ValueError as e:
         parser.error(str(e))

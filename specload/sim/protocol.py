@@ -83,6 +83,10 @@ class GenRequest:
         None  # the prompt as prefix-cache units (specload.sim.prefix.PromptKey), when the engine has a cache
     )
     kind: str | None = None  # the prompt's kind (specload.sim.promptkind), when the engine speculates
+    # Whether the model may end the answer at its EOS before max_tokens (no ignore_eos), and not before
+    # min_tokens (specload.sim.eos).
+    may_stop: bool = True
+    min_tokens: int = 0
 
 
 #: An endpoint's body reader: (JSON body, the server's max_model_len) -> the request.
@@ -145,9 +149,10 @@ def _bool(body: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _check_sampling(body: dict[str, Any], max_key: str, max_tokens: int) -> None:
-    """Accepted-and-ignored sampling fields still get their types checked, as a real server would."""
-    _bool(body, "ignore_eos")
+def _check_sampling(body: dict[str, Any], max_key: str, max_tokens: int) -> tuple[bool, int]:
+    """Sampling fields get their types checked, as a real server would; returns (may stop at EOS:
+    no ignore_eos, min_tokens), the two an answer's end depends on (the rest are ignored)."""
+    ignore_eos = _bool(body, "ignore_eos")
     temperature = body.get("temperature")
     if temperature is not None and (
         isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0
@@ -158,6 +163,7 @@ def _check_sampling(body: dict[str, Any], max_key: str, max_tokens: int) -> None
         raise HTTPError(
             400, f"min_tokens ({min_tokens}) must be less than or equal to {max_key} ({max_tokens})"
         )
+    return not ignore_eos, min_tokens
 
 
 def _prompt_len(prompt: Any, key: str) -> int:
@@ -228,9 +234,9 @@ def parse_completion(body: dict[str, Any], max_model_len: int) -> GenRequest:
         raise HTTPError(400, "'prompt' is required")
     prompt_tokens = _prompt_len(body["prompt"], "prompt")
     max_tokens = _int(body, "max_tokens", 16, 1)  # 16 is the OpenAI / vLLM default
-    _check_sampling(body, "max_tokens", max_tokens)
+    may_stop, min_tokens = _check_sampling(body, "max_tokens", max_tokens)
     stream, usage = _stream_flags(body)
-    return GenRequest(prompt_tokens, max_tokens, stream, usage)
+    return GenRequest(prompt_tokens, max_tokens, stream, usage, may_stop=may_stop, min_tokens=min_tokens)
 
 
 def parse_chat(body: dict[str, Any], max_model_len: int) -> GenRequest:
@@ -241,9 +247,9 @@ def parse_chat(body: dict[str, Any], max_model_len: int) -> GenRequest:
     key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     # vLLM's chat default: whatever room the context leaves.
     max_tokens = _int(body, key, max(1, max_model_len - prompt_tokens), 1)
-    _check_sampling(body, key, max_tokens)
+    may_stop, min_tokens = _check_sampling(body, key, max_tokens)
     stream, usage = _stream_flags(body)
-    return GenRequest(prompt_tokens, max_tokens, stream, usage)
+    return GenRequest(prompt_tokens, max_tokens, stream, usage, may_stop=may_stop, min_tokens=min_tokens)
 
 
 def parse_generate(body: dict[str, Any], max_model_len: int) -> GenRequest:
@@ -258,5 +264,6 @@ def parse_generate(body: dict[str, Any], max_model_len: int) -> GenRequest:
     if not isinstance(params, dict):
         raise HTTPError(400, "'sampling_params' must be an object")
     max_tokens = _int(params, "max_new_tokens", 128, 1)  # 128 is SGLang's default
-    _check_sampling(params, "max_new_tokens", max_tokens)
-    return GenRequest(prompt_tokens, max_tokens, _bool(body, "stream"), False)
+    may_stop, min_tokens = _check_sampling(params, "max_new_tokens", max_tokens)
+    stream = _bool(body, "stream")
+    return GenRequest(prompt_tokens, max_tokens, stream, False, may_stop=may_stop, min_tokens=min_tokens)

@@ -42,6 +42,10 @@ REFERENCE_LEVELS = [1, 4, 16, 32, 64, 128]
 # draws. Unset means the context's default: random for a sweep, real for an experiment (docs/guide.md).
 REAL, RANDOM = "real", "random"
 PROMPT_METHODS = (REAL, RANDOM)
+# How answers end (``--output-mode``): forced to the output length (the reference method: ignore_eos and
+# min_tokens), or natural (the model stops at its end-of-sequence token, --output-tokens the cap).
+FORCED, NATURAL = "forced", "natural"
+OUTPUT_MODES = (FORCED, NATURAL)
 
 
 class ScenarioError(ValueError):
@@ -353,7 +357,20 @@ class Scenario:
     )
     input_tokens: int = _f(1000, help="Prompt length in tokens", check=_integer(), flag="--input-tokens")
     output_tokens: int = _f(
-        1000, help="Output tokens asked for (ignore_eos)", check=_integer(), flag="--output-tokens"
+        1000,
+        help="Output tokens asked for: each answer's length (--output-mode forced), or its cap (natural)",
+        check=_integer(),
+        flag="--output-tokens",
+    )
+    output_mode: str = _f(
+        FORCED,
+        help="How answers end: 'forced' (the reference method: ignore_eos and min_tokens make every answer "
+        "exactly --output-tokens long) or 'natural' (the model stops at its end-of-sequence token, "
+        "--output-tokens is the cap, as vLLM's benchmark_serving without --ignore-eos); acceptance "
+        "differs between the two (docs/metrics.md)",
+        check=_choice(*OUTPUT_MODES),
+        flag="--output-mode",
+        choices=OUTPUT_MODES,
     )
     levels: list[int] = _f(
         help="Concurrency levels, comma-separated",

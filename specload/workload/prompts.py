@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specload.workload.config import NATURAL
 from specload.workload.vocab import WORDS, IdPool, word_count_text
 
 IDS, TEXT = "ids", "text"
@@ -72,7 +73,11 @@ def method_label(prompts: Mapping[str, Any], scenario: Mapping[str, Any]) -> str
         REAL_TEXT: "real text (specload's built-in set, --prompts real)",
         DATASET: f"dataset {scenario.get('dataset')}",
     }.get(m or "", "not recorded")
-    return f"prompts: {what}; answers: forced to the output length (ignore_eos)"
+    if scenario.get("output_mode") == NATURAL:  # (a run.json without it: forced)
+        ends = "natural, ended by the model (at most the output tokens, --output-mode natural)"
+    else:
+        ends = "forced to the output length (ignore_eos, --output-mode forced)"
+    return f"prompts: {what}; answers: {ends}"
 
 
 @dataclass(frozen=True)

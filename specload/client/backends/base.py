@@ -142,9 +142,16 @@ class Backend(ABC):
 
     @abstractmethod
     def body(
-        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        model: str | None,
+        temperature: float,
+        extra: dict[str, Any],
+        natural: bool = False,
     ) -> dict[str, Any]:
-        """The JSON body of one streaming generation request of exactly ``max_tokens`` tokens."""
+        """The JSON body of one streaming generation request of exactly ``max_tokens`` tokens, or with
+        ``natural`` of at most that many (the model may stop at its end-of-sequence token)."""
 
     @abstractmethod
     def parser(self) -> StreamParser: ...

@@ -1,7 +1,8 @@
 """OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, TGI, llama.cpp, ...).
 
 The prompt is a list of token ids, so the input length is exact. ``ignore_eos`` plus
-``min_tokens`` ask the server for exactly ``max_tokens`` tokens; ``include_usage`` makes it send
+``min_tokens`` ask the server for exactly ``max_tokens`` tokens (left out in natural mode, where
+``max_tokens`` is the cap); ``include_usage`` makes it send
 its own token counts in a final event, which is where the output count comes from.
 """
 
@@ -94,14 +95,20 @@ class OpenAICompletions(Backend):
     spec_fields = "vLLM metrics.speculative_decoding, SGLang sglext.spec_tokens_details or llama.cpp timings"
 
     def body(
-        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        model: str | None,
+        temperature: float,
+        extra: dict[str, Any],
+        natural: bool = False,
     ) -> dict[str, Any]:
+        forced = {} if natural else {"min_tokens": max_tokens, "ignore_eos": True}
         body: dict[str, Any] = {
             "model": model,
             **self.prompt_fields(prompt),
             "max_tokens": max_tokens,
-            "min_tokens": max_tokens,
-            "ignore_eos": True,
+            **forced,
             "temperature": temperature,
             "stream": True,
             # continuous_usage_stats: a running completion_tokens in every event (vLLM, SGLang), so

@@ -52,13 +52,17 @@ class SGLangGenerate(Backend):
     needs_model = False  # /generate serves the one model the server was started with
 
     def body(
-        self, prompt: Prompt, max_tokens: int, model: str | None, temperature: float, extra: dict[str, Any]
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        model: str | None,
+        temperature: float,
+        extra: dict[str, Any],
+        natural: bool = False,
     ) -> dict[str, Any]:
-        sampling: dict[str, Any] = {
-            "max_new_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": temperature,
-        }
+        sampling: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": temperature}
+        if not natural:
+            sampling["ignore_eos"] = True
         body: dict[str, Any] = {"stream": True, "sampling_params": sampling}
         prompt = as_text(prompt)
         if isinstance(prompt, str):
