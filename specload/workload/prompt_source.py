@@ -17,7 +17,7 @@ from specload.client.http import base_headers, endpoint, make_client, redact_hos
 from specload.client.probe import NoCompleteAnswer, pre_sweep_deadline, within
 from specload.client.stream import RequestSpec, stream_request
 from specload.core.records import FAILED
-from specload.workload.config import LEGACY_RANGE_DEFAULT, Scenario
+from specload.workload.config import LEGACY_RANGE_DEFAULT, REAL, Scenario
 from specload.workload.prompts import IDS, TEXT, PromptSource, make_prompt, range_source
 from specload.workload.vocab import (
     MIN_WORDS,
@@ -145,6 +145,9 @@ def discover_prompts(
 ) -> PromptSource:
     src = choose_source(sc, backend, host, model, insecure, send_key)
     src = measure_overhead(src, sc, backend, host, model, insecure, send_key)
+    if sc.prompt_method == REAL:  # the real text is sized later; this source only measured the overhead
+        logger.info("prompts: real text; the server adds %d token(s) to each", src.overhead)
+        return src
     logger.info(
         "prompts: %s from %s%s; the server adds %d token(s) to each",
         "token ids" if src.kind == IDS else "text",
