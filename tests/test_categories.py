@@ -94,17 +94,26 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
     assert "## Prompt categories" in text
     table = text.split("## Prompt categories")[1].split("\n## ")[0]
     assert "| coding" in table and "2.50" in table and "1.25" in table
+    # a category's Agg tok/s is the level's times its token share: the share is shown instead
+    assert "Agg tok/s" not in table.splitlines()[2] and "Tokens %" in table.splitlines()[2], table
+    for s in run.levels:
+        assert s.mix is not None
+        assert [g.stats.extra["output_token_share"] for g in s.mix.categories] == [0.5, 0.5]
     comp = build_comparison([load_run(base), run])
     (coding, writing) = comp.categories
     assert (coding.category, writing.category) == ("coding", "writing")
-    # Each category is half of every level in both runs: its changes are the level's, its crossover too.
+    # Each category is half of every level in both runs: its per-request changes are the level's (its
+    # aggregate's would be too, by construction: it has none, and its verdict speaks of per-request only).
     for cc in (coding, writing):
-        assert [ch.pct for ch in cc.agg["mtp"]] == pytest.approx([ch.pct for ch in comp.agg["mtp"]])
+        assert not hasattr(cc, "agg")
         assert [ch.pct for ch in cc.per_req["mtp"]] == pytest.approx([ch.pct for ch in comp.per_req["mtp"]])
-        assert [x.at for x in cc.crossovers_agg["mtp"]] == pytest.approx(
-            [x.at for x in comp.crossovers["mtp"].agg]
+        assert [f.of("output_token_share") for f in cc.figures["mtp"]] == pytest.approx(
+            [0.5] * len(comp.levels)
         )
-        assert cc.sentences[0].startswith(f"mtp on {cc.category} prompts ")
+        assert cc.sentences[0].startswith(
+            f"mtp on {cc.category} prompts: per-request speed stays higher at every level"
+        ), cc.sentences
+        assert "aggregate" not in cc.sentences[0]
         assert [f.of("accept_length") for f in cc.figures["mtp"]] == pytest.approx(
             [ACCEPT[cc.category]] * len(comp.levels)
         )
@@ -112,7 +121,15 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
     assert "## Per prompt category" in lines and "mtp on writing prompts" in lines
     data = to_dict(comp)
     assert [c["category"] for c in data["categories"]] == ["coding", "writing"]
-    assert data["categories"][0]["changes"]["mtp"]["agg"][0]["pct"] == pytest.approx(comp.agg["mtp"][0].pct)
+    assert list(data["categories"][0]["changes"]["mtp"]) == ["per_req"]
+    assert data["categories"][0]["changes"]["mtp"]["per_req"][0]["pct"] == pytest.approx(
+        comp.per_req["mtp"][0].pct
+    )
+    assert (
+        "| TPOT p50 (ms)" in lines
+        and "| Tokens %" in lines
+        and "Δ agg" not in lines.split("## Per prompt category")[1]
+    )
 
 
 def test_no_categories_no_section(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 from specload.analysis.run import load_run
 from specload.core import histogram
 from specload.present.htmlpage import report_charts
+from specload.present.liverow import live_charts
 from specload.present.webview import compare_bundle, report_bundle
 from tests.conftest import REPO
 from tests.fixtures.make_compare_runs import write_reference_pair
@@ -123,11 +124,18 @@ def test_the_png_has_every_chart_it_claims(pair: tuple[Path, Path], tmp_path: Pa
 
 
 def test_the_live_page_draws_every_chart_it_claims() -> None:
+    """The figure table's charts reach the page in the live payload (liverow.live_charts), drawn by
+    one loop of app.js under their page ids; the others are app.js's own."""
     js = APP_JS.read_text()
+    sent = {c["key"]: c["id"] for c in live_charts()}
+    assert "`${prefix}-${c.id}`" in js and "d.charts" in js
     for key, cells in claims().items():
         if cells["Live"].startswith("yes"):
             ident = LIVE_IDS[key]
-            assert (f"`${{prefix}}{ident}`" in js) if ident.startswith("-") else (f'"{ident}"' in js), key
+            if key in sent:
+                assert "-" + sent[key] == ident, key
+            else:
+                assert (f"`${{prefix}}{ident}`" in js) if ident.startswith("-") else (f'"{ident}"' in js), key
 
 
 def test_acceptance_over_time_is_the_counters_length_per_interval(pair: tuple[Path, Path]) -> None:

@@ -2,7 +2,7 @@
 
 A generated run of ~50k records (several levels, warmup, failed/short requests, 429s, ITL
 histograms, accept lengths, requests without content, a torn last line and a wrongly typed field)
-is reported through ``load_run`` (columns read in one pass) and through ``summarize_run`` over the
+is reported through ``load_run`` (columns read in one pass) and through ``summary_rows`` and ``summarize_rows`` over the
 ``RequestRecord`` objects; the two must agree exactly, and the counts and percentiles must agree with
 sums and sorts done here over the records.
 """
@@ -28,7 +28,6 @@ from specload.analysis.metrics import (
     Timeline,
     percentile,
     summarize_rows,
-    summarize_run,
     summary_rows,
     tok_s_series,
 )
@@ -46,6 +45,7 @@ from specload.core.records import (
     read_records,
 )
 from specload.core.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, read_run_meta, write_run_meta
+from tests.fixtures.by_records import levels_of_records
 
 T0 = 1_764_475_200.0
 N_PER_LEVEL = 12_500
@@ -140,7 +140,7 @@ def loaded(big_run: Path) -> tuple[list[RequestRecord], list[str], Run]:
 def test_columns_equal_records_path(loaded: tuple[list[RequestRecord], list[str], Run]) -> None:
     records, notes, run = loaded
     assert run.notices == notes and len(notes) == 4
-    expected = summarize_run(records, run.info.levels, cap=128)
+    expected = levels_of_records(records, run.info.levels, cap=128)
     assert [s.label for s in run.levels] == ["c016", "c064", "c256", "c200.r1"] and not run.levels[3].planned
     for got, want in zip(run.levels, expected, strict=True):
         assert asdict(got) == asdict(want)

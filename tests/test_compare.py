@@ -21,6 +21,7 @@ from specload.analysis.comparison import (
     ci_change,
     crossover,
     crossover_sentence,
+    repeats_to_settle,
     t_quantile_975,
     unique_labels,
 )
@@ -186,6 +187,17 @@ def test_crossover_reference() -> None:
     assert (x.low, x.high, x.direction) == (32, 64, "down")
     assert x.at == pytest.approx(REF_CROSS) and x.at == pytest.approx(37.93, abs=0.01)
     assert crossover(list(LEVELS), REF_PER) == []
+
+
+@pytest.mark.parametrize(("d", "n"), [(2.3, 3), (1.8, 4), (1.6, 5), (1.4, 6)])
+def test_repeats_to_settle_by_the_t_table(d: float, n: int) -> None:
+    """Two repeats a side of variance 1 each (values √2 apart), means d apart: by the t table
+    (t_{0.975}: 2.776 at df 4, 2.447 at 6, 2.306 at 8, 2.228 at 10), t × sqrt(2/n) is 2.267 at n = 3,
+    1.730 at 4, 1.458 at 5, 1.286 at 6: the first n where it falls under d."""
+    r = math.sqrt(2)
+    assert repeats_to_settle([10.0, 10.0 + r], [10.0 + d, 10.0 + d + r]) == n
+    assert repeats_to_settle([10.0, 10.0], [11.0, 11.0]) is None  # no spread to go on
+    assert repeats_to_settle([10.0], [11.0, 12.0]) is None  # one repeat: no spread of its own
 
 
 def test_crossover_interpolates_in_log2() -> None:
@@ -357,6 +369,8 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     assert rows["4"]["Δ agg mtp"] == "+20% (±3%)"
     assert rows["4"]["Δ per-req mtp"] == "+10% (±0.0%)"
     assert rows["16"]["Δ agg mtp"] == "+12% (1 run)"  # single repeat: no interval, no finding
+    # repeats to settle the sign (below): C=1's agg is inside the noise, C=4's are settled, C=16 has no spread
+    assert [rows[c]["Repeats to settle mtp"] for c in ("1", "4", "16")] == ["~3", "—", "-"]
     agg = comp.agg["mtp"]
     # printed: delta method, R = 125/105, (25 + R² 25) / 105², df Welch–Satterthwaite of the two terms
     r = 125 / 105
@@ -373,7 +387,14 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     assert (
         "Besides, at C=16 each side is a single run, so these changes are no finding yet" in comp.sentences[0]
     )
-    assert comp.sentences[0].endswith("The changes marked ~ (C=1) are inside the noise of the repeats.")
+    # C=1's agg inside the noise: s² = (50 + 50) / 2, |d| = 20; n = 3: t(4) = 2.7764, 2.7764 √50 √(2/3)
+    # = 16.03 < 20 (n = 2, the repeats run, does not: 4.3027 √50 = 30.4); C=4's is settled: no n
+    assert 2.776445 * math.sqrt(50) * math.sqrt(2 / 3) < 20 < 4.302653 * math.sqrt(50)
+    assert (agg[0].settle_n, agg[1].settle_n, comp.per_req["mtp"][0].settle_n) == (3, None, None)
+    assert comp.sentences[0].endswith(
+        "The changes marked ~ (C=1) are inside the noise of the repeats; at their measured spread, "
+        "settling the sign at C=1 would take ~3 repeats per arm."
+    ), comp.sentences[0]
     assert any(
         "~ means Welch's t test of the means finds no difference at 5%: the change is inside the noise" in n
         for n in comp.notes

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from specload.analysis.columns import read_columns_and_tallies
+from specload.analysis.columns import read_columns, slo_tally
 from specload.core.rundir import RECORDS
 from specload.core.slo import parse_slo
 from specload.present.compare import run_compare
@@ -169,7 +169,8 @@ def test_capacity_search_finds_the_running_cap_and_compare_names_it(sim, tmp_pat
         assert [r[met] for r in rows][:2] == ["yes ~", "yes ~"] and "met the SLO" in out.stderr, rows
     # The tallies the report makes in its one reading pass are those of the record-by-record pass.
     for d in (a, b):
-        _, one_pass = read_columns_and_tallies(str(d / RECORDS), None, 1, parse_slo(SLO))
+        groups = read_columns(str(d / RECORDS), None, parse_slo(SLO), 1)
+        one_pass = {k: slo_tally(c, parse_slo(SLO)) for k, c in groups.items() if c.sent}
         two_pass = per_record_tallies(d / RECORDS, SLO)
         assert [(k, t.values, t.result()) for k, t in one_pass.items()] == [
             (k, t.values, t.result()) for k, t in two_pass.items()

@@ -8,11 +8,9 @@ from typing import Any
 
 import pytest
 
-from specload.analysis.acceptance import acceptance
+from specload.analysis.acceptance import FROM_COUNTERS, FROM_OLD_RECORDS, acceptance
 from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import (
-    ACCEPT_FROM_COUNTERS,
-    ACCEPT_FROM_RECORDS,
     Dist,
     LevelStats,
     ServerSample,
@@ -22,8 +20,6 @@ from specload.analysis.metrics import (
     repeats_at,
     steady_tok_s,
     steady_window,
-    summarize_level,
-    summarize_run,
 )
 from specload.core.records import (
     FAILED,
@@ -36,6 +32,7 @@ from specload.core.records import (
     RequestRecord,
     make_record,
 )
+from tests.fixtures.by_records import levels_of_records, summarize_level
 
 T0 = 1_764_475_200.0  # epoch base; offsets below are exact binary fractions
 
@@ -321,7 +318,7 @@ def meta(index: int, c: int, repeat: int = 0, status: str = "completed") -> dict
 
 def test_run_keeps_missing_levels_and_unplanned_levels() -> None:
     recs = four_requests() + [rec(0.0, 0.5, 2.0, concurrency=8, level=5)]
-    levels = summarize_run(recs, [meta(0, 2), meta(1, 16, status="incomplete")])
+    levels = levels_of_records(recs, [meta(0, 2), meta(1, 16, status="incomplete")])
     assert [(s.label, s.sent, s.planned) for s in levels] == [
         ("c002", 4, True),
         ("c016", 0, True),
@@ -332,13 +329,13 @@ def test_run_keeps_missing_levels_and_unplanned_levels() -> None:
 
 
 def test_run_ignores_malformed_meta_levels() -> None:
-    levels = summarize_run(four_requests(), [{"index": 0}, meta(0, 2)])
+    levels = levels_of_records(four_requests(), [{"index": 0}, meta(0, 2)])
     assert [(s.label, s.sent, s.planned) for s in levels] == [("c002", 4, True)]
 
 
 def test_run_without_meta_groups_records() -> None:
     recs = four_requests() + [rec(0.0, 0.5, 2.0, concurrency=1, level=1)]
-    levels = summarize_run(recs, None)
+    levels = levels_of_records(recs, None)
     assert [(s.concurrency, s.sent, s.planned) for s in levels] == [(2, 4, False), (1, 1, False)]
 
 
@@ -401,7 +398,7 @@ def test_group_repeats_from_records() -> None:
         rec(t.t_send - T0, (t.t_first or 0) - T0, t.t_end - T0 + 10.0, repeat=1, level=1)
         for t in four_requests()
     ]
-    levels = summarize_run(recs, [meta(0, 2), meta(1, 2, repeat=1)])
+    levels = levels_of_records(recs, [meta(0, 2), meta(1, 2, repeat=1)])
     assert [s.label for s in levels] == ["c002", "c002.r1"]
     (g,) = group_repeats(levels)
     assert g.n == 2 and g.agg_tok_s_std is not None and g.agg_tok_s_mean is not None
@@ -433,7 +430,7 @@ def test_accept_length_from_records_weighted_by_verify_steps() -> None:
     assert accept_length_from_records(recs) == (pytest.approx(22 / 9), 2)
     s = summarize_level(recs, 2)
     assert s.accept_length == pytest.approx(22 / 9)
-    assert s.accept_length_source == ACCEPT_FROM_RECORDS and s.accept_length_requests == 2
+    assert s.accept_length_source == FROM_OLD_RECORDS and s.accept_length_requests == 2
     assert accept_length_from_records(four_requests()) == (None, 0)
     plain = summarize_level(four_requests(), 2)
     assert plain.accept_length is None and plain.accept_length_source is None
@@ -479,7 +476,7 @@ def test_server_samples_inside_measured_window() -> None:
     assert s.server_samples == 2
     assert s.server_running_max == 4.0 and s.server_running_mean == pytest.approx(3.0)
     assert s.server_queued_max == 1.0 and s.server_queued_mean == pytest.approx(1.0)  # null is skipped
-    assert s.accept_length == pytest.approx(2.2) and s.accept_length_source == ACCEPT_FROM_COUNTERS
+    assert s.accept_length == pytest.approx(2.2) and s.accept_length_source == FROM_COUNTERS
     assert s.accept_length_requests == 0
 
 
@@ -487,7 +484,7 @@ def test_records_accept_length_wins_over_counters() -> None:
     recs = four_requests()
     recs[0] = rec(0.0, 0.5, 5.0, verify=4)
     s = summarize_level(recs, 2, samples=counter_samples())
-    assert s.accept_length == pytest.approx(2.5) and s.accept_length_source == ACCEPT_FROM_RECORDS
+    assert s.accept_length == pytest.approx(2.5) and s.accept_length_source == FROM_OLD_RECORDS
 
 
 def test_no_samples_no_server_figures() -> None:
@@ -510,7 +507,7 @@ def test_summarize_run_splits_samples_by_level_window() -> None:
         for t in four_requests()
     ]
     samples = [ServerSample(T0 + 25.0, running=4.0, queued=2.0), *reversed(counter_samples())]  # any order
-    levels = summarize_run(four_requests() + later, [meta(0, 2), meta(1, 4)], samples)
+    levels = levels_of_records(four_requests() + later, [meta(0, 2), meta(1, 4)], samples)
     assert [(s.label, s.server_samples, s.server_running_max, s.server_queued_max) for s in levels] == [
         ("c002", 2, 4.0, 1.0),
         ("c004", 1, 4.0, 2.0),

@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -19,7 +20,7 @@ from specload.analysis.mixstats import (
     CACHE_FROM_GAUGE,
     CACHE_FROM_RECORDS,
     prefix_cache_rate,
-    summarize_counts,
+    summarize,
 )
 from specload.analysis.run import load_run
 from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, RequestRecord, make_record
@@ -66,19 +67,19 @@ def write_run(d: Path, records: list[dict], levels: list[tuple[int, int]] | None
     return d
 
 
-def test_counter_summaries_are_the_percentiles_of_the_values() -> None:
+def test_length_summaries_are_the_percentiles_of_the_values() -> None:
     r = random.Random(3)
     for _ in range(50):
         counts = Counter({r.randrange(1, 40): r.randrange(1, 9) for _ in range(r.randrange(1, 12))})
         values = [v for v, k in counts.items() for _ in range(k)]
-        s = summarize_counts(counts)
+        s = summarize(np.array(values, dtype=np.float64))
         assert (
             s.n == len(values) and s.mean == pytest.approx(sum(values) / len(values)) and s.max == max(values)
         )
         assert s.p50 == pytest.approx(percentile(values, 50)) and s.p90 == pytest.approx(
             percentile(values, 90)
         )
-    assert summarize_counts(Counter()).n == 0
+    assert summarize(np.array([np.nan])).n == 0
 
 
 def test_lengths_classes_and_turns_of_a_level(tmp_path: Path) -> None:

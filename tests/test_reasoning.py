@@ -14,7 +14,6 @@ import orjson
 import pytest
 
 from specload.analysis.columns import LevelColumns
-from specload.analysis.metrics import summarize_level
 from specload.analysis.reasoning import reasoning_stats
 from specload.analysis.run import load_run
 from specload.client.backends import get_backend
@@ -30,6 +29,7 @@ from specload.core.records import (
 )
 from specload.present.report import render_report
 from specload.sim.process import SimProcess
+from tests.fixtures.by_records import summarize_level
 from tests.fixtures.sim_sweep import sim_sweep
 from tests.rundelay import RunDelay
 

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from specload.analysis import savedfigures
-from specload.analysis.metrics import LevelStats, summarize_level
+from specload.analysis.metrics import LevelStats
 from specload.analysis.run import load_run
 from specload.core.records import (
     OK,
@@ -27,6 +27,7 @@ from specload.core.slo import parse_slo
 from specload.present.compare import build_comparison, render_text, to_dict
 from specload.present.report import main as report_main
 from specload.present.report import render_report
+from tests.fixtures.by_records import summarize_level
 from tests.fixtures.make_compare_runs import write_reference_pair
 
 SLO = "ttft_p99=2s,tpot_p50=50ms"

@@ -21,8 +21,8 @@ import orjson
 import pytest
 
 from specload.analysis import columns
-from specload.analysis.columns import read_columns, read_columns_and_tallies
-from specload.analysis.metrics import Timeline, peak_in_flight, steady_window, summarize_run, tok_s_series
+from specload.analysis.columns import read_columns, slo_tally
+from specload.analysis.metrics import Timeline, peak_in_flight, steady_window, tok_s_series
 from specload.analysis.run import load_run
 from specload.analysis.validity import Validity
 from specload.core import histogram
@@ -40,6 +40,7 @@ from specload.core.records import (
 )
 from specload.core.rundir import RECORDS, LevelMeta, RunMeta, ServerInfo, write_run_meta
 from specload.core.slo import SloTally, parse_slo
+from tests.fixtures.by_records import levels_of_records
 
 T0 = 1_764_475_200.0
 
@@ -223,7 +224,7 @@ def _same(a: Any, b: Any) -> None:
 
 @pytest.mark.parametrize("which", ["odd", "plain"])
 def test_the_typed_reader_reads_what_read_records_reads(which: str, odd_run: Path, plain_run: Path) -> None:
-    """load_run (msgspec, a block at a time) gives the figures and notes of summarize_run over
+    """load_run (msgspec, a block at a time) gives the figures and notes of the report's own code over
     records.read_records (one dict at a time, every check): the same records were read."""
     d = odd_run if which == "odd" else plain_run
     notes: list[str] = []
@@ -243,9 +244,9 @@ def test_the_typed_reader_reads_what_read_records_reads(which: str, odd_run: Pat
         skipped
         and int(skipped[0].split(": ")[1].split()[0]) == int(notes[1].split(": ")[1].split()[0]) + nulls
     )
-    # run.json levels without an index take their groups one after the other: summarize_run
-    # interleaves them, so only the levels with an index are compared figure for figure
-    want = summarize_run(usable, run.info.levels, cap=24)
+    # run.json levels without an index take their groups one after the other; the levels with an
+    # index are compared figure for figure, the others by their counts
+    want = levels_of_records(usable, run.info.levels, cap=24)
     for got, exp in zip(run.levels, want, strict=True):
         if got.index is not None:
             _same(asdict(got), asdict(exp))
@@ -360,7 +361,9 @@ def per_record_tallies(path: Path, slo_text: str) -> dict[Any, SloTally]:
     "slo_text", ["ttft_p99=2s,tpot_p50=50ms", "itl_p90=20ms,e2e_mean=3s", "itl_mean=15ms"]
 )
 def test_slo_tallies_of_the_reading_pass_are_the_records_one_by_one(plain_run: Path, slo_text: str) -> None:
-    _, one_pass = read_columns_and_tallies(str(plain_run / RECORDS), None, 1, parse_slo(slo_text))
+    slo = parse_slo(slo_text)
+    groups = read_columns(str(plain_run / RECORDS), None, slo, 1)
+    one_pass = {k: slo_tally(c, slo) for k, c in groups.items() if c.sent}
     by_record = per_record_tallies(plain_run / RECORDS, slo_text)
     assert list(one_pass) == list(by_record)
     for k, t in one_pass.items():

@@ -35,6 +35,7 @@ def test_every_figure_rounded_as_the_report_prints_it() -> None:
         requests=3, reasoning_tokens_mean=8.333, reasoning_share=0.13021, answer_ttft_p50_ms=12.345
     )
     part = LevelStats(1, 0, "c001", sent=2, agg_tok_s=10.04, acceptance=Acceptance(length=2.499))
+    part.extra["output_token_share"] = 0.4449  # its tokens / the level's: 44%
     mix = MixStats(categories=[GroupStats("coding", 1.0, part)])
     d = live_figures(_level(acceptance=a, reasoning=r, mix=mix))
     assert d["acceptance"] == {
@@ -52,6 +53,6 @@ def test_every_figure_rounded_as_the_report_prints_it() -> None:
     assert (rs["requests"], rs["reasoning_tokens_mean"], rs["reasoning_share"]) == (3, 8.3, 0.13)
     assert rs["answer_ttft_p50_ms"] == 12.3 and rs["answer_tok_s_mean"] is None
     assert d["categories"] == [
-        {"category": "coding", "sent": 2, "agg_tok_s": 10.0, "per_req_tok_s": None, "accept_length": 2.5}
+        {"category": "coding", "sent": 2, "tokens_pct": 44.0, "per_req_tok_s": None, "accept_length": 2.5}
     ]
     json.dumps(d)  # the page's JSON

@@ -126,7 +126,7 @@ def test_the_acceptance_card_shows_the_reports_figures(ui: tuple[str, Path], pag
             f"C={lv['concurrency']}",
             g["key"],
             str(g["sent"]),
-            fmt1(g["agg_tok_s"]),
+            fmt1(100 * g["output_token_share"], 0),
             fmt1(g["per_req_tok_s"]),
             fmt1(g["accept_length"], 2),
         ]

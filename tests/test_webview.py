@@ -15,9 +15,11 @@ from specload.analysis.live import MIN_RECOMPUTE_S, LiveRun
 from specload.analysis.metrics import ServerSample, level_json
 from specload.analysis.run import load_run
 from specload.core.records import PHASE_WARMUP
+from specload.core.rundir import RunMeta
 from specload.present.compare import table_columns, table_rows
 from specload.present.report import render_report
 from specload.present.webview import NoSuchRun, compare_bundle, list_runs, main, report_bundle, run_path
+from specload.workload.recorded import recorded_scenario
 from tests.conftest import specload_cmd
 from tests.test_report import T0, rec, sample_meta, sample_records, write_run
 
@@ -67,14 +69,14 @@ def test_warmup_records_alone_give_no_figures_but_count() -> None:
 
 def test_streamed_tokens_make_the_live_rate_and_the_series() -> None:
     live = LiveRun(2)
-    assert live.streamed_rate(0) is None and live.streamed_series(0) == []
+    assert live.streamed_rate(0) is None
     for t, a, b in ((0.0, 0, 0), (1.0, 50, 40), (2.0, 100, 90), (3.0, 150, 130)):
         live.set_streamed(0, "w1", a)
         live.set_streamed(0, "w2", b)
         live.sample_streamed(0, t)
     live.set_streamed(0, "w1", 10)  # an older report arriving late never lowers the count
     assert live.levels[0].streamed_total == 280
-    assert live.streamed_series(0) == [(1.0, 90.0), (2.0, 100.0), (3.0, 90.0)]
+    assert live.levels[0].series == [(0.0, 0), (1.0, 90), (2.0, 190), (3.0, 280)]
     assert live.streamed_rate(0) == pytest.approx(280 / 3)  # the whole 5-s window
     assert live.streamed_rate(0, window_s=1.0) == pytest.approx(90.0)
     live.set_streamed(5, "w1", 1)  # a level the run does not have: ignored
@@ -100,6 +102,11 @@ def test_list_runs_newest_first_from_run_json(results: Path) -> None:
     assert [r["name"] for r in runs] == ["mtp-2", "baseline-1"]
     assert runs[1]["label"] == "baseline" and runs[1]["status"] == "completed"
     assert runs[1]["levels"] == [1, 2, 4] and runs[1]["scenario"] == "smoke" and runs[1]["report"] is False
+    # read as a Scenario (workload.recorded): a field the run.json left out is its default
+    default = recorded_scenario(RunMeta(scenario={"name": "x"}))
+    assert (
+        default is not None and runs[1]["input_tokens"] == default.input_tokens and runs[1]["rates"] is None
+    )
     assert list_runs(results / "nowhere") == []
 
 

@@ -761,13 +761,3 @@ def read_columns(
     if notes is not None:
         reading.notes(notes)
     return reading.groups
-
-
-def read_columns_and_tallies(
-    path: str, notes: list[str] | None = None, processes: int = 1, slo: Slo | None = None
-) -> tuple[dict[GroupKey, LevelColumns], dict[GroupKey, SloTally]]:
-    """``read_columns``, and with ``slo`` each group's measured requests judged against it ({}
-    without one; a group without measured requests has no tally)."""
-    groups = read_columns(path, notes, slo, processes)
-    tallies = {} if slo is None else {k: slo_tally(c, slo) for k, c in groups.items() if c.sent}
-    return groups, tallies

@@ -94,6 +94,32 @@ def ci_change(base: Sequence[float], new: Sequence[float]) -> ChangeInterval | N
     return ChangeInterval(pct, half, t_quantile_975(test_df) * math.sqrt(qb + qn) / mb * 100.0, df)
 
 
+def repeats_to_settle(base: Sequence[float], new: Sequence[float]) -> int | None:
+    """How many repeats per arm the measured spread would need to settle the sign of the change
+    (docs/metrics.md, "Repeats to settle the sign"): the smallest n above the repeats run with
+    t_{0.975, 2n−2} × s × sqrt(2/n) < |mean(new) − mean(base)|, s² the two arms' sample variances
+    averaged. None where there is no spread to go on (fewer than 2 repeats a side, or none at all)
+    or no difference to settle."""
+    if len(base) < 2 or len(new) < 2:
+        return None
+    d = abs(statistics.fmean(new) - statistics.fmean(base))
+    s = math.sqrt((statistics.variance(base) + statistics.variance(new)) / 2.0)
+    if s <= 0 or d <= 0:
+        return None
+
+    def settles(n: int) -> bool:
+        return t_quantile_975(2 * n - 2) * s * math.sqrt(2.0 / n) < d
+
+    lo = max(len(base), len(new))  # does not settle it (or is not asked: the runs' own repeats)
+    hi = lo + 1
+    while not settles(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # settles(n) only grows with n: t and sqrt(2/n) both shrink
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if settles(mid) else (mid, hi)
+    return hi
+
+
 @dataclass(frozen=True)
 class Change:
     """A treatment figure vs the baseline's at one level."""
@@ -103,6 +129,7 @@ class Change:
     test_hw: float | None = None  # the ~ test's threshold, percent (None: ``ci`` is the threshold)
     comparable: bool = True  # False: the runs are not comparable at this level; shown as n/c
     single: bool = False  # a single run on one side at least: no interval, and no finding (SINGLE_MARK)
+    settle_n: int | None = None  # repeats per arm to settle the sign (repeats_to_settle); None: settled
 
     @property
     def noise(self) -> bool:
@@ -134,6 +161,7 @@ class Change:
             "noise_test_half_width_pct": self.test_hw,
             "comparable": self.comparable,
             "single_run": self.single,
+            "repeats_to_settle": self.settle_n,
         }
 
 
@@ -143,7 +171,8 @@ def change_of(
     """Change of the means, with an interval when both sides have >= 2 repeat values."""
     ci = ci_change(base, new)
     if ci is not None:
-        return Change(ci.pct, ci.half_width, ci.test_half_width)
+        ch = Change(ci.pct, ci.half_width, ci.test_half_width)
+        return dataclasses.replace(ch, settle_n=repeats_to_settle(base, new)) if ch.noise else ch
     pct = change_pct(base_mean, new_mean)
     return Change(pct, single=pct is not None)
 
@@ -781,12 +810,24 @@ def _sentence(comp: Comparison, t: ComparedRun) -> str:
     ]
     if noisy:
         where = ", ".join(comp.axis.at(c) for c in noisy)
-        text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats."
+        text += f" The changes marked {NOISE_MARK} ({where}) are inside the noise of the repeats"
+        text += _settle_part(comp.levels, agg, per, comp.axis) + "."
     return text + prompts
 
 
+def _settle_part(levels: Sequence[float], agg: Sequence[Change], per: Sequence[Change], axis: Axis) -> str:
+    """What settling the signs inside the noise would take: per level, the repeats per arm that
+    settle both its changes (the larger of the two), at the spread the repeats measured."""
+    need = []
+    for c, a, p in zip(levels, agg, per, strict=True):
+        ns = [ch.settle_n for ch in (a, p) if ch.usable and ch.noise and ch.settle_n is not None]
+        if ns:
+            need.append(f"at {axis.at(c)} would take ~{max(ns)}")
+    return f"; at their measured spread, settling the sign {', '.join(need)} repeats per arm" if need else ""
+
+
 def _with(ch: Change, check: LevelCheck) -> Change:
-    return ch if check.comparable else Change(ch.pct, ch.ci, ch.test_hw, comparable=False, single=ch.single)
+    return ch if check.comparable else dataclasses.replace(ch, comparable=False)
 
 
 def _marked(levels: Sequence[float], changes: Sequence[Change]) -> list[Crossover]:
@@ -973,7 +1014,7 @@ def drift_notes(comp: Comparison) -> list[str]:
 
 # ---------------------------------------------------------------- per prompt category
 # Speculation's change per prompt category: the answer for a mixed workload. A categorised dataset
-# (SPEED-Bench's rows) gives every record its row's category, and metrics.level_stats summarizes each
+# (SPEED-Bench's rows) gives every record its row's category, and metrics.summarize summarizes each
 # level's part per category as it summarizes the level; here each part's repeats are combined as the
 # level's are and compared with the level's own arithmetic (change_of, crossover, crossover_sentence)
 # and comparability, so that a category whose speedup ends at a lower concurrency than the mix's
@@ -992,9 +1033,10 @@ class CategoryComparison:
 
     category: str
     figures: dict[str, list[RepeatedLevelStats]]  # run label -> per level of the comparison
-    agg: dict[str, list[Change]]  # treatment label -> change of the category's Agg tok/s per level
+    # Treatment label -> change of the category's Per-req tok/s per level. Its Agg tok/s has no change
+    # of its own: over the level's wall time it is the level's times the category's share of the
+    # tokens, the same in both runs with the same prompts, so its change is the level's.
     per_req: dict[str, list[Change]]
-    crossovers_agg: dict[str, list[Crossover]]
     crossovers_per_req: dict[str, list[Crossover]]
     sentences: list[str]
 
@@ -1023,28 +1065,28 @@ def _change(b: RepeatedLevelStats, n: RepeatedLevelStats, attr: str, comparable:
     return ch if comparable else dataclasses.replace(ch, comparable=False)
 
 
+def _category_sentence(label: str, levels: Sequence[float], per: Sequence[Change], axis: Axis) -> str:
+    """The verdict's per-request part for one category (its aggregate is the level's: CategoryComparison)."""
+    words = _direction_part(levels, per, _PER_REQ, axis)
+    if words is None:
+        return f"{label}: no level was measured in both runs and comparable, so there is nothing to compare."
+    return f"{label}: {words}." + _left_out_part(levels, [Change(None)] * len(levels), per, axis)
+
+
 def compare_categories(comp: Comparison) -> list[CategoryComparison]:
     """Each category's changes and verdict; [] when no run has categories."""
     out = []
     for cat in categories(comp):
         figs = {r.label: [category_figures(r.figures[c], cat) for c in comp.levels] for r in comp.runs}
         base = figs[comp.baseline.label]
-        cc = CategoryComparison(cat, figs, {}, {}, {}, {}, [])
+        cc = CategoryComparison(cat, figs, {}, {}, [])
         for t in comp.treatments:
             ok = [k.comparable for k in comp.checks[t.label]]
             new = figs[t.label]
-            cc.agg[t.label] = [_change(b, n, "agg", k) for b, n, k in zip(base, new, ok, strict=True)]
             cc.per_req[t.label] = [_change(b, n, "per_req", k) for b, n, k in zip(base, new, ok, strict=True)]
-            cc.crossovers_agg[t.label] = crossover(comp.levels, cc.agg[t.label])
             cc.crossovers_per_req[t.label] = crossover(comp.levels, cc.per_req[t.label])
             cc.sentences.append(
-                crossover_sentence(
-                    f"{t.label} on {cat} prompts",
-                    comp.levels,
-                    cc.agg[t.label],
-                    cc.per_req[t.label],
-                    axis=comp.axis,
-                )
+                _category_sentence(f"{t.label} on {cat} prompts", comp.levels, cc.per_req[t.label], comp.axis)
             )
         out.append(cc)
     return out

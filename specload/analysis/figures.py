@@ -1,7 +1,7 @@
 """The figure table: one entry per per-level figure, and everything every surface needs to show it.
 
-A level's figures are computed once (``metrics.level_stats`` over its columns, and the same code
-over a part of them: a class, a turn, a category); this table says, per figure, what it is called,
+A level's figures are computed once, by one function (``metrics.summarize`` over its columns and
+a mask: the level, a part of it (a class, a turn, a category), or the live view's level so far); this table says, per figure, what it is called,
 in which unit and with how many digits, in which ``--columns`` sets and at which rank a narrow
 terminal keeps it, how its repeats combine (mean, max or sum), when a table shows it and on which
 surfaces it appears. The report's tables, its CSV and JSON, the HTML page and its charts,
@@ -69,7 +69,7 @@ class Figure:
     value: Callable[[LevelStats], Any]
     sets: tuple[str, ...] = ()
     # A figure computed here rather than a LevelStats field: over a level's columns and a mask of its
-    # requests (every measured one for the level); metrics.level_stats keeps it in LevelStats.extra.
+    # requests (every measured one for the level); metrics.summarize keeps it in LevelStats.extra.
     compute: Callable[[LevelColumns, Mask], float | None] | None = None
     rank: int | None = None
     combine: str = MEAN
@@ -79,7 +79,8 @@ class Figure:
     report: bool = True  # a column of the report's per-level table
     compare: bool = False  # a column per run of compare's table (compare's JSON has every numeric one)
     live: bool = False  # a column of the web page's live table
-    part: bool = False  # a column of the tables of a level's parts (its classes, turns, categories)
+    part: bool = False  # a column of the tables of a level's request classes and conversation turns
+    category: bool = False  # a column of the tables of a level's prompt categories
 
     @classmethod
     def of(cls, key: str, field: str, header: str, unit: str, digits: int, **kw: Any) -> Figure:
@@ -156,15 +157,18 @@ _VALUES: dict[str, Callable[[LevelStats], Any]] = {
     "goodput_req_s": _slo("goodput_req_s"),
     "goodput_tok_s": _slo("goodput_tok_s"),
     "fail_pct": _fail_pct,
+    "tokens_share": lambda s: s.extra.get("output_token_share"),
 }
 
 # The figures computed here, over a level's columns and a mask of its requests (the rest are the
-# fields metrics.level_stats fills).
+# fields metrics.summarize fills).
 _COMPUTE: dict[str, Callable[[LevelColumns, Mask], float | None]] = {}
 
 # The table, in the report's column order; docs/metrics.md defines every figure. ``on``: r the
 # report's table, c a column per run of compare's table (compare's JSON has every numeric figure),
-# l the web page's live table, p the tables of a level's parts (its classes, turns, categories),
+# l the web page's live table, p the tables of a level's request classes and turns, k those of its
+# prompt categories (where a part's Agg tok/s, over the level's wall time, is the level's times its
+# share of the tokens: its token share instead; docs/metrics.md, "Prompt categories"),
 # o not a number (its surfaces format the object ``value`` gives), - none of these.
 # ``rank``: - for never in a ranked table. ``sets``: + between sets, * for every set but the last two.
 _TABLE = """
@@ -172,33 +176,34 @@ key              | field                  | header                 | unit       
 rate             | rate                   | Rate (req/s)           | req/s       | 0      | 0    | mean    | if_value   | 1     | ro   | *
 c                | concurrency            | C                      | users       | 0      | 1    | mean    | always     | 1     | ro   | *
 agg              | agg_tok_s              | Agg tok/s              | tok/s       | 1      | 2    | mean    | always     | 1     | rclp | seed
-per_req          | per_req_tok_s          | Per-req tok/s          | tok/s       | 1      | 3    | mean    | always     | 1     | rclp | seed
+tokens_share     | output_token_share     | Tokens %               | %           | 0      | -    | mean    | if_value   | 100   | k    | seed
+per_req          | per_req_tok_s          | Per-req tok/s          | tok/s       | 1      | 3    | mean    | always     | 1     | rclpk| seed
 tokens           | output_tokens          | Tokens                 | tokens      | 0      | 4    | sum     | always     | 1     | r    | seed
 wall             | wall_s                 | Wall(s)                | s           | 1      | 5    | mean    | always     | 1     | r    | seed
-ok               | ok                     | Ok                     | requests    | 0      | 6    | sum     | always     | 1     | rp   | seed+failures
-fail             | failed                 | Fail                   | requests    | 0      | 8    | sum     | always     | 1     | rp   | failures
-short            | short                  | Short                  | requests    | 0      | 9    | sum     | always     | 1     | rp   | failures
-ttft_p50         | ttft_p50_ms            | TTFT p50 (ms)          | ms          | 1      | 12   | mean    | always     | 1     | rclp | latency
-ttft_p99         | ttft_p99_ms            | TTFT p99 (ms)          | ms          | 1      | 20   | mean    | always     | 1     | rclp | latency
-tpot_p50         | tpot_p50_ms            | TPOT p50 (ms)          | ms          | 1      | 13   | mean    | always     | 1     | rclp | latency
+ok               | ok                     | Ok                     | requests    | 0      | 6    | sum     | always     | 1     | rpk  | seed+failures
+fail             | failed                 | Fail                   | requests    | 0      | 8    | sum     | always     | 1     | rpk  | failures
+short            | short                  | Short                  | requests    | 0      | 9    | sum     | always     | 1     | rpk  | failures
+ttft_p50         | ttft_p50_ms            | TTFT p50 (ms)          | ms          | 1      | 12   | mean    | always     | 1     | rclpk| latency
+ttft_p99         | ttft_p99_ms            | TTFT p99 (ms)          | ms          | 1      | 20   | mean    | always     | 1     | rclpk| latency
+tpot_p50         | tpot_p50_ms            | TPOT p50 (ms)          | ms          | 1      | 13   | mean    | always     | 1     | rclpk| latency
 tpot_p99         | tpot_p99_ms            | TPOT p99 (ms)          | ms          | 1      | 21   | mean    | always     | 1     | rl   | latency
 itl_p99          | itl_p99_ms             | ITL p99 (ms)           | ms          | 1      | 22   | mean    | if_value   | 1     | c    | latency
-e2e_p50          | e2e_p50_s              | E2E p50 (s)            | s           | 2      | 23   | mean    | always     | 1     | rp   | latency
+e2e_p50          | e2e_p50_s              | E2E p50 (s)            | s           | 2      | 23   | mean    | always     | 1     | rpk  | latency
 steady           | steady_tok_s           | Steady tok/s           | tok/s       | 1      | 27   | mean    | always     | 1     | r    | throughput
 mean_conc        | mean_concurrency       | Mean conc              | requests    | 1      | 29   | mean    | always     | 1     | r    | throughput
 req_s            | req_s                  | Req/s                  | req/s       | 2      | 28   | mean    | always     | 1     | r    | throughput
 late             | late                   | Late                   | requests    | 0      | 11   | sum     | if_counted | 1     | r    | failures
 429              | rate_limited           | 429                    | requests    | 0      | 10   | sum     | if_counted | 1     | r    | failures
-accept           | accept_length          | Accept len             | tokens/step | 2      | 7    | mean    | if_value   | 1     | rclp | server+acceptance
+accept           | accept_length          | Accept len             | tokens/step | 2      | 7    | mean    | if_value   | 1     | rclpk| server+acceptance
 accept_rate      | accept_rate            | Accept rate %          | %           | 1      | 18   | mean    | if_value   | 100   | rc   | server+acceptance
-tok_pass         | tokens_per_pass        | Tok/pass               | tokens/pass | 2      | 38   | mean    | if_value   | 1     | rcp  | acceptance
+tok_pass         | tokens_per_pass        | Tok/pass               | tokens/pass | 2      | 38   | mean    | if_value   | 1     | rcpk | acceptance
 accept_pos       | accept_per_position    | Accept >=k %           | %           | 0      | 32   | mean    | if_value   | 100   | ro   | server+acceptance
 accept_hist      | accept_histogram       | Accept hist %          | %           | 0      | 33   | mean    | if_value   | 100   | ro   | acceptance
 accept_along     | accept_along           | Accept len per 100 tok | tokens/step | 2      | 34   | mean    | if_value   | 1     | ro   | acceptance
 first_answer     | answer_ttft_p50_ms     | First answer p50 (ms)  | ms          | 1      | 35   | mean    | if_value   | 1     | rc   | reasoning
 reasoning_tokens | reasoning_tokens_mean  | Reasoning tokens       | tokens      | 1      | 37   | mean    | if_value   | 1     | rc   | reasoning
 answer_tok_s     | answer_tok_s_mean      | Answer tok/s           | tok/s       | 1      | 36   | mean    | if_value   | 1     | rc   | reasoning
-prefix_hit       | prefix_cache_hit_rate  | Prefix hit %           | %           | 1      | 19   | mean    | if_counted | 100   | rclp | server
+prefix_hit       | prefix_cache_hit_rate  | Prefix hit %           | %           | 1      | 19   | mean    | if_counted | 100   | rclpk| server
 srv_run_max      | server_running_max     | Srv run max            | requests    | 0      | 24   | max     | if_value   | 1     | r    | server
 srv_run_mean     | server_running_mean    | Srv run mean           | requests    | 1      | 31   | mean    | if_value   | 1     | r    | server
 srv_queue_max    | server_queued_max      | Srv queue max          | requests    | 0      | 14   | max     | if_value   | 1     | r    | server
@@ -236,6 +241,7 @@ def _figure(line: str) -> Figure:
         compare="c" in on,
         live="l" in on,
         part="p" in on,
+        category="k" in on,
     )
 
 
@@ -252,21 +258,29 @@ class ChartSpec:
     title: str
     y_label: str
     lines: tuple[tuple[str, str], ...]  # (figure key, line name)
+    page_id: str  # the web page's live chart is figure ``chart-<page_id>``
     marks: bool = False  # the throughput charts: a comparison's crossovers are marked on them
     if_value: bool = False  # drawn only when some level has a value
 
 
 # The charts against C (or the rate), in page order (the Pareto plot follows the E2E chart).
 CHARTS = (
-    ChartSpec("agg_tok_s", "Aggregate output tok/s", "tok/s", (("agg", ""),), marks=True),
-    ChartSpec("per_req_tok_s", "Per-request tok/s", "tok/s per request", (("per_req", ""),), marks=True),
-    ChartSpec("ttft", "TTFT p50 and p99", "ms", (("ttft_p50", "p50"), ("ttft_p99", "p99"))),
-    ChartSpec("tpot", "TPOT p50 and p99", "ms", (("tpot_p50", "p50"), ("tpot_p99", "p99"))),
-    ChartSpec("itl", "ITL p50 and p99", "ms", (("itl_p50", "p50"), ("itl_p99", "p99"))),
-    ChartSpec("e2e", "E2E latency p50 and p99", "s", (("e2e_p50", "p50"), ("e2e_p99", "p99"))),
-    ChartSpec("errors", "Failed and short requests", "% of measured requests", (("fail_pct", ""),)),
+    ChartSpec("agg_tok_s", "Aggregate output tok/s", "tok/s", (("agg", ""),), "agg", marks=True),
     ChartSpec(
-        "accept", "Acceptance length per level", "tokens per verify step", (("accept", ""),), if_value=True
+        "per_req_tok_s", "Per-request tok/s", "tok/s per request", (("per_req", ""),), "perreq", marks=True
+    ),
+    ChartSpec("ttft", "TTFT p50 and p99", "ms", (("ttft_p50", "p50"), ("ttft_p99", "p99")), "ttft"),
+    ChartSpec("tpot", "TPOT p50 and p99", "ms", (("tpot_p50", "p50"), ("tpot_p99", "p99")), "tpot"),
+    ChartSpec("itl", "ITL p50 and p99", "ms", (("itl_p50", "p50"), ("itl_p99", "p99")), "itl"),
+    ChartSpec("e2e", "E2E latency p50 and p99", "s", (("e2e_p50", "p50"), ("e2e_p99", "p99")), "e2e"),
+    ChartSpec("errors", "Failed and short requests", "% of measured requests", (("fail_pct", ""),), "errors"),
+    ChartSpec(
+        "accept",
+        "Acceptance length per level",
+        "tokens per verify step",
+        (("accept", ""),),
+        "accept",
+        if_value=True,
     ),
 )
 

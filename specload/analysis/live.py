@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from specload.analysis.cap import running_cap
 from specload.analysis.columns import LevelColumns
-from specload.analysis.metrics import LevelStats, ServerSample, level_stats
+from specload.analysis.metrics import LevelStats, ServerSample, summarize
 from specload.core.records import RequestRecord
 from specload.core.rundir import ServerInfo
 from specload.core.slo import Slo
@@ -104,18 +104,6 @@ class LiveRun:
             t0, n0 = lv.series[-2]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else None
 
-    def streamed_series(self, index: int) -> list[tuple[float, float]]:
-        """(seconds since the first sample, tok/s over the interval ending there) per sample."""
-        lv = self._level(index)
-        if lv is None or len(lv.series) < 2:
-            return []
-        t_first = lv.series[0][0]
-        out = []
-        for (ta, na), (tb, nb) in zip(lv.series, lv.series[1:], strict=False):
-            if tb > ta:
-                out.append((tb - t_first, (nb - na) / (tb - ta)))
-        return out
-
     def stats(
         self,
         index: int,
@@ -140,10 +128,10 @@ class LiveRun:
             or (lv.stats is not None and lv.stats.status != status and final)
         ):
             t0 = time.perf_counter()
-            lv.stats = level_stats(
+            lv.stats = summarize(
                 lv.cols,
-                concurrency,
-                repeat,
+                concurrency=concurrency,
+                repeat=repeat,
                 index=index,
                 status=status,
                 samples=self.samples,

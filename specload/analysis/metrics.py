@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from specload.analysis import figures
 from specload.analysis.acceptance import Acceptance, acceptance
-from specload.analysis.columns import GroupKey, LevelColumns, count_of, itl_qs, slo_tally
+from specload.analysis.columns import GroupKey, LevelColumns, count_of, slo_tally
 from specload.analysis.drift import DRIFT_SEGMENTS, Drift, drift_of
 from specload.analysis.mixstats import (
     LengthSummary,
@@ -38,10 +38,6 @@ from specload.core.slo import LevelSlo, Slo
 
 Floats = npt.NDArray[np.float64]
 
-# Where LevelStats.accept_length came from.
-ACCEPT_FROM_RECORDS = "meta_info"  # SGLang per-request meta_info.spec_verify_ct
-ACCEPT_FROM_COUNTERS = "server_counters"  # vLLM /metrics spec_decode counters, sampled
-
 # A closed-loop user hands its slot from a finished request to its next one in (milli)seconds; a
 # dip below C shorter than this is that hand-off, not the end of the steady state.
 STEADY_MAX_DIP_S = 0.5
@@ -49,8 +45,6 @@ STEADY_MAX_DIP_S = 0.5
 STEADY_MIN_WINDOW_S = 1.0
 # The percentiles every latency distribution carries (the report shows a chosen subset).
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
-# Below this many values a high percentile is little more than the maximum: the report marks it.
-SMALL_SAMPLE = 100
 # Rate levels: a request sent more than this long after it was due was late (it waited for a
 # free user, or for the client's own event loop). Below it is ordinary scheduling jitter.
 LATE_S = 0.010
@@ -136,7 +130,7 @@ def _ms(v: float | None) -> float | None:
 @dataclass
 class GroupStats:
     """One part of a level (a request class, a conversation turn, a prompt category): its share of
-    the level's requests and its figures, summarized as a level's are (``part_stats``)."""
+    the level's requests and its figures, summarized by the level's own code (``summarize``)."""
 
     key: Any  # the class's or category's name, or the turn index
     share: float | None  # its requests / the level's measured requests
@@ -221,7 +215,7 @@ class LevelStats:
     lag_p99_ms: float | None = None
     lag_max_ms: float | None = None
     late_note: str | None = None
-    # The workload (specload.analysis.mixstats, filled by level_stats): the share of prompt tokens the
+    # The workload (specload.analysis.mixstats, filled by summarize): the share of prompt tokens the
     # server's prefix cache served, where that figure came from, and the lengths, classes and turns.
     prefix_cache_hit_rate: float | None = None
     prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
@@ -392,12 +386,6 @@ def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, e
     queued = [x.queued for x in inside if x.queued is not None]
     s.server_running_max, s.server_running_mean = _max_mean(running)
     s.server_queued_max, s.server_queued_mean = _max_mean(queued)
-
-
-def _belongs(r: RequestRecord, concurrency: int, repeat: int, index: int | None) -> bool:
-    if r.concurrency != concurrency or r.repeat != repeat:
-        return False
-    return index is None or r.level == index
 
 
 def _mode(xs: Floats) -> Any:
@@ -768,11 +756,13 @@ def late_note(late: int, n: int, p99_ms: float, peak: int | None, pool: int) -> 
     )
 
 
-def level_stats(
+def summarize(
     c: LevelColumns,
-    concurrency: int,
-    repeat: int = 0,
+    mask: npt.NDArray[np.bool_] | None = None,
     *,
+    part_of: LevelStats | None = None,
+    concurrency: int = 0,
+    repeat: int = 0,
     index: int | None = None,
     status: str | None = None,
     samples: Sequence[ServerSample] | None = None,
@@ -780,43 +770,65 @@ def level_stats(
     rate: float | None = None,
     slo: Slo | None = None,
 ) -> LevelStats:
-    """Every figure of one level from its columns (``summarize_level`` for what the arguments
-    mean; ``slo``: judge the level against it, LevelStats.slo). Each fill sets its figures on the
-    stats directly: a figure computed is a figure kept (tests/test_metrics.py checks every field)."""
-    s = LevelStats(
-        concurrency=concurrency,
-        repeat=repeat,
-        label=level_label(concurrency, repeat, rate),
-        index=index,
-        status=status,
-        warmup=c.warmup,
-        rate=rate,
-    )
-    if slo is not None:
-        s.slo = slo_tally(c, slo).result()
+    """Every figure of a level's requests where ``mask`` holds (None: all of them): the one figure
+    code behind a level, its parts and the live view. Each fill sets its figures on the stats
+    directly: a figure computed is a figure kept (tests/test_metrics.py checks every field).
+
+    A level gets every figure (``index``: its run.json level, whose closing server sample ends its
+    counter window; ``status``: its status in run.json, copied as is; ``samples``: the run's server
+    samples in time order, those outside the level's window ignored; ``slo``: judge the level
+    against it, LevelStats.slo), and its parts (request classes, turns, categories) summarized
+    by this same function. A part (``part_of``: the level it is a part of) gets its outcomes,
+    latencies, acceptance and prefix cache from its own requests (from the records alone: the
+    server's counters and gauges cover the whole level) and its throughput over the level's wall
+    time, so that the parts add up to the level; the figures of the level's time course (steady
+    state, schedule, series) and its SLO are the level's alone."""
+    if mask is not None:
+        c = c.subset(mask)
+    if part_of is not None:
+        s = LevelStats(part_of.concurrency, part_of.repeat, part_of.label, rate=part_of.rate, warmup=c.warmup)
+        samples = ()
+    else:
+        s = LevelStats(
+            concurrency=concurrency,
+            repeat=repeat,
+            label=level_label(concurrency, repeat, rate),
+            index=index,
+            status=status,
+            warmup=c.warmup,
+            rate=rate,
+        )
+        if slo is not None:
+            s.slo = slo_tally(c, slo).result()
     if not c.sent:
         return s
+    samples = samples or ()
     start, end = float(c.col("t_send").min()), float(c.col("t_end").max())
     _fill_outcomes(s, c)
     _fill_latency(s, c)
     if samples:
         _fill_server(s, samples, start, end)
-    counters_end = counter_window_end(samples or (), index, end)
-    s.acceptance = acceptance(c, samples or (), start, counters_end)
+    counters_end = counter_window_end(samples, index, end)
+    s.acceptance = acceptance(c, samples, start, counters_end)
+    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples, start, end, counters_end)
+    _fill_computed(s, c)
+    if part_of is not None:
+        if part_of.wall_s:
+            s.agg_tok_s, s.req_s = s.output_tokens / part_of.wall_s, s.ok / part_of.wall_s
+        if part_of.output_tokens:
+            s.extra["output_token_share"] = s.output_tokens / part_of.output_tokens
+        s.mix = MixStats(lengths_of(c))
+        return s
     if s.server_running_max is not None and s.server_queued_max:
         # The server queued part of this level: it ran at most what its gauge peaked at.
         cap = min(cap or s.concurrency, int(s.server_running_max))
     _fill_throughput(s, c, start, end, cap)
     _fill_schedule(s, c)
     s.reasoning = reasoning_stats(c, s.wall_s)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(
-        c, samples or (), start, end, counters_end
-    )
-    _fill_computed(s, c)
     s.mix = MixStats(lengths_of(c), varied(c), answers_varied(c))
     for kind, parts in parts_of(c).items():
         groups = [
-            GroupStats(key, int(mask.sum()) / c.sent, part_stats(s, c.subset(mask))) for key, mask in parts
+            GroupStats(key, int(mask.sum()) / c.sent, summarize(c, mask, part_of=s)) for key, mask in parts
         ]
         setattr(s.mix, {"class": "classes", "turn": "turns", "category": "categories"}[kind], groups)
     return s
@@ -830,57 +842,12 @@ def _fill_computed(s: LevelStats, c: LevelColumns) -> None:
             s.extra[f.field] = f.compute(c, everything)
 
 
-def part_stats(level: LevelStats, c: LevelColumns) -> LevelStats:
-    """A part of a level (``c``: its requests) summarized as the level is: its outcomes, latencies,
-    acceptance and prefix cache from its own requests (from the records alone: the server's
-    counters cover the whole level), its throughput over the level's wall time, so that the parts
-    add up to the level."""
-    s = LevelStats(level.concurrency, level.repeat, level.label, rate=level.rate, warmup=c.warmup)
-    if not c.sent:
-        return s
-    _fill_outcomes(s, c)
-    _fill_latency(s, c)
-    if level.wall_s:
-        s.agg_tok_s, s.req_s = s.output_tokens / level.wall_s, s.ok / level.wall_s
-    s.acceptance = acceptance(c, (), 0.0, 0.0)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, (), 0.0, 0.0)
-    s.mix = MixStats(lengths_of(c))
-    _fill_computed(s, c)
-    return s
-
-
 def counter_window_end(samples: Sequence[ServerSample], index: int | None, end: float) -> float:
     """Where a level's counter deltas end: at the sample taken as level ``index`` closed (every one of
     its requests back, the next level not begun: nothing else ran between ``end`` and it), else at
     ``end``, whose last sample may come up to a sampling interval before the level's last steps."""
     closing = [s.t for s in samples if index is not None and s.closes == index and s.t >= end]
     return min(closing) if closing else end
-
-
-def summarize_level(
-    records: Iterable[RequestRecord],
-    concurrency: int,
-    repeat: int = 0,
-    *,
-    index: int | None = None,
-    status: str | None = None,
-    samples: Sequence[ServerSample] | None = None,
-    cap: int | None = None,
-    rate: float | None = None,
-    slo: Slo | None = None,
-) -> LevelStats:
-    """Stats of one level from any set of records (those of other levels are filtered out).
-
-    ``index`` narrows the match to one run.json level when the same (C, repeat) occurs twice;
-    ``status`` is that level's status in run.json, copied as is. ``samples`` are the run's
-    server samples (any order; those outside the level's measured window are ignored).
-    """
-    cols = LevelColumns(itl_qs(slo))
-    cols.extend([r for r in records if _belongs(r, concurrency, repeat, index)])
-    samples = sorted(samples or [], key=lambda x: x.t)
-    return level_stats(
-        cols, concurrency, repeat, index=index, status=status, samples=samples, cap=cap, rate=rate, slo=slo
-    )
 
 
 @dataclass
@@ -934,10 +901,10 @@ def summarize_rows(
     rows.reverse()
     while rows:
         row = rows.pop()
-        s = level_stats(
+        s = summarize(
             row.columns,
-            row.concurrency,
-            row.repeat,
+            concurrency=row.concurrency,
+            repeat=row.repeat,
             index=row.index,
             status=row.status,
             samples=samples,
@@ -950,10 +917,6 @@ def summarize_rows(
     return out
 
 
-def _claimed(r: RequestRecord, plan: Sequence[LevelMeta]) -> bool:
-    return any(_belongs(r, lv.concurrency, lv.repeat, lv.index) for lv in plan)
-
-
 def _plan(levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None) -> list[LevelMeta]:
     """run.json levels as LevelMeta; an entry that is not a level (no concurrency) is skipped."""
     out: list[LevelMeta] = []
@@ -961,43 +924,6 @@ def _plan(levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None) -> list[L
         lv = m if isinstance(m, LevelMeta) else LevelMeta.from_json(m)
         if lv is not None:
             out.append(lv)
-    return out
-
-
-def summarize_run(
-    records: Sequence[RequestRecord],
-    levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None,
-    samples: Sequence[ServerSample] | None = None,
-    cap: int | None = None,
-) -> list[LevelStats]:
-    """One row per run.json level (in sweep order, even without records), then any unplanned levels.
-
-    ``levels_meta``: run.json ``levels``, typed (RunMeta.levels) or as parsed JSON objects.
-    Rows for levels that run.json does not list are kept rather than dropped: records are the
-    ground truth, and a missing or stale run.json must not hide measurements. ``samples`` (the
-    run's server_samples.jsonl) add the server-side columns and, on vLLM, the accept length.
-    """
-    samples = sorted(samples or [], key=lambda x: x.t)
-    plan = _plan(levels_meta)
-    out = [
-        summarize_level(
-            records,
-            lv.concurrency,
-            lv.repeat,
-            index=lv.index,
-            status=lv.status,
-            samples=samples,
-            cap=cap,
-            rate=lv.rate,
-        )
-        for lv in plan
-    ]
-    extra = sorted({(r.level, r.concurrency, r.repeat) for r in records if not _claimed(r, plan)})
-    for idx, c, rep in extra:
-        rate = next((r.rate for r in records if (r.level, r.concurrency, r.repeat) == (idx, c, rep)), None)
-        s = summarize_level(records, c, rep, index=idx, samples=samples, cap=cap, rate=rate)
-        s.planned = False
-        out.append(s)
     return out
 
 

@@ -3,7 +3,7 @@ conversation turns, and how much of its prompts the server's prefix cache served
 
 Pure functions over a level's columns (``columns.LevelColumns``; a class's or a turn's requests
 are the level's columns where its label is) and the run's server samples
-(``metrics.ServerSample``, read by attribute). ``metrics.level_stats`` calls these for every
+(``metrics.ServerSample``, read by attribute). ``metrics.summarize`` calls these for every
 level, whichever way it was read, and summarizes each part (a class, a turn, a category) as it
 summarizes the level. The definitions are in
 docs/metrics.md ("Request lengths", "Request classes and conversation turns", "Prefix cache hit rate").
@@ -11,7 +11,7 @@ docs/metrics.md ("Request lengths", "Request classes and conversation turns", "P
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,12 +59,6 @@ def summarize(values: Floats) -> LengthSummary:
         return LengthSummary()
     p50, p90 = percentiles(xs, (50.0, 90.0))
     return LengthSummary(n, float(xs.sum()) / n, p50, p90, float(xs.max()))
-
-
-def summarize_counts(counts: Mapping[Any, int]) -> LengthSummary:
-    """``summarize`` of values given as value -> how many times."""
-    items = [(v, k) for v, k in counts.items() if v is not None and k > 0]
-    return summarize(np.repeat(np.array([v for v, _ in items], dtype=np.float64), [k for _, k in items]))
 
 
 def _lengths(c: LevelColumns) -> dict[str, Floats]:

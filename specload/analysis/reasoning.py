@@ -5,7 +5,7 @@ before its answer. TTFT stays the first token of any kind; the user waits for th
 token, and the answer's rate is what they read at. The records of such streams carry
 ``t_first_answer``, ``reasoning_tokens`` and its source (``specload.client.backends.chat``,
 ``client.stream``). Pure functions over a level's columns, called once per level by
-``metrics.level_stats``; the definitions are in docs/metrics.md, "Reasoning streams".
+``metrics.summarize``; the definitions are in docs/metrics.md, "Reasoning streams".
 """
 
 from __future__ import annotations

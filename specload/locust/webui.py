@@ -56,10 +56,11 @@ from specload.locust.owner import SweepOwner
 from specload.locust.websafety import PAGE
 from specload.present.acceptview import live_figures
 from specload.present.charts import RunLines, acceptance_over_time, server_chart
-from specload.present.liverow import live_columns, live_row
+from specload.present.liverow import live_charts, live_columns, live_row
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
 from specload.workload.config import FIELDS
+from specload.workload.recorded import recorded_scenario
 
 logger = logging.getLogger("specload")
 
@@ -396,11 +397,12 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
         "server_now": None,
         "series": None,
         "columns": live_columns(),
+        "charts": live_charts(),
     }
     if owner.run_dir is None or owner.ctrl is None:
         return out
     m = owner.meta
-    sc = m.scenario if isinstance(m.scenario, dict) else {}
+    sc = recorded_scenario(m)
     out["run"] = {
         "run_dir": owner.run_dir,
         "name": os.path.basename(owner.run_dir),
@@ -410,12 +412,12 @@ def live_payload(environment: Any, owner: SweepOwner) -> dict[str, Any]:
         "host": m.host,
         "backend": m.backend,
         "model": m.model,
-        "scenario": sc.get("name"),
+        "scenario": sc.name if sc else None,
         "scenario_file": m.scenario_file,
-        "input_tokens": sc.get("input_tokens"),
-        "output_tokens": sc.get("output_tokens"),
-        "levels": sc.get("levels"),
-        "rates": sc.get("rates"),
+        "input_tokens": sc.input_tokens if sc else None,
+        "output_tokens": sc.output_tokens if sc else None,
+        "levels": sc.levels if sc else None,
+        "rates": sc.rates if sc else None,
         "started_at": m.started_at,
         "ended_at": m.ended_at,
         "simulated": m.simulated,

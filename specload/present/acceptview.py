@@ -144,7 +144,9 @@ def live_figures(s: LevelStats | None) -> dict[str, object]:
         {
             "category": str(g.key),
             "sent": g.stats.sent,
-            "agg_tok_s": _round(g.stats.agg_tok_s, 1),
+            "tokens_pct": _round(
+                None if (sh := g.stats.extra.get("output_token_share")) is None else 100 * sh, 0
+            ),
             "per_req_tok_s": _round(g.stats.per_req_tok_s, 1),
             "accept_length": _round(g.stats.accept_length, 2),
         }

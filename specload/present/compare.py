@@ -126,6 +126,7 @@ def _pct(comp: Comparison, t: str, i: int, field: str) -> float | None:
 
 # The acceptance and reasoning details (present.acceptcompare) follow this figure's columns.
 _DETAILS_AFTER = "accept_rate"
+_SETTLE_AFTER = "per_req"  # the repeats to settle the signs of agg and per-req: after both changes
 
 
 def _figures(comp: Comparison) -> list[tuple[Figure, bool]]:
@@ -143,6 +144,20 @@ def _run_cell(fig: Figure, f: RepeatedLevelStats) -> str:
     return fmt_num(None if v is None else v * fig.scale, fig.digits)
 
 
+def _has_spread(comp: Comparison) -> bool:
+    """Some change has an interval (>= 2 repeats a side): the repeats-to-settle column is shown."""
+    return any(ch.ci is not None for chs in (*comp.agg.values(), *comp.per_req.values()) for ch in chs)
+
+
+def settle_cell(comp: Comparison, t: str, i: int) -> str:
+    """Repeats per arm to settle the signs inside the noise at level ``i`` (the larger of agg's and
+    per-request's, Change.settle_n: ~N); — where both are settled or there is no spread; - where
+    there is no interval."""
+    chs = [ch for ch in (comp.agg[t][i], comp.per_req[t][i]) if ch.usable and ch.ci is not None]
+    ns = [ch.settle_n for ch in chs if ch.noise and ch.settle_n is not None]
+    return f"~{max(ns)}" if ns else ("—" if chs else MISSING)
+
+
 def _columns(comp: Comparison) -> list[tuple[str, str]]:
     """(header, key in tableview.PRIORITY) of each column, in order: the level axis, then per figure
     each run's value and each treatment's change; the acceptance and reasoning details after the
@@ -153,6 +168,8 @@ def _columns(comp: Comparison) -> list[tuple[str, str]]:
             cols += [(f"{fig.header} {r.label}", fig.key) for r in comp.runs]
         if shown and fig.key in _CHANGES:
             cols += [(f"{_CHANGES[fig.key][0]} {t.label}", fig.key) for t in comp.treatments]
+        if shown and fig.key == _SETTLE_AFTER and _has_spread(comp):
+            cols += [(f"Repeats to settle {t.label}", fig.key) for t in comp.treatments]
         if fig.key == _DETAILS_AFTER:
             cols += extra_columns(comp)
     return cols
@@ -166,6 +183,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
     figs = _figures(comp)
     extra = extra_rows(comp)
+    spread = _has_spread(comp)
     rows: list[list[str]] = []
     for i, c in enumerate(comp.levels):
         row = [f"{c:g}"]
@@ -174,6 +192,8 @@ def table_rows(comp: Comparison) -> list[list[str]]:
                 row += [_run_cell(fig, r.figures[c]) for r in comp.runs]
             if shown and fig.key in _CHANGES:
                 row += [_CHANGES[fig.key][1](comp, t.label, i) for t in comp.treatments]
+            if shown and fig.key == _SETTLE_AFTER and spread:
+                row += [settle_cell(comp, t.label, i) for t in comp.treatments]
             if fig.key == _DETAILS_AFTER:
                 row += extra[i]
         rows.append(row)
@@ -291,17 +311,8 @@ def _category_dict(comp: Comparison, cc: CategoryComparison) -> dict[str, Any]:
     return {
         "category": cc.category,
         "figures": {label: [_part_dict(f) for f in fs] for label, fs in cc.figures.items()},
-        "changes": {
-            t: {"agg": [ch.to_dict() for ch in cc.agg[t]], "per_req": [ch.to_dict() for ch in cc.per_req[t]]}
-            for t in cc.agg
-        },
-        "crossovers": {
-            t: {
-                "agg": [asdict(x) for x in cc.crossovers_agg[t]],
-                "per_req": [asdict(x) for x in cc.crossovers_per_req[t]],
-            }
-            for t in cc.agg
-        },
+        "changes": {t: {"per_req": [ch.to_dict() for ch in chs]} for t, chs in cc.per_req.items()},
+        "crossovers": {t: {"per_req": [asdict(x) for x in xs]} for t, xs in cc.crossovers_per_req.items()},
         "sentences": cc.sentences,
     }
 
@@ -316,10 +327,10 @@ def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
         comp.axis.name.capitalize(),
         "Run",
         "Sent",
-        "Agg tok/s",
-        "Δ agg",
+        "Tokens %",
         "Per-req tok/s",
         "Δ per-req",
+        "TPOT p50 (ms)",
         "Accept len",
     ]
     rows = []
@@ -330,18 +341,18 @@ def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
                 sent = sum(s.sent for s in f.levels)
                 if not sent:
                     continue
-                agg = cc.agg.get(r.label)
                 per = cc.per_req.get(r.label)
+                share = f.of("output_token_share")
                 rows.append(
                     [
                         cc.category,
                         f"{c:g}",
                         r.label,
                         str(sent),
-                        fmt_num(f.agg_tok_s_mean, 1),
-                        change_cell(agg[i]) if agg else "",
+                        fmt_num(None if share is None else 100 * share, 0),
                         fmt_num(f.per_req_tok_s_mean, 1),
                         change_cell(per[i]) if per else "",
+                        fmt_num(f.of("tpot_p50_ms"), 1),
                         fmt_num(f.of("accept_length"), 2),
                     ]
                 )

@@ -55,3 +55,19 @@ def live_columns() -> list[dict[str, Any]]:
         for f in figures.FIGURES
         if f.live
     ]
+
+
+def live_charts() -> list[dict[str, Any]]:
+    """The web page's charts against the level axis (figures.CHARTS, in page order; webpage/app.js
+    draws them from the finished levels' rows, by JSON field)."""
+    return [
+        {
+            "id": ch.page_id,
+            "key": ch.key,
+            "title": ch.title,
+            "y_label": ch.y_label,
+            "lines": [{"field": figures.BY_KEY[k].field, "name": name} for k, name in ch.lines],
+            "if_value": ch.if_value,
+        }
+        for ch in figures.CHARTS
+    ]

@@ -15,21 +15,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specload.analysis import figures
 from specload.analysis.comparison import CONCURRENCY, Axis, ComparedRun, Comparison, Crossover
 from specload.analysis.metrics import SERIES_BUCKET_S, LevelStats
 
 MISSING_NOTICE = "plot skipped: matplotlib is not installed (pip install 'specload[plot]')"
 
-# (figure of RepeatedLevelStats, Crossovers field, panel name)
-_PANELS = (
-    ("agg_tok_s_mean", "agg", "Aggregate tok/s"),
-    ("per_req_tok_s_mean", "per_req", "Per-request tok/s"),
-)
+# The figure table's charts a comparison marks its crossovers on: one panel each, its figure's
+# crossovers (Crossovers has a field per such figure key) drawn on it.
+_PANELS = tuple(ch for ch in figures.CHARTS if ch.marks)
 
 
-def _series(run: ComparedRun, cs: list[float], attr: str) -> tuple[list[float], list[float]]:
-    """The run's points of one figure, skipping levels it has no value for."""
-    pts = [(c, getattr(run.figures[c], attr)) for c in cs]
+def _series(run: ComparedRun, cs: list[float], field: str) -> tuple[list[float], list[float]]:
+    """The run's points of one figure (its JSON field), skipping levels it has no value for."""
+    pts = [(c, run.figures[c].of(field)) for c in cs]
     return [c for c, v in pts if v is not None], [v for _, v in pts if v is not None]
 
 
@@ -68,9 +67,10 @@ def _mark_crossover(ax: Any, label: str, x: Crossover, axis: Axis) -> None:
     )
 
 
-def _panel(ax: Any, comp: Comparison, cs: list[float], attr: str, key: str, name: str) -> None:
+def _panel(ax: Any, comp: Comparison, cs: list[float], chart: figures.ChartSpec) -> None:
+    key, name = chart.lines[0][0], chart.title
     for run in comp.runs:
-        xs, ys = _series(run, cs, attr)
+        xs, ys = _series(run, cs, figures.BY_KEY[key].field)
         if xs:
             ax.plot(xs, ys, marker="o", label=run.label)
     for t in comp.treatments:
@@ -83,7 +83,7 @@ def _panel(ax: Any, comp: Comparison, cs: list[float], attr: str, key: str, name
         ax.set_xticks(cs, [f"{c:g}" for c in cs])
         ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("request rate (req/s, log2)" if comp.axis.rate else "concurrency C (log2)")
-    ax.set_ylabel(name)
+    ax.set_ylabel(chart.y_label)
     ax.set_title(f"{name} vs {comp.axis.name}")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
@@ -91,7 +91,8 @@ def _panel(ax: Any, comp: Comparison, cs: list[float], attr: str, key: str, name
 
 
 def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | None = None) -> Path | None:
-    """Write one PNG with two panels (aggregate tok/s, per-request tok/s vs C) and return its path.
+    """Write one PNG with a panel per chart of the figure table that marks crossovers (aggregate
+    tok/s, per-request tok/s vs C) and return its path.
 
     Each run is a line through its figures per level (repeats averaged), on a log2 x axis with the
     measured levels as ticks; each treatment's crossovers with the baseline (comparison.crossover,
@@ -111,9 +112,9 @@ def plot_comparison(comparison: Comparison, path: str | Path, *, title: str | No
     cs = [c for c in comparison.levels if c > 0]
     fig = Figure(figsize=(12, 4.8), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2)
-    for ax, (attr, key, name) in zip(axes, _PANELS, strict=True):
-        _panel(ax, comparison, cs, attr, key, name)
+    axes = fig.subplots(1, len(_PANELS))
+    for ax, chart in zip(axes, _PANELS, strict=True):
+        _panel(ax, comparison, cs, chart)
     return _save(fig, out, title or "specload: " + " vs ".join(r.label for r in comparison.runs), comparison)
 
 

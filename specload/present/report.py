@@ -354,7 +354,7 @@ def _length_mean(s: LevelStats, key: str) -> str:
 def render_parts(levels: Sequence[LevelStats], kind: str, fmt: str = "github") -> str | None:
     """Per level, each of its parts of ``kind`` (PARTS: its classes, turns or prompt categories), then
     (classes, categories) the level itself as "all": the figure table's part columns, each part
-    summarized as a level is (metrics.part_stats); None when no level has such parts."""
+    summarized as a level is (metrics.summarize); None when no level has such parts."""
     name, total = PARTS[kind]
     rows_of: list[tuple[LevelStats, str, float | None, LevelStats]] = []
     for s, m in _mixed(levels):
@@ -364,7 +364,8 @@ def render_parts(levels: Sequence[LevelStats], kind: str, fmt: str = "github") -
             rows_of.append((s, "all", 1.0, s))
     if not rows_of:
         return None
-    cols = [f for f in figures.FIGURES if f.part and f.shown([st for *_, st in rows_of])]
+    kept = (lambda f: f.category) if kind == "categories" else (lambda f: f.part)
+    cols = [f for f in figures.FIGURES if kept(f) and f.shown([st for *_, st in rows_of])]
     headers = [_x_header(levels), name, "Share", "Input mean", "Output mean", *(f.header for f in cols)]
     rows = [
         [
@@ -732,7 +733,7 @@ def render_report(
             render_reasoning(lvs, fmt),
         ),
         (
-            "Prompt categories (throughput over the level's wall time; all: the level)",
+            "Prompt categories (Tokens %: of the level's output tokens; all: the level)",
             render_parts(lvs, "categories", fmt),
         ),
     ]

@@ -33,6 +33,7 @@ from specload.present.compare import render_table as compare_table
 from specload.present.compare import render_text as compare_text
 from specload.present.plot import MISSING_NOTICE, plot_comparison
 from specload.present.report import render_report
+from specload.workload.recorded import recorded_scenario
 
 
 class NoSuchRun(ValueError):
@@ -64,7 +65,7 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
             meta = read_run_meta(d)
         except (OSError, ValueError):
             continue
-        scenario = meta.scenario if isinstance(meta.scenario, dict) else {}
+        sc = recorded_scenario(meta)
         runs.append(
             {
                 "name": d.name,
@@ -75,13 +76,13 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
                 "host": meta.host,
                 "backend": meta.backend,
                 "model": meta.model,
-                "scenario": scenario.get("name"),
+                "scenario": sc.name if sc else None,
                 "scenario_file": meta.scenario_file,
                 "levels": [lv.concurrency for lv in meta.levels],
-                "rates": scenario.get("rates") or None,
+                "rates": (sc.rates if sc else None) or None,
                 "simulated": meta.simulated,
-                "input_tokens": scenario.get("input_tokens"),
-                "output_tokens": scenario.get("output_tokens"),
+                "input_tokens": sc.input_tokens if sc else None,
+                "output_tokens": sc.output_tokens if sc else None,
                 "report": (d / REPORT_MD).is_file(),
             }
         )

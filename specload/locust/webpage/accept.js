@@ -59,9 +59,9 @@ function reasoningRows(rows) {
 function categoryRows(rows) {
   const with_ = rows.filter((r) => r.categories && r.categories.length);
   if (!with_.length) return "";
-  const head = ["Level", "Category", "Sent", "Agg tok/s", "Per-req tok/s", "Accept len"];
+  const head = ["Level", "Category", "Sent", "Tokens %", "Per-req tok/s", "Accept len"];
   const body = with_.flatMap((r) => r.categories.map((g) => {
-    const cells = [levelName(r), g.category, g.sent, num(g.agg_tok_s), num(g.per_req_tok_s), num(g.accept_length, 2)];
+    const cells = [levelName(r), g.category, g.sent, num(g.tokens_pct, 0), num(g.per_req_tok_s), num(g.accept_length, 2)];
     return `<tr data-level="${esc(r.label)}">${cells.map((c, j) => `<td class="${j < 2 ? "l" : ""}">${esc(c)}</td>`).join("")}</tr>`;
   })).join("");
   return `<h3>Prompt categories</h3><table id="category-table"><thead><tr>${head.map((h, j) => `<th class="${j < 2 ? "l" : ""}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>`;

@@ -116,34 +116,24 @@ function chart(id, title, series, { xlabel, ylabel, xlog = false, empty = "no fi
 const xOf = (r) => (r.rate !== null && r.rate !== undefined ? r.rate : r.concurrency);
 const levelName = (r) => (r.rate !== null && r.rate !== undefined ? `rate ${r.rate}/s` : `C=${r.concurrency}`);
 
-// The charts against concurrency (or request rate), from per-level rows with the report's field names.
-function levelCharts(prefix, rows, empty) {
-  const pts = (key) => rows.map((r) => [xOf(r), r[key]]);
+// The charts against concurrency (or request rate), from per-level rows with the report's field names:
+// the figure table's charts (analysis/figures.py CHARTS, sent as the live payload's ``charts``), each a
+// line per figure; the Pareto picture follows the E2E chart, as in the HTML report.
+function levelCharts(prefix, rows, empty, specs) {
+  const pts = (field) => rows.map((r) => [xOf(r), r[field]]);
   const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
   const vs = rates ? "request rate" : "concurrency";
   const xlabel = rates ? "request rate (req/s, log2 axis)" : "concurrency C (log2 axis)";
-  return [
-    chart(`${prefix}-agg`, `Aggregate output tok/s vs ${vs}`, [{ name: "", points: pts("agg_tok_s") }],
-      { xlabel, ylabel: "tok/s (all requests)", xlog: true, empty }),
-    chart(`${prefix}-perreq`, `Per-request output tok/s vs ${vs}`, [{ name: "", points: pts("per_req_tok_s") }],
-      { xlabel, ylabel: "tok/s per request", xlog: true, empty }),
-    chart(`${prefix}-ttft`, `TTFT vs ${vs}`, [{ name: "p50", points: pts("ttft_p50_ms") }, { name: "p99", points: pts("ttft_p99_ms") }],
-      { xlabel, ylabel: "time to first token (ms)", xlog: true, empty }),
-    chart(`${prefix}-tpot`, `TPOT vs ${vs}`, [{ name: "p50", points: pts("tpot_p50_ms") }, { name: "p99", points: pts("tpot_p99_ms") }],
-      { xlabel, ylabel: "time per output token (ms)", xlog: true, empty }),
-    chart(`${prefix}-itl`, `ITL vs ${vs}`, [{ name: "p50", points: pts("itl_p50_ms") }, { name: "p99", points: pts("itl_p99_ms") }],
-      { xlabel, ylabel: "inter-token latency (ms)", xlog: true, empty }),
-    chart(`${prefix}-e2e`, `E2E latency vs ${vs}`, [{ name: "p50", points: pts("e2e_p50_s") }, { name: "p99", points: pts("e2e_p99_s") }],
-      { xlabel, ylabel: "end-to-end latency (s)", xlog: true, empty }),
-    chart(`${prefix}-pareto`, "Per-user vs aggregate tok/s (one point per level)",
-      [{ name: "", points: rows.filter((r) => r.per_req_tok_s != null && r.agg_tok_s != null).map((r) => [r.per_req_tok_s, r.agg_tok_s]) }],
-      { xlabel: "per-request tok/s", ylabel: "aggregate tok/s", empty }),
-    chart(`${prefix}-errors`, `Failed and short requests vs ${vs}`, [{ name: "", points: pts("fail_pct") }],
-      { xlabel, ylabel: "% of measured requests", xlog: true, empty }),
-    ...(rows.some((r) => r.accept_length != null)
-      ? [chart(`${prefix}-accept`, `Acceptance length vs ${vs}`, [{ name: "", points: pts("accept_length") }],
-        { xlabel, ylabel: "tokens per verify step", xlog: true, empty })] : []),
-  ];
+  const pareto = chart(`${prefix}-pareto`, "Per-user vs aggregate tok/s (one point per level)",
+    [{ name: "", points: rows.filter((r) => r.per_req_tok_s != null && r.agg_tok_s != null).map((r) => [r.per_req_tok_s, r.agg_tok_s]) }],
+    { xlabel: "per-request tok/s", ylabel: "aggregate tok/s", empty });
+  return (specs || [])
+    .filter((c) => !c.if_value || rows.some((r) => c.lines.some((l) => r[l.field] != null)))
+    .flatMap((c) => {
+      const one = chart(`${prefix}-${c.id}`, `${c.title} vs ${vs}`, c.lines.map((l) => ({ name: l.name, points: pts(l.field) })),
+        { xlabel, ylabel: c.y_label, xlog: true, empty });
+      return c.key === "e2e" ? [one, pareto] : [one];
+    });
 }
 
 // The server's gauges and the acceptance length over the run (its /metrics samples), as the HTML report draws them.
@@ -350,7 +340,7 @@ function renderCharts(d) {
   const over = s ? chart("chart-series", `Output tok/s over time: ${levelName(s)} (${s.source === "streamed" ? (s.running ? "live, streamed tokens" : "streamed tokens") : "from its records, tokens spread evenly"})`,
     [{ name: "", points: s.points }], { xlabel: s.running ? "seconds since the level's first sample" : "seconds since the level's first request", ylabel: "output tok/s", empty: "waiting for the first seconds of tokens" })
     : chart("chart-series", "Output tok/s over time of the current level", [{ name: "", points: [] }], { xlabel: "seconds", ylabel: "output tok/s", empty: "no level running yet" });
-  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet"), over, ...serverCharts(d)].join("");
+  $("#charts").innerHTML = [...levelCharts("chart", done, "no finished level yet", d.charts), over, ...serverCharts(d)].join("");
 }
 
 async function poll() {
