@@ -11,7 +11,9 @@ The rules, each the client's own (specload.client.stream ``_record``):
 - no record carries more tokens than the client cuts a stream at (``overrun_cap`` of the tokens
   asked for), nor a negative count, and the tokens asked for are at least 1;
 - times in order: ``t_send <= t_first <= t_last <= t_end`` (those present), all finite, and
-  ``e2e_s`` is ``t_end - t_send`` (it is computed so, from the same clock).
+  ``e2e_s`` is ``t_end - t_send`` (it is computed so, from the same clock);
+- speculative counts within ``records.SPEC_BOUNDS`` (the client refuses a response breaking them;
+  the histogram's K is not read back, so that one bound is the client's alone).
 
 Measured records only: a warmup record enters no figure (the report counts warmup requests, and
 that is all). Checked a block of records at a time with numpy: the common block breaks no rule and costs a few
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from specload.core.records import OK, PHASE_MEASURE, SRC_CHUNKS, STOPPED
+from specload.core.records import OK, PHASE_MEASURE, SRC_CHUNKS, STOPPED, spec_broken
 from specload.core.tokencap import overrun_cap
 
 # Times are wall-clock seconds (~1.8e9) offset by monotonic durations: exact to well under a
@@ -42,7 +44,8 @@ OK_COUNT = "ok with a server count other than the tokens asked for (fewer only w
 TOKENS = "a token count out of bounds (negative, or more than the client accepts)"
 TIMES = "times out of order (t_send <= t_first <= t_last <= t_end) or not finite"
 E2E = "e2e_s other than t_end - t_send"
-RULES = (OK_COUNT, TOKENS, TIMES, E2E)
+SPEC = "speculative counts that cannot be true (records.SPEC_BOUNDS)"
+RULES = (OK_COUNT, TOKENS, TIMES, E2E, SPEC)
 
 _STATUS, _SOURCE, _PHASE = attrgetter("status"), attrgetter("output_tokens_source"), attrgetter("phase")
 FINISH = attrgetter("finish_reason")
@@ -83,6 +86,9 @@ RULE_FIELDS = {
     "t_last": "t_last",
     "t_end": "t_end",
     "e2e": "e2e_s",
+    "steps": "spec_verify_ct",
+    "drafted": "spec_drafted",
+    "accepted": "spec_accepted",
 }
 
 
@@ -99,6 +105,9 @@ def broken_columns(
     t_last: Floats,
     t_end: Floats,
     e2e: Floats,
+    steps: Floats,
+    drafted: Floats,
+    accepted: Floats,
 ) -> npt.NDArray[np.int8]:
     """``broken`` of a block of records given as columns (a missing number: nan), as the reader of
     records.jsonl holds them already (specload.analysis.columns): the rules are written once."""
@@ -116,7 +125,8 @@ def broken_columns(
         fewer = np.flatnonzero(~count_ok & (tokens < asked)).tolist()  # (natural lengths only, usually none)
     if fewer:
         count_ok[[i for i in fewer if str(finish[i]) in STOPPED]] = True
-    checks = (count_ok, tokens_ok, times_ok, e2e_ok)
+    spec_ok = spec_broken(np.where(counted, tokens, np.nan), steps, drafted, accepted, np.nan) < 0
+    checks = (count_ok, tokens_ok, times_ok, e2e_ok, spec_ok)
     measured = equal_to(phase, PHASE_MEASURE)
     verdict = np.full(len(status), -1, dtype=np.int8)
     for i in range(len(checks) - 1, -1, -1):  # the first rule broken wins
@@ -131,6 +141,11 @@ def describe(rec: Any, rule: str) -> str:
         f"level {rec.level} {rec.phase} #{rec.seq}: {rule}: status {rec.status!s:.20}, "
         f"{rec.output_tokens} tokens of {asked} asked"
         + (f" (the client accepts at most {overrun_cap(asked)})" if rule == TOKENS and asked else "")
+        + (
+            f", {rec.spec_accepted} accepted of {rec.spec_drafted} drafted in {rec.spec_verify_ct} steps"
+            if rule == SPEC
+            else ""
+        )
     )
 
 

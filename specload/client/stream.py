@@ -33,11 +33,13 @@ from specload.core.records import (
     ITL_PER_TOKEN,
     OK,
     SHORT,
+    SPEC_BOUNDS,
     SRC_CHUNKS,
     STOPPED,
     RequestRecord,
     make_record,
     now,
+    spec_broken,
 )
 from specload.core.text import shorten
 from specload.core.tokencap import overrun_cap
@@ -359,6 +361,11 @@ def _record(ex: _Exchange) -> RequestRecord:
     # A stream cut past the cap (one event may claim any number of tokens) counts at most the cap:
     # no record of this client carries more (specload.analysis.validity holds records read to it).
     out = min(out, overrun_cap(asked))
+    # Speculative counts that cannot be true are refused the same way: the request fails, naming the
+    # bound, and the record carries none of them (validity holds records read back to the same bounds).
+    refused = _spec_refused(parser, out if source != SRC_CHUNKS else None)
+    if refused is not None and reason is None:
+        reason = refused
     if reason is not None:
         status = FAILED
     elif not ex.done:
@@ -392,7 +399,7 @@ def _record(ex: _Exchange) -> RequestRecord:
         itl=to_pairs(ex.itl) if ex.itl else None,
         itl_unit=ITL_PER_TOKEN if backend.counts_tokens_per_event or parser.counted_events else ITL_PER_EVENT,
         first_event_tokens=ex.first_n or None,
-        spec_verify_ct=parser.spec_verify_ct,
+        spec_verify_ct=None if refused else parser.spec_verify_ct,
         worker=ex.worker,
         repeat=spec.repeat,
         t_sched=spec.t_sched,
@@ -402,14 +409,38 @@ def _record(ex: _Exchange) -> RequestRecord:
         conversation=spec.conversation,
         prefix_group=spec.prefix_group,
         cached_tokens=parser.cached_tokens,
-        spec_drafted=parser.spec_drafted,
-        spec_accepted=parser.spec_accepted,
-        spec_hist=parser.spec_hist,
-        spec_along=parser.spec_along,
-        spec_source=parser.spec_source,
+        **({} if refused else _spec_fields(parser)),
         category=spec.category,
         finish_reason=None if finish is None else shorten(str(finish), 40),
         **_reasoning(ex, t_send_wall, t0),
+    )
+
+
+def _spec_fields(parser: StreamParser) -> dict[str, Any]:
+    return {
+        "spec_drafted": parser.spec_drafted,
+        "spec_accepted": parser.spec_accepted,
+        "spec_hist": parser.spec_hist,
+        "spec_along": parser.spec_along,
+        "spec_source": parser.spec_source,
+    }
+
+
+def _spec_refused(parser: StreamParser, out: int | None) -> str | None:
+    """Why the response's speculative counts cannot be true (records.SPEC_BOUNDS), or None. ``out``:
+    the server's count of output tokens (None: only events were counted, which may carry several)."""
+    steps, drafted, accepted = parser.spec_verify_ct, parser.spec_drafted, parser.spec_accepted
+    if steps is None and drafted is None and accepted is None:
+        return None
+    k = len(parser.spec_hist) - 1 if parser.spec_hist else None
+    nan = float("nan")
+    i = int(spec_broken(*(nan if v is None else v for v in (out, steps, drafted, accepted, k)))[0])
+    if i < 0:
+        return None
+    return (
+        f"server claimed speculative counts that cannot be true ({SPEC_BOUNDS[i]}): "
+        f"{accepted} accepted of {drafted} drafted in {steps} verify steps, K {k}, for {out} output tokens "
+        f"({parser.spec_source})"
     )
 
 

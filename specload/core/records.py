@@ -19,6 +19,8 @@ from enum import Enum
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import orjson
 
 from specload.core.rundir import read_jsonl
@@ -68,6 +70,50 @@ SPEC_SGLEXT = "sglext"  # SGLang OpenAI endpoints' sglext.spec_tokens_details (r
 SPEC_LLAMACPP = "timings"  # llama.cpp timings.draft_n / draft_n_accepted
 # Output positions per bucket of ``spec_along`` (acceptance along the output).
 SPEC_ALONG_BUCKET = 100
+
+# Speculative counts that cannot be true, each named (``spec_broken`` gives the index of the first one a
+# record breaks). Each verify step yields at least one output token of its own, and accepts at most the
+# draft tokens it drafted, at most K (the histogram's last index, where the response gave one).
+SPEC_BOUNDS = (
+    "a negative or infinite count",
+    "more draft tokens accepted than drafted",
+    "more verify steps than output tokens",
+    # (an engine may accept a last step's drafts past max_tokens and drop them: up to K more)
+    "more draft tokens accepted than output tokens plus one step's K",
+    "more draft tokens accepted per verify step than its histogram's K (an acceptance length above K + 1)",
+)
+
+
+def spec_broken(
+    tokens: npt.ArrayLike,
+    steps: npt.ArrayLike,
+    drafted: npt.ArrayLike,
+    accepted: npt.ArrayLike,
+    k: npt.ArrayLike,
+) -> npt.NDArray[np.int8]:
+    """Per record, the index in SPEC_BOUNDS of the first bound its speculative counts break, or -1.
+
+    Arrays (or numbers) of output tokens (the server's count: events counted may carry several),
+    verify steps, draft tokens drafted and accepted, and K; nan where the record has no such count (a
+    bound on a count it lacks holds). The one rule for both the
+    client, which refuses a response breaking it (specload.client.stream), and a record read back
+    (specload.analysis.validity)."""
+    t, s, d, a, most = np.broadcast_arrays(
+        *(np.atleast_1d(np.asarray(x, dtype=np.float64)) for x in (tokens, steps, drafted, accepted, k))
+    )
+    with np.errstate(invalid="ignore"):  # nan compares false: an absent count breaks nothing
+        broken = (
+            (s < 0) | (d < 0) | (a < 0) | np.isinf(s) | np.isinf(d) | np.isinf(a),
+            a > d,
+            s > t,
+            a > t + most,
+            a > most * s,
+        )
+    verdict = np.full(t.shape, -1, dtype=np.int8)
+    for i in range(len(broken) - 1, -1, -1):  # the first bound broken wins
+        verdict[broken[i]] = i
+    return verdict
+
 
 PHASE_WARMUP = "warmup"
 PHASE_MEASURE = "measure"

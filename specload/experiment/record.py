@@ -57,14 +57,20 @@ class RunEntry:
 
 
 def known_secrets(arm: Arm) -> list[str]:
-    """Values never to be written: the API key in use and the arm's secret-looking environment values."""
+    """Values never to be written: the API key in use, the arm's secret-looking environment values and
+    the values of its command's secret flags (``--api-key K``: a server may print its arguments)."""
     named = scrub_secrets(arm.env)
     values = [v for k, v in arm.env.items() if named.get(k) == REDACTED and v]
+    if arm.command is not None:
+        shown = scrub_argv(arm.command)
+        values += [
+            a.partition("=")[2] if "=" in s else a for a, s in zip(arm.command, shown, strict=True) if a != s
+        ]
     key = api_key()
-    return [*values, *([key] if key else [])]
+    return [v for v in dict.fromkeys([*values, *([key] if key else [])]) if v]
 
 
-def _hide(text: str, secrets: Iterable[str]) -> str:
+def hide(text: str, secrets: Iterable[str]) -> str:
     """``text`` without any of ``secrets``, nor the API key in use."""
     key = api_key()
     for s in [*secrets, *([key] if key else [])]:
@@ -106,14 +112,14 @@ def scrub_argv(argv: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
                     arg = f"{name}={REDACTED}"
                 else:
                     hide_next = True
-        out.append(_hide(arg, secrets))
+        out.append(hide(arg, secrets))
     return out
 
 
 def scrub_env(env: dict[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
     secrets = list(secrets)
     named = scrub_secrets(env)
-    return {k: v if v == REDACTED else _hide(v, secrets) for k, v in named.items()}
+    return {k: v if v == REDACTED else hide(v, secrets) for k, v in named.items()}
 
 
 def arm_json(arm: Arm, entries: Sequence[RunEntry]) -> dict[str, Any]:

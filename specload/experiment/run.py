@@ -27,6 +27,7 @@ from typing import Any
 from specload.analysis.comparison import Comparison, build_comparison
 from specload.analysis.draftlen import draft_length_table, render_draft_length
 from specload.analysis.run import Run, load_run
+from specload.client.http import redact_host
 from specload.client.introspect import server_config
 from specload.client.probe import ServerUnreachable
 from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
@@ -46,6 +47,7 @@ from specload.experiment.record import (
     UNREACHABLE,
     Experiment,
     RunEntry,
+    hide,
     known_secrets,
     scrub,
     scrub_argv,
@@ -200,10 +202,10 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
         if arm.command is not None:
             e.port = free_port()
             log = ex.directory / f"{e.order:02d}-{safe_name(arm.label)}.server.log"
-            server = start_server(arm, e.port, log)
+            server = start_server(arm, e.port, log, secrets)
             e.pid, e.server_log, e.command = server.pid, str(log), scrub_argv(server.argv or [], secrets)
         else:
-            server = Server(arm.label, arm.url or "")
+            server = Server(arm.label, _url_of(arm))
         e.url = server.url
         ex.save()
         print(
@@ -219,7 +221,7 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             if server.exit_code() is not None:
                 raise ServerError(_died(server)) from None
             raise ServerError(f"the smoke request to {arm.label} got no answer: {err}") from None
-        e.smoke = smoke.to_json()
+        e.smoke = scrub(smoke.to_json(), secrets)
         problem = speculation_problem(arm.label, smoke) if arm.speculative else None
         if problem is None and not smoke.ok:
             problem = f"the smoke request to {arm.label} failed: {smoke.reason}"
@@ -282,8 +284,23 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
                 if e.run_dir is not None:
                     server.move_log(e.run_dir)
                     e.server_log = str(server.log_path)
+            if e.message is not None:  # it may quote the server (its log, an error it sent)
+                e.message = hide(e.message, secrets)
             e.ended_at = time.time()
             ex.save()
+
+
+def _url_of(arm: Arm) -> str:
+    """A url arm's URL without its user:password, dropped as ``--host``'s is (``launch.locust_env``):
+    nothing in specload sends it, and it would only travel into files and messages."""
+    url = arm.url or ""
+    if redact_host(url) != url:
+        print(
+            f"specload: {arm.label}: the user:password in its url is not sent to the server and is dropped; "
+            "a bearer key goes in SPECLOAD_API_KEY",
+            file=sys.stderr,
+        )
+    return redact_host(url)
 
 
 # ---------------------------------------------------------------- the comparison
