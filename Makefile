@@ -23,14 +23,19 @@ SWEEP_FLAGS = --scenario $(SCENARIO) --out $(OUT) $(if $(LABEL),--label $(LABEL)
 
 .PHONY: install test test-slow test-real bench demo sweep ui report compare sim master worker locustfile clean
 
+# An editable install of a package whose locustfiles/ and scenarios/ live outside specload/
+# (package-dir) makes setuptools print an information-only "Editable installation" notice, which
+# reads like a warning before the demo's first line: that one notice is filtered, nothing else.
+EDITABLE_QUIET := PYTHONWARNINGS='ignore:Editable installation'
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,plot,tokenizer]'
+	$(EDITABLE_QUIET) $(BIN)/pip install --quiet -e '.[dev,plot,tokenizer]'
 	touch $@
 
 $(VENV)/.installed-real: $(VENV)/.installed
-	$(BIN)/pip install --quiet -e '.[dev,plot,tokenizer,real]'
+	$(EDITABLE_QUIET) $(BIN)/pip install --quiet -e '.[dev,plot,tokenizer,real]'
 	touch $@
 
 install: $(VENV)/.installed

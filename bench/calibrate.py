@@ -4,7 +4,7 @@ For each preset (baseline, mtp) this starts ``specload sim --engine batch --pres
 runs the reference sweep against it with real Locust (``specload sweep --scenario
 scenarios/mtp-sweep.toml --backend sglang``), stops the simulator by PID, and prints per level:
 
-- the reference Agg tok/s (shared/reference/mtp-reference.md) and the simulated one, their ratio and
+- the reference Agg tok/s (docs/reference-deployment.md) and the simulated one, their ratio and
   OK / FAIL against +-15% (checked only at full length and time scale 1: a shortened or sped-up run
   has other numbers by design);
 - the same sweep played through the engine's scheduler in virtual time ("model"): what the engine
@@ -43,7 +43,7 @@ from specload.sim.batch import BatchParams, BatchRequest, BatchScheduler, load_p
 
 SCENARIO = REPO / "scenarios" / "mtp-sweep.toml"
 LEVELS = [1, 4, 16, 32, 64, 128]
-# Agg tok/s of the reference tables (shared/reference/mtp-reference.md); C=128 is "about" in both.
+# Agg tok/s of the reference tables (docs/reference-deployment.md); C=128 is "about" in both.
 REFERENCE = {
     "baseline": {1: 108.0, 4: 286.0, 16: 873.0, 32: 1359.0, 64: 2327.0, 128: 2800.0},
     "mtp": {1: 121.5, 4: 400.5, 16: 1209.4, 32: 1502.4, 64: 1571.1, 128: 1635.0},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -105,6 +106,62 @@ def scheme_hint(host: str, e: BaseException) -> str:
     if host.startswith("http://") and closed and not isinstance(e, TimeoutError | socket.timeout):
         return f"; if the server speaks TLS on this port, try {host.replace('http://', 'https://', 1)}"
     return ""
+
+
+class StillLoading(RuntimeError):
+    """The server answered 503 (loading its model) until the deadline passed."""
+
+
+# While a server loads its model it answers 503: llama.cpp on every endpoint ("Loading model"), SGLang
+# and vLLM on /health or /v1/models. Any other status (a 404 for a missing /health too) is "loaded".
+LOADING_STATUS = 503
+LOADING_PATHS = ("/health", "/v1/models")
+LOADING_POLL_S = 1.0
+LOADING_SAY_EVERY_S = 30.0
+
+
+def wait_while_loading(
+    host: str,
+    deadline_s: float,
+    say: Callable[[str], None],
+    timeout: float = 10.0,
+    insecure: bool = False,
+    send_key: bool = True,
+    poll_s: float = LOADING_POLL_S,
+) -> float:
+    """Seconds waited until neither /health nor /v1/models answers 503; StillLoading past ``deadline_s``.
+
+    A 503 before the sweep is a server loading its weights (minutes on a large model), not one that
+    is wrong: without this wait the model lookup or the prompt probe fails on it with a misleading
+    hint. ``say`` gets one line when the wait starts, one every 30 s, and one when it ends."""
+    start = time.monotonic()
+    said = None
+    while True:
+        loading = _loading_answer(host, timeout, insecure, send_key)
+        waited = time.monotonic() - start
+        if loading is None:
+            if said is not None:
+                say(f"the server finished loading after {waited:.1f} s")
+            return waited
+        if waited >= deadline_s:
+            raise StillLoading(
+                f"the server was still loading its model after {waited:.0f} s ({loading}); "
+                f"wait for it or raise --loading-timeout (now {deadline_s:g} s)"
+            )
+        if said is None or waited - said >= LOADING_SAY_EVERY_S:
+            state = "is loading its model" if said is None else f"is still loading after {waited:.0f} s"
+            say(f"the server {state} ({loading}); waiting up to {deadline_s:g} s (--loading-timeout)")
+            said = waited
+        time.sleep(min(poll_s, max(deadline_s - waited, 0.0)))
+
+
+def _loading_answer(host: str, timeout: float, insecure: bool, send_key: bool) -> str | None:
+    """'path: HTTP 503: message' for the first endpoint that answers 503, else None."""
+    for path in LOADING_PATHS:
+        status, body = get_json(host, path, timeout, insecure, send_key)
+        if status == LOADING_STATUS:
+            return f"{path}: HTTP {status}: {body}"
+    return None
 
 
 def server_back(host: str, timeout: float = 2.0, insecure: bool = False, send_key: bool = True) -> str | None:

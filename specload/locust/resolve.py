@@ -14,7 +14,7 @@ from specload.analysis.capacity import SearchSpace
 from specload.client.backends import get_backend
 from specload.client.http import api_key, check_host, key_may_go_to, redact_host
 from specload.client.introspect import discover_model, max_running, server_config
-from specload.client.probe import ServerUnreachable
+from specload.client.probe import ServerUnreachable, StillLoading, wait_while_loading
 from specload.core.slo import parse_slo
 from specload.locust.options import (
     FORM_SOURCE,
@@ -104,6 +104,14 @@ class RunResolver:
         if insecure and host.startswith("https://"):
             logger.warning("--insecure: the server's TLS certificate is NOT verified")
         send_key = self.send_key(host)
+        try:
+            wait_while_loading(
+                host, sc.loading_timeout_s, logger.warning, sc.connect_timeout_s, insecure, send_key
+            )
+        except StillLoading as e:
+            raise CannotStart(str(e)) from None
+        except ServerUnreachable as e:
+            raise CannotStart(f"cannot reach the server before the sweep: {e}") from None
         model, how = sc.model, "scenario/flag"
         if not model:
             try:

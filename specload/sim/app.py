@@ -58,6 +58,10 @@ from specload.sim.render import (
 from specload.sim.specfields import PER_REQUEST_LEVELS
 from specload.sim.timing import Engine, clock
 
+# llama.cpp's answer to every request while its weights load, word for word (its "unavailable_error"
+# type, where other 503s of this simulator say OpenAI's "ServiceUnavailableError").
+LOADING_BODY = orjson.dumps({"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}})
+
 DIE_EXIT_CODE = 3  # exit status when the die_after_requests fault fires
 
 
@@ -196,7 +200,7 @@ class SimApp:
         route = self._routes.get(path)
         try:
             if self.loading_until and time.monotonic() < self.loading_until:
-                raise HTTPError(503, "Loading model")
+                return Response(503, LOADING_BODY)
             if route is None:
                 raise HTTPError(404, f"Not found: {path}")
             method, handler = route

@@ -555,6 +555,13 @@ class Scenario:
         check=_number(),
         flag="--outage-timeout",
     )
+    loading_timeout_s: float = _f(
+        600.0,
+        help="Seconds to wait before the sweep for a server that answers 503 while it loads its model "
+        "(llama.cpp, SGLang and vLLM do); the sweep does not start past them",
+        check=_number(),
+        flag="--loading-timeout",
+    )
     metrics_interval_s: float = _f(
         1.0,
         help="Seconds between samples of the server's /metrics (0: off)",
