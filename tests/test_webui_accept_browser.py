@@ -110,7 +110,7 @@ def test_the_acceptance_card_shows_the_reports_figures(ui: tuple[str, Path], pag
     assert len(page.query_selector_all("#accept-table svg.hist rect")) == 4 * len(levels)  # k = 3: 0..3
     (sources,) = page.eval_on_selector_all("#accept-sources li", "ls => ls.map(l => l.textContent)")
     assert sources == (
-        "Accept len, Accept rate, the histogram of accepted tokens per step, Accept >=k, "
+        "Accept len, Accept rate, Tok/pass, the histogram of accepted tokens per step, Accept >=k, "
         "the acceptance along the output from vLLM's per-request metrics.speculative_decoding"
     )
     rrows = table(page, "#reasoning-table")
