@@ -146,6 +146,7 @@ def _record(
         "reasoning_tokens": None,
         "reasoning_tokens_source": None,
         "finish_reason": "length" if status == OK else None,
+        "trace_index": None,
         "v": SCHEMA_VERSION,
     }
 

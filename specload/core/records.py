@@ -198,6 +198,9 @@ class RequestRecord:
     # How the server said the answer ended (finish_reason; SGLang's finish_reason.type): "length" at
     # the cap, STOPPED when the model ended it; None when it did not say (and in records written before it).
     finish_reason: str | None = None
+    # Trace replay: the request's row in the trace file (0-based, counted before any window), the key
+    # that pairs the same request across two arms' runs; None when the workload is not a trace.
+    trace_index: int | None = None
     # The record schema's version (SCHEMA_VERSION when written); a record written without it is version 1.
     v: int = SCHEMA_VERSION
 
