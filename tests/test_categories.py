@@ -86,8 +86,8 @@ def test_report_and_compare_per_category(tmp_path: Path) -> None:
         assert set(cats) == {"coding", "writing"}
         assert sum(g.sent for g in cats.values()) == s.sent
         for name, g in cats.items():
-            assert g.accept_length == pytest.approx(ACCEPT[name])
-        assert s.accept_length == pytest.approx(
+            assert g.figure("accept") == pytest.approx(ACCEPT[name])
+        assert s.figure("accept") == pytest.approx(
             TOKENS * s.ok / sum(round(TOKENS / a) * (s.ok / 2) for a in ACCEPT.values())
         )
     text = render_report(run)
@@ -156,6 +156,6 @@ def test_sweep_with_a_categorised_dataset(sim, tmp_path: Path) -> None:
             used = [r for r in mine if r.spec_verify_ct]
             assert used, "the MTP simulator reports spec_verify_ct"
             want = sum(r.output_tokens for r in used) / sum(r.spec_verify_ct or 0 for r in used)
-            assert g.stats.accept_length == pytest.approx(want)
+            assert g.stats.figure("accept") == pytest.approx(want)
     assert "## Prompt categories" in (run_dir / "report.md").read_text()
     assert orjson.loads((run_dir / "run.json").read_bytes())["prompts"]["material"] == "dataset"

@@ -29,6 +29,7 @@ from specload.analysis.run import load_run
 from specload.core.text import fmt_pct
 from specload.present.compare import (
     CompareError,
+    _columns,
     change_cell,
     main,
     print_result,
@@ -38,7 +39,7 @@ from specload.present.compare import (
     table_rows,
 )
 from specload.present.plot import MISSING_NOTICE, plot_comparison
-from specload.present.tableview import view_for
+from specload.present.tableview import SETTLE, view_for
 from tests.fixtures.make_compare_runs import (
     BASE_AGG,
     BASE_PER,
@@ -75,9 +76,10 @@ SINGLE_RUNS = (
     "so that drift of the machine lands in the interval instead of in the difference."
 )
 REF_SENTENCE = (
-    "mtp vs baseline: at C=1, 4, 16, 32, 64, 128 each side is a single run, so these changes are no finding "
-    "yet: aggregate tok/s +12% (C=1), +40% (C=4), +39% (C=16), +11% (C=32), -32% (C=64), -42% (C=128); its "
-    "sign changes between C=32 and C=64 (near C≈38); per-request tok/s +12% (C=1), +48% (C=4), +41% (C=16), +38% (C=32), "
+    "mtp vs baseline: aggregate tok/s changes sign between C=32 and C=64 (near C≈38), in single runs. "
+    "At C=1, 4, 16, 32, 64, 128 each side is a single run, so these changes are no finding "
+    "yet: aggregate tok/s +12% (C=1), +40% (C=4), +39% (C=16), +11% (C=32), -32% (C=64), -42% (C=128); "
+    "per-request tok/s +12% (C=1), +48% (C=4), +41% (C=16), +38% (C=32), "
     "+64% (C=64), +57% (C=128); TPOT p50 -11% (C=1), -33% (C=4), -29% (C=16), -28% (C=32), -39% (C=64), "
     f"-37% (C=128). {SINGLE_RUNS} At C>=64 the server queued requests: its max_running_requests is 48."
 )
@@ -371,6 +373,11 @@ def test_repeats_confidence_interval_and_noise_mark(tmp_path: Path) -> None:
     assert rows["16"]["Δ agg mtp"] == "+12% (1 run)"  # single repeat: no interval, no finding
     # repeats to settle the sign (below): C=1's agg is inside the noise, C=4's are settled, C=16 has no spread
     assert [rows[c]["Repeats to settle mtp"] for c in ("1", "4", "16")] == ["~3", "—", "-"]
+    # its own column after both changes, named for what it settles in the notes
+    at = cols.index("Repeats to settle mtp")
+    assert cols[at - 4 : at] == ["Δ agg mtp", "Per-req tok/s baseline", "Per-req tok/s mtp", "Δ per-req mtp"]
+    assert _columns(comp)[at][1] == SETTLE
+    assert any("Repeats to settle (after Δ agg and Δ per-req)" in n for n in comp.notes)
     agg = comp.agg["mtp"]
     # printed: delta method, R = 125/105, (25 + R² 25) / 105², df Welch–Satterthwaite of the two terms
     r = 125 / 105
@@ -430,8 +437,9 @@ def test_three_runs(tmp_path: Path) -> None:
     ]
     assert len(comp.sentences) == 2
     assert comp.sentences[0].startswith(
-        "mtp vs baseline: at C=1, 4 each side is a single run, so these changes are no finding yet: "
-        "aggregate tok/s +20% (C=1), -10% (C=4); its sign changes between C=1 and C=4"
+        "mtp vs baseline: aggregate tok/s changes sign between C=1 and C=4 (near C≈2.5), in single runs. "
+        "At C=1, 4 each side is a single run, so these changes are no finding yet: "
+        "aggregate tok/s +20% (C=1), -10% (C=4);"
     )
     assert comp.sentences[1].startswith(
         "eagle vs baseline: at C=1, 4 each side is a single run, so these changes are no finding yet: "

@@ -225,7 +225,7 @@ def test_chunk_counted_tokens_make_a_level_not_comparable(tmp_path: Path) -> Non
     assert (x.low, x.high, x.skipped, x.single_runs) == (32, 128, (64,), True)
     # single runs: the sign change is told as measured, never as a crossover
     assert (
-        "its sign changes between C=32 and C=128" in comp.sentences[0]
+        "aggregate tok/s changes sign between C=32 and C=128" in comp.sentences[0]
         and "crossover" not in comp.sentences[0]
     )
     assert "Not comparable, so left out of this verdict: C=64 (see the notes)." in comp.sentences[0]

@@ -22,6 +22,7 @@ from specload.analysis.metrics import LevelStats, level_json
 from specload.analysis.run import Run, load_run
 from specload.core.records import OK, RequestRecord
 from specload.core.rundir import RunMeta
+from specload.present import webview
 from specload.present.compare import table_columns, to_dict
 from specload.present.htmlpage import report_page
 from specload.present.liverow import live_columns, live_row
@@ -58,10 +59,16 @@ def test_every_entry_reaches_every_surface_its_flags_name(
     assert (f"<th>{html.escape(entry.header)}</th>" in page) == entry.report
     comp = build_comparison([_run("a", levels), _run("b", levels)])
     assert (f"{entry.header} b" in table_columns(comp)) == entry.compare
+    monkeypatch.setattr(webview, "load_runs", lambda dirs: [_run("a", levels), _run("b", levels)])
+    web = compare_bundle(["a", "b"], plot=False)  # the web page's compare (and comparison.html, its page)
+    assert (f"{entry.header} b" in web["columns"]) == entry.compare
+    web_page = re.sub(r"</?span[^>]*>", "", web["html"])
+    assert (f"<th>{html.escape(entry.header)} b</th>" in web_page) == entry.compare
     assert (entry.header in [c["header"] for c in live_columns()]) == entry.live
     if entry.numeric:
         assert level_json(levels[0])[entry.field] == 0.25
         assert to_dict(comp)["levels"][0]["runs"]["b"][entry.field] == 0.25
+        assert json.loads(web["json"])["levels"][0]["runs"]["b"][entry.field] == 0.25
         assert live_row(levels[0])[entry.field] == round(0.25, entry.digits + round(math.log10(entry.scale)))
         cell = f"{0.25 * entry.scale:.{entry.digits}f}"
         assert not entry.report or cell in table.splitlines()[2]
@@ -76,7 +83,9 @@ def test_the_table_is_consistent() -> None:
     assert all(set(f.sets) <= set(figures.SETS) for f in figures.FIGURES)
     assert all(f.combine in (figures.MEAN, figures.MAX, figures.SUM) for f in figures.FIGURES)
     assert all(f.show in (figures.ALWAYS, figures.IF_VALUE, figures.IF_COUNTED) for f in figures.FIGURES)
-    plain = [f for f in figures.FIGURES if f.key not in figures._VALUES and f.compute is None]
+    plain = [
+        f for f in figures.FIGURES if f.key not in figures._VALUES and f.compute is None and f.dist is None
+    ]
     assert all(hasattr(LevelStats(1, 0, "c001"), f.field) for f in plain)  # it reads its LevelStats field
 
 
@@ -127,6 +136,8 @@ def test_a_figure_added_as_one_entry_is_on_every_surface(
         "e2e_max", "e2e_max_s", "E2E max (s)", "s", 2, compute=e2e_max, compare=True, live=True
     )
     monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, entry))
+    monkeypatch.setattr(figures, "BY_KEY", {**figures.BY_KEY, entry.key: entry})  # as the module builds them
+    monkeypatch.setattr(figures, "BY_FIELD", {**figures.BY_FIELD, entry.field: entry})
     a = _run_dir(tmp_path, "a", {1: [None, None], 2: [None] * 4})
     b = _run_dir(tmp_path, "b", {1: [None] * 3, 2: [None] * 4})
     want = {1: 1.0 + 0.5 * 2, 2: 1.0 + 0.5 * 3}

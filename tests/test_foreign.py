@@ -34,7 +34,7 @@ def test_vllm_appended_results_are_levels_with_figures_from_the_file():
     for s, r in zip(run.levels, raw, strict=True):
         assert s.ok == r["completed"] and s.failed == r["failed"]
         assert s.agg_tok_s == pytest.approx(r["output_throughput"])
-        assert s.tpot_p50_ms == pytest.approx(r["median_tpot_ms"])
+        assert s.figure("tpot_p50") == pytest.approx(r["median_tpot_ms"])
         assert s.dists["itl"].p[99.0] * 1e3 == pytest.approx(r["p99_itl_ms"])
         # --save-detailed: Per-req tok/s is specload's definition over the per-request lists
         want = np.mean(
@@ -45,7 +45,7 @@ def test_vllm_appended_results_are_levels_with_figures_from_the_file():
             ]
         )
         assert s.per_req_tok_s == pytest.approx(want)
-        assert s.ttft_p50_ms == pytest.approx(r["median_ttft_ms"])  # same numpy median as vLLM's
+        assert s.figure("ttft_p50") == pytest.approx(r["median_ttft_ms"])  # same numpy median as vLLM's
     assert run.marked == {"itl_p99", "per_req"}  # no failures: Agg is specload's definition
 
 
@@ -56,8 +56,8 @@ def test_sglang_jsonl_lines_are_levels_and_tpot_is_marked():
     assert [s.concurrency for s in run.levels] == [1, 4]
     for s, r in zip(run.levels, raw, strict=True):
         assert s.agg_tok_s == pytest.approx(r["output_throughput"])
-        assert s.ttft_p99_ms == pytest.approx(r["p99_ttft_ms"])
-        assert s.tpot_p50_ms == pytest.approx(r["median_tpot_ms"])
+        assert s.figure("ttft_p99") == pytest.approx(r["p99_ttft_ms"])
+        assert s.figure("tpot_p50") == pytest.approx(r["median_tpot_ms"])
         assert s.per_req_tok_s is None  # the file has no per-request E2E
         assert s.output_tokens == r["total_output_tokens"]
     # the native backend's ITL is per token, as specload's on /generate: not marked
@@ -80,7 +80,7 @@ def test_guidellm_figures_are_computed_from_its_requests():
         )
         # GuideLLM's ITL is specload's TPOT: the same median as its own aggregate
         itl = b["metrics"]["inter_token_latency_ms"]["successful"]
-        assert s.tpot_p50_ms == pytest.approx(np.median([r["inter_token_latency_ms"] for r in ok]))
+        assert s.figure("tpot_p50") == pytest.approx(np.median([r["inter_token_latency_ms"] for r in ok]))
         assert itl["count"] > 0
     assert run.marked == {"tpot_p50"}
 
@@ -97,7 +97,7 @@ def test_genai_bench_folder_is_one_run_of_its_concurrencies():
         a = d["aggregated_metrics"]
         assert s.agg_tok_s == pytest.approx(a["mean_output_throughput_tokens_per_s"])
         reqs = d["individual_request_metrics"]
-        assert s.ttft_p50_ms == pytest.approx(a["stats"]["ttft"]["p50"] * 1e3)
+        assert s.figure("ttft_p50") == pytest.approx(a["stats"]["ttft"]["p50"] * 1e3)
         assert s.per_req_tok_s == pytest.approx(
             np.mean([r["num_output_tokens"] / r["e2e_latency"] for r in reqs])
         )

@@ -35,7 +35,7 @@ def test_server_without_metrics_or_server_info_still_reports(sim, tmp_path: Path
     assert not (run_dir / "server_samples.jsonl").exists()
     run = load_run(run_dir)
     assert [lv.ok for lv in run.levels] == [2, 2]
-    assert all(lv.server_running_max is None and lv.accept_length is None for lv in run.levels)
+    assert all(lv.server_running_max is None and lv.figure("accept") is None for lv in run.levels)
     assert "Srv run max" not in out.stdout and "Accept len" not in out.stdout
 
 
@@ -102,7 +102,7 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
         runs.append(_only_run(tmp_path / preset))
     base, mtp = (load_run(r) for r in runs)
     assert [lv.ok for lv in mtp.levels] == [64, 128]
-    assert all(lv.accept_length is not None and 1.9 < lv.accept_length <= 2.0 for lv in mtp.levels)
+    assert all(lv.figure("accept") is not None and 1.9 < lv.figure("accept") <= 2.0 for lv in mtp.levels)
     assert mtp.levels[1].server_running_max == 48 and mtp.levels[1].server_queued_max > 0
     # Steady tok/s against a batching server whose prefill and decode share steps (audit F2): the
     # saturated rate, so never below the level's average (Agg) nor above its busiest second.
@@ -123,6 +123,6 @@ def test_presets_tell_the_story(tmp_path: Path) -> None:
     assert cmp.returncode == 0, cmp.stderr
     # one run of each: the crossover is told as the measured sign change, not as a finding
     assert "each side is a single run" in cmp.stdout, cmp.stdout
-    assert "its sign changes between C=32 and C=64 (near C≈" in cmp.stdout, cmp.stdout
+    assert "aggregate tok/s changes sign between C=32 and C=64 (near C≈" in cmp.stdout, cmp.stdout
     assert "max_running_requests is 48" in cmp.stdout
     assert (tmp_path / "cmp" / "comparison.md").exists()

@@ -16,7 +16,6 @@ from specload.analysis.metrics import (
     ServerSample,
     combine_repeats,
     group_repeats,
-    percentile,
     repeats_at,
     steady_tok_s,
     steady_window,
@@ -32,6 +31,7 @@ from specload.core.records import (
     RequestRecord,
     make_record,
 )
+from specload.core.stats import percentile
 from tests.fixtures.by_records import levels_of_records, summarize_level
 
 T0 = 1_764_475_200.0  # epoch base; offsets below are exact binary fractions
@@ -101,9 +101,8 @@ def four_requests() -> list[RequestRecord]:
 # ---------------------------------------------------------------- percentile
 
 
-def test_percentile_empty_and_none_only() -> None:
+def test_percentile_empty() -> None:
     assert percentile([], 50) is None
-    assert percentile([None, None], 99) is None
 
 
 def test_percentile_single_value() -> None:
@@ -121,8 +120,8 @@ def test_percentile_linear_interpolation_like_numpy() -> None:
     assert percentile(xs, 25) == pytest.approx(1.75)  # pos 0.75
 
 
-def test_percentile_ignores_none_and_rejects_bad_q() -> None:
-    assert percentile([1.0, None, 3.0], 50) == 2.0
+def test_percentile_rejects_bad_q() -> None:
+    assert percentile([1.0, 3.0], 50) == 2.0
     with pytest.raises(ValueError):
         percentile([1.0], 101)
     with pytest.raises(ValueError):
@@ -141,14 +140,14 @@ def test_level_exact_figures() -> None:
     # per request: 10/5, 10/4, 10/4, 10/5 -> mean 2.25
     assert s.per_req_tok_s == pytest.approx(2.25)
     # TTFT sorted 0.5 0.5 0.5 1.0 s: p50 pos 1.5 -> 0.5; p99 pos 2.97 -> 0.5 + 0.97*0.5
-    assert s.ttft_p50_ms == pytest.approx(500.0)
-    assert s.ttft_p99_ms == pytest.approx(985.0)
+    assert s.figure("ttft_p50") == pytest.approx(500.0)
+    assert s.figure("ttft_p99") == pytest.approx(985.0)
     # TPOT = (e2e - ttft) / 9: 4.5/9, 3/9, 3.5/9, 4.5/9 -> sorted 3, 3.5, 4.5, 4.5 (/9)
-    assert s.tpot_p50_ms == pytest.approx(4.0 / 9 * 1000)
-    assert s.tpot_p99_ms == pytest.approx(4.5 / 9 * 1000)
+    assert s.figure("tpot_p50") == pytest.approx(4.0 / 9 * 1000)
+    assert s.figure("tpot_p99") == pytest.approx(4.5 / 9 * 1000)
     # E2E sorted 4 4 5 5
-    assert s.e2e_p50_s == pytest.approx(4.5)
-    assert s.e2e_p99_s == pytest.approx(5.0)
+    assert s.figure("e2e_p50") == pytest.approx(4.5)
+    assert s.figure("e2e_p99") == pytest.approx(5.0)
     # decode = 9 / (e2e - ttft): 2, 3, 9/3.5, 2
     assert s.decode_tok_s_mean == pytest.approx((2 + 3 + 9 / 3.5 + 2) / 4)
     assert s.prompt_tokens_mean == pytest.approx(100.0)
@@ -248,7 +247,7 @@ def test_failures_shorts_and_token_sum() -> None:
     assert s.output_tokens == 46  # the short request's 6 tokens count, as in the reference's Tokens
     assert s.agg_tok_s == pytest.approx(4.6)
     assert s.per_req_tok_s == pytest.approx(2.25)  # OK requests only
-    assert s.ttft_p50_ms == pytest.approx(500.0)  # OK requests only
+    assert s.figure("ttft_p50") == pytest.approx(500.0)  # OK requests only
     assert s.output_mismatch == 1  # the short one; the failed one is not counted twice
     assert s.reasons == {"short: stream ended without [DONE]": 1, "failed: HTTP 503: overloaded": 1}
     # in flight: e2e 5 4 4 5 2 0.5 = 20.5 over 10 s
@@ -348,15 +347,15 @@ def test_combine_repeats_mean_and_sample_std() -> None:
     empty = LevelStats(concurrency=4, repeat=2, label="c004.r2")
     r = combine_repeats([a, b, empty])
     assert r.repeats == [0, 1, 2] and r.n == 2
-    assert r.agg_tok_s_mean == pytest.approx(12.0)
-    assert r.agg_tok_s_std == pytest.approx(math.sqrt(8.0))  # ((2^2 + 2^2) / 1) ** 0.5
-    assert r.per_req_tok_s_mean == pytest.approx(3.0)
-    assert r.per_req_tok_s_std == pytest.approx(math.sqrt(2.0))
+    assert r.of("agg_tok_s") == pytest.approx(12.0)
+    assert r.std("agg_tok_s") == pytest.approx(math.sqrt(8.0))  # ((2^2 + 2^2) / 1) ** 0.5
+    assert r.of("per_req_tok_s") == pytest.approx(3.0)
+    assert r.std("per_req_tok_s") == pytest.approx(math.sqrt(2.0))
 
 
 def test_combine_repeats_single_and_errors() -> None:
     one = combine_repeats([LevelStats(concurrency=1, repeat=0, label="c001", agg_tok_s=5.0)])
-    assert one.agg_tok_s_mean == 5.0 and one.agg_tok_s_std is None
+    assert one.of("agg_tok_s") == 5.0 and one.std("agg_tok_s") is None
     with pytest.raises(ValueError):
         combine_repeats([])
     with pytest.raises(ValueError):
@@ -385,12 +384,12 @@ def test_repeats_at_means_and_server_maxima() -> None:
     )
     other = LevelStats(concurrency=8, repeat=0, label="c008", sent=16, agg_tok_s=99.0)
     r = repeats_at([a, other, b], 4)
-    assert r.repeats == [0, 1] and r.agg_tok_s_values == [10.0, 14.0] and r.agg_tok_s_mean == 12.0
+    assert r.repeats == [0, 1] and r.values("agg_tok_s") == [10.0, 14.0] and r.of("agg_tok_s") == 12.0
     assert r.of("ttft_p50_ms") == 125.0  # a repeat without a value does not count
     assert (r.of("server_running_max"), r.of("server_queued_max")) == (4.0, 2.0)  # max over repeats, not mean
-    assert r.measured and r.per_req_tok_s_mean is None and r.per_req_tok_s_values == []
+    assert r.measured and r.of("per_req_tok_s") is None and r.values("per_req_tok_s") == []
     absent = repeats_at([a, b], 16)
-    assert absent.repeats == [] and not absent.measured and absent.agg_tok_s_mean is None and absent.n == 0
+    assert absent.repeats == [] and not absent.measured and absent.of("agg_tok_s") is None and absent.n == 0
 
 
 def test_group_repeats_from_records() -> None:
@@ -401,7 +400,7 @@ def test_group_repeats_from_records() -> None:
     levels = levels_of_records(recs, [meta(0, 2), meta(1, 2, repeat=1)])
     assert [s.label for s in levels] == ["c002", "c002.r1"]
     (g,) = group_repeats(levels)
-    assert g.n == 2 and g.agg_tok_s_std is not None and g.agg_tok_s_mean is not None
+    assert g.n == 2 and g.std("agg_tok_s") is not None and g.of("agg_tok_s") is not None
 
 
 # ---------------------------------------------------------------- speculative accept length
@@ -429,11 +428,17 @@ def test_accept_length_from_records_weighted_by_verify_steps() -> None:
     # (10 + 12) / (5 + 4) = 22 / 9, not the unweighted mean (2 + 3) / 2
     assert accept_length_from_records(recs) == (pytest.approx(22 / 9), 2)
     s = summarize_level(recs, 2)
-    assert s.accept_length == pytest.approx(22 / 9)
-    assert s.accept_length_source == FROM_OLD_RECORDS and s.accept_length_requests == 2
+    assert s.figure("accept") == pytest.approx(22 / 9)
+    assert (
+        s.acceptance is not None
+        and s.acceptance.sources.get("length") == FROM_OLD_RECORDS
+        and s.acceptance.requests == 2
+    )
     assert accept_length_from_records(four_requests()) == (None, 0)
     plain = summarize_level(four_requests(), 2)
-    assert plain.accept_length is None and plain.accept_length_source is None
+    assert plain.figure("accept") is None and (
+        plain.acceptance is None or "length" not in plain.acceptance.sources
+    )
 
 
 def counter_samples() -> list[ServerSample]:
@@ -476,15 +481,23 @@ def test_server_samples_inside_measured_window() -> None:
     assert s.server_samples == 2
     assert s.server_running_max == 4.0 and s.server_running_mean == pytest.approx(3.0)
     assert s.server_queued_max == 1.0 and s.server_queued_mean == pytest.approx(1.0)  # null is skipped
-    assert s.accept_length == pytest.approx(2.2) and s.accept_length_source == FROM_COUNTERS
-    assert s.accept_length_requests == 0
+    assert (
+        s.figure("accept") == pytest.approx(2.2)
+        and s.acceptance is not None
+        and s.acceptance.sources.get("length") == FROM_COUNTERS
+    )
+    assert s.acceptance is not None and s.acceptance.requests == 0
 
 
 def test_records_accept_length_wins_over_counters() -> None:
     recs = four_requests()
     recs[0] = rec(0.0, 0.5, 5.0, verify=4)
     s = summarize_level(recs, 2, samples=counter_samples())
-    assert s.accept_length == pytest.approx(2.5) and s.accept_length_source == FROM_OLD_RECORDS
+    assert (
+        s.figure("accept") == pytest.approx(2.5)
+        and s.acceptance is not None
+        and s.acceptance.sources.get("length") == FROM_OLD_RECORDS
+    )
 
 
 def test_no_samples_no_server_figures() -> None:
@@ -513,7 +526,7 @@ def test_summarize_run_splits_samples_by_level_window() -> None:
         ("c004", 1, 4.0, 2.0),
     ]
     # level 2's window [T0+20, T0+30] has no counter samples after T0+11: not measurable
-    assert levels[1].accept_length is None
+    assert levels[1].figure("accept") is None
 
 
 def test_server_sample_from_dict() -> None:

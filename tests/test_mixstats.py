@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from specload.analysis.columns import LevelColumns
-from specload.analysis.metrics import ServerSample, percentile
+from specload.analysis.metrics import ServerSample
 from specload.analysis.mixstats import (
     CACHE_FROM_COUNTERS,
     CACHE_FROM_GAUGE,
@@ -25,6 +25,7 @@ from specload.analysis.mixstats import (
 from specload.analysis.run import load_run
 from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, RequestRecord, make_record
 from specload.core.rundir import RECORDS, LevelMeta, RunMeta, write_run_meta
+from specload.core.stats import percentile
 from specload.present.report import render_report
 
 

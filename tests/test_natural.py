@@ -210,7 +210,7 @@ def test_natural_sweep_records_and_figures(sim, tmp_path: Path) -> None:  # type
         wall = lv.wall_s
         assert wall is not None and lv.agg_tok_s == pytest.approx(lv.output_tokens / wall, rel=1e-9)
         # TPOT: each request's own tokens after the first over its own decode time: the simulator's ITL.
-        assert lv.tpot_p50_ms == pytest.approx(ITL_S * 1000, rel=0.1)
+        assert lv.figure("tpot_p50") == pytest.approx(ITL_S * 1000, rel=0.1)
     for r in recs:
         assert r.tpot_s == pytest.approx((r.t_last - r.t_first) / (r.output_tokens - 1), rel=1e-9)
     report = (run_dir / "report.md").read_text()

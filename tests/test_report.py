@@ -424,7 +424,7 @@ def test_accept_len_column_from_records(tmp_path: Path, capsys: pytest.CaptureFi
     recs[2] = rec(0, 1, 1, 2.0, 4.0, verify=6)  # (10 + 10) / (4 + 6) = 2.0
     d = write_run(tmp_path / "r", recs, sample_meta(), locust_json=locust_entries())
     run = load_run(d)
-    assert run.levels[0].accept_length == pytest.approx(2.0) and run.levels[1].accept_length is None
+    assert run.levels[0].figure("accept") == pytest.approx(2.0) and run.levels[1].figure("accept") is None
     text = render_levels(run.levels, "github")
     header = [c.strip() for c in text.splitlines()[0].strip("|").split("|")]
     assert header == [*COLUMNS, "Accept len"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from specload.analysis.metrics import PERCENTILES, percentile
+from specload.analysis.metrics import PERCENTILES
 from specload.core import histogram
 from specload.core.records import FAILED, OK, SHORT
 from specload.core.slo import (
@@ -23,6 +23,7 @@ from specload.core.slo import (
     parse_slo,
     requests_to_settle,
 )
+from specload.core.stats import percentile
 from specload.workload.config import Scenario, ScenarioError, apply_overrides
 from tests.conftest import specload_cmd
 

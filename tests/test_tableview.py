@@ -71,7 +71,7 @@ def note(text: str) -> str | None:
 
 
 def test_every_column_of_every_table_has_one_place_in_the_priority() -> None:
-    assert len(RANK) == len(PRIORITY)  # each key once
+    assert len(RANK) == len(PRIORITY) + 1  # each key once, and compare's repeats to settle (not a figure)
     assert {c.key for c in level_columns()} <= set(FIGURES)
     assert [f.key for f in PRIORITY[:8]] == [
         "rate",
@@ -313,7 +313,6 @@ def test_report_command_columns_flag(pair: tuple[Path, Path], capsys: pytest.Cap
 @pytest.mark.parametrize(
     ("width", "groups"),
     [
-        (80, ["agg"]),  # C and the aggregate are shown whatever the width
         (120, ["agg", "per_req"]),
         (250, ["agg", "per_req", "ttft_p50", "accept"]),
         (360, ["agg", "per_req", "ttft_p50", "tpot_p50", "srv_run_queue", "accept", "ttft_p99"]),  # all: 352
@@ -332,6 +331,23 @@ def test_compare_table_fits_the_width(pair: tuple[Path, Path], width: int, group
         assert (note(text) or "").startswith(f"{n} more columns with --columns all (or in comparison.md): ")
     else:
         assert note(text) is None
+
+
+def test_compare_at_80_columns_has_a_row_per_run_with_both_speeds_and_their_changes(
+    pair: tuple[Path, Path],
+) -> None:
+    """Too narrow for each run's per-request tok/s beside its aggregate (as wide for 2 runs as for 5):
+    a row per level and run, the change on the treatment's row, the level on its first row."""
+    comp = build_comparison([load_run(p) for p in pair])
+    text = render_comparison(comp, "github", TableView(width=80))
+    assert header(text) == ["C", "Run", "Agg tok/s", "Δ agg", "Per-req tok/s", "Δ per-req"]
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    rows = [ln.strip("|").split("|") for ln in table_lines(text)[2:]]
+    assert [[c.strip() for c in r] for r in rows[8:10]] == [
+        ["64", "baseline", "2327.0", "", "40.0", ""],
+        ["", "mtp", "1571.1", "-32% (1 run)", "65.7", "+64% (1 run)"],
+    ]
+    assert (note(text) or "").startswith("6 more columns with --columns all (or in comparison.md): TTFT p50")
 
 
 def test_compare_columns_sets(pair: tuple[Path, Path]) -> None:

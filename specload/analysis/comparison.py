@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specload.analysis import figures
 from specload.analysis.accept_compare import AcceptChange, AcceptFigures, accept_change, accept_figures
 from specload.analysis.cap import RunningCap
 from specload.analysis.clientcheck import client_flags
@@ -28,7 +29,7 @@ from specload.analysis.run import Run
 from specload.analysis.slo_compare import SloComparison, compare_slo
 from specload.core.records import SRC_CHUNKS
 from specload.core.rundir import RUN_COMPLETED, RunMeta
-from specload.core.tdist import t_quantile_975, t_two_sided_p  # noqa: F401 - Student's t lives in tdist; found here too
+from specload.core.tdist import t_quantile_975
 from specload.core.text import MISSING, fmt_pct
 from specload.workload.config import FORCED
 from specload.workload.recorded import recorded_scenario
@@ -508,24 +509,28 @@ def single_run_part(
     if not single:
         return None
     tp = list(tpot_changes) + [None] * (len(levels) - len(tpot_changes))
-    parts = []
+    parts, crossings = [], []
     for name, chs in (("aggregate tok/s", agg_changes), ("per-request tok/s", per_req_changes)):
         pts = [(levels[i], chs[i].pct or 0.0) for i in single if chs[i].usable and chs[i].single]
         if not pts:
             continue
-        text = f"{name} {_quote(pts, axis)}"
+        parts.append(f"{name} {_quote(pts, axis)}")
         flips = crossover([c for c, _ in pts], [y for _, y in pts])
         if flips:
-            text += "; its sign changes between " + " and between ".join(
-                f"{axis.at(x.low)} and {axis.at(x.high)} (near {axis.near(x.at)})" for x in flips
+            crossings.append(
+                f"{name} changes sign between "
+                + " and between ".join(
+                    f"{axis.at(x.low)} and {axis.at(x.high)} (near {axis.near(x.at)})" for x in flips
+                )
             )
-        parts.append(text)
     tpot = [(levels[i], y) for i in single if (y := tp[i]) is not None]
     if tpot:
         parts.append(f"TPOT p50 {_quote(tpot, axis)}")
     where = axis.many([levels[i] for i in single])
+    # where speculation may stop paying comes first (told as measured: a single run makes no crossover)
+    lead = f"{' and '.join(crossings)}, in single runs. At" if crossings else "at"
     return (
-        f"at {where} each side is a single run, so these changes are no finding yet: {'; '.join(parts)}. "
+        f"{lead} {where} each side is a single run, so these changes are no finding yet: {'; '.join(parts)}. "
         "One run per level cannot tell a change from the spread between runs, which only repeats measure; "
         f"{REPEAT_ADVICE}."
     )
@@ -556,14 +561,10 @@ def level_quality(f: RepeatedLevelStats) -> LevelQuality:
     if not ls:
         return LevelQuality()
     top = max(ls, key=lambda s: s.sent)
+    counts = ("sent", "ok", "failed", "short", "output_mismatch", "prompt_mismatch")
     return LevelQuality(
-        sent=sum(s.sent for s in ls),
-        ok=sum(s.ok for s in ls),
-        failed=sum(s.failed for s in ls),
-        short=sum(s.short for s in ls),
+        **{name: sum(getattr(s, name) for s in ls) for name in counts},
         chunk_counted=sum(s.token_sources.get(SRC_CHUNKS, 0) for s in ls),
-        output_mismatch=sum(s.output_mismatch for s in ls),
-        prompt_mismatch=sum(s.prompt_mismatch for s in ls),
         requested_output_tokens=top.requested_output_tokens,
         requested_prompt_tokens=top.requested_prompt_tokens,
     )
@@ -744,6 +745,9 @@ class Comparison:
     accept_delta: dict[str, list[AcceptChange | None]] = field(
         default_factory=dict
     )  # treatment label -> per level
+    # treatment label -> figure key -> change per level, of every numeric figure of the table (compare's
+    # table shows those with a Figure.delta); agg and per_req are ``agg`` and ``per_req`` above
+    changes: dict[str, dict[str, list[Change]]] = field(default_factory=dict)
 
     @property
     def baseline(self) -> ComparedRun:
@@ -867,20 +871,16 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
             for c in levels
         ]
         pairs = [(base.figures[c], t.figures[c]) for c in levels]
-        agg = [
-            _with(change_of(b.agg_tok_s_values, n.agg_tok_s_values, b.agg_tok_s_mean, n.agg_tok_s_mean), k)
-            for (b, n), k in zip(pairs, checks, strict=True)
-        ]
-        per = [
-            _with(
-                change_of(
-                    b.per_req_tok_s_values, n.per_req_tok_s_values, b.per_req_tok_s_mean, n.per_req_tok_s_mean
-                ),
-                k,
-            )
-            for (b, n), k in zip(pairs, checks, strict=True)
-        ]
+        agg, per = (
+            [_with(_change(b, n, name, True), k) for (b, n), k in zip(pairs, checks, strict=True)]
+            for name in ("agg_tok_s", "per_req_tok_s")
+        )
         comp.agg[t.label], comp.per_req[t.label], comp.checks[t.label] = agg, per, checks
+        comp.changes[t.label] = {
+            f.key: [_change(b, n, f.field, k.comparable) for (b, n), k in zip(pairs, checks, strict=True)]
+            for f in figures.FIGURES
+            if f.numeric
+        } | {"agg": agg, "per_req": per}
         comp.tpot[t.label] = [change_pct(b.of("tpot_p50_ms"), n.of("tpot_p50_ms")) for b, n in pairs]
         comp.crossovers[t.label] = Crossovers(_marked(levels, agg), _marked(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
@@ -977,7 +977,9 @@ def _notes(comp: Comparison) -> list[str]:
         notes.append(
             "(±x%) is the 95% confidence interval of the change (delta method for the ratio of the means over "
             f"the repeats, so the baseline's noise counts too); {NOISE_MARK} means Welch's t test of the means finds "
-            "no difference at 5%: the change is inside the noise"
+            "no difference at 5%: the change is inside the noise; Repeats to settle (after Δ agg and Δ per-req) is, "
+            f"per arm, the repeats that would settle the sign of whichever of the two is marked {NOISE_MARK} at the "
+            "spread measured (the larger where both are)"
         )
     for r in comp.runs:
         if r.cap is not None and r.cap.detail:
@@ -1055,13 +1057,9 @@ def categories(comp: Comparison) -> list[str]:
     )
 
 
-def _change(b: RepeatedLevelStats, n: RepeatedLevelStats, attr: str, comparable: bool) -> Change:
-    ch = change_of(
-        getattr(b, f"{attr}_tok_s_values"),
-        getattr(n, f"{attr}_tok_s_values"),
-        getattr(b, f"{attr}_tok_s_mean"),
-        getattr(n, f"{attr}_tok_s_mean"),
-    )
+def _change(b: RepeatedLevelStats, n: RepeatedLevelStats, name: str, comparable: bool) -> Change:
+    """The change of a figure of the table (its JSON field) from ``b``'s repeats to ``n``'s."""
+    ch = change_of(b.values(name), n.values(name), b.of(name), n.of(name))
     return ch if comparable else dataclasses.replace(ch, comparable=False)
 
 
@@ -1083,7 +1081,9 @@ def compare_categories(comp: Comparison) -> list[CategoryComparison]:
         for t in comp.treatments:
             ok = [k.comparable for k in comp.checks[t.label]]
             new = figs[t.label]
-            cc.per_req[t.label] = [_change(b, n, "per_req", k) for b, n, k in zip(base, new, ok, strict=True)]
+            cc.per_req[t.label] = [
+                _change(b, n, "per_req_tok_s", k) for b, n, k in zip(base, new, ok, strict=True)
+            ]
             cc.crossovers_per_req[t.label] = crossover(comp.levels, cc.per_req[t.label])
             cc.sentences.append(
                 _category_sentence(f"{t.label} on {cat} prompts", comp.levels, cc.per_req[t.label], comp.axis)

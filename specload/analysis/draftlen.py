@@ -85,7 +85,7 @@ def choose(level: float, figs: dict[str, RepeatedLevelStats], attr: str) -> Leve
     """The best setting at ``level`` by ``attr`` (``agg_tok_s`` or ``per_req_tok_s``): the highest
     mean over the repeats; a setting is inside the noise of it when Welch's test finds no
     difference (repeats on both sides) or the difference is under NEGLIGIBLE_PCT."""
-    means = {k: getattr(f, f"{attr}_mean") for k, f in figs.items()}
+    means = {k: f.of(attr) for k, f in figs.items()}
     have = {k: float(v) for k, v in means.items() if v is not None}
     if not have:
         return None
@@ -95,13 +95,11 @@ def choose(level: float, figs: dict[str, RepeatedLevelStats], attr: str) -> Leve
     for k in have:
         if k == best:
             continue
-        ch = change_of(
-            getattr(figs[best], f"{attr}_values"), getattr(figs[k], f"{attr}_values"), have[best], have[k]
-        )
+        ch = change_of(figs[best].values(attr), figs[k].values(attr), have[best], have[k])
         changes[k] = ch
         if ch.noise or (ch.pct is not None and abs(ch.pct) < NEGLIGIBLE_PCT):
             tied.append(k)
-    single = any(len(figs[k].agg_tok_s_values) < 2 for k in have)
+    single = any(figs[k].n < 2 for k in have)
     return LevelChoice(level, best, tuple(tied), single, have, changes)
 
 

@@ -81,6 +81,11 @@ class Figure:
     live: bool = False  # a column of the web page's live table
     part: bool = False  # a column of the tables of a level's request classes and conversation turns
     category: bool = False  # a column of the tables of a level's prompt categories
+    # A percentile of a latency distribution: (LevelStats.dists name, percentile, scale of the value
+    # to seconds' multiple); ``value`` reads it from there (and another tool's figure is put there).
+    dist: tuple[str, float, float] | None = None
+    # compare's table: the header of each treatment's change column after this figure's ("" none)
+    delta: str = ""
 
     @classmethod
     def of(cls, key: str, field: str, header: str, unit: str, digits: int, **kw: Any) -> Figure:
@@ -111,8 +116,12 @@ def _attr(name: str) -> Callable[[LevelStats], Any]:
     return lambda s: getattr(s, name)
 
 
-def _dist(key: str, q: float, scale: float) -> Callable[[LevelStats], float | None]:
-    return lambda s: s.p(key, q, scale)
+# The figures that are a percentile of a latency distribution (Figure.dist).
+_DISTS: dict[str, tuple[str, float, float]] = {
+    f"{name}_p{q:g}": (name, q, scale)
+    for name, scale in (("ttft", 1e3), ("tpot", 1e3), ("itl", 1e3), ("e2e", 1.0))
+    for q in (50.0, 99.0)
+}
 
 
 def _accept(name: str) -> Callable[[LevelStats], Any]:
@@ -138,8 +147,7 @@ def _has_list(name: str) -> Callable[[LevelStats], Any]:
 
 # How each figure is read from a level where it is not simply its JSON field of LevelStats.
 _VALUES: dict[str, Callable[[LevelStats], Any]] = {
-    "itl_p99": _dist("itl", 99.0, 1e3),
-    "itl_p50": _dist("itl", 50.0, 1e3),
+    "accept": _accept("length"),
     "accept_rate": _accept("rate"),
     "tok_pass": _accept("tokens_per_pass"),
     "accept_pos": _has_list("per_position"),
@@ -158,6 +166,16 @@ _VALUES: dict[str, Callable[[LevelStats], Any]] = {
     "goodput_tok_s": _slo("goodput_tok_s"),
     "fail_pct": _fail_pct,
     "tokens_share": lambda s: s.extra.get("output_token_share"),
+}
+
+# The figures each treatment's change follows in compare's table (analysis.comparison computes every
+# one, Comparison.changes), by the header of the change's column.
+_DELTAS: dict[str, str] = {
+    "agg": "Δ agg",
+    "per_req": "Δ per-req",
+    "tpot_p50": "Δ TPOT",
+    "first_answer": "Δ first answer",
+    "answer_tok_s": "Δ answer tok/s",
 }
 
 # The figures computed here, over a level's columns and a mask of its requests (the rest are the
@@ -222,14 +240,17 @@ agg_answer       | agg_answer_tok_s       | Agg answer tok/s       | tok/s      
 
 def _figure(line: str) -> Figure:
     key, field_, header, unit, digits, rank, how, show, scale, on, sets = (c.strip() for c in line.split("|"))
-    compute = _COMPUTE.get(key)
+    compute, dist = _COMPUTE.get(key), _DISTS.get(key)
+    value = _VALUES.get(key) or ((lambda s: s.extra.get(field_)) if compute else _attr(field_))
+    if dist is not None:
+        value = _percentile(*dist)
     return Figure(
         key,
         field_,
         header,
         unit,
         int(digits),
-        _VALUES.get(key) or ((lambda s: s.extra.get(field_)) if compute else _attr(field_)),
+        value,
         _EVERY_SET if sets == "*" else tuple(sets.split("+")),
         compute,
         None if rank == "-" else int(rank),
@@ -242,11 +263,18 @@ def _figure(line: str) -> Figure:
         live="l" in on,
         part="p" in on,
         category="k" in on,
+        dist=dist,
+        delta=_DELTAS.get(key, ""),
     )
+
+
+def _percentile(name: str, q: float, scale: float) -> Callable[[LevelStats], float | None]:
+    return lambda s: s.p(name, q, scale)
 
 
 FIGURES: tuple[Figure, ...] = tuple(_figure(line) for line in _TABLE.strip().splitlines()[1:])
 BY_KEY: dict[str, Figure] = {f.key: f for f in FIGURES}
+BY_FIELD: dict[str, Figure] = {f.field: f for f in FIGURES}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -87,14 +87,6 @@ def dist_of_hist(hist: histogram.Hist) -> Dist:
     return Dist(n, m, sd, {q: histogram.quantile(hist, q) or 0.0 for q in PERCENTILES}, exact=False)
 
 
-def percentile(values: Iterable[float | None], q: float) -> float | None:
-    """q-th percentile (0..100) of the values that exist (specload.core.stats.percentile: linear
-    interpolation between closest ranks, numpy's default ``np.percentile``, which ``vllm bench
-    serve`` uses, so our p50/p99 can be compared with theirs on the same data). None values are
-    ignored because per-request figures are None when undefined (e.g. TPOT of a one-token reply)."""
-    return stats.percentile([v for v in values if v is not None], q)
-
-
 def mean(values: Iterable[float | None]) -> float | None:
     """Mean of the values that exist; None when none does (a figure that is undefined stays so)."""
     xs = [v for v in values if v is not None]
@@ -116,11 +108,6 @@ def dist_of(xs: Floats) -> Dist:
 
 def _mean_of(xs: Floats) -> float | None:
     return float(xs.mean()) if len(xs) else None
-
-
-def _max(values: Iterable[float | None]) -> float | None:
-    xs = [v for v in values if v is not None]
-    return max(xs) if xs else None
 
 
 def _ms(v: float | None) -> float | None:
@@ -235,28 +222,18 @@ class LevelStats:
         v = d.p.get(q) if d is not None and d.n else None
         return None if v is None else v * scale
 
-    # the table's percentiles (JSON ttft_p50_ms, ...: figures.figures_json), read from ``dists``
-    ttft_p50_ms = property(lambda self: self.p("ttft", 50.0, 1e3))
-    ttft_p99_ms = property(lambda self: self.p("ttft", 99.0, 1e3))
-    tpot_p50_ms = property(lambda self: self.p("tpot", 50.0, 1e3))
-    tpot_p99_ms = property(lambda self: self.p("tpot", 99.0, 1e3))
-    e2e_p50_s = property(lambda self: self.p("e2e", 50.0))
-    e2e_p99_s = property(lambda self: self.p("e2e", 99.0))
-
-    # speculative decoding's Accept len (tokens per verify step, the bonus token included), where it
-    # came from and the OK requests whose responses carried verify steps: read from ``acceptance``
-    accept_length = property(lambda self: self.acceptance.length if self.acceptance else None)
-    accept_length_source = property(
-        lambda self: self.acceptance.sources.get("length") if self.acceptance else None
-    )
-    accept_length_requests = property(lambda self: self.acceptance.requests if self.acceptance else 0)
+    def figure(self, key: str) -> Any:
+        """A figure of the table (analysis.figures) by its key, as the table reads it from here."""
+        return figures.BY_KEY[key].value(self)
 
 
 def level_json(s: LevelStats) -> dict[str, Any]:
     """A level's figures for JSON: every field unrounded, the distributions keyed p50, p99.9, ..."""
     d = asdict(s)
     d.update(figures.figures_json(s))  # every figure of the table (analysis.figures)
-    d["accept_length_source"], d["accept_length_requests"] = s.accept_length_source, s.accept_length_requests
+    a = s.acceptance
+    d["accept_length_source"] = a.sources.get("length") if a is not None else None
+    d["accept_length_requests"] = a.requests if a is not None else 0
     d["dists"] = {name: dist.to_dict() for name, dist in s.dists.items()}
     if s.mix is not None:  # each part as a level
         for kind in ("classes", "turns", "categories"):
@@ -279,14 +256,7 @@ class RepeatedLevelStats:
 
     concurrency: int
     repeats: list[int]  # repeat index of each row; [] when the run has no row at this concurrency
-    n: int  # repeats that produced an agg value (levels with no records have none)
-    agg_tok_s_mean: float | None
-    agg_tok_s_std: float | None  # sample std-dev (n - 1); None when fewer than 2 values
-    per_req_tok_s_mean: float | None
-    per_req_tok_s_std: float | None
     levels: list[LevelStats]
-    agg_tok_s_values: list[float] = field(default_factory=list)  # per repeat, those with a value
-    per_req_tok_s_values: list[float] = field(default_factory=list)
     # every numeric figure of the figure table by JSON field, its repeats combined (figures.combine)
     combined: dict[str, float | None] = field(default_factory=dict)
     rate: float | None = None  # a rate level's requests/s (then ``concurrency`` is its user pool)
@@ -294,6 +264,22 @@ class RepeatedLevelStats:
     def of(self, name: str) -> float | None:
         """A figure of the table (its JSON field) over the repeats; None where none has it."""
         return self.combined.get(name)
+
+    def values(self, name: str) -> list[float]:
+        """A figure of the table (its JSON field) per repeat, those that have it: what a spread or
+        a confidence interval is built on."""
+        fig = figures.BY_FIELD[name]
+        return [v for s in self.levels if (v := fig.number(s)) is not None]
+
+    def std(self, name: str) -> float | None:
+        """The sample std-dev (n - 1) of a figure over the repeats; None with fewer than 2 values."""
+        xs = self.values(name)
+        return statistics.stdev(xs) if len(xs) >= 2 else None
+
+    @property
+    def n(self) -> int:
+        """Repeats that produced an agg value (levels with no records have none)."""
+        return len(self.values("agg_tok_s"))
 
     @property
     def x(self) -> float:
@@ -344,21 +330,14 @@ class ServerSample:
         t = _num(d.get("t"))
         if t is None:
             return None
-        return cls(
-            t=t,
-            running=_num(d.get("running")),
-            queued=_num(d.get("queued")),
-            spec_num_drafts=_num(d.get("spec_num_drafts")),
-            spec_num_draft_tokens=_num(d.get("spec_num_draft_tokens")),
-            spec_num_accepted_tokens=_num(d.get("spec_num_accepted_tokens")),
-            prefix_cache_queries=_num(d.get("prefix_cache_queries")),
-            prefix_cache_hits=_num(d.get("prefix_cache_hits")),
-            cache_hit_rate=_num(d.get("cache_hit_rate")),
-            spec_verify_calls=_num(d.get("spec_verify_calls")),
-            generation_tokens=_num(d.get("generation_tokens")),
-            spec_accepted_per_pos=_per_pos(d),
-            closes=_index(d.get("closes")),
-        )
+        numbers = {name: _num(d.get(name)) for name in _SAMPLE_NUMBERS}
+        return cls(t=t, **numbers, spec_accepted_per_pos=_per_pos(d), closes=_index(d.get("closes")))
+
+
+# ServerSample's plain numbers: every field but the time, the per-position counts and ``closes``.
+_SAMPLE_NUMBERS = tuple(
+    f.name for f in fields(ServerSample) if f.name not in ("t", "spec_accepted_per_pos", "closes")
+)
 
 
 def _index(v: Any) -> int | None:
@@ -375,17 +354,13 @@ def _per_pos(d: Mapping[str, Any]) -> tuple[float, ...] | None:
     return tuple(v for v in values if v is not None) if values and None not in values else None
 
 
-def _max_mean(values: list[float]) -> tuple[float | None, float | None]:
-    return _max(values), mean(values)
-
-
 def _fill_server(s: LevelStats, samples: Sequence[ServerSample], start: float, end: float) -> None:
     inside = [x for x in samples if start <= x.t <= end]
     s.server_samples = len(inside)
-    running = [x.running for x in inside if x.running is not None]
-    queued = [x.queued for x in inside if x.queued is not None]
-    s.server_running_max, s.server_running_mean = _max_mean(running)
-    s.server_queued_max, s.server_queued_mean = _max_mean(queued)
+    for gauge in ("running", "queued"):
+        xs = [v for x in inside if (v := getattr(x, gauge)) is not None]
+        setattr(s, f"server_{gauge}_max", max(xs, default=None))
+        setattr(s, f"server_{gauge}_mean", mean(xs))
 
 
 def _mode(xs: Floats) -> Any:
@@ -927,34 +902,16 @@ def _plan(levels_meta: Sequence[LevelMeta | Mapping[str, Any]] | None) -> list[L
     return out
 
 
-def _sample_std(xs: list[float]) -> float | None:
-    return statistics.stdev(xs) if len(xs) >= 2 else None
-
-
-def _combine(x: float, levels: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
-    """``x`` is the level's concurrency, or its requests/s when ``rate``."""
-    agg = [s.agg_tok_s for s in levels if s.agg_tok_s is not None]
-    per = [s.per_req_tok_s for s in levels if s.per_req_tok_s is not None]
+def combine_parts(x: float, levels: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
+    """Levels (or parts of levels: a category) of one x combined by the figure table's rules; ``x``
+    is the level's concurrency, or its requests/s when ``rate``."""
     return RepeatedLevelStats(
         concurrency=levels[0].concurrency if rate and levels else int(x),
         rate=x if rate else None,
         repeats=[s.repeat for s in levels],
-        n=len(agg),
-        agg_tok_s_mean=mean(agg),
-        agg_tok_s_std=_sample_std(agg),
-        per_req_tok_s_mean=mean(per),
-        per_req_tok_s_std=_sample_std(per),
         levels=list(levels),
-        agg_tok_s_values=agg,
-        per_req_tok_s_values=per,
         combined=figures.combined(levels),
     )
-
-
-def combine_parts(x: float, parts: Sequence[LevelStats], rate: bool = False) -> RepeatedLevelStats:
-    """One part of a level (a category) over the level's repeats, combined as the level's figures
-    are; ``x`` is the level's concurrency, or its rate when ``rate``."""
-    return _combine(x, parts, rate)
 
 
 def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
@@ -964,14 +921,14 @@ def combine_repeats(levels: Sequence[LevelStats]) -> RepeatedLevelStats:
     xs = {(s.rate is not None, s.x) for s in levels}
     if len(xs) != 1:
         raise ValueError(f"combine_repeats got several levels: {sorted(x for _, x in xs)}")
-    return _combine(levels[0].x, levels, levels[0].rate is not None)
+    return combine_parts(levels[0].x, levels, levels[0].rate is not None)
 
 
 def repeats_at(levels: Sequence[LevelStats], x: float, rate: bool = False) -> RepeatedLevelStats:
     """Every repeat of level ``x`` (a concurrency, or a rate when ``rate``) among a run's ``levels``
     combined; a run without it gives an empty one (repeats [], every figure None), so runs line up
     level by level."""
-    return _combine(x, [s for s in levels if s.x == x and (s.rate is not None) == rate], rate)
+    return combine_parts(x, [s for s in levels if s.x == x and (s.rate is not None) == rate], rate)
 
 
 def group_repeats(levels: Sequence[LevelStats]) -> list[RepeatedLevelStats]:

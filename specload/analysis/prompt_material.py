@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from specload.analysis.metrics import LevelStats
 from specload.analysis.run import Run
 from specload.workload.prompts import RANDOM_IDS, RANDOM_WORDS, material_of
 
@@ -26,10 +27,12 @@ def random_caveat(prompts: dict[str, Any]) -> str | None:
     return f"{m}{factor if m == RANDOM_IDS else ''}: not representative of real text; the speedup is likely overstated"
 
 
-def speculative(levels: Sequence[Any], speculative_algorithm: str | None) -> bool:
-    """The run measured speculative decoding: some level has an acceptance, or the server named its
-    speculative algorithm."""
-    return bool(speculative_algorithm) or any(getattr(s, "accept_length", None) is not None for s in levels)
+def speculative(levels: Sequence[LevelStats], speculative_algorithm: str | None) -> bool:
+    """The run measured speculative decoding: some level has an acceptance length, or the server
+    named its speculative algorithm."""
+    return bool(speculative_algorithm) or any(
+        s.acceptance and s.acceptance.length is not None for s in levels
+    )
 
 
 def acceptance_caveat(run: Run) -> str | None:

@@ -60,9 +60,9 @@ def _tpot_stat(s: LevelStats, target: Target | None) -> float | None:
     d = s.dists.get("tpot")
     if d is None or not d.n:
         return None
-    if target is not None and target.q is None:
-        return d.mean
-    return d.p.get(50.0 if target is None or target.q is None else target.q)
+    if target is None:
+        return d.p.get(50.0)
+    return d.mean if target.q is None else d.p.get(target.q)
 
 
 def user_tok_s(levels: Sequence[LevelStats], target: Target | None) -> float | None:
@@ -70,12 +70,7 @@ def user_tok_s(levels: Sequence[LevelStats], target: Target | None) -> float | N
 
     The TPOT target's own statistic, so that a point lies above the SLO's floor (1 / threshold)
     exactly when the level met that target."""
-    ys = []
-    for s in levels:
-        v = _tpot_stat(s, target)
-        if v is not None and v > 0:
-            ys.append(1.0 / v)
-    return mean(ys)
+    return mean(1.0 / v for s in levels if (v := _tpot_stat(s, target)) is not None and v > 0)
 
 
 def _common_slo(runs: Sequence[Run]) -> tuple[Slo | None, list[str]]:
@@ -101,8 +96,8 @@ def compare_slo(runs: Sequence[tuple[str, Run, dict[float, RepeatedLevelStats]]]
         for c in sorted(figures):
             f = figures[c]
             y = user_tok_s(f.levels, tpot)
-            if f.agg_tok_s_mean is not None and y is not None:
-                pts.append(ParetoPoint(c, f.agg_tok_s_mean, y, level_met(f) if slo is not None else None))
+            if (agg := f.of("agg_tok_s")) is not None and y is not None:
+                pts.append(ParetoPoint(c, agg, y, level_met(f) if slo is not None else None))
         out.pareto[label] = pts
         if slo is not None:
             cap = run.capacity()

@@ -100,6 +100,20 @@ def along_cell(s: LevelStats) -> str:
 ALONG_HEADER = f"Accept len per {SPEC_ALONG_BUCKET} tok"  # the per-level table's along-the-output column
 
 
+# The reasoning figures (analysis.reasoning.ReasoningStats) the report's table and the live view
+# show: header, field, digits, scale of the cell (100: a share in %).
+REASONING_COLUMNS = (
+    ("Reasoning tokens mean", "reasoning_tokens_mean", 1, 1),
+    ("Reasoning %", "reasoning_share", 1, 100),
+    ("TTFT p50 (ms)", "ttft_p50_ms", 1, 1),
+    ("TTFT p99 (ms)", "ttft_p99_ms", 1, 1),
+    ("First answer p50 (ms)", "answer_ttft_p50_ms", 1, 1),
+    ("First answer p99 (ms)", "answer_ttft_p99_ms", 1, 1),
+    ("Answer tok/s", "answer_tok_s_mean", 1, 1),
+    ("Agg answer tok/s", "agg_answer_tok_s", 1, 1),
+)
+
+
 def _round(v: float | None, digits: int) -> float | None:
     return None if v is None else round(v, digits)
 
@@ -127,18 +141,11 @@ def live_figures(s: LevelStats | None) -> dict[str, object]:
             "note": a.note,
         }
     r = s.reasoning if s is not None else None
-    reasoning = None
-    if r is not None:
-        reasoning = {
-            "requests": r.requests,
-            "reasoning_tokens_mean": _round(r.reasoning_tokens_mean, 1),
-            "reasoning_share": _round(r.reasoning_share, 3),
-            "ttft_p50_ms": _round(r.ttft_p50_ms, 1),
-            "answer_ttft_p50_ms": _round(r.answer_ttft_p50_ms, 1),
-            "answer_ttft_p99_ms": _round(r.answer_ttft_p99_ms, 1),
-            "answer_tok_s_mean": _round(r.answer_tok_s_mean, 1),
-            "agg_answer_tok_s": _round(r.agg_answer_tok_s, 1),
-        }
+    reasoning: dict[str, float | None] | None = None
+    if r is not None:  # each rounded as the report prints it (a share: as a fraction)
+        reasoning = {"requests": r.requests}
+        for _, name, digits, scale in REASONING_COLUMNS:
+            reasoning[name] = _round(getattr(r, name), digits + (2 if scale == 100 else 0))
     cats = s.mix.categories if s is not None and s.mix is not None else []
     categories = [
         {
@@ -148,7 +155,7 @@ def live_figures(s: LevelStats | None) -> dict[str, object]:
                 None if (sh := g.stats.extra.get("output_token_share")) is None else 100 * sh, 0
             ),
             "per_req_tok_s": _round(g.stats.per_req_tok_s, 1),
-            "accept_length": _round(g.stats.accept_length, 2),
+            "accept_length": _round(g.stats.figure("accept"), 2),
         }
         for g in cats
     ]

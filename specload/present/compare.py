@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,9 +27,7 @@ from specload.analysis.comparison import (
     Change,
     ComparedRun,
     Comparison,
-    LevelCheck,
     build_comparison,
-    change_pct,
     drifted,
 )
 from specload.analysis.figures import Figure
@@ -39,12 +38,20 @@ from specload.analysis.slo_compare import level_met
 from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
-from specload.present.acceptcompare import change_json, extra_columns, extra_rows, run_json, source_lines
+from specload.present.acceptcompare import Group, accept_groups, change_json, run_json, source_lines
 from specload.present.colour import for_stream, is_terminal
 from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.output import render_table as output_table
 from specload.present.plot import plot_comparison, plot_pareto
-from specload.present.tableview import WHOLE, TableView, columns_help, terminal_width, view_for
+from specload.present.tableview import (
+    SETTLE,
+    SETTLE_HEADER,
+    WHOLE,
+    TableView,
+    columns_help,
+    terminal_width,
+    view_for,
+)
 from specload.workload.recorded import recorded_scenario
 
 COMPARISON_MD = "comparison.md"
@@ -76,7 +83,7 @@ def change_cell(ch: Change) -> str:
 
 def agg_cell(f: RepeatedLevelStats) -> str:
     """A run's aggregate tok/s, with DRIFT_MARK when its throughput drifted within the level."""
-    return fmt_num(f.agg_tok_s_mean, 1) + (f" {DRIFT_MARK}" if drifted(f) else "")
+    return fmt_num(f.of("agg_tok_s"), 1) + (f" {DRIFT_MARK}" if drifted(f) else "")
 
 
 def _met_cell(f: RepeatedLevelStats) -> str:
@@ -89,9 +96,10 @@ def _met_cell(f: RepeatedLevelStats) -> str:
     )
 
 
-def tpot_cell(pct: float | None, check: LevelCheck) -> str:
-    """The TPOT change, or n/c where the level is not comparable (a chunk count skews TPOT too)."""
-    return NOT_COMPARABLE if pct is not None and not check.comparable else fmt_pct(pct)
+def plain_change_cell(ch: Change) -> str:
+    """A change without its interval (a figure beside the verdict's two): +12%, or n/c where the
+    level is not comparable (a chunk count skews TPOT too)."""
+    return NOT_COMPARABLE if ch.pct is not None and not ch.comparable else fmt_pct(ch.pct)
 
 
 def _server_cell(f: RepeatedLevelStats) -> str:
@@ -107,26 +115,21 @@ _CELLS: dict[str, Callable[[RepeatedLevelStats], str]] = {
     "srv_run_queue": _server_cell,
     "slo_met": _met_cell,
 }
-# The figures a treatment's change follows: (header, cell of treatment t at level i).
-_CHANGES: dict[str, tuple[str, Callable[[Comparison, str, int], str]]] = {
-    "agg": ("Δ agg", lambda comp, t, i: change_cell(comp.agg[t][i])),
-    "per_req": ("Δ per-req", lambda comp, t, i: change_cell(comp.per_req[t][i])),
-    "tpot_p50": ("Δ TPOT", lambda comp, t, i: tpot_cell(comp.tpot[t][i], comp.checks[t][i])),
-    "first_answer": ("Δ first answer", lambda comp, t, i: fmt_pct(_pct(comp, t, i, "answer_ttft_p50_ms"))),
-    "answer_tok_s": ("Δ answer tok/s", lambda comp, t, i: fmt_pct(_pct(comp, t, i, "answer_tok_s_mean"))),
-}
+# The changes shown with their interval and marks: the two the verdict is about.
+_WITH_INTERVAL = ("agg", "per_req")
 
 
-def _pct(comp: Comparison, t: str, i: int, field: str) -> float | None:
-    """Treatment ``t``'s change of a figure of the table against the baseline at level ``i``, in %."""
-    c = comp.levels[i]
-    new = next(r for r in comp.runs if r.label == t)
-    return change_pct(comp.baseline.figures[c].of(field), new.figures[c].of(field))
+def _change_cell(comp: Comparison, key: str, t: ComparedRun, i: int) -> str:
+    ch = comp.changes[t.label][key][i]
+    return change_cell(ch) if key in _WITH_INTERVAL else plain_change_cell(ch)
 
 
-# The acceptance and reasoning details (present.acceptcompare) follow this figure's columns.
+PER_REQ_HEADER = figures.BY_KEY["per_req"].header
+# The acceptance details (present.acceptcompare) follow this figure's columns.
 _DETAILS_AFTER = "accept_rate"
-_SETTLE_AFTER = "per_req"  # the repeats to settle the signs of agg and per-req: after both changes
+# The repeats to settle the signs of Δ agg and Δ per-req (the larger of the two) follow both changes,
+# as a column of their own (tableview.SETTLE, ranked right after per-req tok/s).
+_SETTLE_AFTER = "per_req"
 
 
 def _figures(comp: Comparison) -> list[tuple[Figure, bool]]:
@@ -144,6 +147,10 @@ def _run_cell(fig: Figure, f: RepeatedLevelStats) -> str:
     return fmt_num(None if v is None else v * fig.scale, fig.digits)
 
 
+def _figure_cell(comp: Comparison, fig: Figure, r: ComparedRun, i: int) -> str:
+    return _run_cell(fig, r.figures[comp.levels[i]])
+
+
 def _has_spread(comp: Comparison) -> bool:
     """Some change has an interval (>= 2 repeats a side): the repeats-to-settle column is shown."""
     return any(ch.ci is not None for chs in (*comp.agg.values(), *comp.per_req.values()) for ch in chs)
@@ -158,20 +165,33 @@ def settle_cell(comp: Comparison, t: str, i: int) -> str:
     return f"~{max(ns)}" if ns else ("—" if chs else MISSING)
 
 
-def _columns(comp: Comparison) -> list[tuple[str, str]]:
-    """(header, key in tableview.PRIORITY) of each column, in order: the level axis, then per figure
-    each run's value and each treatment's change; the acceptance and reasoning details after the
-    acceptance rate."""
-    cols = [("Req/s" if comp.axis.rate else "C", "c")]
+def _groups(comp: Comparison) -> list[Group]:
+    """The table's column groups after the level axis, in order: per figure each run's value, then
+    each treatment's change; the repeats to settle after the per-request change; the acceptance
+    details after the acceptance rate."""
+    groups: list[Group] = []
     for fig, shown in _figures(comp):
         if shown:
-            cols += [(f"{fig.header} {r.label}", fig.key) for r in comp.runs]
-        if shown and fig.key in _CHANGES:
-            cols += [(f"{_CHANGES[fig.key][0]} {t.label}", fig.key) for t in comp.treatments]
+            groups.append(Group(fig.header, fig.key, run=partial(_figure_cell, comp, fig)))
+        if shown and fig.delta:
+            groups.append(Group(fig.delta, fig.key, change=partial(_change_cell, comp, fig.key)))
         if shown and fig.key == _SETTLE_AFTER and _has_spread(comp):
-            cols += [(f"Repeats to settle {t.label}", fig.key) for t in comp.treatments]
+            groups.append(Group(SETTLE_HEADER, SETTLE, change=lambda t, i: settle_cell(comp, t.label, i)))
         if fig.key == _DETAILS_AFTER:
-            cols += extra_columns(comp)
+            groups += accept_groups(comp)
+    return groups
+
+
+def _axis_column(comp: Comparison) -> tuple[str, str]:
+    return ("Req/s" if comp.axis.rate else "C", "c")
+
+
+def _columns(comp: Comparison, groups: Sequence[Group] | None = None) -> list[tuple[str, str]]:
+    """(header, key in tableview's ranking) of each column of the wide table, in order: the level
+    axis, then per group a column per run (a figure) or per treatment (a change)."""
+    cols = [_axis_column(comp)]
+    for g in _groups(comp) if groups is None else groups:
+        cols += [(f"{g.header} {r.label}", g.key) for r in (comp.runs if g.run else comp.treatments)]
     return cols
 
 
@@ -179,36 +199,40 @@ def table_columns(comp: Comparison) -> list[str]:
     return [name for name, _key in _columns(comp)]
 
 
-def table_rows(comp: Comparison) -> list[list[str]]:
+def table_rows(comp: Comparison, groups: Sequence[Group] | None = None) -> list[list[str]]:
     """One row per level of the union; a level a run lacks shows '-' in that run's cells."""
-    figs = _figures(comp)
-    extra = extra_rows(comp)
-    spread = _has_spread(comp)
+    groups = _groups(comp) if groups is None else groups
     rows: list[list[str]] = []
     for i, c in enumerate(comp.levels):
         row = [f"{c:g}"]
-        for fig, shown in figs:
-            if shown:
-                row += [_run_cell(fig, r.figures[c]) for r in comp.runs]
-            if shown and fig.key in _CHANGES:
-                row += [_CHANGES[fig.key][1](comp, t.label, i) for t in comp.treatments]
-            if shown and fig.key == _SETTLE_AFTER and spread:
-                row += [settle_cell(comp, t.label, i) for t in comp.treatments]
-            if fig.key == _DETAILS_AFTER:
-                row += extra[i]
+        for g in groups:
+            if g.run is not None:
+                row += [g.run(r, i) for r in comp.runs]
+            elif g.change is not None:
+                row += [g.change(t, i) for t in comp.treatments]
         rows.append(row)
-    return mark_cells(_columns(comp), [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
+    cols = _columns(comp, groups)
+    return mark_cells(cols, [r.label for r in comp.runs], [r.run for r in comp.runs], rows, MISSING)
 
 
-# The JSON keys (below) of the figures a foreign run's definition marks name (specload.analysis.foreign.marks).
-_MARKED_KEYS = {
-    "agg": "agg_tok_s",
-    "per_req": "per_req_tok_s",
-    "ttft_p50": "ttft_p50_ms",
-    "ttft_p99": "ttft_p99_ms",
-    "tpot_p50": "tpot_p50_ms",
-    "itl_p99": "itl_p99_ms",
-}
+def long_table(comp: Comparison) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """The table for a narrow terminal: a row per level and run (its level shown on its first row),
+    a column per group (a change's cell on each treatment's row): as wide for five runs as for two.
+    Returns its (header, key) columns and rows."""
+    groups = _groups(comp)
+    cols = [_axis_column(comp), ("Run", "c"), *((g.header, g.key) for g in groups)]
+    marked = {r.label: r.run.marked for r in comp.runs if isinstance(r.run, ForeignRun) and r.run.marks}
+    rows = []
+    for i, c in enumerate(comp.levels):
+        for j, r in enumerate(comp.runs):
+            row = [f"{c:g}" if j == 0 else "", r.label]
+            for g in groups:
+                cell = g.run(r, i) if g.run else (g.change(r, i) if g.change and j else "")
+                if g.key in marked.get(r.label, ()) and cell not in ("", MISSING) and not cell.endswith(MARK):
+                    cell += MARK
+                row.append(cell)
+            rows.append(row)
+    return cols, rows
 
 
 def _marks_dict(r: ComparedRun) -> dict[str, dict[str, str]]:
@@ -217,7 +241,7 @@ def _marks_dict(r: ComparedRun) -> dict[str, dict[str, str]]:
     run = r.run
     if not isinstance(run, ForeignRun):
         return {}
-    return {_MARKED_KEYS[m.figure]: {"mark": MARK, "tool": run.tool, "how": m.how} for m in run.marks}
+    return {figures.BY_KEY[m.figure].field: {"mark": MARK, "tool": run.tool, "how": m.how} for m in run.marks}
 
 
 def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
@@ -228,8 +252,8 @@ def _figures_dict(r: ComparedRun, c: float) -> dict[str, Any]:
         "repeats": len(f.repeats),
         "measured": f.measured,
         **f.combined,  # every figure of the table, its repeats combined (analysis.figures.combine)
-        "agg_values": f.agg_tok_s_values,
-        "per_req_values": f.per_req_tok_s_values,
+        "agg_values": f.values("agg_tok_s"),
+        "per_req_values": f.values("per_req_tok_s"),
         "levels": [level_json(s) for s in f.levels],  # every figure of every repeat, distributions included
         "quality": asdict(r.quality[c]),
         "marks": _marks_dict(r),
@@ -265,7 +289,7 @@ def _changes_dict(comp: Comparison, t: ComparedRun, i: int) -> dict[str, Any]:
         "not_comparable": list(k.reasons),
         "remarks": list(k.remarks),
         # the changes computed from a marked figure of this run (the table marks its Δ cells too)
-        "marks": sorted(k for k in ("agg", "per_req") if _MARKED_KEYS[k] in _marks_dict(t)),
+        "marks": sorted(k for k in ("agg", "per_req") if figures.BY_KEY[k].field in _marks_dict(t)),
     }
 
 
@@ -301,8 +325,8 @@ def _part_dict(f: RepeatedLevelStats) -> dict[str, Any]:
     return {
         "sent": sum(s.sent for s in f.levels),
         **f.combined,
-        "agg_values": f.agg_tok_s_values,
-        "per_req_values": f.per_req_tok_s_values,
+        "agg_values": f.values("agg_tok_s"),
+        "per_req_values": f.values("per_req_tok_s"),
     }
 
 
@@ -322,40 +346,28 @@ def category_lines(comp: Comparison, fmt: str = "github") -> list[str]:
     ccs = comp.categories
     if not ccs:
         return []
-    headers = [
-        "Category",
-        comp.axis.name.capitalize(),
-        "Run",
-        "Sent",
-        "Tokens %",
-        "Per-req tok/s",
-        "Δ per-req",
-        "TPOT p50 (ms)",
-        "Accept len",
-    ]
+    parts = [s for cc in ccs for fs in cc.figures.values() for f in fs for s in f.levels]
+    cols = [
+        f for f in figures.FIGURES if f.category and f.shown(parts)
+    ]  # the figure table's category columns
+    headers = ["Category", comp.axis.name.capitalize(), "Run", "Sent"]
+    for fig in cols:
+        headers += [fig.header, *([fig.delta] if fig.key == "per_req" else [])]
     rows = []
     for cc in ccs:
         for i, c in enumerate(comp.levels):
             for r in comp.runs:
                 f = cc.figures[r.label][i]
-                sent = sum(s.sent for s in f.levels)
-                if not sent:
+                if not (sent := sum(s.sent for s in f.levels)):
                     continue
                 per = cc.per_req.get(r.label)
-                share = f.of("output_token_share")
-                rows.append(
-                    [
-                        cc.category,
-                        f"{c:g}",
-                        r.label,
-                        str(sent),
-                        fmt_num(None if share is None else 100 * share, 0),
-                        fmt_num(f.per_req_tok_s_mean, 1),
-                        change_cell(per[i]) if per else "",
-                        fmt_num(f.of("tpot_p50_ms"), 1),
-                        fmt_num(f.of("accept_length"), 2),
+                row = [cc.category, f"{c:g}", r.label, str(sent)]
+                for fig in cols:
+                    row += [
+                        _run_cell(fig, f),
+                        *([change_cell(per[i]) if per else ""] if fig.key == "per_req" else []),
                     ]
-                )
+                rows.append(row)
     lines = ["", "## Per prompt category (Δ: against the baseline's same category)", ""]
     lines.append(output_table(headers, rows, fmt, align_right=False))
     return lines + [""] + [f"- {s}" for cc in ccs for s in cc.sentences]
@@ -366,7 +378,7 @@ def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE)
 
     ``view``: the columns a terminal shows (default: all, as comparison.md has them)."""
     cols = _columns(comp)
-    return render_view(
+    text = render_view(
         [name for name, _ in cols],
         [key for _, key in cols],
         table_rows(comp),
@@ -375,6 +387,13 @@ def render_table(comp: Comparison, fmt: str = "github", view: TableView = WHOLE)
         COMPARISON_MD,
         json_data=lambda: to_dict(comp),
     )
+    table = text.split("\n\n")[0]  # (without the line naming the hidden columns)
+    narrow = view.width is not None and view.keys is None and not is_document(fmt)
+    if narrow and any(key == "per_req" for _, key in cols) and PER_REQ_HEADER not in table:
+        # too narrow for each run's per-request tok/s beside its aggregate: a row per run instead
+        cols, rows = long_table(comp)
+        return render_view([n for n, _ in cols], [k for _, k in cols], rows, fmt, view, COMPARISON_MD)
+    return text
 
 
 # ---------------------------------------------------------------- header, text
@@ -501,13 +520,6 @@ def _one_slo(run_dirs: Sequence[str | Path]) -> Slo | None:
         return None
 
 
-def _load_or_error(d: str | Path, slo: Slo | None, processes: int, reread: bool) -> Run | NotARunDir:
-    try:
-        return load_run(d, slo if slo is not None else RUN_SLO, processes, reread)
-    except NotARunDir as e:
-        return e
-
-
 def _load(
     run_dirs: Sequence[str | Path], slo: Slo | None = None, processes: int = 1, reread: bool = False
 ) -> list[Run]:
@@ -527,10 +539,10 @@ def _load(
         if (f := foreign[i]) is not None:
             runs.append(f)
             continue
-        run = _load_or_error(d, chosen, processes, reread)
-        if isinstance(run, NotARunDir):
-            raise CompareError(str(run)) from None
-        runs.append(run)
+        try:
+            runs.append(load_run(d, chosen if chosen is not None else RUN_SLO, processes, reread))
+        except NotARunDir as e:
+            raise CompareError(str(e)) from None
     return runs
 
 

@@ -5,26 +5,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from specload.analysis import figures
 from specload.analysis.metrics import LevelStats
-from specload.core.text import fmt_count
-from specload.present.report import slo_met_cell
-
-
-def _srv_cell(s: LevelStats) -> str | None:
-    if s.server_running_max is None and s.server_queued_max is None:
-        return None
-    return f"{fmt_count(s.server_running_max)} / {fmt_count(s.server_queued_max)}"
-
-
-# The live table's cells that are not a number (analysis.figures: the value is an object).
-_LIVE_CELLS: dict[str, Callable[[LevelStats], str | None]] = {
-    "srv_run_queue": _srv_cell,
-    "slo_met": lambda s: slo_met_cell(s.slo) if s.slo is not None else None,
-}
+from specload.core.text import MISSING
+from specload.present.report import figure_cell
 
 
 def live_row(s: LevelStats | None) -> dict[str, Any]:
@@ -36,8 +22,9 @@ def live_row(s: LevelStats | None) -> dict[str, Any]:
         if f.numeric:
             v = f.number(s) if s is not None else None
             out[f.field] = None if v is None else round(v, f.digits + round(math.log10(f.scale)))
-        elif f.live:
-            out[f.field] = _LIVE_CELLS[f.key](s) if s is not None else None
+        elif f.live:  # the report's cell, None for none
+            cell = figure_cell(f, s) if s is not None else MISSING
+            out[f.field] = None if cell == MISSING else cell
     return out
 
 

@@ -29,8 +29,9 @@ from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
 from specload.core.slo import LevelSlo, SloError, TargetResult, fmt_duration, parse_slo
-from specload.core.text import MISSING, fmt_num, shorten
+from specload.core.text import MISSING, fmt_count, fmt_num, shorten
 from specload.present.acceptview import (
+    REASONING_COLUMNS,
     acceptance_notes,
     along_cell,
     histogram_cell,
@@ -83,6 +84,13 @@ def _rate_cell(s: LevelStats) -> str:
     return f"{s.rate:g}" if s.repeat == 0 else f"{s.rate:g} r{s.repeat}"
 
 
+def run_queue_cell(running: float | None, queued: float | None) -> str:
+    """The server's running / queued gauges (their maxima) in one cell."""
+    if running is None and queued is None:
+        return MISSING
+    return f"{fmt_count(running)} / {fmt_count(queued)}"
+
+
 def _pct_cell(rate: float | None) -> str:
     return fmt_num(None if rate is None else rate * 100.0, 1)
 
@@ -95,6 +103,7 @@ _CELLS: dict[str, Callable[[LevelStats], str]] = {
     "accept_hist": histogram_cell,
     "accept_along": along_cell,
     "slo_met": lambda s: slo_met_cell(s.slo),
+    "srv_run_queue": lambda s: run_queue_cell(s.server_running_max, s.server_queued_max),
 }
 
 
@@ -202,28 +211,21 @@ def render_distributions(
     return render_table(headers, rows, fmt, align_right=False)
 
 
+# The throughput table's columns (LevelStats fields): header, field, digits.
+_THROUGHPUT = (
+    ("Req/s", "req_s", 2),
+    ("Output tok/s", "agg_tok_s", 1),
+    ("Input tok/s", "input_tok_s", 1),
+    ("Total tok/s", "total_tok_s", 1),
+    ("Peak in flight", "peak_in_flight", 0),
+    ("Mean conc", "mean_concurrency", 1),
+)
+
+
 def render_throughput(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
-    headers = [
-        _x_header(levels),
-        "Req/s",
-        "Output tok/s",
-        "Input tok/s",
-        "Total tok/s",
-        "Peak in flight",
-        "Mean conc",
-    ]
+    headers = [_x_header(levels), *(h for h, _, _ in _THROUGHPUT)]
     rows = [
-        [
-            _x_cell(s),
-            fmt_num(s.req_s, 2),
-            fmt_num(s.agg_tok_s, 1),
-            fmt_num(s.input_tok_s, 1),
-            fmt_num(s.total_tok_s, 1),
-            fmt_num(s.peak_in_flight, 0),
-            fmt_num(s.mean_concurrency, 1),
-        ]
-        for s in levels
-        if s.sent
+        [_x_cell(s), *(fmt_num(getattr(s, name), d) for _, name, d in _THROUGHPUT)] for s in levels if s.sent
     ]
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
@@ -324,17 +326,8 @@ def render_lengths(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
             d = m.lengths.get(key)
             if d is None or not d.n:
                 continue
-            rows.append(
-                [
-                    _x_cell(s),
-                    label,
-                    str(d.n),
-                    fmt_num(d.mean, 1),
-                    fmt_num(d.p50, 1),
-                    fmt_num(d.p90, 1),
-                    fmt_num(d.max, 0),
-                ]
-            )
+            stats = (fmt_num(d.mean, 1), fmt_num(d.p50, 1), fmt_num(d.p90, 1), fmt_num(d.max, 0))
+            rows.append([_x_cell(s), label, str(d.n), *stats])
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
@@ -383,39 +376,20 @@ def render_parts(levels: Sequence[LevelStats], kind: str, fmt: str = "github") -
 
 def render_reasoning(levels: Sequence[LevelStats], fmt: str = "github") -> str | None:
     """Per level, its reasoning streams (analysis.reasoning); None when no level had any."""
-    rows = []
-    for s in levels:
-        r = s.reasoning
-        if r is None:
-            continue
-        rows.append(
-            [
-                _x_cell(s),
-                str(r.requests),
-                fmt_num(r.reasoning_tokens_mean, 1),
-                _pct_cell(r.reasoning_share),
-                fmt_num(r.ttft_p50_ms, 1),
-                fmt_num(r.ttft_p99_ms, 1),
-                fmt_num(r.answer_ttft_p50_ms, 1),
-                fmt_num(r.answer_ttft_p99_ms, 1),
-                fmt_num(r.answer_tok_s_mean, 1),
-                fmt_num(r.agg_answer_tok_s, 1),
-                "+".join(r.sources) or MISSING,
-            ]
-        )
-    headers = [
-        _x_header(levels),
-        "Reasoning reqs",
-        "Reasoning tokens mean",
-        "Reasoning %",
-        "TTFT p50 (ms)",
-        "TTFT p99 (ms)",
-        "First answer p50 (ms)",
-        "First answer p99 (ms)",
-        "Answer tok/s",
-        "Agg answer tok/s",
-        "Counted from",
+    rows = [
+        [
+            _x_cell(s),
+            str(r.requests),
+            *(
+                fmt_num(None if (v := getattr(r, name)) is None else v * scale, digits)
+                for _, name, digits, scale in REASONING_COLUMNS
+            ),
+            "+".join(r.sources) or MISSING,
+        ]
+        for s in levels
+        if (r := s.reasoning) is not None
     ]
+    headers = [_x_header(levels), "Reasoning reqs", *(h for h, *_ in REASONING_COLUMNS), "Counted from"]
     return render_table(headers, rows, fmt, align_right=False) if rows else None
 
 
@@ -436,10 +410,7 @@ def render_repeats(levels: Sequence[LevelStats], fmt: str = "github") -> str | N
         [
             f"{g.x:g}",
             g.n,
-            fmt_num(g.agg_tok_s_mean, 1),
-            fmt_num(g.agg_tok_s_std, 1),
-            fmt_num(g.per_req_tok_s_mean, 1),
-            fmt_num(g.per_req_tok_s_std, 1),
+            *(fmt_num(x, 1) for name in ("agg_tok_s", "per_req_tok_s") for x in (g.of(name), g.std(name))),
         ]
         for g in groups
     ]
@@ -552,15 +523,6 @@ def _level_meta_notes(run: Run) -> list[str]:
     return notes
 
 
-def _client_notes(run: Run) -> list[str]:
-    """Levels whose figures the load generator distorted (run.json ``levels[i].client``), with the fix."""
-    return client_notes(run.info.levels)
-
-
-def _accept_note(levels: Sequence[LevelStats]) -> list[str]:
-    return acceptance_notes(levels)  # (specload.present.acceptview: each figure's source, mismatches)
-
-
 def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
     if not any(s.prefix_cache_hit_rate for s in levels):
         return []
@@ -659,11 +621,11 @@ def _notes(run: Run) -> list[str]:
         notes += _level_notes(s)
     notes += unasked_prefix_notes(run)  # (beside the TTFT they lower)
     notes += _level_meta_notes(run)
-    notes += _client_notes(run)
+    notes += client_notes(run.info.levels)  # levels the load generator distorted, with the fix
     notes += run.max_running_notes()
     notes += run.sampling_notes()
     notes += _slo_notes(run.levels)
-    notes += _accept_note(run.levels)
+    notes += acceptance_notes(run.levels)  # each acceptance figure's source, and mismatches
     caveat = acceptance_caveat(run)  # beside the acceptance: random prompts overstate it
     notes += (
         [f"Accept len and speedup measured on {caveat} (SPEED-Bench); --prompts real sends real text"]

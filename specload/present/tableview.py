@@ -37,7 +37,13 @@ PRIORITY: tuple[Figure, ...] = tuple(
     sorted((f for f in ALL_FIGURES if f.rank is not None), key=lambda f: f.rank or 0)
 )
 FIGURES: dict[str, Figure] = {f.key: f for f in PRIORITY}
-RANK: dict[str, int] = {f.key: i for i, f in enumerate(PRIORITY)}
+# compare's repeats to settle the signs of Δ agg and Δ per-req: a column of its own, not a figure,
+# kept right after the per-request tok/s
+SETTLE = "settle"
+SETTLE_HEADER = "Repeats to settle"
+RANK: dict[str, float] = {f.key: i for i, f in enumerate(PRIORITY)}
+RANK[SETTLE] = RANK["per_req"] + 0.5
+_TITLES = {SETTLE: SETTLE_HEADER}  # the names of the ranked columns that are no figure
 AXES = ("rate", "c")  # a table's levels: in every set, always shown
 ALWAYS_SHOWN = (*AXES, "agg")  # a table without these says nothing, whatever the width
 
@@ -158,7 +164,10 @@ def choose(keys: Sequence[str], view: TableView, measure: Callable[[Sequence[int
         n -= 1
         kept.discard(ranked[n])
     shown = tuple(i for i, k in enumerate(keys) if k in kept)
-    hidden = tuple(FIGURES[k].title if k in FIGURES else k for k in sorted(set(keys) - kept, key=keys.index))
+    hidden = tuple(
+        FIGURES[k].title if k in FIGURES else _TITLES.get(k, k)
+        for k in sorted(set(keys) - kept, key=keys.index)
+    )
     return Choice(shown, hidden)
 
 

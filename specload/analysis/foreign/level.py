@@ -9,10 +9,11 @@ definition differs from docs/metrics.md is said by the reader's ``Mark``s, never
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from specload.analysis import figures
 from specload.analysis.acceptance import Acceptance
 from specload.analysis.metrics import Dist, LevelStats
 from specload.core.records import level_label
@@ -64,36 +65,29 @@ def per_request_tok_s(tokens: Sequence[int], e2e_s: Sequence[float]) -> float | 
 
 
 def level_stats(f: ForeignLevel, repeat: int = 0) -> LevelStats:
-    """The LevelStats that the comparison reads, with only the figures the tool gave filled in."""
-    dists = {
-        name: Dist(n=1, p={q: v / div for q, v in ((50.0, p50), (99.0, p99)) if v is not None}, exact=exact)
-        for name, p50, p99, div, exact in (
-            ("ttft", f.ttft_p50_ms, f.ttft_p99_ms, 1e3, True),
-            ("tpot", f.tpot_p50_ms, f.tpot_p99_ms, 1e3, True),
-            ("e2e", f.e2e_p50_s, f.e2e_p99_s, 1.0, True),
-            ("itl", None, f.itl_p99_ms, 1e3, False),
-        )
-        if p50 is not None or p99 is not None
-    }  # the percentiles the tool gave (LevelStats reads its p50/p99 from these)
-    return LevelStats(
-        concurrency=f.concurrency,
-        repeat=repeat,
-        label=level_label(f.concurrency, repeat, f.rate),
-        status="completed",
-        sent=f.sent,
-        ok=f.ok,
-        failed=f.failed,
-        output_tokens=f.output_tokens,
-        wall_s=f.wall_s,
-        agg_tok_s=f.agg_tok_s,
-        per_req_tok_s=f.per_req_tok_s,
-        req_s=f.req_s,
-        acceptance=None if f.accept_length is None else Acceptance(length=f.accept_length),
-        requested_output_tokens=f.requested_output_tokens,
-        rate=f.rate,
-        dists=dists,
-        extra=dict(f.extra),
+    """The LevelStats that the comparison reads, with only the figures the tool gave filled in: each
+    figure of the figure table (analysis.figures) where the table reads it (a percentile into
+    ``dists``, the acceptance length into ``acceptance``, any other into its field)."""
+    s = LevelStats(
+        f.concurrency, repeat, level_label(f.concurrency, repeat, f.rate), rate=f.rate, status="completed"
     )
+    s.extra = dict(f.extra)
+    for name in _FIELDS:
+        v = getattr(f, name)
+        fig = figures.BY_FIELD.get(name)
+        if fig is not None and fig.dist is not None:
+            if v is not None:
+                dist, q, scale = fig.dist
+                s.dists.setdefault(dist, Dist(n=1, exact=dist != "itl")).p[q] = v / scale
+        elif name == "accept_length":
+            s.acceptance = None if v is None else Acceptance(length=v)
+        else:
+            setattr(s, name, v)
+    return s
+
+
+# ForeignLevel's figures (every field but the level's coordinates and ``extra``).
+_FIELDS = tuple(x.name for x in fields(ForeignLevel) if x.name not in ("concurrency", "rate", "extra"))
 
 
 def repeats_in_order(levels: Sequence[ForeignLevel]) -> list[LevelStats]:
