@@ -344,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
         "sim", help="run the built-in simulated server (see `specload sim --help`)", add_help=False
     )
     sub.add_parser(
-        "compare", help="baseline vs other runs, per level (see `specload compare --help`)", add_help=False
+        "compare",
+        help="baseline vs other runs, or an experiment's arms, per level (see `specload compare --help`)",
+        add_help=False,
     )
 
     p = sub.add_parser(
@@ -426,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return report_main(argv[1:])
     if argv and argv[0] == "compare":
-        from specload.present.compare import main as compare_main
+        from specload.experiment.pooled import compare_main  # an experiment directory, else runs
 
         return compare_main(argv[1:])
     parser = build_parser()

@@ -24,6 +24,7 @@ from typing import Any
 
 from specload.analysis.capacity import KIND_CONCURRENCY, SearchSpace
 from specload.client.http import check_host, redact_host
+from specload.core.openfiles import open_files_problem
 from specload.core.resources import locustfile_path
 from specload.core.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
@@ -134,9 +135,6 @@ def locust_env(s: SweepSettings, host: str, extra: dict[str, str] | None = None)
     return env
 
 
-FD_HEADROOM = 64  # files a Locust process holds besides one connection per user (logs, CSV, ZMQ, ...)
-
-
 def auto_processes(s: SweepSettings, sc: Scenario, cores: int | None = None) -> SweepSettings:
     """``--processes auto`` resolved for this machine and scenario (specload.procplan), said once."""
     if s.processes != PROCESSES_AUTO:
@@ -147,28 +145,12 @@ def auto_processes(s: SweepSettings, sc: Scenario, cores: int | None = None) -> 
 
 
 def _ensure_open_files(max_concurrency: int, processes: int | None) -> None:
-    """Each user holds a connection: a level of C users needs C open files in its process. Raise the
-    soft limit as far as the hard one allows (children inherit it); refuse, naming ``ulimit -n``,
-    a level that cannot fit, instead of letting it fail as if the server had refused connections."""
-    try:
-        import resource
-    except ImportError:  # not a POSIX system: nothing to ask
-        return
-
+    """Each user holds a connection: refuse, naming ``ulimit -n``, a level that cannot fit, instead of
+    letting it fail as if the server had refused connections (specload.core.openfiles; the web form
+    makes the same check)."""
     n = (os.cpu_count() or 1) if processes in (-1, PROCESSES_AUTO) else (processes or 1)
-    need = -(-max_concurrency // n) + FD_HEADROOM
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard != resource.RLIM_INFINITY and hard < need:
-        raise LaunchError(
-            EXIT_USAGE,
-            f"C={max_concurrency} needs about {need} open files per Locust process, and "
-            f"this shell allows {hard} (ulimit -n): raise the limit, or spread the users "
-            f"over processes (--processes N) or machines (--workers N)",
-        )
-    if soft != resource.RLIM_INFINITY and soft < need:
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (need if hard == resource.RLIM_INFINITY else min(hard, need), hard)
-        )
+    if why := open_files_problem(max_concurrency, n):
+        raise LaunchError(EXIT_USAGE, why)
 
 
 def _check_out(out: str) -> None:

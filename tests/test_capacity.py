@@ -282,11 +282,39 @@ def test_compare_sentence() -> None:
     never = capacity_of([(16, PASS), (64, PASS)])
     assert never is not None
     text = compare_sentence("a", base, "b", never)
-    assert "up to C=64 instead of C=24 (+167%)" in text and "so its capacity may be higher" in text
+    assert "up to C=64 instead of C=24 (no percentage: " in text and "so its capacity may be higher" in text
     shaky = capacity_of([(16, level(0.5, n=20)), (32, FAIL)])
     assert shaky is not None
     assert "Inside the noise: b's pass at C=16 (TTFT p90)" in compare_sentence("a", base, "b", shaky)
     assert Capacity("concurrency", None, 1).lo is None
+
+
+def test_compare_sentence_claims_no_change_from_coarse_levels() -> None:
+    """The demo's sweep ladder (1,4,16,32,64): met at C=4 and C=16, failed at C=16 and C=32. The lower
+    ends differ by +300%, but the capacities lie anywhere in 4..16 and 16..32: no percentage; the
+    capacity search's brackets (12..13, 20..22) are narrow, and their change is the headline (+67%)."""
+    base = capacity_of([(1, PASS), (4, PASS), (16, FAIL)])
+    treat = capacity_of([(1, PASS), (4, PASS), (16, PASS), (32, FAIL)])
+    assert base is not None and treat is not None
+    text = compare_sentence("baseline", base, "mtp", treat)
+    assert "%" not in text.split(":")[0] and "+300" not in text
+    assert text.startswith("With mtp the deployment meets the SLO up to C=16 instead of C=4 (no percentage")
+    searched_base = capacity_of([(8, PASS), (12, PASS), (13, FAIL)])
+    searched_treat = capacity_of([(16, PASS), (20, PASS), (22, FAIL)])
+    assert searched_base is not None and searched_treat is not None
+    assert compare_sentence("baseline", searched_base, "mtp", searched_treat).startswith(
+        "With mtp the deployment meets the SLO up to C=20 instead of C=12 (+67%)"
+    )
+
+
+def test_compare_sentence_claims_no_change_between_unlike_runs() -> None:
+    base = capacity_of([(16, PASS), (24, PASS), (25, FAIL)])
+    treat = capacity_of([(16, PASS), (31, PASS), (32, FAIL)])
+    assert base is not None and treat is not None
+    text = compare_sentence("a", base, "b", treat, unlike="the runs differ in output tokens (a 128, b 384)")
+    assert "instead of" not in text and "%" not in text.split(". ")[0]
+    assert text.startswith("b meets the SLO up to C=31; a meets the SLO up to C=24; no capacity change")
+    assert "not like for like (the runs differ in output tokens (a 128, b 384))" in text
 
 
 # ---------------------------------------------------------------- inside a sweep: the controller hook

@@ -19,8 +19,8 @@ import pytest
 
 from specload.analysis.run import load_run
 from specload.experiment.plan import ExperimentError, load_plan, plan_from_dict, scenario_toml
+from specload.experiment.pooled import pooled
 from specload.experiment.record import scrub_argv, scrub_env
-from specload.experiment.run import pooled
 from specload.experiment.smoke import smoke_check, speculation_problem
 from specload.present.report import main as report_main
 from specload.workload.config import Scenario, load_scenario

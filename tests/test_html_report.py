@@ -66,7 +66,7 @@ def test_comparison_html_has_the_verdict_capacity_and_charts(tmp_path: Path) -> 
     for title in sections:
         assert re.search(rf'<section id="[^"]+"><h2>{re.escape(title)}</h2>', text), title
     assert _charts(text) >= LEVEL_CHARTS | {"accept", "server"}
-    assert "crossover ≈" in text  # the crossover drawn on the throughput charts
+    assert "sign change C≈" in text  # the (single-run) crossover drawn on the aggregate chart
     agg = text.split('data-chart="agg_tok_s"')[1].split("</svg>")[0]
     assert 'data-name="baseline"' in agg and 'data-name="mtp"' in agg
     _self_contained(text)

@@ -18,7 +18,15 @@ from specload.core.records import PHASE_WARMUP
 from specload.core.rundir import RunMeta
 from specload.present.compare import table_columns, table_rows
 from specload.present.report import render_report
-from specload.present.webview import NoSuchRun, compare_bundle, list_runs, main, report_bundle, run_path
+from specload.present.webview import (
+    NoSuchRun,
+    compare_bundle,
+    list_runs,
+    main,
+    report_bundle,
+    run_path,
+    shown_path,
+)
 from specload.workload.recorded import recorded_scenario
 from tests.conftest import specload_cmd
 from tests.test_report import T0, rec, sample_meta, sample_records, write_run
@@ -142,7 +150,12 @@ def test_the_report_bundle_is_specload_report(results: Path) -> None:
     run_dir = results / "baseline-1"
     b = report_bundle(run_dir)
     run = load_run(run_dir)
-    assert b["markdown"] == render_report(run, "github") and b["csv"] == render_report(run, "csv")
+    # as specload report prints it, the run directory named as shown_path names it (no absolute path)
+    shown = {
+        fmt: render_report(run, fmt).replace(str(run_dir), shown_path(run_dir)) for fmt in ("github", "csv")
+    }
+    assert str(run_dir) not in b["markdown"] and shown_path(run_dir) in b["markdown"]
+    assert b["markdown"] == shown["github"] and b["csv"] == shown["csv"]
     printed = subprocess.run(
         specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
         capture_output=True,

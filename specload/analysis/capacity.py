@@ -312,18 +312,43 @@ def noise_short(label: str, c: Capacity) -> str | None:
     return ", ".join(parts) or None
 
 
+# A capacity change in percent is stated only when both brackets are this narrow (hi <= lo x (1 + it)):
+# between a sweep's coarse levels (met at C=4, failed at C=16) the change of the lower ends (+300%)
+# says more than the levels know; a capacity search (specload capacity) narrows the brackets.
+NARROW_BRACKET = 0.25
+
+
+def narrow(c: Capacity) -> bool:
+    """The capacity is known to within NARROW_BRACKET: it met the SLO at lo and failed just above."""
+    return c.lo is not None and c.hi is not None and c.lo > 0 and c.hi <= c.lo * (1 + NARROW_BRACKET)
+
+
 def compare_sentence(
     base_label: str,
     base: Capacity,
     treat_label: str,
     treat: Capacity,
     reasons: Mapping[str, str | None] | None = None,
+    unlike: str | None = None,
 ) -> str:
     """'With mtp the deployment meets the SLO up to C=31 instead of C=24 (+29%)', then each run's
-    bracket, why each fails where it does and which verdicts are inside the noise."""
-    if treat.lo is not None and base.lo is not None:
-        pct = capacity_change(base, treat)
-        change = "" if pct is None else f" ({pct:+.0f}%)"
+    bracket, why each fails where it does and which verdicts are inside the noise.
+
+    The percentage only when both brackets are narrow (see NARROW_BRACKET); none at all when the runs
+    are not like for like (``unlike``: why), when each run's capacity is said on its own."""
+    if unlike is not None:
+        text = (
+            f"{treat_label} {describe_short(treat)}; {base_label} {describe_short(base)}; no capacity change "
+            f"is claimed, the runs are not like for like ({unlike})"
+        )
+    elif treat.lo is not None and base.lo is not None:
+        pct = capacity_change(base, treat) if narrow(base) and narrow(treat) else None
+        change = (
+            f" ({pct:+.0f}%)"
+            if pct is not None
+            else " (no percentage: the levels bracket the capacities only coarsely; "
+            "`specload capacity` narrows them)"
+        )
         if treat.lo == base.lo:
             text = f"With {treat_label} the deployment meets the SLO up to the same {fmt_x(treat.kind, treat.lo)}"
         else:

@@ -35,6 +35,7 @@ from specload.workload.config import FORCED
 from specload.workload.recorded import recorded_scenario
 
 NOISE_MARK = "~"
+NOT_LIKE = "the comparison is not like for like"  # the end of a note: no capacity change is claimed
 NOT_COMPARABLE = "n/c"  # the Δ cell of a level where the runs are not comparable
 # A change smaller than this (in percent) is no direction: it neither makes nor breaks a crossover.
 NEGLIGIBLE_PCT = 1.0
@@ -884,8 +885,10 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
         comp.tpot[t.label] = [change_pct(b.of("tpot_p50_ms"), n.of("tpot_p50_ms")) for b, n in pairs]
         comp.crossovers[t.label] = Crossovers(_marked(levels, agg), _marked(levels, per))
     comp.sentences = [_sentence(comp, t) for t in comp.treatments]
-    comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns])
-    comp.notes = _notes(comp) + comp.slo.notes
+    notes = _notes(comp)
+    unlike = [n.partition(": the comparison")[0] for n in notes if n.endswith(NOT_LIKE)]
+    comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns], unlike)
+    comp.notes = notes + comp.slo.notes
     comp.categories = compare_categories(comp)
     comp.accept = {r.label: [accept_figures(r.figures[c]) for c in levels] for r in cruns}
     comp.accept_delta = {
@@ -958,7 +961,7 @@ def _notes(comp: Comparison) -> list[str]:
         values = [value_of(r.run.info) for r in comp.runs]
         if len({json.dumps(v, sort_keys=True, default=str) for v in values if v is not None}) > 1:
             shown = ", ".join(f"{r.label} {v}" for r, v in zip(comp.runs, values, strict=True))
-            notes.append(f"the runs differ in {name} ({shown}): the comparison is not like for like")
+            notes.append(f"the runs differ in {name} ({shown}): {NOT_LIKE}")
     notes += _prompt_notes(comp)
     notes += _level_notes(comp)
     for r in comp.runs:  # levels the load generator itself distorted (specload.analysis.clientcheck)

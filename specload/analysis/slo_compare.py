@@ -84,8 +84,11 @@ def _common_slo(runs: Sequence[Run]) -> tuple[Slo | None, list[str]]:
     ]
 
 
-def compare_slo(runs: Sequence[tuple[str, Run, dict[float, RepeatedLevelStats]]]) -> SloComparison:
-    """``runs``: (label, run, figures by concurrency), the baseline first."""
+def compare_slo(
+    runs: Sequence[tuple[str, Run, dict[float, RepeatedLevelStats]]], unlike: Sequence[str] = ()
+) -> SloComparison:
+    """``runs``: (label, run, figures by concurrency), the baseline first; ``unlike``: the comparison's
+    notes that call the runs not like for like (then each capacity is stated, no change between them)."""
     slo, notes = _common_slo([r for _, r, _ in runs])
     tpot = slo.target("tpot") if slo is not None else None
     out = SloComparison(slo, notes=notes)
@@ -111,5 +114,7 @@ def compare_slo(runs: Sequence[tuple[str, Run, dict[float, RepeatedLevelStats]]]
         treat = out.capacities.get(label)
         if base is not None and treat is not None:
             why = {base_label: out.reasons.get(base_label), label: out.reasons.get(label)}
-            out.sentences.append(compare_sentence(base_label, base, label, treat, why))
+            out.sentences.append(
+                compare_sentence(base_label, base, label, treat, why, "; ".join(unlike) or None)
+            )
     return out

@@ -19,14 +19,13 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from specload.analysis.comparison import Comparison, build_comparison
+from specload.analysis.comparison import Comparison
 from specload.analysis.draftlen import draft_length_table, render_draft_length
-from specload.analysis.run import Run, load_run
 from specload.client.http import redact_host
 from specload.client.introspect import server_config
 from specload.client.probe import ServerUnreachable
@@ -34,6 +33,7 @@ from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
 from specload.experiment.cap import declare_command_cap
 from specload.experiment.draft import draft_family
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
+from specload.experiment.pooled import ArmRuns, pooled_comparison, write_pooled
 from specload.experiment.record import (
     COMPLETED,
     INCOMPLETE,
@@ -67,17 +67,10 @@ from specload.launch import (
     run_sweep,
 )
 from specload.present.compare import (
-    COMPARISON_MD,
-    COMPARISON_PNG,
-    PARETO_PNG,
     ComparisonResult,
     print_result,
-    render_table,
-    render_text,
-    side_text,
 )
 from specload.present.output import is_document, is_known_format
-from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import WHOLE, TableView
 
 DRAFT_LENGTH_MD = "draft-length.md"  # the draft-length table, when arms differ only in draft length
@@ -212,9 +205,9 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             f"specload: {arm.label} (run {e.order}/{len(ex.entries)}): waiting for {server.url}{arm.health}",
             flush=True,
         )
-        e.health_s = wait_healthy(server, arm, s.insecure)
-        e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
         sc = _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)).scenario()
+        e.health_s = wait_healthy(server, arm, s.insecure, sc.loading_timeout_s)
+        e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
         try:
             smoke = smoke_check(server.url, sc, s.insecure, server.argv or ())
         except ServerUnreachable as err:
@@ -306,53 +299,21 @@ def _url_of(arm: Arm) -> str:
 # ---------------------------------------------------------------- the comparison
 
 
-def pooled(runs: Sequence[Run]) -> Run:
-    """An arm's runs as one run whose levels carry every run's repeats (renumbered one after the other),
-    so the comparison's means and confidence intervals are over all of them."""
-    if len(runs) == 1:
-        return runs[0]
-    span = max((s.repeat for r in runs for s in r.levels), default=0) + 1
-    levels = [replace(s, repeat=i * span + s.repeat) for i, r in enumerate(runs) for s in r.levels]
-    return replace(
-        runs[0],
-        levels=levels,
-        crosscheck=[c for r in runs for c in r.crosscheck],
-        notices=[n for r in runs for n in r.notices],
-        samples=[x for r in runs for x in r.samples],
-    )
-
-
 def compare_arms(ex: Experiment, fmt: str, view: TableView, plot: bool) -> ComparisonResult:
-    """The arms side by side (the baseline first), written as comparison.md (+ plots) in the experiment
-    directory; laid out by specload.present.compare."""
-    runs, pooled_notes = [], []
-    for arm in ex.plan.arms:
-        made = [e for e in ex.entries if e.arm == arm.label and e.status == COMPLETED and e.run_dir]
-        runs.append(pooled([load_run(e.run_dir) for e in made if e.run_dir]))
-        if len(made) > 1:
-            pooled_notes.append(
-                f"{arm.label}: {len(made)} runs pooled as repeats of each level (runs "
-                + ", ".join(f"{e.order}: {e.run_dir}" for e in made)
-                + ")"
-            )
-    comp = build_comparison(runs)
-    comp.notes.extend(pooled_notes)
-    png = pareto = None
-    if plot:
-        png = plot_comparison(comp, ex.directory / COMPARISON_PNG)
-        pareto = plot_pareto(comp, ex.directory / PARETO_PNG) if png else None
-    md = ex.directory / COMPARISON_MD
-    md.write_text(
-        render_text(
-            comp,
-            "github",
-            None if png is None else COMPARISON_PNG,
-            pareto_name=None if pareto is None else PARETO_PNG,
+    """The arms side by side (the baseline first), each arm's runs pooled, written in the experiment
+    directory (specload.experiment.pooled, which ``specload compare EXPERIMENT_DIR`` uses too)."""
+    arms = [
+        ArmRuns(
+            a.label,
+            tuple(
+                (e.order, e.run_dir)
+                for e in ex.entries
+                if e.arm == a.label and e.status == COMPLETED and e.run_dir
+            ),
         )
-    )
-    if is_document(fmt):
-        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto)
+        for a in ex.plan.arms
+    ]
+    return write_pooled(pooled_comparison(arms), ex.directory, fmt, view, plot)
 
 
 # ---------------------------------------------------------------- the command
@@ -438,7 +399,8 @@ def run_experiment(s: ExperimentSettings) -> int:
     comp = result.comparison
     ex.comparison = {
         "markdown": str(result.markdown),
-        "plots": [str(p) for p in result.written[1:]],
+        "plots": [str(p) for p in (result.plot, result.pareto) if p is not None],
+        "html": None if result.page is None else str(result.page),
         "sentences": comp.sentences,
         "capacity": comp.slo.sentences,
         "notes": comp.notes,

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import IO
 
 from specload.client.http import api_key
-from specload.client.probe import ServerUnreachable, get_json
+from specload.client.probe import (
+    LOADING_STATUS,
+    ServerUnreachable,
+    StillLoading,
+    get_json,
+    wait_while_loading,
+)
 from specload.experiment import keeper
 from specload.experiment.plan import Arm
 from specload.experiment.record import hide
@@ -193,9 +199,15 @@ def start_server(arm: Arm, port: int, log_path: Path, secrets: Sequence[str] = (
     return Server(arm.label, arm.base_url(port), argv, log_path, proc, list(secrets), log)
 
 
-def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
+def wait_healthy(
+    server: Server, arm: Arm, insecure: bool = False, loading_timeout_s: float | None = None
+) -> float:
     """Poll the arm's health path until it answers HTTP 200; the seconds it took. ServerError when the
-    server exits first or the time limit passes."""
+    server exits first or the time limit passes.
+
+    A 503 is a server loading its model (llama.cpp, SGLang, vLLM): with ``loading_timeout_s`` (the
+    sweep's ``--loading-timeout``) it is waited for as ``specload sweep`` waits, with a line saying so,
+    and the arm's ``ready_timeout_s`` counts again from the end of the loading."""
     t0 = time.monotonic()
     deadline = t0 + arm.ready_timeout_s
     last = f"{server.url}{arm.health}: no answer yet"
@@ -211,6 +223,10 @@ def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
             if status == 200 and server.exit_code() is None:  # (not another process on a reused port)
                 return time.monotonic() - t0
             last = f"{server.url}{arm.health}: HTTP {status}: {body}"
+            if status == LOADING_STATUS and loading_timeout_s is not None and server.exit_code() is None:
+                _wait_loading(server, arm, insecure, loading_timeout_s)
+                loading_timeout_s, deadline = None, time.monotonic() + arm.ready_timeout_s
+                continue
         except ServerUnreachable as e:
             last = str(e)
         if time.monotonic() >= deadline:
@@ -219,6 +235,21 @@ def wait_healthy(server: Server, arm: Arm, insecure: bool = False) -> float:
                 f"(last: {last}){_log_note(server)}"
             )
         time.sleep(HEALTH_POLL_S)
+
+
+def _wait_loading(server: Server, arm: Arm, insecure: bool, timeout_s: float) -> None:
+    """specload sweep's wait for a loading server (client.probe), its lines prefixed with the arm."""
+    try:
+        wait_while_loading(
+            server.url,
+            timeout_s,
+            lambda line: print(f"specload: {arm.label}: {line}", flush=True),
+            insecure=insecure,
+        )
+    except StillLoading as e:
+        raise ServerError(f"{arm.label}: {e}{_log_note(server)}") from None
+    except ServerUnreachable:
+        pass  # it stopped answering (exited?): the health loop says what became of it
 
 
 def _log_note(server: Server) -> str:

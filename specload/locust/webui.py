@@ -41,10 +41,12 @@ import specload
 from specload.analysis.clientcheck import ACTIVE_PHASES, cell
 from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_RECORDS, SERIES_STREAMED, LevelStats
 from specload.analysis.streamed import apply_streamed, series_over
+from specload.core.openfiles import open_files_problem
 from specload.core.records import level_label
 from specload.core.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
 from specload.core.text import MISSING, fmt_num
 from specload.locust.options import (
+    FORM_SOURCE,
     LABEL_DEST,
     RUN_OPTIONS,
     SEND_KEY_DEST,
@@ -59,7 +61,7 @@ from specload.present.charts import RunLines, acceptance_over_time, server_chart
 from specload.present.liverow import live_charts, live_columns, live_row
 from specload.present.webview import NoSuchRun, list_runs, run_path
 from specload.sweep.levels import LevelStatus
-from specload.workload.config import FIELDS
+from specload.workload.config import FIELDS, ScenarioError, parse_levels
 from specload.workload.recorded import recorded_scenario
 
 logger = logging.getLogger("specload")
@@ -149,7 +151,26 @@ def start_refusal(environment: Any, owner: SweepOwner, form: Mapping[str, str]) 
     busy = _workers_busy(environment)
     if busy:
         return busy
-    return check_form(form, environment.parsed_options, owner.explicit, owner.launch)
+    return check_form(form, environment.parsed_options, owner.explicit, owner.launch) or _files_refusal(
+        environment, form
+    )
+
+
+def _files_refusal(environment: Any, form: Mapping[str, str]) -> str | None:
+    """The command line's open-files check (specload.core.openfiles) for the form's levels: users in
+    this process may raise its soft limit up to the hard one, as the CLI does; local worker
+    processes already run with the soft limit they were started with."""
+    raw = form.get("levels") or getattr(environment.parsed_options, "levels", None)
+    if not raw or (form.get("rates") or "").strip():
+        return None
+    try:
+        levels = parse_levels(FORM_SOURCE, raw, "Levels")
+    except ScenarioError:
+        return None  # check_form says what is wrong with it
+    runner = environment.runner
+    master = isinstance(runner, MasterRunner)
+    why = open_files_problem(max(levels), max(1, runner.worker_count) if master else 1, raise_soft=not master)
+    return None if why is None else f"{FORM_SOURCE}: field 'Levels': {why}"
 
 
 def _workers_busy(environment: Any) -> str | None:

@@ -60,7 +60,7 @@ def _draw(a: Any, chart: Chart) -> None:
         ]
         if not pts:
             continue
-        colour = PALETTE[i % len(PALETTE)]
+        colour = s.colour or PALETTE[i % len(PALETTE)]  # its run's, as in the HTML (svg.Series)
         a.plot(
             [p[0] for p in pts],
             [p[1] for p in pts],

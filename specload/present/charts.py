@@ -9,14 +9,14 @@ of charts, one line per run, so the HTML report and comparison show the same pic
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specload.analysis import figures
 from specload.analysis.acceptance import acceptance
 from specload.analysis.columns import LevelColumns
 from specload.analysis.metrics import SERIES_BUCKET_S, SERIES_STREAMED, LevelStats, ServerSample
-from specload.present.svg import Chart, Mark, Series
+from specload.present.svg import Chart, Mark, Series, colour_of
 
 
 @dataclass(frozen=True)
@@ -80,18 +80,20 @@ def _per_level(
     """A figure against the level axis: for each run, one line per (suffix, value, dashed)."""
     rate = _is_rate(runs)
     series = []
-    for r in runs:
+    for k, r in enumerate(runs):
         for suffix, value, dashed in lines:
             xs, ys = _by_x(r.levels, value)
             name = " ".join(p for p in (r.label if len(runs) > 1 else "", suffix) if p) or r.label
-            series.append(Series(name, xs, ys, dashed, labels=_stopped_labels(r.levels, xs)))
+            # one colour per run in every chart; its p50 and p99 told apart by the dash
+            series.append(Series(name, xs, ys, dashed, _stopped_labels(r.levels, xs), colour_of(k)))
     return Chart(key, title, _x_label(rate), y_label, series, log2_x=not rate, marks=list(marks))
 
 
-def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[Chart]:
+def level_charts(runs: Sequence[RunLines], marks: Mapping[str, Sequence[Mark]] | None = None) -> list[Chart]:
     """The charts against C (or rate), the Pareto plot and the over-time charts, in page order.
 
-    ``marks``: extra vertical lines on the throughput charts (a comparison's crossovers).
+    ``marks``: extra vertical lines on the throughput charts (a comparison's crossovers), by the key of
+    the figure they belong to (``agg``, ``per_req``): each chart gets its own figure's, never another's.
     """
     rate = _is_rate(runs)
     caps = _cap_marks(runs, rate)
@@ -101,7 +103,8 @@ def level_charts(runs: Sequence[RunLines], marks: Sequence[Mark] = ()) -> list[C
         lines = [(name, figures.BY_KEY[key].number, i > 0) for i, (key, name) in enumerate(spec.lines)]
         if spec.if_value and not any(v(s) is not None for r in runs for s in r.levels for _, v, _ in lines):
             continue
-        chart_marks = [*marks, *caps] if spec.marks else [*caps] if spec.key != "accept" else []
+        own = (marks or {}).get(spec.lines[0][0], ()) if spec.marks else ()
+        chart_marks = [*own, *caps] if spec.key != "accept" else []
         charts.append(_per_level(spec.key, spec.title, spec.y_label, runs, lines, chart_marks))
         if spec.key == "e2e":
             charts.append(pareto_chart(runs))
@@ -119,12 +122,16 @@ def pareto_chart(runs: Sequence[RunLines]) -> Chart:
     """Per-user against aggregate tok/s, one point per level (labelled), a line per run."""
     rate = _is_rate(runs)
     series = []
-    for r in runs:
+    for k, r in enumerate(runs):
         xs, per = _by_x(r.levels, lambda s: s.per_req_tok_s)
         _, agg = _by_x(r.levels, lambda s: s.agg_tok_s)
         pts = [(p, a, x) for p, a, x in zip(per, agg, xs, strict=True) if p is not None and a is not None]
         labels = [f"{x:g}/s" if rate else f"C={x:g}" for _, _, x in pts]
-        series.append(Series(r.label, [p for p, _, _ in pts], [a for _, a, _ in pts], labels=labels))
+        series.append(
+            Series(
+                r.label, [p for p, _, _ in pts], [a for _, a, _ in pts], labels=labels, colour=colour_of(k)
+            )
+        )
     return Chart(
         "pareto",
         "Per-user vs aggregate tok/s (one point per level)",
@@ -137,14 +144,20 @@ def pareto_chart(runs: Sequence[RunLines]) -> Chart:
 def server_chart(runs: Sequence[RunLines]) -> Chart:
     """The server's running and queued requests over the run (its /metrics samples)."""
     series = []
-    for r in runs:
+    for k, r in enumerate(runs):
         if not r.samples:
             continue
         t0 = r.samples[0].t
         prefix = f"{r.label} " if len(runs) > 1 else ""
         xs = [s.t - t0 for s in r.samples]
-        series.append(Series(f"{prefix}running", xs, [s.running for s in r.samples]))
-        series.append(Series(f"{prefix}queued", xs, [s.queued for s in r.samples], dashed=True))
+        # a run's colour; running solid, queued dashed (one run alone: two colours, as before)
+        one = len(runs) == 1
+        series.append(Series(f"{prefix}running", xs, [s.running for s in r.samples], colour=colour_of(k)))
+        series.append(
+            Series(
+                f"{prefix}queued", xs, [s.queued for s in r.samples], True, colour=colour_of(1 if one else k)
+            )
+        )
     return Chart(
         "server",
         "Server: running and queued requests over time",
@@ -160,7 +173,7 @@ def acceptance_over_time(runs: Sequence[RunLines]) -> Chart:
     server made no verify step."""
     empty = LevelColumns()
     series = []
-    for r in runs:
+    for k, r in enumerate(runs):
         if len(r.samples) < 2:
             continue
         t0 = r.samples[0].t
@@ -170,8 +183,8 @@ def acceptance_over_time(runs: Sequence[RunLines]) -> Chart:
             got = acceptance(empty, (a, b), a.t, b.t)
             xs.append(b.t - t0)
             ys.append(got.length if got is not None else None)
-        if any(y is not None for y in ys):
-            series.append(Series(r.label, xs, ys))
+        if any(y is not None for y in ys):  # in its run's colour even when the other runs have none
+            series.append(Series(r.label, xs, ys, colour=colour_of(k)))
     return Chart(
         "accept_over_time",
         "Acceptance length over time (server counters)",

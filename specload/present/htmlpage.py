@@ -15,10 +15,13 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
+from specload import __version__
 from specload.analysis.comparison import Comparison
 from specload.analysis.run import Run
 from specload.present import charts as chartlist
 from specload.present import svg
+from specload.present.plot import crossover_label
+from specload.workload.recorded import recorded_scenario
 
 REPORT_HTML = "report.html"
 COMPARISON_HTML = "comparison.html"
@@ -35,6 +38,16 @@ code{background:#f3f3f3;padding:0 .2em}
 figcaption{font-size:.8em;color:#555;max-width:560px}
 .met{color:#11772b;font-weight:bold}.missed{color:#b00020;font-weight:bold}.flagged{color:#9a6700;font-weight:bold}
 .simulated{background:#fff3cd;padding:.3em .6em}
+.workload{font-size:.9em;color:#333}
+@page{size:A4 landscape;margin:8mm}
+@media print{
+body{max-width:none;margin:0;padding:0;font-size:9pt}
+table{display:table;overflow:visible;width:100%;table-layout:auto;font-size:6pt}
+th,td{white-space:normal;padding:.1em .15em}th{overflow-wrap:anywhere}
+td:first-child,th:first-child{white-space:nowrap}
+h2{break-after:avoid}.charts figure,tr{break-inside:avoid}
+svg{max-width:100%;height:auto}
+}
 """
 
 _VERDICT = re.compile(r"\b(met|missed|meets|flagged)\b")
@@ -140,14 +153,43 @@ def figures_html(list_: Sequence[svg.Chart], prefix: str = "") -> str:
     return "\n".join(out)
 
 
-def page(title: str, body_markdown: str, figures: Sequence[svg.Chart]) -> str:
-    """The whole file: the markdown's sections, then the charts."""
+def workload_line(run: Run) -> str:
+    """What a run sent and which specload measured it: 'mtp: 1000 input and 128 output tokens per
+    request, 4-128 requests per level, specload 0.1.0' (run.json; report.md's header has no token counts)."""
+    m = run.info
+    sc = recorded_scenario(m)
+    parts = []
+    if sc is not None:
+        if sc.dataset and sc.dataset_lengths != "fixed":
+            parts.append(f"prompts and output lengths from the dataset {sc.dataset}")
+        else:
+            parts.append(f"{sc.input_tokens} input and {sc.output_tokens} output tokens per request")
+    budgets = sorted({lv.budget for lv in m.levels if lv.budget is not None})
+    if budgets:
+        shown = str(budgets[0]) if len(budgets) == 1 else f"{budgets[0]}-{budgets[-1]}"
+        parts.append(f"{shown} measured requests per level")
+    parts.append(f"specload {m.specload_version or 'version not recorded'}")
+    return f"{run.label}: {', '.join(parts)}"
+
+
+def _workload_html(runs: Sequence[Run]) -> str:
+    items = "".join(f"<li>{escape(workload_line(r))}</li>" for r in runs)
+    return f'<section id="workload" class="workload"><ul>{items}</ul></section>'
+
+
+def page(title: str, body_markdown: str, figures: Sequence[svg.Chart], runs: Sequence[Run] = ()) -> str:
+    """The whole file: the markdown's sections (after its title, each run's workload and specload
+    version), then the charts."""
     body = _mark_verdicts(markdown_html(body_markdown))
+    if runs:
+        about = _workload_html(runs)
+        body = body.replace("</h1>", "</h1>" + about, 1) if "</h1>" in body else about + body
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n"
         f"{body}\n{figures_html(figures)}\n"
-        "<footer><p><small>written by specload; every figure is defined in docs/metrics.md</small></p></footer>\n"
+        f"<footer><p><small>written by specload {escape(__version__)}; every figure is defined in "
+        "docs/metrics.md</small></p></footer>\n"
         "</body></html>\n"
     )
 
@@ -160,14 +202,18 @@ def run_lines(run: Run) -> chartlist.RunLines:
 
 def report_page(run: Run, markdown: str) -> str:
     """The HTML report of ``run``; ``markdown``: its report.md text."""
-    return page(f"specload report: {run.label}", markdown, report_charts(run))
+    return page(f"specload report: {run.label}", markdown, report_charts(run), [run])
 
 
-def _crossover_marks(comp: Comparison) -> list[svg.Mark]:
-    marks = []
-    for label, xs in comp.crossovers.items():
-        for x in xs.agg:
-            marks.append(svg.Mark(x.at, f"{label} crossover ≈{x.at:.3g}"))
+def _crossover_marks(comp: Comparison) -> dict[str, list[svg.Mark]]:
+    """Each figure's crossovers (Crossovers has a field per figure key: agg, per_req), to be drawn on
+    that figure's chart alone, in the verdict's words (near C≈44)."""
+    marks: dict[str, list[svg.Mark]] = {}
+    for key in ("agg", "per_req"):
+        for label, xs in comp.crossovers.items():
+            for x in getattr(xs, key):
+                text = crossover_label(label, x, comp.axis).replace("\n", " ")
+                marks.setdefault(key, []).append(svg.Mark(x.at, text))
     return marks
 
 
@@ -189,7 +235,7 @@ def compare_charts(comp: Comparison) -> list[svg.Chart]:
 def compare_page(comp: Comparison, markdown: str) -> str:
     """The HTML comparison; ``markdown``: its comparison.md text."""
     title = "specload comparison: " + " vs ".join(r.label for r in comp.runs)
-    return page(title, markdown, compare_charts(comp))
+    return page(title, markdown, compare_charts(comp), [r.run for r in comp.runs])
 
 
 def write_report_page(run: Run, markdown: str, path: str | Path | None = None) -> Path:

@@ -46,10 +46,12 @@ def _level_name(s: LevelStats) -> str:
 
 
 def crossover_label(label: str, x: Crossover, axis: Axis = CONCURRENCY) -> str:
-    """The plot's words for a crossover, as the verdict says it (about C=32 inside the noise)."""
+    """The plot's words for a crossover, as the verdict says it (about C=32 inside the noise; between
+    single runs a sign change, which the verdict does not call a crossover either)."""
+    word = "sign change" if x.single_runs else "crossover"
     if x.inside_noise:
-        return f"{label} crossover\nabout {axis.at(x.at if axis.rate else round(x.at))}\n(inside the noise)"
-    return f"{label} crossover\n{axis.near(x.at)}"
+        return f"{label} {word}\nabout {axis.at(x.at if axis.rate else round(x.at))}\n(inside the noise)"
+    return f"{label} {word}\n{axis.near(x.at)}"
 
 
 def _mark_crossover(ax: Any, label: str, x: Crossover, axis: Axis) -> None:

@@ -16,8 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-# Colour-blind-safe (Okabe-Ito), in the order series get them.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# Colour-blind-safe (Okabe-Ito), in the order runs (or series without a run) get them; the first five
+# have 3:1 contrast or more on white (WCAG 1.4.11), so a comparison of up to five runs uses only those.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#000000", "#E69F00", "#56B4E9", "#F0E442")
+
+
+def colour_of(i: int) -> str:
+    """The i-th run's colour, the same in every chart."""
+    return PALETTE[i % len(PALETTE)]
+
+
 WIDTH = 560
 HEIGHT = 300
 _LEFT, _RIGHT, _BOTTOM = 64, 16, 46
@@ -32,6 +40,7 @@ class Series:
     ys: Sequence[float | None]
     dashed: bool = False
     labels: Sequence[str] = ()
+    colour: str | None = None  # its run's (colour_of); None: by its place among the chart's series
 
 
 @dataclass(frozen=True)
@@ -182,7 +191,7 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
             f'fill="#333" text-anchor="{anchor}">{escape(m.text)}</text>'
         )
     for i, s in enumerate(chart.series):
-        colour = PALETTE[i % len(PALETTE)]
+        colour = s.colour or colour_of(i)
         dash = ' stroke-dasharray="6 3"' if s.dashed else ""
         runs: list[list[tuple[float, float]]] = [[]]
         for vx, vy in zip(s.xs, s.ys, strict=True):
@@ -191,7 +200,7 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
                     runs.append([])
                 continue
             runs[-1].append((sx(vx), sy(vy)))
-        out.append(f'<g class="series" data-name="{escape(s.name)}">')
+        out.append(f'<g class="series" data-name="{escape(s.name)}" data-colour="{colour}">')
         for run in runs:
             if len(run) > 1:
                 path = " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
@@ -213,7 +222,7 @@ def render(chart: Chart, width: int = WIDTH, height: int = HEIGHT) -> str:
     # legend: one row (or more) between the title and the plot, so that it never hides a line
     x, y = float(_LEFT), 32.0
     for i, s in enumerate(chart.series):
-        colour = PALETTE[i % len(PALETTE)]
+        colour = s.colour or colour_of(i)
         dash = ' stroke-dasharray="6 3"' if s.dashed else ""
         w = 26 + 6.5 * len(s.name)
         if x + w > width - _RIGHT and x > _LEFT:

@@ -90,6 +90,40 @@ def list_runs(results_dir: str | Path) -> list[dict[str, Any]]:
     return runs
 
 
+def shown_path(path: str | Path) -> str:
+    """A run directory as the page and its downloads name it: relative to where specload runs (the CLI
+    prints it as typed), else its name alone; never an absolute path, which would carry the home
+    directory of whoever ran it into a report attached to a ticket."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return p.name
+
+
+def _relative(value: Any, dirs: Sequence[str | Path]) -> Any:
+    """``value`` (a bundle) with each run directory's absolute path, at any depth, replaced by shown_path."""
+    pairs = sorted(
+        {(str(Path(d).resolve()), shown_path(d)) for d in dirs}
+        | {(str(Path(d)), shown_path(d)) for d in dirs},
+        key=lambda kv: -len(kv[0]),
+    )
+    pairs = [(a, b) for a, b in pairs if Path(a).is_absolute()]
+
+    def fix(v: Any) -> Any:
+        if isinstance(v, str):
+            for a, b in pairs:
+                v = v.replace(a, b)
+            return v
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        return v
+
+    return fix(value)
+
+
 def report_bundle(run_dir: str | Path) -> dict[str, Any]:
     """One run's report: the markdown (report.md's text), the json and csv ``specload report`` prints,
     and every level's figures (the json's data, for the page's charts)."""
@@ -99,20 +133,23 @@ def report_bundle(run_dir: str | Path) -> dict[str, Any]:
     as_json = render_report(run, "json")
     charts = report_charts(run)
     markdown = render_report(run, "github")
-    return {
-        "run_dir": str(run.run_dir),
-        "label": run.label,
-        "status": run.info.status,
-        "simulated": run.info.simulated,
-        "markdown": markdown,
-        "html": report_page(run, markdown),  # report.html, the self-contained page (--format html)
-        "json": as_json,
-        "csv": render_report(run, "csv"),
-        "levels": [level_json(s) for s in run.levels],
-        # the HTML report's charts (inline SVG, specload.present.charts), drawn on the page as they are
-        "charts_html": figures_html(charts, "run-"),
-        "charts": [c.key for c in charts if c.has_points()],
-    }
+    return _relative(
+        {
+            "run_dir": str(run.run_dir),
+            "label": run.label,
+            "status": run.info.status,
+            "simulated": run.info.simulated,
+            "markdown": markdown,
+            "html": report_page(run, markdown),  # report.html, the self-contained page (--format html)
+            "json": as_json,
+            "csv": render_report(run, "csv"),
+            "levels": [level_json(s) for s in run.levels],
+            # the HTML report's charts (inline SVG, specload.present.charts), drawn on the page as they are
+            "charts_html": figures_html(charts, "run-"),
+            "charts": [c.key for c in charts if c.has_points()],
+        },
+        [run_dir],
+    )
 
 
 def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[str, Any]:
@@ -134,22 +171,25 @@ def compare_bundle(run_dirs: Sequence[str | Path], plot: bool = True) -> dict[st
 
     markdown = compare_text(comp, "github")
     charts = compare_charts(comp)
-    return {
-        "runs": [r.label for r in comp.runs],
-        "markdown": markdown,
-        "html": compare_page(comp, markdown),  # comparison.html (--format html)
-        "columns": table_columns(comp),
-        "rows": table_rows(comp),
-        "sentences": comp.sentences,
-        "notes": comp.notes + source_lines(comp),  # (+ where each run's acceptance came from)
-        "json": compare_table(comp, "json"),
-        "csv": compare_table(comp, "csv"),
-        "png": png,
-        "plot_note": plot_note,
-        # the HTML comparison's charts (inline SVG, specload.present.charts), drawn on the page as they are
-        "charts_html": figures_html(charts, "compare-"),
-        "charts": [c.key for c in charts if c.has_points()],
-    }
+    return _relative(
+        {
+            "runs": [r.label for r in comp.runs],
+            "markdown": markdown,
+            "html": compare_page(comp, markdown),  # comparison.html (--format html)
+            "columns": table_columns(comp),
+            "rows": table_rows(comp),
+            "sentences": comp.sentences,
+            "notes": comp.notes + source_lines(comp),  # (+ where each run's acceptance came from)
+            "json": compare_table(comp, "json"),
+            "csv": compare_table(comp, "csv"),
+            "png": png,
+            "plot_note": plot_note,
+            # the HTML comparison's charts (inline SVG, specload.present.charts), drawn on the page as they are
+            "charts_html": figures_html(charts, "compare-"),
+            "charts": [c.key for c in charts if c.has_points()],
+        },
+        run_dirs,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

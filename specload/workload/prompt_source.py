@@ -121,7 +121,7 @@ def measure_overhead(
     finally:
         client.close()
     if rec.status == FAILED:
-        hint = invalid_prompt_hint(rec.reason)
+        hint = invalid_prompt_hint(rec.reason, src.origin)
         raise PromptProbeFailed(
             f"the server rejected a probe prompt ({src.origin}): {rec.reason}" + (f"; {hint}" if hint else "")
         )

@@ -318,13 +318,26 @@ def single_token_words(tok: Tokenizer, candidates: list[str] = WORDS) -> list[st
     return [w for w in candidates if len(tok.encode(" " + w)) == 1]
 
 
-_INVALID = re.compile(r"invalid token|out of vocab|token id|vocab(ulary)? size|out of range", re.IGNORECASE)
+# A server's words for token ids outside its vocabulary. Not a bare "out of range": a refused max_tokens
+# or temperature says that too, and the vocabulary is not their cause.
+_INVALID = re.compile(r"invalid token|out of vocab|token id|vocab(ulary)? size", re.IGNORECASE)
+SERVER_TOKENIZE = "server /tokenize"  # the origin of ids the server's own tokenizer made
 
 
-def invalid_prompt_hint(reason: str | None) -> str | None:
-    """The fixes to name when a server rejected the prompt's token ids, or None for another error."""
+def invalid_prompt_hint(reason: str | None, origin: str | None = None) -> str | None:
+    """The fixes to name when a server rejected the prompt's token ids, or None for another error.
+
+    ``origin``: where the prompt came from (PromptSource.origin). Ids from the server's own /tokenize
+    are in its vocabulary, and a text prompt has no ids: the hint would send the user the wrong way."""
     if not reason or "HTTP 4" not in reason or not _INVALID.search(reason):
         return None
+    if origin is not None and (origin == SERVER_TOKENIZE or "words" in origin):
+        return None
+    if origin == "--token-id-range":
+        return (
+            "the --token-id-range given is not within this model's vocabulary: narrow it, or pass "
+            "--tokenizer NAME_OR_PATH (the model's tokenizer), or use --backend chat"
+        )
     return (
         "the prompt's token ids are not in this model's vocabulary: pass --tokenizer NAME_OR_PATH "
         "(the model's tokenizer), or --token-id-range MIN:MAX within its vocabulary, or use --backend chat"

@@ -4,6 +4,7 @@
 
 const $ = (sel) => document.querySelector(sel);
 const POLL_MS = 1000;
+const VERDICT_FIELDS = new Set(["slo_met", "slo_good_share"]);  // the live table's verdict columns
 const COLORS = ["#2f6fdd", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#0b7285", "#5c940d", "#e67700"];
 
 function esc(v) {
@@ -62,11 +63,13 @@ function niceTicks(lo, hi, n = 5) {
   return out;
 }
 
+// A tick's text with every digit its value has (12.5, not 13; 88.4, not 88), as the HTML report's
+// charts write it (specload/present/svg.py number): ticks are round numbers, so no long tails.
 function tickText(v) {
   const a = Math.abs(v);
-  if (a >= 10000) return `${(v / 1000).toFixed(0)}k`;
-  if (a >= 1000) return `${(v / 1000).toFixed(1)}k`;
-  return a >= 10 || v === 0 ? String(Math.round(v)) : String(+v.toPrecision(2));
+  if (a >= 1e6) return `${+(v / 1e6).toPrecision(6)}M`;
+  if (a >= 1e4) return `${+(v / 1e3).toPrecision(6)}k`;
+  return String(+v.toPrecision(6));
 }
 
 // series: [{name, points: [[x, y], ...]}]; xlog: a log2 axis with the points' x values as ticks.
@@ -315,22 +318,30 @@ function renderLevels(d) {
   // the streamed tok/s of the level running (live only) follows the aggregate tok/s
   const live = { field: "live_tok_s", header: "Live tok/s", digits: 1, scale: 1, show: "always" };
   const cols = (d.columns || []).filter(has).flatMap((c) => (c.field === "agg_tok_s" ? [c, live] : [c]));
+  // the verdicts (SLO met, Good %, the client's own) right after the throughput, so that they stay in
+  // view on a 1400-px screen; the other figures follow them
+  const agg = cols.findIndex((c) => c.field === "live_tok_s") + 1;
+  const verdicts = cols.filter((c) => VERDICT_FIELDS.has(c.field));
+  const first = cols.slice(0, agg).filter((c) => !VERDICT_FIELDS.has(c.field));
+  const rest = cols.slice(agg).filter((c) => !VERDICT_FIELDS.has(c.field));
   const cur = d.current ? d.current.index : -1;
   const rates = rows.some((r) => r.rate !== null && r.rate !== undefined);
-  const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", ...cols.map((c) => c.header), "Client"];
+  const names = (cs) => cs.map((c) => c.header);
+  const head = [rates ? "Rate (req/s)" : "C", "Status", "Requests", "Ok", "Fail", "Short", ...names(first), ...names(verdicts), "Client", ...names(rest)];
+  const cell = (r) => (c) => `<td>${esc(c.text ? r[c.field] ?? "-" : num(r[c.field] === null || r[c.field] === undefined ? null : r[c.field] * c.scale, c.digits))}</td>`;
   const body = rows.map((r) => {
     const cells = [xOf(r) + (r.repeat ? ` r${r.repeat}` : ""), r.phase, r.budget ? `${r.done}/${r.budget}` : String(r.done),
-      r.ok, r.failed, r.short,
-      ...cols.map((c) => (c.text ? r[c.field] ?? "-" : num(r[c.field] === null || r[c.field] === undefined ? null : r[c.field] * c.scale, c.digits)))];
+      r.ok, r.failed, r.short];
     const client = r.client_flag ? `<td class="flag" title="${esc(r.client_flag)}">${esc(r.client)}</td>` : `<td class="l">${esc(r.client)}</td>`;
     // a level stopped before its budget is drawn as such (status "incomplete", in italics)
     const cls = [r.index === cur ? "current" : "", r.status === "incomplete" ? "incomplete" : ""].join(" ").trim();
-    return `<tr data-level="${esc(r.label)}" class="${cls}">${cells.map((c, j) => `<td class="${j === 1 ? "l" : ""}">${esc(c)}</td>`).join("")}${client}</tr>`;
+    return `<tr data-level="${esc(r.label)}" class="${cls}">${cells.map((c, j) => `<td class="${j === 1 ? "l" : ""}">${esc(c)}</td>`).join("")}` +
+      `${first.map(cell(r)).join("")}${verdicts.map(cell(r)).join("")}${client}${rest.map(cell(r)).join("")}</tr>`;
   }).join("");
   // why requests failed: each level's most frequent reasons, with their counts
   const reasons = rows.filter((r) => r.reasons && r.reasons.length).map((r) =>
     `<li data-level="${esc(r.label)}">${esc(levelName(r))}: ${r.reasons.map(([why, n]) => `${n} × ${esc(why)}`).join("; ")}</li>`).join("");
-  $("#levels").innerHTML = `<table id="levels-table"><thead><tr>${head.map((h, j) => `<th class="${j === 1 || j === head.length - 1 ? "l" : ""}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>` +
+  $("#levels").innerHTML = `<table id="levels-table"><thead><tr>${head.map((h, j) => `<th class="${j === 1 || h === "Client" ? "l" : ""}">${esc(h)}</th>`).join("")}</tr></thead><tbody>${body}</tbody></table>` +
     (reasons ? `<h3>Failed and short requests</h3><ul id="failure-reasons">${reasons}</ul>` : "");
 }
 
