@@ -219,7 +219,13 @@ def test_a_server_that_comes_back_within_seconds_is_waited_for(procs: Procs, tmp
             "4",
         )
     )
-    time.sleep(1.0)  # the server is restarting: connections are refused
+    # The server is restarting: connections are refused. It comes back once the sweep has been refused
+    # (waiting a fixed second instead raced a slow start-up on a loaded machine: the sweep's first
+    # probe then found the server already up). The retries leave it 7.75 s to come back.
+    deadline = time.monotonic() + 60
+    while "connection refused; retrying in 0.25 s (1/5)" not in procs.log(sweep):
+        assert sweep.poll() is None and time.monotonic() < deadline, procs.log(sweep)[-3000:]
+        time.sleep(0.05)
     from specload.sim.process import start_sim
 
     server = start_sim([*SIM, "--port", str(port)])
