@@ -1,4 +1,4 @@
-"""The specload command: sweep, capacity, ui, worker, report, compare, sim, demo, experiment.
+"""The specload command: sweep, capacity, ui, worker, report, compare, sim, demo, experiment, predict.
 
 ``sweep``, ``capacity`` (a sweep whose levels a search picks, specload.analysis.capacity) and ``ui`` check everything they can before any traffic (scenario fields, host URL,
 server reachable), then run Locust itself as a child process with the resolved options (see
@@ -191,6 +191,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    from specload.experiment.predicted import run_predicted
     from specload.experiment.run import ExperimentSettings, run_experiment
 
     try:
@@ -202,10 +203,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         for spec in FLAG_FIELDS
         if spec.name != "repeat" and (value := getattr(args, f"sc_{spec.name}")) is not None
     }
-    return run_experiment(
+    if args.repeat == "auto" and not args.predict:
+        return _die(EXIT_USAGE, "--repeat auto: only with --predict")
+    run = run_predicted if args.predict else run_experiment
+    return run(
         ExperimentSettings(
             plan_path=args.experiment,
-            repeat=args.repeat,
+            repeat=1 if args.repeat == "auto" else args.repeat,
+            predict=args.predict,
+            repeat_auto=args.repeat == "auto",
+            budget_s=args.budget,
             out=args.out,
             overrides=overrides,
             report_format=args.format,
@@ -217,6 +224,47 @@ def cmd_experiment(args: argparse.Namespace) -> int:
             locustfile=args.locustfile,
         )
     )
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from specload.experiment.predict import PredictSettings, run_predict
+
+    return run_predict(
+        PredictSettings(
+            baseline=args.baseline,
+            probes=args.probe or (),
+            host=args.host,
+            levels=args.levels or (),
+            spec_cap=args.spec_cap,
+            draft_tokens=args.draft_tokens,
+            what_cap=args.what_if_cap,
+            what_draft=args.what_if_draft,
+            what_output=args.what_if_output,
+            out_dir=args.out_dir,
+            label=args.label,
+            out=args.out,
+            insecure=args.insecure,
+            processes=args.processes,
+            locust_args=args.locust_args,
+        )
+    )
+
+
+def _repeat(value: str) -> int | str:
+    """``--repeat``: a count, or ``auto`` (with --predict)."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a count or auto, got {value!r}") from None
+
+
+def _int_list(value: str) -> list[int]:
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated counts, got {value!r}") from None
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -372,10 +420,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("experiment", metavar="EXPERIMENT.toml", help="the arms and their shared sweep")
     p.add_argument(
         "--repeat",
-        type=int,
+        type=_repeat,
         default=1,
         metavar="N",
-        help="run the arms N times, interleaved (A, B, A, B, ...); each start is its own run",
+        help="run the arms N times, interleaved (A, B, A, B, ...); each start is its own run. With "
+        "--predict, auto: repeat (interleaved) only the deciding levels whose sign is not settled",
+    )
+    p.add_argument(
+        "--predict",
+        action="store_true",
+        help="baseline ladder + speculative probes, predict, then measure the speculative arm only at the "
+        'levels that decide the crossover (docs/experiment.md, "Predict, then verify")',
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --repeat auto: stop repeating after S seconds",
     )
     p.add_argument("--out", default="results", help="parent directory of the experiment's directory")
     p.add_argument("--format", default="github", help="table format of the reports and the comparison")
@@ -383,6 +445,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     p.add_argument("--no-plot", action="store_true", help="do not draw the comparison's plots")
     _add_scenario_flags(p, experiment=True)
+    _add_locust_common(p)
+
+    p = sub.add_parser(
+        "predict",
+        help="predict the speculative arm at every level of a baseline run from a few speculative probes, "
+        'with intervals, the crossover C* and what-ifs (docs/metrics.md, "Predicted speculative curve")',
+    )
+    p.add_argument(
+        "baseline", nargs="+", metavar="BASELINE_RUN", help="the baseline run directory (or its repeats)"
+    )
+    p.add_argument("--probe", action="append", metavar="RUN", help="a speculative run directory (repeatable)")
+    p.add_argument(
+        "--host", default=None, help="a running speculative server: specload runs the probes itself"
+    )
+    p.add_argument(
+        "--levels",
+        type=_int_list,
+        default=None,
+        metavar="C,C",
+        help="probe levels (default: chosen from the cap)",
+    )
+    p.add_argument(
+        "--spec-cap",
+        type=int,
+        default=None,
+        help="the speculative server's running cap (default: read or inferred)",
+    )
+    p.add_argument(
+        "--draft-tokens", type=int, default=None, metavar="K", help="draft tokens per step (default: read)"
+    )
+    p.add_argument(
+        "--what-if-cap", type=int, default=None, metavar="N", help="what-if: another running cap (default 2x)"
+    )
+    p.add_argument(
+        "--what-if-draft",
+        type=int,
+        default=None,
+        metavar="K",
+        help="what-if: another draft length (default K+1)",
+    )
+    p.add_argument(
+        "--what-if-output",
+        type=float,
+        default=None,
+        metavar="N",
+        help="what-if: another output length (default 2x)",
+    )
+    p.add_argument(
+        "--out-dir", default=None, help="where prediction.json/.md go (default: the last probe run)"
+    )
+    p.add_argument("--label", default="probe", help="the probe run's label (with --host)")
+    p.add_argument("--out", default="results", help="parent directory of the probe run (with --host)")
+    p.add_argument("--insecure", action="store_true", help="skip TLS certificate verification")
     _add_locust_common(p)
 
     sub.add_parser("locustfile", help="print the locustfile's path, for a plain `locust -f` run")
@@ -448,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
         "worker": cmd_worker,
         "demo": cmd_demo,
         "experiment": cmd_experiment,
+        "predict": cmd_predict,
     }
     return handler[args.command](args)
 

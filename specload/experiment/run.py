@@ -17,9 +17,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -93,6 +93,11 @@ class ExperimentSettings:
     plot: bool = True
     locust_args: Sequence[str] = ()
     locustfile: Path = DEFAULT_LOCUSTFILE
+    # --predict: the baseline ladder, speculative probes, then only the deciding levels
+    # (specload.experiment.predicted); repeat_auto: --repeat auto, within budget_s seconds
+    predict: bool = False
+    repeat_auto: bool = False
+    budget_s: float | None = None
 
 
 class _Guard:
@@ -183,9 +188,20 @@ def _sweep_settings(s: ExperimentSettings, sweep_file: str, host: str, label: st
     )
 
 
-def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, guard: _Guard) -> None:
+def _run_entry(
+    ex: Experiment,
+    s: ExperimentSettings,
+    arm: Arm,
+    e: RunEntry,
+    guard: _Guard,
+    levels: Callable[[dict[str, Any], Sequence[str]], list[int]] | None = None,
+    then: Callable[[RunEntry], tuple[RunEntry, list[int]] | None] | None = None,
+) -> None:
     """One start of ``arm``: sets e.status (and e.message when it did not complete); the server is stopped
-    whatever happens, KeyboardInterrupt included (which is passed on)."""
+    whatever happens, KeyboardInterrupt included (which is passed on). ``levels``: the levels to sweep,
+    chosen from the server's configuration and command line once it is up (--predict's probes).
+    ``then``: after a completed sweep, the next entry (already in ``ex.entries``) and its levels to
+    sweep on the same server, or None to stop it (--predict's deciding levels)."""
     secrets = known_secrets(arm)
     sweep_file = str(ex.directory / SWEEP_TOML)
     server: Server | None = None
@@ -208,6 +224,8 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
         sc = _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)).scenario()
         e.health_s = wait_healthy(server, arm, s.insecure, sc.loading_timeout_s)
         e.server_config = scrub(server_config(server.url, insecure=s.insecure), secrets)
+        if levels is not None:
+            s = replace(s, overrides={**s.overrides, "levels": levels(e.server_config, server.argv or ())})
         try:
             smoke = smoke_check(server.url, sc, s.insecure, server.argv or ())
         except ServerUnreachable as err:
@@ -234,26 +252,46 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
                 f"specload: {arm.label}: speculation active ({smoke.seen()})",
                 flush=True,
             )
-        e.status, e.sweep_started_at = SWEEPING, time.time()
-        ex.save()
         # With csv or json, stdout holds the comparison's data alone: the arms' reports are not printed.
         report = None if is_document(s.report_format) else s.report_format
-        with _DeathWatch(server, guard) as watch:
-            outcome = run_sweep(
-                _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
+        while True:
+            e.status, e.sweep_started_at = SWEEPING, time.time()
+            ex.save()
+            with _DeathWatch(server, guard) as watch:
+                outcome = run_sweep(
+                    _sweep_settings(s, sweep_file, server.url, arm.label, str(ex.directory)), report, s.view
+                )
+            e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
+            if e.run_dir is not None and server.argv:
+                declare_command_cap(e.run_dir, server.argv)
+            if watch.code is not None or server.exit_code() is not None:
+                e.status, e.message = SERVER_DIED, _died(server)
+            elif outcome.exit_code == EXIT_OK:
+                e.status = COMPLETED
+            elif outcome.status == RUN_INTERRUPTED:
+                e.status, e.message = INTERRUPTED, "interrupted"
+            else:
+                e.status = INCOMPLETE
+                e.message = f"the sweep of {arm.label} did not complete (status {outcome.status}, exit {outcome.exit_code})"
+            follow = (
+                then(e) if then is not None and e.status == COMPLETED and guard.received is None else None
             )
-        e.run_dir, e.sweep_exit = outcome.run_dir, outcome.exit_code
-        if e.run_dir is not None and server.argv:
-            declare_command_cap(e.run_dir, server.argv)
-        if watch.code is not None or server.exit_code() is not None:
-            e.status, e.message = SERVER_DIED, _died(server)
-        elif outcome.exit_code == EXIT_OK:
-            e.status = COMPLETED
-        elif outcome.status == RUN_INTERRUPTED:
-            e.status, e.message = INTERRUPTED, "interrupted"
-        else:
-            e.status = INCOMPLETE
-            e.message = f"the sweep of {arm.label} did not complete (status {outcome.status}, exit {outcome.exit_code})"
+            if follow is None:
+                break
+            # another sweep of the same server (--predict: the deciding levels after the probes), its own
+            # entry and run directory, without a restart
+            e.ended_at = time.time()
+            nxt, more = follow
+            nxt.started_at, nxt.port, nxt.pid, nxt.url, nxt.command = (
+                time.time(),
+                e.port,
+                e.pid,
+                e.url,
+                e.command,
+            )
+            nxt.server_config, nxt.server_log, nxt.health_s = e.server_config, e.server_log, 0.0
+            e = nxt
+            s = replace(s, overrides={**s.overrides, "levels": list(more)})
     except KeyboardInterrupt:
         if watch is not None and watch.code is not None and server is not None:
             e.status, e.message = SERVER_DIED, _died(server)
@@ -275,8 +313,11 @@ def _run_entry(ex: Experiment, s: ExperimentSettings, arm: Arm, e: RunEntry, gua
             if server is not None:
                 server.stop(arm.stop_grace_s)
                 if e.run_dir is not None:
+                    before = e.server_log
                     server.move_log(e.run_dir)
-                    e.server_log = str(server.log_path)
+                    for x in ex.entries:  # every sweep of this server (--predict's follow-ups) names its log
+                        if x is e or (x.pid == e.pid and x.server_log == before):
+                            x.server_log = str(server.log_path)
             if e.message is not None:  # it may quote the server (its log, an error it sent)
                 e.message = hide(e.message, secrets)
             e.ended_at = time.time()
@@ -322,6 +363,10 @@ def compare_arms(ex: Experiment, fmt: str, view: TableView, plot: bool) -> Compa
 def _check(s: ExperimentSettings) -> tuple[Plan, str]:
     """Everything that can be checked before a server starts: the plan and the sweep file's text, or
     ExperimentError / LaunchError(usage) naming what is wrong."""
+    if s.predict and len(load_plan(s.plan_path).arms) != 2:
+        raise ExperimentError("--predict: expected two arms (the baseline, then the speculative one)")
+    if s.budget_s is not None and not s.repeat_auto:
+        raise ExperimentError("--budget: only with --repeat auto")
     if s.repeat < 1:
         raise ExperimentError(f"--repeat: expected a count >= 1, got {s.repeat}")
     if not is_known_format(s.report_format):

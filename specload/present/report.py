@@ -23,6 +23,7 @@ from specload.analysis.clientcheck import client_notes
 from specload.analysis.figures import ALWAYS, Figure
 from specload.analysis.metrics import PERCENTILES, GroupStats, LevelStats, MixStats, group_repeats, level_json
 from specload.analysis.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS
+from specload.analysis.predict import PREDICTION_JSON, read_prediction
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
 from specload.core.clocks import describe, is_off
@@ -48,6 +49,7 @@ from specload.present.output import (
     render_table,
     render_view,
 )
+from specload.present.predictview import render as render_prediction
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
 from specload.workload.prompts import method_label
 from specload.workload.recorded import recorded_scenario
@@ -712,6 +714,9 @@ def render_report(
             slo,
         ]
         lines += ["", "## Capacity under the SLO", "", *capacity_lines(run)]
+    prediction = read_prediction(run.run_dir / PREDICTION_JSON)  # written by specload predict
+    if prediction is not None:
+        lines += ["", render_prediction(prediction, fmt).rstrip()]
     lines += _notes_block(run)
     return "\n".join(lines) + "\n"
 
