@@ -6,6 +6,9 @@
 2. Analysis scale (bench/analysis_scale.py): ``specload report`` and ``specload compare`` on
    synthetic runs of N records each: wall time and peak RSS, per run and per 1M records, and
    scaled to the goal's 5M.
+3. Trace replay (bench/trace_replay.py): the trace readers on the whole real files (when
+   shared/data/traces is there), and a minute of Mooncake's conversation trace replayed against
+   the simulator: send lateness p99 vs due + 5 ms, prefix-cache hit rate vs the trace's ideal.
 
 A benchmark, not a test: it prints figures and PASS / MISS against the goals, and exits 0 whatever
 they are (1 only when something could not be measured). The machine's other load is printed
@@ -30,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import analysis_scale, client_cost  # noqa: E402
+from bench import analysis_scale, client_cost, trace_replay  # noqa: E402
 from bench.client_cost import Row, print_table, verdict  # noqa: E402
 
 
@@ -121,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="runs of each client level; the median is shown")
     p.add_argument("--no-client", action="store_true", help="skip the client cost part")
     p.add_argument("--no-analysis", action="store_true", help="skip the analysis scale part")
+    p.add_argument("--no-trace", action="store_true", help="skip the trace replay part")
+    p.add_argument(
+        "--traces", default=None, help="the real traces' folder (default: shared/data/traces found)"
+    )
     p.add_argument("--keep", default=None, help="keep run directories and logs here (default: removed)")
     p.add_argument(
         "--cache",
@@ -159,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
                 "process (one core: numpy columns); CPU time, peak RSS "
                 "(rusage), peak memory (PSS, sampled every 0.1 s)"
             )
+        if not args.no_trace:
+            window = 10.0 if args.quick else 60.0
+            rows, cond = trace_replay.measure(args.traces, 600.0, window, None, log)
+            table += rows
+            conditions += cond
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

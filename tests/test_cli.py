@@ -47,8 +47,13 @@ def test_every_flag_reaches_its_field_through_locust(spec) -> None:  # type: ign
         "slo": "ttft_p99=2s",
         "input_dist": "uniform:200:300",
         "output_dist": "lognormal:mean=300,sigma=0.5,min=16",
+        "trace_format": "azure",
+        "trace_time_unit": "ms",
     }
-    needs = {"prefix_groups": ("--shared-prefix", "10")}  # a field that only makes sense with another one
+    needs = {  # a field that only makes sense with another one
+        "prefix_groups": ("--shared-prefix", "10"),
+        "trace": ("--trace-format", "mooncake"),
+    }
     value = special.get(spec.name, samples[spec.option_type])
     s = settings(sweep_args(spec.flag, value, *needs.get(spec.name, ())))
     argv = scenario_locust_flags(s)

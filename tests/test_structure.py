@@ -24,6 +24,7 @@ PACKAGES = {
     "client": "client",
     "client.backends": "client",
     "workload": "workload",
+    "workload.traces": "workload",
     "analysis": "analysis",
     "analysis.foreign": "analysis",
     "sweep": "sweep",

@@ -95,6 +95,7 @@ class RequestSpec:
     # Natural output length (--output-mode natural; not copied: run.json's scenario says it): a stream
     # the model ended itself (STOPPED) below requested_output_tokens, its cap, is ok, not short.
     natural: bool = False
+    trace_index: int | None = None  # a replayed trace's row, copied into the record
 
 
 def _malformed(ex: _Exchange, e: MalformedEvent) -> str:
@@ -264,6 +265,7 @@ def stream_request(
             conversation=spec.conversation,
             prefix_group=spec.prefix_group,
             category=spec.category,
+            trace_index=spec.trace_index,
         )
     if ex.interrupted:
         raise Interrupted(rec)
@@ -411,6 +413,7 @@ def _record(ex: _Exchange) -> RequestRecord:
         cached_tokens=parser.cached_tokens,
         **({} if refused else _spec_fields(parser)),
         category=spec.category,
+        trace_index=spec.trace_index,
         finish_reason=None if finish is None else shorten(str(finish), 40),
         **_reasoning(ex, t_send_wall, t0),
     )

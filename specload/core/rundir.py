@@ -360,6 +360,9 @@ class RunMeta(msgspec.Struct):
     # prompts were recorded read back as they were written).
     prompts: dict[str, Any] = {}
     clients: list[ClientClock] = []  # workers' clock offsets (distributed runs); left out when empty
+    # A trace replay (specload.workload.replay.Replay.describe): the file, its units, the window and the
+    # trace's own ideal prefix-cache hit rate; left out when the run replayed no trace.
+    trace: dict[str, Any] = {}
 
     @classmethod
     def from_json(cls, d: Any) -> RunMeta:
@@ -371,7 +374,7 @@ class RunMeta(msgspec.Struct):
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = msgspec.to_builtins(self, enc_hook=_enc_hook)
-        for key in ("prompts", "clients"):
+        for key in ("prompts", "clients", "trace"):
             if not out[key]:
                 del out[key]
         return out

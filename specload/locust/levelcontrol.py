@@ -114,7 +114,9 @@ class LevelControl:
             sc.backend,
             model,
             len(self.ctrl.levels),
-            f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s"
+            f"replaying trace {sc.trace}"
+            if sc.trace
+            else f"at {','.join(f'{r:g}' for r in sc.rates)} requests/s"
             if sc.rates
             else ",".join(map(str, sc.levels)),
             run_dir,
@@ -141,7 +143,11 @@ class LevelControl:
         load = (
             f"C={p.concurrency}"
             if p.rate is None
-            else (f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight")
+            else (
+                f"{p.rate:g} requests/s on average (the trace's times), at most {p.concurrency} in flight"
+                if p.offsets is not None
+                else f"{p.rate:g} requests/s ({p.arrival}), at most {p.concurrency} in flight"
+            )
         )
         logger.info(
             "level %d/%d %s started: %s, %s%s",

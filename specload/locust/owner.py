@@ -150,7 +150,7 @@ class SweepOwner:
         except CannotStart as e:
             return self._fail(str(e))
         self.config, self._config_wire = run.config, run.config.to_wire()
-        self.desk.new_run(run.items)
+        self.desk.new_run(run.items, run.replay.requests if run.replay is not None else (), run.trace_prompt)
         self.watch.new_run()
         sc = run.scenario
         ctrl = self.levels.new_run(sc, run.capacity)

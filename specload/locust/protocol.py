@@ -28,6 +28,7 @@ from specload.sweep.levels import Grant, SweepState
 from specload.workload.config import Scenario, ScenarioError, scenario_from_dict
 from specload.workload.datasets import Item
 from specload.workload.prompts import PromptSource
+from specload.workload.traces import TraceRequest
 
 MSG_STATE = "specload_state"  # owner -> users: current level, whether tickets are available, run config
 MSG_TICKET_REQ = "specload_ticket_req"  # user -> owner
@@ -177,6 +178,10 @@ class TicketReply(Message, frozen=True):
     # messages from anyone who reaches it, under any worker id they claim; a ticket's (level,
     # phase, seq) can be guessed, this cannot.
     ticket: str = ""
+    # A trace replay's request for this ticket (its row, lengths and prefix blocks): the owner holds
+    # the trace, so workers need no copy of it.
+    trace: TraceRequest | None = None
+    trace_prompt: list[int] | None = None  # its real-text prompt, made by the owner (--prompts real)
 
     def __post_init__(self) -> None:
         if self.item is not None and len(self.item.turns) != len(self.item.turn_tokens):

@@ -109,6 +109,7 @@ class RunRecorder:
             server=ServerInfo(run.server),
             simulated=bool(run.server.get("simulated", False)),
             server_metrics="off",
+            trace=run.trace_meta(),
         )
         return self.meta
 

@@ -7,6 +7,7 @@ message is the whole explanation the user gets.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +32,11 @@ from specload.sweep.levels import plan_levels
 from specload.workload.config import REAL, Scenario, ScenarioError
 from specload.workload.datasets import DatasetError, Item, load_items
 from specload.workload.prompt_source import PromptProbeFailed, discover_prompts
-from specload.workload.prompts import TEXT
+from specload.workload.prompts import IDS, TEXT
 from specload.workload.realtext import ORIGIN, RealTextError, real_items
+from specload.workload.replay import Replay, TraceError, replay_of
+from specload.workload.traceprompt import block_size_of, real_tape, real_trace_prompt, salt_of
+from specload.workload.traces import TraceRequest
 from specload.workload.vocab import LocalTokenizer, ServerTokenizer, VocabError
 
 logger = logging.getLogger("specload")
@@ -56,6 +60,42 @@ class ResolvedRun:
     items: list[Item] = field(default_factory=list)  # dataset prompts, handed out with the grants
     # A capacity search (specload capacity) instead of the scenario's levels.
     capacity: CapacityRun | None = None
+    replay: Replay | None = None  # a trace replay (--trace): its window, handed out with the grants
+    # A real-text trace replay's prompts, made by the owner per request (None: each process makes them).
+    trace_prompt: Callable[[TraceRequest, int], list[int]] | None = None  # (request, level)
+
+    def trace_meta(self) -> dict[str, Any]:
+        """run.json ``trace``: the replay's description and the text that filled its lengths."""
+        if self.replay is None:
+            return {}
+        p = self.config.prompts
+        if self.trace_prompt is not None:
+            text = f"{p.origin}, as token ids (code for one hash id in five, prose otherwise)"
+        elif p.kind == IDS:
+            text = f"random token ids ({p.origin})"
+        else:
+            text = f"random one-token words ({p.origin})"
+        return {**self.replay.describe(), "text": text}
+
+
+def _trace_fits(replay: Replay, server: dict[str, Any]) -> None:
+    """Warn when some of the window's requests are longer than the server's context (they will fail,
+    and the report counts them as failed): a trace recorded on a long-context model, replayed on a
+    short one."""
+    ctx = server.get("max_model_len") or server.get("context_length")
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx <= 0:
+        return
+    over = [r for r in replay.requests if r.input_tokens + r.output_tokens > ctx]
+    if over:
+        logger.warning(
+            "trace: %d of the window's %d requests need more than the server's context of %d tokens "
+            "(the longest %d): the server will refuse them; a window of shorter requests, or a server "
+            "with a longer context, replays them all",
+            len(over),
+            len(replay.requests),
+            ctx,
+            max(r.input_tokens + r.output_tokens for r in over),
+        )
 
 
 class RunResolver:
@@ -100,6 +140,21 @@ class RunResolver:
             host = check_host(self.env.host)
         except (ScenarioError, ValueError) as e:
             raise CannotStart(str(e)) from None
+        try:
+            replay = replay_of(sc)  # before any request: a trace that cannot be replayed stops here
+        except TraceError as e:
+            raise CannotStart(f"trace: {e}") from None
+        if replay is not None:
+            logger.info(
+                "trace %s (%s): %d requests of %d, %.1f s of trace time replayed in %.1f s (speed-up %g)",
+                sc.trace,
+                sc.trace_format,
+                len(replay.requests),
+                len(replay.trace.requests),
+                replay.requests[-1].arrival_s - replay.requests[0].arrival_s,
+                replay.offsets[-1],
+                sc.trace_speedup,
+            )
         insecure = bool(getattr(opts, "insecure", False))
         if insecure and host.startswith("https://"):
             logger.warning("--insecure: the server's TLS certificate is NOT verified")
@@ -121,17 +176,33 @@ class RunResolver:
             if model is None and get_backend(sc.backend).needs_model:
                 raise CannotStart(f"no model name: {how}; pass --model NAME")
         server = server_config(host, sc.connect_timeout_s, insecure, send_key)
+        if replay is not None:
+            _trace_fits(replay, server)
         cap = max_running(server)
-        if cap is not None and max(sc.levels) > cap:
+        if cap is not None and replay is None and max(sc.levels) > cap:
             logger.warning(
                 "the server runs at most %d requests at once (max_running_requests); "
                 "levels above C=%d will queue the excess",
                 cap,
                 cap,
             )
+        trace_prompt: Callable[[TraceRequest, int], list[int]] | None = None  # (request, level)
         try:
             prompts = discover_prompts(sc, get_backend(sc.backend), host, model, insecure, send_key)
             items = self._dataset(sc, host, model, insecure, prompts.overhead, send_key)
+            if replay is not None and sc.prompt_method == REAL:
+                tape = real_tape(self._tokenizer(sc, host, model, insecure, send_key), sc.seed)
+                logger.info(
+                    "real text for the trace: %d code and %d prose tokens by %s",
+                    len(tape.code),
+                    len(tape.prose),
+                    tape.tokenizer,
+                )
+                block, seed, overhead = block_size_of(sc), sc.seed, prompts.overhead
+                trace_prompt = lambda r, level: real_trace_prompt(  # noqa: E731
+                    tape, seed, r, block, overhead, salt_of(sc, level)
+                )
+                prompts = replace(prompts, origin=f"{ORIGIN} by {tape.tokenizer}")
         except (VocabError, PromptProbeFailed, ServerUnreachable, DatasetError, RealTextError) as e:
             raise CannotStart(f"prompts: {e}") from None
         if items:
@@ -143,7 +214,17 @@ class RunResolver:
                 else replace(prompts, origin=origin)
             )
         config = RunConfig(sc, model, host, prompts, insecure, send_key)
-        return ResolvedRun(sc, config, how, opts.label or sc.name, server, items, self._capacity_run(sc))
+        return ResolvedRun(
+            sc,
+            config,
+            how,
+            opts.label or sc.name,
+            server,
+            items,
+            self._capacity_run(sc),
+            replay,
+            trace_prompt,
+        )
 
     def _capacity_run(self, sc: Scenario) -> CapacityRun | None:
         """The capacity search --capacity-search asks for (specload capacity), or None for a sweep."""
@@ -179,21 +260,25 @@ class RunResolver:
             logger.warning("the API key goes to %s, as confirmed (specload was %s)", redact_host(host), was)
         return send
 
+    @staticmethod
+    def _tokenizer(
+        sc: Scenario, host: str, model: str | None, insecure: bool, send_key: bool
+    ) -> LocalTokenizer | ServerTokenizer:
+        if sc.tokenizer:
+            return LocalTokenizer(sc.tokenizer)
+        return ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
+
     def _dataset(
         self, sc: Scenario, host: str, model: str | None, insecure: bool, overhead: int, send_key: bool
     ) -> list[Item]:
         """The run's dataset prompts, as many as the plan needs (time-boxed levels cycle through them).
 
         ``overhead``: the tokens the server adds to each prompt, left out of a fixed prompt length."""
-        if not sc.dataset and sc.prompt_method != REAL:
-            return []
+        if (not sc.dataset and sc.prompt_method != REAL) or sc.trace:
+            return []  # (a trace's real text is made per request: resolve)
         plans = plan_levels(sc)
         n = sum((p.budget or _TIMEBOXED_ITEMS) + p.warmup for p in plans)
-        tok = (
-            LocalTokenizer(sc.tokenizer)
-            if sc.tokenizer
-            else ServerTokenizer(host, model, sc.connect_timeout_s, insecure, send_key)
-        )
+        tok = self._tokenizer(sc, host, model, insecure, send_key)
         if sc.prompt_method == REAL:  # specload's real text, each prompt sized to the input tokens
             items = real_items(n, sc.seed, tok, sc.input_tokens - overhead, sc.output_tokens)
             logger.info("real text: %d prompts of %d tokens by %s", len(items), sc.input_tokens, tok.name)

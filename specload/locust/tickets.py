@@ -36,6 +36,7 @@ from specload.locust.protocol import LOCAL_NODE, MSG_TICKET, TicketReply
 from specload.locust.user import UserSide, current_user_side
 from specload.sweep.levels import SweepController
 from specload.workload.datasets import Item
+from specload.workload.traces import TraceRequest
 
 logger = logging.getLogger("specload")
 
@@ -77,12 +78,21 @@ class TicketDesk:
         self._releaser: Any = None
         self.items: list[Item] = []  # the run's dataset prompts, one per grant in turn
         self._next_item = 0
+        self.trace: tuple[
+            TraceRequest, ...
+        ] = ()  # a trace replay's requests: measured ticket seq k sends the k-th
         self.local_side: UserSide | None = (
             None  # a local run's users (specload.locust.user.UserSide): answered directly
         )
 
-    def new_run(self, items: list[Item]) -> None:
+    def new_run(
+        self,
+        items: list[Item],
+        trace: tuple[TraceRequest, ...] = (),
+        trace_prompt: Callable[[TraceRequest, int], list[int]] | None = None,
+    ) -> None:
         self.items, self._next_item = items, 0
+        self.trace, self.trace_prompt = trace, trace_prompt
         self.outstanding, self._lost = {}, set()
         self.waiting.clear()
 
@@ -141,6 +151,8 @@ class TicketDesk:
     def _answer(self, node: str, uid: str) -> None:
         """Grant the next ticket to user ``uid`` of process ``node``, or refuse (None) when closed."""
         grant = item = None
+        treq: TraceRequest | None = None
+        tprompt: list[int] | None = None
         closed = False
         ticket = ""
         ctrl = self.running()
@@ -158,9 +170,14 @@ class TicketDesk:
                     self._next_item += 1
                     if grant.phase == PHASE_MEASURE:
                         grant = replace(grant, max_tokens=item.output_tokens)
+                if self.trace and grant.phase == PHASE_MEASURE and grant.seq < len(self.trace):
+                    treq = self.trace[grant.seq]
+                    grant = replace(grant, max_tokens=treq.output_tokens)
+                    if self.trace_prompt is not None:
+                        tprompt = self.trace_prompt(treq, grant.level)
         if closed:
             self.broadcast()  # before the reply: users must see "closed" before a refusal
-        reply = TicketReply(uid, grant, item, ticket)
+        reply = TicketReply(uid, grant, item, ticket, treq, tprompt)
         side = self.local_side
         if side is not None and node == LOCAL_NODE and current_user_side(self.env) is side:
             side.take_reply(reply)  # (a UserSide made anew since the link asks by message, and hears so)

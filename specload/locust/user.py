@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 import gevent
+import orjson
 from gevent.event import AsyncResult, Event
 from locust import User, constant, task
 from locust.runners import WorkerRunner
@@ -273,7 +274,9 @@ class SpecloadUser(User):
         self._last_level = grant.level
         backend = side.backend()
         maker = side.maker()
-        req = maker.plan(grant.level, grant.phase, grant.seq, grant.max_tokens, reply.item, self._conv)
+        req = maker.plan(
+            grant.level, grant.phase, grant.seq, grant.max_tokens, reply.item, self._conv, reply.trace
+        )
         natural = sc.output_mode == NATURAL
         body = backend.body(req.prompt, req.max_tokens, cfg.model, sc.temperature, sc.extra_body, natural)
         spec = RequestSpec(
@@ -292,9 +295,15 @@ class SpecloadUser(User):
             prefix_group=req.prefix_group,
             category=req.category,
             natural=natural,
+            trace_index=req.trace_index,
         )
         http = self._http(cfg)  # a new user's connection is opened before its due time, not after
+        payload: Any = body
         if t_sched is not None:
+            # Encoded now, not after the wake-up: a trace's 10k-token prompt takes ~0.5 ms to encode,
+            # and the requests due at one instant (a trace's bursts) would each add that to the next's
+            # lateness. (stream_request's orjson.dumps passes a Fragment through as it is.)
+            payload = orjson.Fragment(orjson.dumps(body))
             # A rate level: the request is due at t_sched whatever else is in flight. A late one
             # (every user was busy) goes at once, and its record keeps when it was due.
             wait = t_sched - now()
@@ -310,7 +319,7 @@ class SpecloadUser(User):
             rec = stream_request(
                 http,
                 path,
-                body,
+                payload,
                 headers,
                 backend,
                 spec,

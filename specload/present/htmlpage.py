@@ -18,9 +18,11 @@ from pathlib import Path
 from specload import __version__
 from specload.analysis.comparison import Comparison
 from specload.analysis.run import Run
+from specload.analysis.tracereplay import run_trace_replay
 from specload.present import charts as chartlist
 from specload.present import svg
 from specload.present.plot import crossover_label
+from specload.present.traceview import trace_charts
 from specload.workload.recorded import recorded_scenario
 
 REPORT_HTML = "report.html"
@@ -219,7 +221,7 @@ def _crossover_marks(comp: Comparison) -> dict[str, list[svg.Mark]]:
 
 def report_charts(run: Run) -> list[svg.Chart]:
     """The charts of a report: the HTML's and the page's."""
-    return chartlist.level_charts([run_lines(run)])
+    return chartlist.level_charts([run_lines(run)]) + trace_charts(run_trace_replay(run))
 
 
 def compare_charts(comp: Comparison) -> list[svg.Chart]:

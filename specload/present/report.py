@@ -26,6 +26,7 @@ from specload.analysis.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CA
 from specload.analysis.predict import PREDICTION_JSON, read_prediction
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
+from specload.analysis.tracereplay import run_trace_replay
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
@@ -51,6 +52,7 @@ from specload.present.output import (
 )
 from specload.present.predictview import render as render_prediction
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.present.traceview import trace_lines
 from specload.workload.prompts import method_label
 from specload.workload.recorded import recorded_scenario
 
@@ -547,8 +549,8 @@ def asks_shared_prefix(scenario: Mapping[str, Any]) -> bool:
 def unasked_prefix_notes(run: Run) -> list[str]:
     """Levels whose prompts the server's prefix cache served though the scenario shared no prefix:
     their prompts repeated (across levels, or within one), so their TTFT is a cached prefill's."""
-    if asks_shared_prefix(run.info.scenario):
-        return []
+    if asks_shared_prefix(run.info.scenario) or run.info.trace.get("block_size"):
+        return []  # (a trace's hash_id blocks are shared prefixes: specload.present.traceview)
     return [
         f"{s.label}: the server's prefix cache served {s.prefix_cache_hit_rate:.1%} of its prompt tokens "
         "though the scenario asked for no shared prefix: some prompts repeated, so its TTFT (and the "
@@ -704,6 +706,9 @@ def render_report(
     for title, table in sections:
         if table is not None:
             lines += ["", f"## {title}", "", table]
+    if (replay := run_trace_replay(run)) is not None:  # (specload.present.traceview)
+        lines += ["", "## Trace replay (the trace's own shape next to what was sent; docs/metrics.md)", ""]
+        lines += trace_lines(replay, fmt)
     slo = render_slo(run.levels, fmt)
     if slo is not None and run.slo is not None:
         lines += [

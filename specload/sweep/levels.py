@@ -20,8 +20,9 @@ from enum import Enum
 
 from specload.core.records import FAILED, OK, PHASE_MEASURE, PHASE_WARMUP, SHORT, Phase, RequestRecord
 from specload.core.rundir import LevelMeta
-from specload.workload.arrivals import POISSON, Schedule, schedule_seed
+from specload.workload.arrivals import POISSON, FixedSchedule, Schedule, schedule_seed
 from specload.workload.config import Scenario
+from specload.workload.replay import replay_of
 
 
 class Change(str, Enum):
@@ -86,6 +87,9 @@ class LevelPlan:
     arrival: str = POISSON
     burstiness: float = 1.0
     seed: int = 0
+    # A trace replay (specload.workload.replay): each measured request's due time after the phase
+    # opens, the trace's own (``rate`` is then the window's mean requests/s). None: drawn arrivals.
+    offsets: tuple[float, ...] | None = field(default=None, repr=False)
 
     @property
     def x(self) -> float:
@@ -94,7 +98,28 @@ class LevelPlan:
 
 
 def plan_levels(sc: Scenario) -> list[LevelPlan]:
+    """The sweep's levels in order. A trace replay is one level per repeat, its budget the window's
+    requests, due at the trace's times (reads the trace: TraceError when it cannot be replayed)."""
     plans: list[LevelPlan] = []
+    replay = replay_of(sc)
+    if replay is not None:
+        for r in range(sc.repeat):
+            plans.append(
+                LevelPlan(
+                    index=len(plans),
+                    concurrency=sc.pool(),
+                    repeat=r,
+                    budget=len(replay.requests),
+                    warmup=0,
+                    duration_s=None,
+                    warmup_tokens=sc.warmup_tokens,
+                    output_tokens=sc.output_tokens,
+                    rate=round(replay.rate, 6),
+                    seed=sc.seed,
+                    offsets=replay.offsets,
+                )
+            )
+        return plans
     if sc.rates:
         for rate in sc.rates:
             for r in range(sc.repeat):
@@ -171,7 +196,7 @@ class LevelProgress:
     status: LevelStatus = LevelStatus.PENDING
     note: str | None = None
     # Rate levels: each phase's arrival schedule and the time it opened (its offsets' origin).
-    schedule: Schedule | None = None
+    schedule: Schedule | FixedSchedule | None = None
     t_phase: float | None = None
 
     @property
@@ -339,7 +364,9 @@ class SweepController:
     def _schedule(lv: LevelProgress, now: float) -> None:
         """A rate level's phase opened: its arrivals are due from now."""
         p = lv.plan
-        if p.rate is not None:
+        if p.offsets is not None and lv.phase == MEASURE:
+            lv.schedule, lv.t_phase = FixedSchedule(p.offsets), now + SCHEDULE_LEAD_S
+        elif p.rate is not None:
             seed = schedule_seed(p.seed, p.index, PHASE_WARMUP if lv.phase == WARMUP else PHASE_MEASURE)
             lv.schedule, lv.t_phase = Schedule(p.rate, p.arrival, p.burstiness, seed), now + SCHEDULE_LEAD_S
 

@@ -70,3 +70,14 @@ def offsets(
     """The first ``n`` due times of a schedule (for tests and the simulator's checks)."""
     s = Schedule(rate, arrival, burstiness, seed)
     return [s.offset(i) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class FixedSchedule:
+    """Due times given in advance (a replayed trace's, ``specload.workload.replay``), relative to the
+    phase's start; the same ``offset`` as a drawn ``Schedule``."""
+
+    offsets: tuple[float, ...]
+
+    def offset(self, seq: int) -> float:
+        return self.offsets[min(seq, len(self.offsets) - 1)]

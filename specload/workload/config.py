@@ -23,6 +23,8 @@ from specload.core.resources import builtin_scenario, builtin_scenarios
 from specload.core.slo import SloError, parse_slo
 from specload.workload.arrivals import ARRIVALS
 from specload.workload.lengths import DATASET, SYNTAX, LengthError, parse_dist
+from specload.workload.traces import FORMATS as TRACE_FORMATS
+from specload.workload.traces import UNITS as TRACE_UNITS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,6 +34,7 @@ else:  # pragma: no cover
 # The registered server APIs (specload.client.backends): a new backend is a choice, and in the help, by
 # its registration alone.
 BACKENDS = tuple(b.name for b in backend_classes())
+TOKEN_ID_BACKENDS = tuple(b.name for b in backend_classes() if b.takes_token_ids)
 BACKEND_HELP = "Server API: " + ", ".join(f"{b.name} ({b.path})" for b in backend_classes())
 # Rate levels without --max-in-flight: this many users, the same for every rate level, so that they
 # are started once (Locust ramps users at 100/s) and stay. Each idle one is a waiting greenlet; a
@@ -316,6 +319,9 @@ _OPTION_TYPES: dict[str, type] = {
     "duration_s": float,
     "warmup_output_tokens": int,
     "max_in_flight": int,
+    "trace_duration_s": float,
+    "trace_requests": int,
+    "trace_block_size": int,
 }
 
 
@@ -411,6 +417,82 @@ class Scenario:
         help="Rate levels without a fixed budget: seconds of arrivals per level (budget rate * seconds)",
         check=_number(strict=True),
         flag="--rate-window",
+    )
+    # A production trace replayed at its own times (specload.workload.replay): one open-loop level per
+    # repeat, its requests' lengths and prefix blocks the trace's own (docs/guide.md, "Replaying a
+    # production trace").
+    trace_format: str | None = _f(
+        None,
+        help="The trace file's format, whose reader fixes its units: mooncake (JSONL, ms, 512-token hash_id "
+        "blocks), azure (CSV, date-times), burstgpt (CSV, seconds), or jsonl / csv with the layout declared "
+        "by --trace-time-unit and the --trace-*-field flags",
+        check=_optional(_choice(*TRACE_FORMATS)),
+        flag="--trace-format",
+    )
+    trace_speedup: float = _f(
+        1.0,
+        help="Replay the trace this many times faster (2: gaps halved); lengths are unchanged",
+        check=_number(strict=True),
+        flag="--trace-speedup",
+    )
+    trace_start_s: float = _f(
+        0.0,
+        help="Replay the trace from this many seconds after its first request (trace time, before --trace-speedup)",
+        check=_number(),
+        flag="--trace-start",
+    )
+    trace_duration_s: float | None = _f(
+        None,
+        help="Replay this many seconds of the trace from --trace-start (trace time; 0: to its end)",
+        check=_optional(_number(strict=True)),
+        flag="--trace-duration",
+    )
+    trace_requests: int | None = _f(
+        None,
+        help="Replay at most the first N requests of the window (0: all)",
+        check=_optional(_integer()),
+        flag="--trace-requests",
+    )
+    trace_time_unit: str | None = _f(
+        None,
+        help="A jsonl/csv trace's unit of time: " + ", ".join(TRACE_UNITS) + " (required for them; the named "
+        "formats fix their own)",
+        check=_optional(_choice(*TRACE_UNITS)),
+        flag="--trace-time-unit",
+    )
+    trace_time_field: str = _f(
+        "timestamp", help="A jsonl/csv trace's arrival-time field", check=_text, flag="--trace-time-field"
+    )
+    trace_input_field: str = _f(
+        "input_length", help="A jsonl/csv trace's input-tokens field", check=_text, flag="--trace-input-field"
+    )
+    trace_output_field: str = _f(
+        "output_length",
+        help="A jsonl/csv trace's output-tokens field",
+        check=_text,
+        flag="--trace-output-field",
+    )
+    trace_hash_field: str | None = _f(
+        None,
+        help="A jsonl/csv trace's prefix-block ids field (a list of integers; none: every prompt its own)",
+        check=_model,
+        flag="--trace-hash-field",
+    )
+    trace_block_size: int | None = _f(
+        None,
+        help="Tokens per prefix block of a jsonl/csv trace's hash field (Mooncake's are 512)",
+        check=_optional(_integer()),
+        flag="--trace-block-size",
+    )
+    # Last of the trace's fields: flags are applied one at a time in this order, and --trace is
+    # checked against the format and the layout declared before it.
+    trace: str | None = _f(
+        None,
+        help="Replay a production request trace (a file, read with --trace-format) at its own arrival times "
+        "instead of levels: open loop, each request's input and output length exact, shared hash_ids "
+        "prefixes sent as shared prefix tokens",
+        check=_model,
+        flag="--trace",
     )
     # Per-level request budget: `requests` fixed, else max(min_requests, ceil(requests_per_user * C)).
     # The defaults give the reference rule: 4 at C=1, otherwise 2 per concurrent slot.
@@ -689,6 +771,63 @@ def _check_class(source: str, sc: Scenario, where: str, c: dict[str, Any]) -> No
             )
 
 
+TRACE_GENERIC = ("trace_time_unit", "trace_hash_field", "trace_block_size")
+
+
+def _check_trace(source: str, sc: Scenario) -> None:
+    """A trace replay's fields fit together; the file itself is read by the sweep's owner alone
+    (specload.workload.replay), so a worker without it can still take the scenario."""
+    if not sc.trace:
+        return
+    if sc.trace_format is None:
+        raise ScenarioError(
+            f"{source}: field 'trace_format': a trace needs its format named (--trace-format "
+            f"{'|'.join(TRACE_FORMATS)}): its reader fixes the units, they are never guessed"
+        )
+    generic = sc.trace_format in ("jsonl", "csv")
+    if generic and sc.trace_time_unit is None:
+        raise ScenarioError(
+            f"{source}: field 'trace_time_unit': a {sc.trace_format} trace needs its time unit declared "
+            f"(--trace-time-unit {'|'.join(TRACE_UNITS)})"
+        )
+    if generic and sc.trace_hash_field and sc.trace_block_size is None:
+        raise ScenarioError(
+            f"{source}: field 'trace_block_size': a hash field needs its block size declared "
+            f"(--trace-block-size TOKENS; Mooncake's are 512)"
+        )
+    if not generic:
+        for name in TRACE_GENERIC:
+            if getattr(sc, name) is not None:
+                raise ScenarioError(
+                    f"{source}: field '{name}': the {sc.trace_format} reader fixes its own units and fields "
+                    f"(only for --trace-format jsonl or csv)"
+                )
+    if sc.prompts == REAL and sc.backend not in TOKEN_ID_BACKENDS:
+        raise ScenarioError(
+            f"{source}: field 'prompts': real text on a trace is sent as token ids (each hash_id block an "
+            f"exact window of real text); the {sc.backend} API takes text: pass --prompts random, or a "
+            f"token-id API ({', '.join(TOKEN_ID_BACKENDS)})"
+        )
+    for key, bad in (
+        ("rates", bool(sc.rates)),
+        ("dataset", bool(sc.dataset)),
+        ("classes", bool(sc.classes)),
+        ("turns", sc.turns > 1),
+        ("shared_prefix_tokens", sc.shared_prefix_tokens > 0),
+        ("input_dist", not parse_dist(sc.input_dist).fixed),
+        ("output_dist", not parse_dist(sc.output_dist).fixed),
+        ("warmup_requests", sc.warmup_requests > 0),
+        ("duration_s", sc.duration_s is not None),
+        ("requests", sc.requests is not None),
+        ("output_mode", sc.output_mode != FORCED),
+    ):
+        if bad:
+            raise ScenarioError(
+                f"{source}: field '{key}': not with --trace (a trace brings its own arrival times, lengths "
+                f"and prefixes; its window is --trace-start, --trace-duration and --trace-requests)"
+            )
+
+
 def _check_whole(source: str, sc: Scenario) -> Scenario:
     _check_class(source, sc, "", {})
     for i, c in enumerate(sc.classes):
@@ -701,6 +840,7 @@ def _check_whole(source: str, sc: Scenario) -> Scenario:
             f"{source}: field '{where}': conversations (turns > 1) need concurrency levels "
             f"(--levels), not --rates"
         )
+    _check_trace(source, sc)
     if sc.prompts == REAL:
         if sc.dataset:
             raise ScenarioError(

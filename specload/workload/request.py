@@ -52,6 +52,9 @@ from specload.workload.config import CLASS_KEYS, Scenario
 from specload.workload.datasets import Item
 from specload.workload.lengths import LengthDist, parse_dist
 from specload.workload.prompts import IDS, PromptSource, make_prompt, prompt_ids, prompt_text
+from specload.workload.traceprompt import block_size_of, salt_of
+from specload.workload.traceprompt import trace_prompt as random_trace_prompt
+from specload.workload.traces import TraceRequest
 
 logger = logging.getLogger("specload")
 
@@ -203,6 +206,7 @@ class Planned:
     prefix_group: int | None
     conv: Conversation | None = None  # the conversation it is a turn of
     category: str | None = None  # a categorised dataset's row category (datasets.Item.category)
+    trace_index: int | None = None  # a replayed trace's row (specload.workload.replay)
 
     @property
     def wants_answer(self) -> bool:
@@ -224,6 +228,7 @@ class RequestMaker:
         self.multi_turn = any(c.turns > 1 for c in self.classes)
         self.tokenize = tokenize
         self._tokenize_failed = False
+        self.block_size = block_size_of(sc)
 
     def plan(
         self,
@@ -233,12 +238,30 @@ class RequestMaker:
         max_tokens: int,
         item: Item | None = None,
         conv: Conversation | None = None,
+        trace: TraceRequest | None = None,
+        trace_prompt: list[int] | None = None,
     ) -> Planned:
         """The request for ticket (level, phase, seq); ``max_tokens`` is the grant's (the owner's word
         for warmups with their own length and for a dataset's outputs), ``conv`` the user's conversation."""
         sc = self.sc
         warm = phase == PHASE_WARMUP
         keep_grant_output = warm and sc.warmup_output_tokens is not None
+        if trace is not None:  # a replayed trace's request: its own lengths and prefix blocks
+            tprompt = (
+                trace_prompt
+                if trace_prompt is not None
+                else random_trace_prompt(self.prompts, sc.seed, trace, self.block_size, salt_of(sc, level))
+            )
+            return Planned(
+                tprompt,
+                trace.input_tokens,
+                trace.output_tokens,
+                None,
+                None,
+                None,
+                None,
+                trace_index=trace.index,
+            )
         if item is not None:  # a dataset's prompt (no classes, turns or groups with a dataset)
             return self._from_dataset(level, phase, seq, max_tokens, item, conv, keep_grant_output)
         n = prompt_number(level, phase, seq)
