@@ -24,6 +24,7 @@ from specload.analysis.accept_compare import AcceptChange, AcceptFigures, accept
 from specload.analysis.cap import RunningCap
 from specload.analysis.clientcheck import client_flags
 from specload.analysis.metrics import LevelStats, RepeatedLevelStats, combine_parts, mean, repeats_at
+from specload.analysis.paired import PairedComparison, paired_of_runs
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import Run
 from specload.analysis.slo_compare import SloComparison, compare_slo
@@ -639,7 +640,9 @@ def prompts_desc(m: RunMeta) -> str | None:
 
 def _own_lengths(m: RunMeta) -> tuple[bool, bool]:
     """(output, prompt) lengths are fixed by the scenario (not each dataset item's own), so they must match."""
-    if (sc := recorded_scenario(m)) is None or not sc.dataset:
+    if (sc := recorded_scenario(m)) is not None and sc.trace:  # a trace's requests: each its own lengths
+        return False, False
+    if sc is None or not sc.dataset:
         return True, True
     return sc.dataset_lengths == "fixed", False
 
@@ -749,6 +752,7 @@ class Comparison:
     # treatment label -> figure key -> change per level, of every numeric figure of the table (compare's
     # table shows those with a Figure.delta); agg and per_req are ``agg`` and ``per_req`` above
     changes: dict[str, dict[str, list[Change]]] = field(default_factory=dict)
+    paired: list[PairedComparison] = field(default_factory=list)  # trace replays, request by request
 
     @property
     def baseline(self) -> ComparedRun:
@@ -888,7 +892,8 @@ def build_comparison(runs: Sequence[Run]) -> Comparison:
     notes = _notes(comp)
     unlike = [n.partition(": the comparison")[0] for n in notes if n.endswith(NOT_LIKE)]
     comp.slo = compare_slo([(r.label, r.run, r.figures) for r in cruns], unlike)
-    comp.notes = notes + comp.slo.notes
+    comp.paired, paired_notes = paired_of_runs([(r.label, [r.run]) for r in cruns], runs[0].slo)
+    comp.notes = notes + comp.slo.notes + paired_notes
     comp.categories = compare_categories(comp)
     comp.accept = {r.label: [accept_figures(r.figures[c]) for c in levels] for r in cruns}
     comp.accept_delta = {

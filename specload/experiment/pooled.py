@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specload.analysis.comparison import Comparison, build_comparison
+from specload.analysis.paired import paired_of_runs
 from specload.analysis.run import Run, load_run
 from specload.core.rundir import read_json
 from specload.core.slo import Slo, SloError, parse_slo
@@ -65,11 +66,12 @@ def pooled(runs: Sequence[Run]) -> Run:
 def pooled_comparison(arms: Sequence[ArmRuns], slo: Slo | None = None) -> Comparison:
     """The arms side by side, the baseline first, each arm's runs pooled; ``slo``: judge every run
     against it (default: each run's own). Raises ValueError when an arm has no run."""
-    runs, notes = [], []
+    runs, notes, arm_runs = [], [], []
     for arm in arms:
         if not arm.runs:
             raise ValueError(f"the arm {arm.label} has no completed run")
         loaded = [load_run(d) if slo is None else load_run(d, slo) for _, d in arm.runs]
+        arm_runs.append((arm.label, loaded))
         runs.append(pooled(loaded))
         if len(arm.runs) > 1:
             notes.append(
@@ -79,6 +81,8 @@ def pooled_comparison(arms: Sequence[ArmRuns], slo: Slo | None = None) -> Compar
             )
     comp = build_comparison(runs)
     comp.notes.extend(notes)
+    if any(len(loaded) > 1 for _, loaded in arm_runs):  # a trace's requests paired over every run of each arm
+        comp.paired = paired_of_runs(arm_runs, runs[0].slo)[0]
     return comp
 
 

@@ -71,6 +71,7 @@ from specload.present.compare import (
     print_result,
 )
 from specload.present.output import is_document, is_known_format
+from specload.present.pairedview import paired_json
 from specload.present.tableview import WHOLE, TableView
 
 DRAFT_LENGTH_MD = "draft-length.md"  # the draft-length table, when arms differ only in draft length
@@ -449,6 +450,7 @@ def run_experiment(s: ExperimentSettings) -> int:
         "sentences": comp.sentences,
         "capacity": comp.slo.sentences,
         "notes": comp.notes,
+        "paired": paired_json(comp.paired),
     }
     ex.comparison.update(draft_lengths(ex, comp))
     ex.save()

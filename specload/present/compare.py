@@ -42,6 +42,7 @@ from specload.present.acceptcompare import Group, accept_groups, change_json, ru
 from specload.present.colour import for_stream, is_terminal
 from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.output import render_table as output_table
+from specload.present.pairedview import paired_json, paired_lines, sentence
 from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import (
     SETTLE,
@@ -317,6 +318,7 @@ def to_dict(comp: Comparison) -> dict[str, Any]:
         "notes": comp.notes,
         "slo": comp.slo.to_json(),
         "categories": [_category_dict(comp, cc) for cc in comp.categories],
+        "paired": paired_json(comp.paired),
     }
 
 
@@ -436,6 +438,7 @@ def render_text(
     lines = header_lines(comp) + ["", render_table(comp, fmt, view)]
     lines += ["", "## Verdict", ""] + [f"- {s}" for s in comp.sentences]
     lines += category_lines(comp, fmt)
+    lines += paired_lines(comp.paired, fmt)
     if sources := source_lines(comp):  # where each run's acceptance figures came from
         lines += ["", "## Acceptance sources", ""] + [f"- {s}" for s in sources]
     if comp.slo.slo is not None:
@@ -459,6 +462,7 @@ def side_text(comp: Comparison) -> str:
     return "\n".join(
         header_lines(comp)
         + ["", *comp.sentences, *(s for cc in comp.categories for s in cc.sentences)]
+        + [sentence(pc) for pc in comp.paired]
         + [*comp.slo.sentences, *[f"- {n}" for n in comp.notes], *[f"- {s}" for s in source_lines(comp)]]
     )
 
