@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from specload.analysis.cap import infer_cap, running_cap, sparse_sampling_notes
+from specload.analysis.cap import RunningCap, infer_cap, running_cap, sparse_sampling_notes
 from specload.analysis.comparison import build_comparison
 from specload.analysis.metrics import LevelStats, ServerSample
 from specload.analysis.run import Run, load_run
@@ -188,3 +188,14 @@ def test_an_inferred_cap_is_the_cap_of_every_consumer() -> None:
     for s in samples:
         live.add_sample(s)
     assert live.cap == 48
+
+
+def test_the_caps_json_names_how_it_is_known_without_the_sentences_comma() -> None:
+    """compare's JSON ``running_cap``: its fields in order, ``how`` without the leading ", "."""
+    cap = RunningCap(48, True, ", inferred from its gauges", "60% of the queued samples at 48")
+    assert list(cap.to_json().items()) == [
+        ("value", 48),
+        ("inferred", True),
+        ("how", "inferred from its gauges"),
+        ("detail", "60% of the queued samples at 48"),
+    ]

@@ -10,8 +10,10 @@ from collections.abc import Callable
 import pytest
 
 from specload.analysis.capacity import (
+    KIND_CONCURRENCY,
     KIND_RATE,
     Capacity,
+    CapacityRecord,
     SearchSpace,
     ServerLimits,
     capacity_of,
@@ -412,3 +414,24 @@ def test_capacity_run_drives_a_controller_to_the_answer() -> None:
     assert doc["status"] == BRACKETED and [p["x"] for p in doc["probes"]] == [8, 16, 32, 24, 20, 22, 21]
     assert doc["answer"]["lo"] == 20 and doc["probes"][0]["slo"]["good"] == 40
     assert not math.isnan(doc["probes"][2]["slo"]["targets"][0]["value_s"])
+    assert set(doc["space"]) == {"kind", "start", "minimum", "maximum", "tolerance", "max_probes"}
+    assert set(doc["probes"][0]) == {"x", "level", "met", "inside_noise", "note", "slo"}
+    back = CapacityRecord.from_json(doc)
+    assert back is not None and back.space == run.space and back.status == BRACKETED
+    assert [p["x"] for p in back.probes] == [8, 16, 32, 24, 20, 22, 21]
+
+
+def test_an_older_capacity_json_still_reads() -> None:
+    """A capacity.json from before the space had its kind, tolerance and probe budget reads with
+    their defaults (a concurrency search, 0, 16); what is no capacity.json reads as None."""
+    older = {
+        "slo": "ttft_p99<=1s",
+        "space": {"start": 8, "minimum": 1.0, "maximum": 64},
+        "probes": [{"x": 8}],
+    }
+    assert CapacityRecord.from_json(older) == CapacityRecord(
+        "ttft_p99<=1s", SearchSpace(KIND_CONCURRENCY, 8, 1, 64, 0.0, 16), None, [{"x": 8}]
+    )
+    assert CapacityRecord.from_json({}) == CapacityRecord()
+    for bad in ([1], None, {"space": "8:1:64"}, {"probes": 3}):
+        assert CapacityRecord.from_json(bad) is None

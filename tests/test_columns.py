@@ -256,7 +256,7 @@ def test_each_level_is_let_go_of_once_its_figures_are_made(
     held = [weakref.ref(r.columns) for r in rows]
     seen: list[list[bool]] = []
 
-    def compute(c: Any, mask: Any) -> None:
+    def compute(c: Any, mask: Any, server: Any) -> None:
         seen.append([bool(h()) for h in held])
 
     watch = figures.Figure.of("watch", "watch", "Watch", "", 0, compute=compute)

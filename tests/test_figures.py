@@ -21,14 +21,14 @@ from specload.analysis.comparison import build_comparison
 from specload.analysis.metrics import LevelStats, level_json
 from specload.analysis.run import Run, load_run
 from specload.core.records import OK, RequestRecord
-from specload.core.rundir import RunMeta
+from specload.core.rundir import SERVER_SAMPLES, RunMeta
 from specload.present import webview
 from specload.present.compare import table_columns, to_dict
 from specload.present.htmlpage import report_page
 from specload.present.liverow import live_columns, live_row
 from specload.present.report import render_levels, render_report
 from specload.present.webview import compare_bundle, report_bundle
-from tests.test_report import rec, sample_meta, write_run
+from tests.test_report import T0, rec, sample_meta, write_run
 
 
 def _run(label: str, levels: list[LevelStats]) -> Run:
@@ -128,7 +128,7 @@ def test_a_figure_added_as_one_entry_is_on_every_surface(
     the web page's live table, with the value a hand computation gives (the longest E2E of the
     level's OK requests: 1.0 + 0.5 * (n - 1) s)."""
 
-    def e2e_max(c: Any, mask: Any) -> float | None:
+    def e2e_max(c: Any, mask: Any, server: figures.Server) -> float | None:
         xs = c.present("e2e", mask & c.is_label("status", OK))
         return float(xs.max()) if len(xs) else None
 
@@ -156,6 +156,65 @@ def test_a_figure_added_as_one_entry_is_on_every_surface(
     assert live_row(load_run(b).levels[1])["e2e_max_s"] == want[2]
 
 
+def test_a_figure_read_from_the_servers_samples_is_one_entry_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure the server's /metrics samples give (the peak of its running gauge over the level's
+    window, a Sourced value) is also one entry: on every surface, and the report's note names its
+    source. By hand: C=1's requests span [T0, T0 + 3.5] s (run b's, T0 + 6) and the samples inside read 3 and 5 (the
+    one at T0 + 50 is between the levels): 5; C=2's span [T0 + 100, T0 + 108.5] s and read 7: 7."""
+
+    def run_peak(c: Any, mask: Any, server: figures.Server) -> figures.Sourced:
+        xs = [x.running for x in server.within() if x.running is not None]
+        return figures.Sourced(max(xs) if xs else None, "gauge")
+
+    entry = figures.Figure.of(
+        "run_peak",
+        "running_peak",
+        "Run peak",
+        "requests",
+        0,
+        compute=run_peak,
+        compare=True,
+        live=True,
+        sources={"gauge": "the server's running gauge (its peak over the level's samples)"},
+    )
+    monkeypatch.setattr(figures, "FIGURES", (*figures.FIGURES, entry))
+    monkeypatch.setattr(figures, "BY_KEY", {**figures.BY_KEY, entry.key: entry})
+    monkeypatch.setattr(figures, "BY_FIELD", {**figures.BY_FIELD, entry.field: entry})
+    samples = [(0.5, 3), (3.0, 5), (50.0, 99), (101.0, 7)]
+    dirs = []
+    for label, n in (("a", 2), ("b", 3)):
+        meta = sample_meta()
+        meta["label"] = label
+        meta["levels"] = [
+            {"index": i, "concurrency": c, "repeat": 0, "status": "completed"} for i, c in enumerate((1, 2))
+        ]
+        records = [rec(0, 1, i, 2.0 * i, 2.0 * i + 1.0 + 0.5 * i) for i in range(n)]
+        records += [rec(1, 2, i, 100.0 + 2.0 * i, 100.0 + 2.0 * i + 1.0 + 0.5 * i) for i in range(4)]
+        d = write_run(tmp_path / label, records, meta)
+        lines = [json.dumps({"t": T0 + t, "running": v}) for t, v in samples]
+        (d / SERVER_SAMPLES).write_text("\n".join(lines) + "\n")
+        dirs.append(d)
+    a, b = dirs
+    run = load_run(a)
+    assert [s.extra["running_peak"] for s in run.levels] == [5, 7]
+    assert [s.sources["running_peak"] for s in run.levels] == ["gauge", "gauge"]
+    bundle = report_bundle(a)
+    assert "Run peak" in _header(bundle["markdown"]) and "<th>Run peak</th>" in bundle["html"]
+    assert (
+        "Run peak from the server's running gauge (its peak over the level's samples)" in bundle["markdown"]
+    )
+    assert [r["Run peak"] for r in csv.DictReader(io.StringIO(bundle["csv"]))] == ["5", "7"]
+    assert [lv["running_peak"] for lv in json.loads(bundle["json"])] == [5, 7]
+    web = compare_bundle([a, b], plot=False)
+    assert web["columns"][-2:] == ["Run peak a", "Run peak b"]
+    assert [row[-2:] for row in web["rows"]] == [["5", "5"], ["7", "7"]]
+    assert [lv["runs"]["b"]["running_peak"] for lv in json.loads(web["json"])["levels"]] == [5, 7]
+    assert "Run peak" in [c["header"] for c in live_columns()]
+    assert live_row(load_run(b).levels[1])["running_peak"] == 7
+
+
 # ---------------------------------------------------------------- the prefix cache hit rate
 
 
@@ -168,7 +227,7 @@ def test_the_prefix_cache_hit_rate_is_on_every_surface_and_named_where_no_prefix
     a = _run_dir(tmp_path, "a", {1: [50, 0], 2: [0, 0, 0, 0]})
     b = _run_dir(tmp_path, "b", {1: [0, 0, 0], 2: [0, 0, 0, 0]}, shared_prefix_tokens=64)
     run = load_run(a)
-    assert [s.prefix_cache_hit_rate for s in run.levels] == [0.25, 0.0]
+    assert [s.extra["prefix_cache_hit_rate"] for s in run.levels] == [0.25, 0.0]
     text = render_report(run)
     assert "Prefix hit %" in _header(text) and re.search(r"\|\s*25\.0\s*\|", text)
     assert (

@@ -145,9 +145,9 @@ def test_prefix_groups_hit_the_simulators_cache_and_cut_ttft_as_its_model_says(s
     assert abs(drop_ms - prefill * 384 * 1000) <= 0.05 * prefill * 384 * 1000 + load * 1000, (drop_ms, load)
     # The hit rate as the report reads it from the server's sampled counters: 14 of 16 requests had
     # 384 of their 512 tokens cached (the sampled window can miss the last 0.2 s: a few points).
-    assert s_shared.prefix_cache_source == "server_counters"
-    assert s_shared.prefix_cache_hit_rate == pytest.approx(14 * 384 / (16 * 512), abs=0.05)
-    assert not s_alone.prefix_cache_hit_rate
+    assert s_shared.sources["prefix_cache_hit_rate"] == "server_counters"
+    assert s_shared.extra["prefix_cache_hit_rate"] == pytest.approx(14 * 384 / (16 * 512), abs=0.05)
+    assert not s_alone.extra["prefix_cache_hit_rate"]
     report = (shared.run_dir / "report.md").read_text()
     assert "Prefix hit %" in report and "prefix cache counters" in report
 
@@ -212,8 +212,13 @@ def test_multi_turn_conversations_resend_their_history(sim, tmp_path: Path, back
     slack = waited.s + client_lateness_s(run, 0, worst=True)
     assert min(late) >= -0.0005 and statistics.median(late) <= LATE_S + slack, (late, slack)
     (s,) = run.levels
-    assert [g.key for g in s.mix.turns] == [0, 1, 2] and s.mix.turns[0].stats.prefix_cache_hit_rate == 0
-    assert s.mix.turns[2].stats.prefix_cache_hit_rate > 0.7 and s.prefix_cache_source == "records"
+    assert [g.key for g in s.mix.turns] == [0, 1, 2] and s.mix.turns[0].stats.extra[
+        "prefix_cache_hit_rate"
+    ] == 0
+    assert (
+        s.mix.turns[2].stats.extra["prefix_cache_hit_rate"] > 0.7
+        and s.sources["prefix_cache_hit_rate"] == "records"
+    )
     assert "## Conversation turns" in (run.run_dir / "report.md").read_text()
 
 

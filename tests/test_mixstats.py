@@ -113,8 +113,8 @@ def test_lengths_classes_and_turns_of_a_level(tmp_path: Path) -> None:
     assert chat.agg_tok_s + summ.agg_tok_s == pytest.approx(s.agg_tok_s)
     assert [g.key for g in m.turns] == [0, 1] and sum(g.stats.sent for g in m.turns) == 31
     assert (
-        s.prefix_cache_hit_rate == pytest.approx(64 * 30 / sum(counted))
-        and s.prefix_cache_source == CACHE_FROM_RECORDS
+        s.extra["prefix_cache_hit_rate"] == pytest.approx(64 * 30 / sum(counted))
+        and s.sources["prefix_cache_hit_rate"] == CACHE_FROM_RECORDS
     )
     text = render_report(run)
     for heading in ("## Request lengths", "## Request classes", "## Conversation turns", "Prefix hit %"):
@@ -136,7 +136,7 @@ def test_a_plain_run_has_no_new_section_or_column(tmp_path: Path) -> None:
         "## Notes",
     ]
     assert "Prefix hit" not in text and not run.levels[0].mix.varied
-    assert run.levels[0].prefix_cache_hit_rate == 0.0
+    assert run.levels[0].extra["prefix_cache_hit_rate"] == 0.0
 
 
 def test_where_the_prefix_cache_rate_comes_from() -> None:

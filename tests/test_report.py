@@ -615,7 +615,7 @@ def test_a_figure_added_through_the_table_reaches_the_table_and_the_json(
     from specload.analysis import figures
     from specload.core.text import fmt_num
 
-    def ttft_max(c: Any, mask: Any) -> float | None:
+    def ttft_max(c: Any, mask: Any, server: Any) -> float | None:
         xs = c.present("ttft", mask & c.is_label("status", OK))
         return float(xs.max()) * 1e3 if len(xs) else None
 

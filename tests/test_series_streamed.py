@@ -161,3 +161,19 @@ def _busy(values: list[float], peak: float | None = None) -> list[float]:
     half = (max(values) if peak is None else peak) / 2
     above = [i for i, v in enumerate(values) if v > half]
     return values[above[0] : above[-1] + 1]
+
+
+def test_a_stream_sample_line_reads_back_and_a_foreign_one_is_none() -> None:
+    """streamed.jsonl's line as the module's docstring gives it; one without "v" (version 1) reads;
+    a line of wrong types or missing fields is no sample."""
+    s = StreamSample(2, 1700000000.25, 1234)
+    assert orjson.loads(s.to_json()) == {"v": 1, "level": 2, "t": 1700000000.25, "tokens": 1234}
+    assert StreamSample.from_dict(orjson.loads(s.to_json())) == s
+    assert StreamSample.from_dict({"level": 0, "t": 5, "tokens": 3, "x": 1}) == StreamSample(0, 5.0, 3)
+    for bad in (
+        {"level": True, "t": 1.0, "tokens": 1},
+        {"level": 0, "t": "1", "tokens": 1},
+        {"level": 0, "tokens": 1},
+    ):
+        assert StreamSample.from_dict(bad) is None
+    assert StreamSample.from_dict([1]) is None and StreamSample.from_dict(None) is None

@@ -12,7 +12,7 @@ the inference.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from specload.analysis.metrics import LevelStats, ServerSample
 from specload.client.introspect import CAP_SOURCE
@@ -39,12 +39,7 @@ class RunningCap:
     detail: str = ""  # how an inferred cap was found, in a sentence
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "value": self.value,
-            "inferred": self.inferred,
-            "how": self.how.strip(", "),
-            "detail": self.detail,
-        }
+        return asdict(self) | {"how": self.how.strip(", ")}
 
 
 def infer_cap(samples: Sequence[ServerSample]) -> tuple[int, int, int] | None:

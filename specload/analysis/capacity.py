@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from specload.core.slo import LevelSlo, TargetResult, fmt_duration, requests_to_settle
 
@@ -88,16 +90,6 @@ class SearchSpace:
                 f"--capacity-search: expected KIND:START:MIN:MAX:TOLERANCE:PROBES, got {text!r}"
             ) from None
         return cls(kind, start, lo, hi, tol, probes).check()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "start": self.start,
-            "minimum": self.minimum,
-            "maximum": self.maximum,
-            "tolerance": self.tolerance,
-            "max_probes": self.max_probes,
-        }
 
 
 # ---------------------------------------------------------------- the answer, from any run's levels
@@ -403,39 +395,16 @@ def verdict_text(r: LevelSlo) -> str:
 class CapacityRecord:
     """capacity.json as written by a capacity run (the search's parameters, status and trace)."""
 
-    slo: str | None
-    space: SearchSpace | None
-    status: str | None
-    probes: list[dict[str, Any]]
+    slo: str | None = None
+    space: SearchSpace | None = None
+    status: str | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Any) -> CapacityRecord | None:
-        if not isinstance(d, Mapping):
+        """The record; None when ``d`` is not one. Older files (a space without its tolerance and
+        probes, or its kind: a concurrency search) read with the defaults."""
+        try:
+            return msgspec.convert(d, cls, strict=False)
+        except msgspec.ValidationError:
             return None
-        sp = d.get("space")
-        space = None
-        if isinstance(sp, Mapping):
-            try:
-                space = SearchSpace(
-                    str(sp.get("kind")),
-                    float(sp["start"]),
-                    float(sp["minimum"]),
-                    float(sp["maximum"]),
-                    float(sp.get("tolerance", 0.0)),
-                    int(sp.get("max_probes", 16)),
-                )
-            except (KeyError, TypeError, ValueError):
-                space = None
-        probes = (
-            [p for p in d.get("probes", []) if isinstance(p, Mapping)]
-            if isinstance(d.get("probes"), list)
-            else []
-        )
-        slo = d.get("slo")
-        status = d.get("status")
-        return cls(
-            slo if isinstance(slo, str) else None,
-            space,
-            status if isinstance(status, str) else None,
-            [dict(p) for p in probes],
-        )

@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import field as _field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from specload.analysis.mixstats import (
+    CACHE_FROM_COUNTERS,
+    CACHE_FROM_GAUGE,
+    CACHE_FROM_RECORDS,
+    prefix_cache_rate,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,8 +34,10 @@ if TYPE_CHECKING:
 
     Mask = npt.NDArray[np.bool_]
 
-# A level's figures (metrics.LevelStats, read by attribute; not imported: metrics imports this table).
+# A level's figures and a server sample (metrics.LevelStats and ServerSample, read by attribute; not
+# imported: metrics imports this table).
 LevelStats = Any
+ServerSample = Any
 
 # How a figure's repeats (--repeat) combine into the one value a comparison shows.
 MEAN = "mean"  # the mean of the repeats that have a value
@@ -53,6 +63,35 @@ _EVERY_SET = (SEED, FAILURES, LATENCY, THROUGHPUT, SERVER, SLO)
 
 
 @dataclass(frozen=True)
+class Server:
+    """What a level holds from the server beside its records, for a figure computed from it: the
+    run's /metrics samples in time order (() for a part of a level, a class or a turn: the server's
+    counters and gauges cover the whole level) and the level's window, [start, end], whose counter
+    deltas end at ``counters_end`` (metrics.counter_window_end: the sample taken as the level closed)."""
+
+    samples: Sequence[ServerSample] = ()  # metrics.ServerSample (not imported: metrics imports this table)
+    start: float = 0.0
+    end: float = 0.0
+    counters_end: float = 0.0
+
+    def within(self) -> list[ServerSample]:
+        """The samples taken inside the level's window (a gauge's readings over the level)."""
+        return [x for x in self.samples if self.start <= x.t <= self.end]
+
+
+class Sourced(NamedTuple):
+    """A computed figure and where it came from (a key of its Figure.sources): the report's note
+    names the source, LevelStats.sources keeps it by the figure's JSON field."""
+
+    value: float | None
+    source: str | None
+
+
+# A figure's computation: over a level's columns, a mask of its requests and what it holds from the server.
+Compute = Callable[["LevelColumns", "Mask", Server], "float | Sourced | None"]
+
+
+@dataclass(frozen=True)
 class Figure:
     """One per-level figure and where it is shown.
 
@@ -68,9 +107,10 @@ class Figure:
     digits: int
     value: Callable[[LevelStats], Any]
     sets: tuple[str, ...] = ()
-    # A figure computed here rather than a LevelStats field: over a level's columns and a mask of its
-    # requests (every measured one for the level); metrics.summarize keeps it in LevelStats.extra.
-    compute: Callable[[LevelColumns, Mask], float | None] | None = None
+    # A figure computed here rather than a LevelStats field: over a level's columns, a mask of its
+    # requests (every measured one for the level) and its Server; metrics.summarize keeps it in
+    # LevelStats.extra (and a Sourced value's source in LevelStats.sources).
+    compute: Compute | None = None
     rank: int | None = None
     combine: str = MEAN
     show: str = ALWAYS
@@ -86,6 +126,8 @@ class Figure:
     dist: tuple[str, float, float] | None = None
     # compare's table: the header of each treatment's change column after this figure's ("" none)
     delta: str = ""
+    # a computed figure's sources (Sourced.source): what the report's note calls each
+    sources: Mapping[str, str] = _field(default_factory=dict)
 
     @classmethod
     def of(cls, key: str, field: str, header: str, unit: str, digits: int, **kw: Any) -> Figure:
@@ -178,9 +220,25 @@ _DELTAS: dict[str, str] = {
     "answer_tok_s": "Δ answer tok/s",
 }
 
-# The figures computed here, over a level's columns and a mask of its requests (the rest are the
-# fields metrics.summarize fills).
-_COMPUTE: dict[str, Callable[[LevelColumns, Mask], float | None]] = {}
+
+def _prefix_hit(c: LevelColumns, mask: Mask, server: Server) -> Sourced:
+    """docs/metrics.md, "Prefix cache hit rate": the records' counts, else the server's counters, else its gauge."""
+    return Sourced(
+        *prefix_cache_rate(c.subset(mask), server.samples, server.start, server.end, server.counters_end)
+    )
+
+
+# The figures computed here, over a level's columns, a mask of its requests and what it holds from
+# the server (the rest are the fields metrics.summarize fills), and what their report notes call
+# their sources.
+_COMPUTE: dict[str, Compute] = {"prefix_hit": _prefix_hit}
+_SOURCES: dict[str, dict[str, str]] = {
+    "prefix_hit": {
+        CACHE_FROM_RECORDS: "the server's per-request count of cached prompt tokens",
+        CACHE_FROM_COUNTERS: "the server's prefix cache counters (hits / queries over the level's window)",
+        CACHE_FROM_GAUGE: "the server's cache_hit_rate gauge (mean over the level's samples)",
+    }
+}
 
 # The table, in the report's column order; docs/metrics.md defines every figure. ``on``: r the
 # report's table, c a column per run of compare's table (compare's JSON has every numeric figure),
@@ -265,6 +323,7 @@ def _figure(line: str) -> Figure:
         category="k" in on,
         dist=dist,
         delta=_DELTAS.get(key, ""),
+        sources=_SOURCES.get(key, {}),
     )
 
 
@@ -311,6 +370,16 @@ CHARTS = (
         if_value=True,
     ),
 )
+
+
+def source_notes(levels: Sequence[LevelStats]) -> list[str]:
+    """Per computed figure that said where its values came from: the report's note naming the sources."""
+    notes = []
+    for f in FIGURES:
+        said = sorted({x for s in levels if (x := s.sources.get(f.field))})
+        if said and any(f.number(s) for s in levels):
+            notes.append(f"{f.title} from {' and '.join(f.sources.get(x, x) for x in said)}")
+    return notes
 
 
 def combine(figure: Figure, levels: Sequence[LevelStats]) -> float | None:

@@ -27,7 +27,6 @@ from specload.analysis.mixstats import (
     answers_varied,
     lengths_of,
     parts_of,
-    prefix_cache_rate,
     varied,
 )
 from specload.analysis.reasoning import ReasoningStats, reasoning_stats
@@ -202,14 +201,13 @@ class LevelStats:
     lag_p99_ms: float | None = None
     lag_max_ms: float | None = None
     late_note: str | None = None
-    # The workload (specload.analysis.mixstats, filled by summarize): the share of prompt tokens the
-    # server's prefix cache served, where that figure came from, and the lengths, classes and turns.
-    prefix_cache_hit_rate: float | None = None
-    prefix_cache_source: str | None = None  # "records" | "server_counters" | "server_gauge"
+    # The workload (specload.analysis.mixstats, filled by summarize): the lengths, classes and turns.
     mix: MixStats | None = None
     reasoning: ReasoningStats | None = None  # reasoning streams (specload.analysis.reasoning); None: none
-    # the figure table's computed figures (analysis.figures, Figure.compute), by JSON field
+    # the figure table's computed figures (analysis.figures, Figure.compute), by JSON field, and
+    # where those that said so came from (figures.Sourced)
     extra: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def x(self) -> float:
@@ -785,8 +783,7 @@ def summarize(
         _fill_server(s, samples, start, end)
     counters_end = counter_window_end(samples, index, end)
     s.acceptance = acceptance(c, samples, start, counters_end)
-    s.prefix_cache_hit_rate, s.prefix_cache_source = prefix_cache_rate(c, samples, start, end, counters_end)
-    _fill_computed(s, c)
+    _fill_computed(s, c, figures.Server(samples, start, end, counters_end))
     if part_of is not None:
         if part_of.wall_s:
             s.agg_tok_s, s.req_s = s.output_tokens / part_of.wall_s, s.ok / part_of.wall_s
@@ -809,12 +806,17 @@ def summarize(
     return s
 
 
-def _fill_computed(s: LevelStats, c: LevelColumns) -> None:
-    """The figure table's figures computed over the columns (figures.Figure.compute)."""
+def _fill_computed(s: LevelStats, c: LevelColumns, server: figures.Server) -> None:
+    """The figure table's figures computed over the columns and the server's samples (Figure.compute)."""
     everything = np.ones(c.sent, dtype=np.bool_)
     for f in figures.FIGURES:
         if f.compute is not None:
-            s.extra[f.field] = f.compute(c, everything)
+            v = f.compute(c, everything, server)
+            if isinstance(v, figures.Sourced):
+                v, source = v
+                if source is not None:
+                    s.sources[f.field] = source
+            s.extra[f.field] = v
 
 
 def counter_window_end(samples: Sequence[ServerSample], index: int | None, end: float) -> float:

@@ -25,7 +25,7 @@ from specload.core.stats import percentiles
 
 Floats = npt.NDArray[np.float64]
 
-# Where LevelStats.prefix_cache_hit_rate came from.
+# Where the prefix cache hit rate came from (figures' prefix_hit, LevelStats.sources).
 CACHE_FROM_RECORDS = "records"  # per request: SGLang meta_info / OpenAI usage prompt_tokens_details
 CACHE_FROM_COUNTERS = "server_counters"  # vLLM prefix_cache_hits / queries counters, sampled
 CACHE_FROM_GAUGE = "server_gauge"  # SGLang cache_hit_rate gauge, sampled (its last prefill batch's)

@@ -10,7 +10,7 @@ page's tok/s over time, and the owner writes each to streamed.jsonl, so that the
 the HTML and the page after the level draw the same series from the same samples with the same
 function (``metrics.streamed_tok_s``; docs/metrics.md "tok/s over time").
 
-Lines of streamed.jsonl: ``{"v": 1, "level": 0, "t": 1700000000.25, "tokens": 1234}`` (wall clock,
+Lines of streamed.jsonl: ``{"level": 0, "t": 1700000000.25, "tokens": 1234, "v": 1}`` (wall clock,
 the running total of the level: warmup, measure and drain).
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
+import msgspec
 
 from specload.analysis.metrics import SERIES_STREAMED, LevelStats, streamed_tok_s
 from specload.core.rundir import read_jsonl
@@ -39,19 +39,15 @@ class StreamSample:
     v: int = STREAMED_VERSION
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"v": self.v, "level": self.level, "t": self.t, "tokens": self.tokens})
+        return msgspec.json.encode(self)
 
     @classmethod
     def from_dict(cls, d: object) -> StreamSample | None:
         """The sample of one line; None for a line that is no sample (a torn or foreign one)."""
-        if not isinstance(d, dict):
+        try:
+            return msgspec.convert(d, cls)
+        except msgspec.ValidationError:
             return None
-        level, t, tokens, v = d.get("level"), d.get("t"), d.get("tokens"), d.get("v", STREAMED_VERSION)
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (level, tokens, v)):
-            return None
-        if isinstance(t, bool) or not isinstance(t, int | float):
-            return None
-        return cls(int(level), float(t), int(tokens), int(v))  # type: ignore[arg-type]
 
 
 @dataclass

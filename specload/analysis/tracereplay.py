@@ -187,7 +187,7 @@ def run_trace_replay(run: Run) -> TraceReplay | None:
     return trace_replay_of(
         [r for r in run.records if r.level == first],
         meta,
-        lv.prefix_cache_hit_rate if lv is not None else None,
-        lv.prefix_cache_source if lv is not None else None,
+        lv.extra.get("prefix_cache_hit_rate") if lv is not None else None,
+        lv.sources.get("prefix_cache_hit_rate") if lv is not None else None,
         lv.late_note if lv is not None else None,
     )

@@ -22,7 +22,7 @@ from specload.analysis.capacity import fmt_x, limit_reason
 from specload.analysis.clientcheck import client_notes
 from specload.analysis.figures import ALWAYS, Figure
 from specload.analysis.metrics import PERCENTILES, GroupStats, LevelStats, MixStats, group_repeats, level_json
-from specload.analysis.mixstats import CACHE_FROM_COUNTERS, CACHE_FROM_GAUGE, CACHE_FROM_RECORDS, LENGTHS
+from specload.analysis.mixstats import LENGTHS
 from specload.analysis.predict import PREDICTION_JSON, read_prediction
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
@@ -527,18 +527,6 @@ def _level_meta_notes(run: Run) -> list[str]:
     return notes
 
 
-def _prefix_note(levels: Sequence[LevelStats]) -> list[str]:
-    if not any(s.prefix_cache_hit_rate for s in levels):
-        return []
-    sources = sorted({s.prefix_cache_source for s in levels if s.prefix_cache_source})
-    names = {
-        CACHE_FROM_RECORDS: "the server's per-request count of cached prompt tokens",
-        CACHE_FROM_COUNTERS: "the server's prefix cache counters (hits / queries over the level's window)",
-        CACHE_FROM_GAUGE: "the server's cache_hit_rate gauge (mean over the level's samples)",
-    }
-    return [f"Prefix hit % from {' and '.join(names.get(x, x) for x in sources)}"]
-
-
 def asks_shared_prefix(scenario: Mapping[str, Any]) -> bool:
     """The scenario (run.json ``scenario``) makes prompts share a prefix: a shared prefix or a
     conversation (each turn repeats the ones before it), for the run or one of its classes."""
@@ -551,12 +539,13 @@ def unasked_prefix_notes(run: Run) -> list[str]:
     their prompts repeated (across levels, or within one), so their TTFT is a cached prefill's."""
     if asks_shared_prefix(run.info.scenario) or run.info.trace.get("block_size"):
         return []  # (a trace's hash_id blocks are shared prefixes: specload.present.traceview)
+    hit = figures.BY_KEY["prefix_hit"]
     return [
-        f"{s.label}: the server's prefix cache served {s.prefix_cache_hit_rate:.1%} of its prompt tokens "
+        f"{s.label}: the server's prefix cache served {rate:.1%} of its prompt tokens "
         "though the scenario asked for no shared prefix: some prompts repeated, so its TTFT (and the "
         "throughput) is partly a cached prefill's, not a fresh one's"
         for s in run.levels
-        if s.prefix_cache_hit_rate
+        if (rate := hit.number(s))
     ]
 
 
@@ -636,7 +625,7 @@ def _notes(run: Run) -> list[str]:
         if caveat
         else []
     )
-    notes += _prefix_note(run.levels)
+    notes += figures.source_notes(run.levels)
     notes += run.crosscheck
     notes += _warmup_note(run.levels)
     notes += [

@@ -10,7 +10,7 @@ lines and ``capacity.json``. The answer read back from any run is specload.analy
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specload.analysis.capacity import (
@@ -255,18 +255,14 @@ class CapacityRun:
         c = self.capacity()
         return {
             "slo": self.slo.text,
-            "space": self.space.to_json(),
+            "space": asdict(self.space),
             "status": self.search.status,
             "lo": self.search.lo,
             "hi": self.search.hi,
             "answer": c.to_json() if c is not None else None,
             "probes": [
                 {
-                    "x": p.x,
-                    "level": p.level,
-                    "met": p.met,
-                    "inside_noise": p.inside_noise,
-                    "note": p.note,
+                    **asdict(p),
                     "slo": self.results[p.level].to_json() if p.level in self.results else None,
                 }
                 for p in self.search.probes
