@@ -206,10 +206,11 @@ def test_rate_sweep_keeps_its_schedule(sim, tmp_path: Path) -> None:
         assert sum(abs(d) <= 0.002 for d in off) >= 0.9 * len(off), off
         assert max(abs(d) for d in off) < 0.25 / rate, off
         lags = sorted(r.t_send - r.t_sched for r in mine)  # type: ignore[operator]
-        assert lags[len(lags) // 2] < 0.005, lags  # median send within 5 ms of its due time
         # The first to the last send: a client stalled at either end (a loaded machine) stretches
         # the span by as much as its worst lateness in the level, no more.
         worst_s = client_lateness_s(run, s.index or 0, worst=True)
+        # median send within 5 ms of its due time, later only by what the client measured it waited
+        assert lags[len(lags) // 2] < 0.005 + worst_s, (lags, worst_s)
         span_s = (len(mine) - 1) / rate + worst_s
         assert (len(mine) - 1) / span_s * 0.95 <= (s.send_rate or 0.0) <= rate * 1.05, (s.send_rate, span_s)
         late_s = server_wait_s + client_lateness_s(run, s.index or 0)

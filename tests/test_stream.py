@@ -263,7 +263,8 @@ def test_openai_stream_cut_at_awkward_places(serve: Any, clients: list[Any], sep
     # Timing. The server logged when each write left it (sent_at[i] is write i of the script:
     # 0 headers, 1 and 2 complete event 1, 3 completes event 2, 4 carries event 3 and the end).
     sent, received = srv.sent_at, srv.received_at[0]
-    assert 0.15 - EARLY <= rec.ttft_s <= 0.15 + SLACK
+    assert rec.ttft_s >= 0.15 - EARLY  # the script's pause is a floor; a loaded server sends later, so
+    # the upper bounds are held to when the server's writes actually left it
     assert -EARLY <= rec.t_first - sent[2] <= TOL  # stamped when event 1 was complete, not before
     assert rec.ttft_s <= (sent[2] - received) + TOL  # TTFT is the server's own delay, within 20 ms
     assert -EARLY <= rec.t_last - sent[4] <= TOL
@@ -275,7 +276,7 @@ def test_openai_stream_cut_at_awkward_places(serve: Any, clients: list[Any], sep
     assert rec.t_last - rec.t_first >= 0.10 - EARLY
     assert rec.itl_max_s >= 0.05 - EARLY
     assert rec.itl_max_s == pytest.approx(max(sent[3] - sent[2], sent[4] - sent[3]), abs=TOL)
-    assert 0.25 - EARLY <= rec.e2e_s <= 0.25 + SLACK
+    assert 0.25 - EARLY <= rec.e2e_s <= (sent[4] - received) + TOL
     # The spec and the worker are copied into the record.
     assert (rec.level, rec.concurrency, rec.phase, rec.seq, rec.repeat) == (2, 16, PHASE_MEASURE, 7, 1)
     assert (rec.requested_output_tokens, rec.requested_prompt_tokens) == (5, 8)
