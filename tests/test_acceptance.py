@@ -20,7 +20,7 @@ from specload.analysis.acceptance import (
 from specload.analysis.columns import LevelColumns, read_columns
 from specload.analysis.metrics import ServerSample
 from specload.client.backends.spec import along
-from specload.core.records import OK, PHASE_MEASURE, SCHEMA_VERSION, make_record, read_records
+from specload.core.records import OK, PHASE_MEASURE, SCHEMA_VERSION, SPEC_BOUNDS, make_record, read_records
 
 
 def rec(**kw: Any) -> Any:
@@ -199,3 +199,64 @@ def test_a_request_that_drafted_nothing_counts_all_its_tokens_as_passes() -> Non
     recs = [rec(seq=0, spec_drafted=40, spec_accepted=30, spec_source="timings"), rec(seq=1)]
     a = acceptance(LevelColumns.of(recs), (), 0.0, 1.0)
     assert a is not None and a.tokens_per_pass == pytest.approx(128 / (128 - 30))
+
+
+@pytest.mark.parametrize(
+    ("later", "bound"),
+    [
+        # the review's counters: accepted 100x the draft tokens (Accept len 501, rate 10,000 %)
+        ({"spec_num_drafts": 2.0, "spec_num_draft_tokens": 10.0, "spec_num_accepted_tokens": 1000.0}, 1),
+        # accepted more than the output tokens the server generated in the window
+        (
+            {
+                "spec_num_drafts": 10.0,
+                "spec_num_draft_tokens": 400.0,
+                "spec_num_accepted_tokens": 300.0,
+                "generation_tokens": 40.0,
+            },
+            3,
+        ),
+        # more verify steps than output tokens
+        (
+            {
+                "spec_num_drafts": 50.0,
+                "spec_num_draft_tokens": 150.0,
+                "spec_num_accepted_tokens": 10.0,
+                "generation_tokens": 20.0,
+            },
+            2,
+        ),
+        # more accepted per step than the per-position counter's K (3): an acceptance length above K + 1
+        (
+            {
+                "spec_num_drafts": 10.0,
+                "spec_num_draft_tokens": 300.0,
+                "spec_num_accepted_tokens": 50.0,
+                "spec_accepted_per_pos": (10.0, 10.0, 10.0),
+            },
+            4,
+        ),
+        # a count that went negative over the window (no reset seen)
+        ({"spec_num_drafts": 10.0, "spec_num_draft_tokens": 30.0, "spec_num_accepted_tokens": -5.0}, 0),
+    ],
+)
+def test_counters_that_cannot_be_true_are_refused_by_name(later: dict[str, Any], bound: int) -> None:
+    """Held to the bounds a record's counts are held to (core.records.spec_broken): the level keeps
+    no figure from them, and its note names the bound broken with the numbers."""
+    first = {k: (0.0,) * len(v) if isinstance(v, tuple) else 0.0 for k, v in later.items()}
+    samples = [ServerSample(t=0.0, **first), ServerSample(t=2.0, **later)]
+    got = acceptance(LevelColumns(), samples, 0.0, 2.0)
+    assert got is not None and got.length is None and got.rate is None and not got.sources
+    assert got.note is not None and got.note.startswith(
+        f"the server's /metrics counters were refused: {SPEC_BOUNDS[bound]} ("
+    ), got.note
+    # Figures from the responses stay; the note says the counters were left out.
+    kept = acceptance(
+        LevelColumns.of(
+            [rec(seq=0, spec_drafted=8, spec_accepted=4, spec_verify_ct=4, spec_source="vllm_metrics")]
+        ),
+        samples,
+        0.0,
+        2.0,
+    )
+    assert kept is not None and kept.counter_length is None and "refused" in (kept.note or "")

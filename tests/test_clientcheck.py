@@ -22,6 +22,7 @@ from specload.analysis.clientcheck import (
     LAG_P50_MS,
     LAG_P99_MS,
     MASTER,
+    STALL_MS,
     ClientFigures,
     LagHistogram,
     LevelTraffic,
@@ -296,3 +297,76 @@ def test_more_in_flight_than_c_is_flagged_with_its_cause() -> None:
     # Runs recorded before the peak was kept: judged on the mean alone.
     assert ClientFigures(4, {}, 4.4).over() == ["mean in flight 4.4"]
     assert ClientFigures(100, {}, 101.0).over() == []  # within the rounding share
+
+
+def test_one_long_stall_is_flagged_whatever_the_percentiles() -> None:
+    """The review's M15: a 6 s freeze of the Locust process (SIGSTOP, SIGCONT) gave loop lag max
+    5,917 ms with a p99 of 6.6 ms and no flag; the report blamed the server."""
+    frozen = ProcessLoad(0.2, 6.63, 5916.63, 2400, 30.0, 0.0, 1.0)
+    fig = ClientFigures(4, {"local": frozen}, 3.9)
+    assert fig.reasons() == ["one stall of 5.9 s"]
+    assert fig.flag() == (
+        "the client stalled at C=4 (one stall of 5.9 s, over the 1 s bound: the Locust process did not "
+        "run, as when it is paused, swapped out or blocked): the level's figures include the stall; "
+        "run the level again"
+    )
+    assert cell(fig).startswith("BOTTLENECK: one stall of 5.9 s") or "stall" in cell(fig)
+    # Just under the bound: an idle loop's one-off late wake-up, no verdict.
+    assert ClientFigures(4, {"l": ProcessLoad(0.2, 6.0, STALL_MS, 2400, 30.0, 0.0, 1.0)}).flag() is None
+    # With a saturated process too, both causes are said, with the capacity fix.
+    both = ClientFigures(4, {"l": ProcessLoad(0.97, 6.0, 1500.0, 2400, 30.0, 0.0, 1.0)})
+    assert both.reasons() == ["a Locust process at 97% CPU", "one stall of 1.5 s"]
+    assert (both.flag() or "").endswith("add processes (`--processes N`) or worker machines")
+    # Said per level, labelled as the table labels it: which levels the stall hit.
+    levels = [
+        LevelMeta(index=0, concurrency=2, client=ClientFigures(2, {"local": load()}, 2.0).to_json()),
+        LevelMeta(index=1, concurrency=4, client=fig.to_json()),
+    ]
+    assert client_notes(levels) == [f"c004: {fig.flag()}"]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def test_a_frozen_locust_process_is_flagged_at_its_level(sim, tmp_path: Path) -> None:
+    """SIGSTOP of the Locust process for 2.5 s mid-level, then SIGCONT: that level's verdict names
+    the stall and the report's notes say which level it hit."""
+    import signal
+    import time
+
+    from tests.conftest import wait_until
+
+    server = sim("--ttft-ms", "10", "--itl-ms", "5", "--model", "m")
+    cmd = specload_cmd(
+        "sweep", "--host", server.url, "--input-tokens", "8", "--output-tokens", "200", "--levels", "2",
+        "--requests-per-level", "16", "--out", str(tmp_path),
+    )  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        locust = wait_until(lambda: _children(proc.pid), 30, "the Locust process")[0]
+        wait_until(
+            lambda: any(
+                (r := d / "records.jsonl").exists() and r.stat().st_size > 0 for d in tmp_path.iterdir()
+            ),
+            60,
+            "a record",
+        )
+        os.kill(locust, signal.SIGSTOP)
+        time.sleep(2.5)
+        os.kill(locust, signal.SIGCONT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out.decode()[-3000:]
+    (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
+    client = orjson.loads((run_dir / "run.json").read_bytes())["levels"][0]["client"]
+    assert client["loop_lag_max_ms"] > 2000, client
+    assert client["flag"] and client["flag"].startswith("the client stalled at C=2 (one stall of"), client
+    assert f"- c002: {client['flag']}" in (run_dir / "report.md").read_text()

@@ -298,7 +298,30 @@ def test_a_server_that_dies_mid_arm_ends_it_and_keeps_its_partial_run(tmp_path: 
     assert doc["runs"][1]["status"] == "pending"
     _assert_no_server_left(doc)
     assert first["run_dir"] and Path(first["run_dir"], "server.log").exists()
+    assert first["message"].endswith(
+        f"its log: {Path(first['run_dir'], 'server.log')}"
+    )  # where it is now (L5)
     _reportable(first["run_dir"])
+
+
+def test_a_disk_that_cannot_take_experiment_json_is_said_once_and_the_experiment_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The review's L6: ENOSPC from experiment.json's save escaped as tracebacks mid-experiment."""
+    import errno
+    from types import SimpleNamespace
+
+    from specload.experiment import record
+
+    def full(path: str, data: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(record, "write_json_atomic", full)
+    ex = SimpleNamespace(path=tmp_path / "experiment.json", to_json=lambda: {})
+    record.Experiment.save(ex)  # type: ignore[arg-type]
+    record.Experiment.save(ex)  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert err.count("cannot write") == 1 and "No space left on device" in err
 
 
 def test_a_speculative_arm_without_acceptance_is_refused(tmp_path: Path, procs: Procs, sim: Any) -> None:

@@ -59,3 +59,15 @@ def test_secrets_are_scrubbed_and_token_counts_and_costs_are_not() -> None:
     for name in ("max_tokens", "num_speculative_tokens", "verify_us_per_token", "itl_us_per_token"):
         assert out[name] == info[name], name
     assert (out["eos_token_id"], out["bos_token"], out["tokenizer"]) == (2, "<s>", "llama")
+
+
+def test_a_negative_or_infinite_metric_is_no_value() -> None:
+    """The review's L9: a /metrics running gauge of -5 was shown as `Srv run max -5`."""
+    from specload.client.introspect import parse_metrics
+
+    got = parse_metrics(
+        "sglang:num_running_reqs -5\nsglang:num_queue_reqs +Inf\nsglang:num_used_tokens 3\n"
+        "vllm:spec_decode_num_drafts_total 7\n"
+    )
+    assert got["running"] is None and got["queued"] is None
+    assert got["spec_num_drafts"] == 7.0

@@ -668,3 +668,17 @@ def test_a_run_dir_that_cannot_take_report_md_still_prints_the_report(
     assert re.search(r"^\| +C \| Agg tok/s \|", captured.out, re.M)
     assert "Traceback" not in captured.err and "could not write" in captured.err
     assert "the report above is complete (--no-write skips the file)" in captured.err
+
+
+def test_a_run_dir_that_cannot_take_report_html_still_prints_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The review's L12: `--format html` on a read-only run directory gave an OSError traceback."""
+    d = shutil.copytree(FIXTURES / "sample_run", tmp_path / "sample_run")
+    for name in ("report.md", "report.html"):
+        (d / name).unlink(missing_ok=True)
+        (d / name).mkdir()  # as a read-only or full directory would (root writes through modes)
+    assert main([str(d), "--format", "html"]) == 0
+    captured = capsys.readouterr()
+    assert re.search(r"^\| +C \| Agg tok/s \|", captured.out, re.M)
+    assert f"could not write {d / 'report.html'}" in captured.err and "Traceback" not in captured.err

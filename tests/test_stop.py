@@ -348,3 +348,95 @@ def test_a_full_disk_ends_the_sweep_cleanly_keeping_what_was_written(sim, tmp_pa
         assert 10 < len(recs) < 2000  # every whole record written before the disk filled is there
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_stagger_longer_than_the_grace_leaves_one_record_per_granted_ticket(
+    sim, procs: Procs, tmp_path: Path, processes: str
+) -> None:
+    """The review's M17: with --stagger 20 (the grace is 10 s), SIGTERM left a granted ticket
+    without a record (one process: granted 4, received 3; two: 3 'lost with a worker') and the
+    stop took 17-25 s. A user still in its stagger holds a ticket it has sent nothing for: it gives
+    the ticket back at once, and the stop ends with the requests really in flight."""
+    server = sim("--ttft-ms", "10", "--itl-ms", "5", "--model", "m")
+    out = tmp_path / "out"
+    parent = procs.popen(
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--out",
+            str(out),
+            "--levels",
+            "4",
+            "--requests-per-level",
+            "40",
+            "--input-tokens",
+            "8",
+            "--output-tokens",
+            "400",
+            "--stagger",
+            "20",
+            "--read-timeout",
+            "30",
+            "--metrics-interval",
+            "0",
+            "--processes",
+            processes,
+        ),  # fmt: skip
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_until(lambda: any(p.exists() for p in out.glob("*/records.jsonl")), 60, "the level to start")
+    wait_until(
+        lambda: any(len(read_records(str(p))) >= 1 for p in out.glob("*/records.jsonl")), 60, "a record"
+    )
+    t0 = time.monotonic()
+    os.kill(parent.pid, signal.SIGTERM)
+    parent.wait(timeout=60)
+    took = time.monotonic() - t0
+    log = procs.log(parent)
+    (run_dir,) = out.iterdir()
+    meta = json.loads((run_dir / "run.json").read_text())
+    lv = meta["levels"][0]
+    recs = [r for r in read_records(str(run_dir / "records.jsonl")) if r.level == 0]
+    assert lv["granted"] == lv["received"] == len(recs), (lv, log[-3000:])
+    assert not lv.get("lost"), lv
+    assert "sent no record after the grace period" not in log and "was lost" not in log, log[-3000:]
+    assert took < 15, took  # the 10 s grace at most (the requests in flight take 2 s), not 17-25 s
+
+
+def test_a_master_stopped_while_it_waits_for_workers_says_so_without_a_traceback(
+    sim, procs: Procs, tmp_path: Path
+) -> None:
+    """The review's L3: SIGTERM to a `--workers` master waiting for its workers gave Locust's
+    KeyboardInterrupt traceback from start_automatic_run."""
+    from tests.conftest import free_port
+
+    server = sim(*SIM)
+    parent = procs.popen(
+        specload_cmd(
+            "sweep",
+            "--host",
+            server.url,
+            "--workers",
+            "2",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(free_port()),
+            "--out",
+            str(tmp_path / "out"),
+            "--levels",
+            "1",
+            "--requests-per-level",
+            "2",
+        ),  # fmt: skip
+        env={**os.environ, "SPECLOAD_MASTER_TOKEN": "w" * 32, "PYTHONUNBUFFERED": "1"},
+    )
+    wait_until(lambda: "Waiting for workers to be ready" in procs.log(parent), 60, "the master to wait")
+    os.kill(parent.pid, signal.SIGTERM)
+    parent.wait(timeout=30)
+    log = procs.log(parent)
+    assert parent.returncode != 0
+    assert "stopped while waiting for workers; no request was sent" in log, log[-3000:]
+    assert "Traceback" not in log and "KeyboardInterrupt" not in log, log[-3000:]

@@ -9,6 +9,7 @@ not say, and where both say it they are reconciled: a gap beyond ``TOLERANCE`` i
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ import numpy as np
 
 from specload.analysis.columns import LevelColumns
 from specload.core.counters import window_ends
-from specload.core.records import OK, SPEC_ALONG_BUCKET, SPEC_LLAMACPP
+from specload.core.records import OK, SPEC_ALONG_BUCKET, SPEC_BOUNDS, SPEC_LLAMACPP, spec_broken
 
 # Where a figure came from, when not from one of the records' spec_source values (records.SPEC_*).
 FROM_COUNTERS = "server_counters"  # the server's /metrics counters, as a delta over the level's window
@@ -139,6 +140,39 @@ class _Counters:
     drafted: float | None = None
     accepted: float | None = None
     tokens_per_pass: float | None = None
+    generated: float | None = None  # output tokens over the window (vLLM's and SGLang's counter)
+    k: int = 0  # draft positions the per-position counter has (0: none)
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else v
+
+
+def counters_broken(ctr: _Counters) -> str | None:
+    """Why the counters' deltas cannot be true, by the bounds a record's counts are held to
+    (core.records.spec_broken: accepted above drafted, above output tokens, more than K per step,
+    negative, not finite), with the numbers; None when they can be."""
+    if ctr.steps is None:
+        return None
+    values = (ctr.generated, ctr.steps, ctr.drafted, ctr.accepted, ctr.length, ctr.rate)
+    if any(v is not None and not math.isfinite(v) for v in values):
+        return "a count that is not finite"
+    # K: the per-position counter's length, else the draft tokens per step (a fixed K drafts K a step)
+    k = float(ctr.k) if ctr.k else (ctr.drafted / ctr.steps if ctr.drafted is not None else math.nan)
+    i = int(spec_broken(_nan(ctr.generated), ctr.steps, _nan(ctr.drafted), _nan(ctr.accepted), k)[0])
+    if i < 0:
+        return None
+    said = ", ".join(
+        f"{name} {v:g}"
+        for name, v in (
+            ("verify steps", ctr.steps),
+            ("drafted", ctr.drafted),
+            ("accepted", ctr.accepted),
+            ("output tokens", ctr.generated),
+        )
+        if v is not None
+    )
+    return f"{SPEC_BOUNDS[i]} ({said})"
 
 
 def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counters:
@@ -150,13 +184,14 @@ def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counter
         out.steps, out.accepted = float(drafts), float(accepted)
         out.length = 1.0 + out.accepted / out.steps
         generated = counter_delta(samples, start, end, lambda s: s.generation_tokens)
+        out.generated = None if generated is None else float(generated)
         if generated is not None and generated > out.accepted:
             out.tokens_per_pass = float(generated) / (float(generated) - out.accepted)
         tokens = counter_delta(samples, start, end, lambda s: s.spec_num_draft_tokens)
         if tokens is not None and tokens > 0:
             out.drafted = float(tokens)
             out.rate = out.accepted / out.drafted
-        k = max((len(s.spec_accepted_per_pos or ()) for s in samples), default=0)
+        k = out.k = max((len(s.spec_accepted_per_pos or ()) for s in samples), default=0)
         if k:
             pos = counter_delta(
                 samples,
@@ -170,7 +205,7 @@ def _from_counters(samples: Sequence[Any], start: float, end: float) -> _Counter
     calls = counter_delta(samples, start, end, lambda s: s.spec_verify_calls)
     generated = counter_delta(samples, start, end, lambda s: s.generation_tokens)
     if calls is not None and generated is not None and calls > 0:
-        out.steps = float(calls)
+        out.steps, out.generated = float(calls), float(generated)
         out.length = float(generated) / out.steps
     return out
 
@@ -181,6 +216,9 @@ def acceptance(c: LevelColumns, samples: Sequence[Any], start: float, end: float
     if c.sent:
         _from_records(a, c)
     ctr = _from_counters(samples, start, end) if samples else _Counters()
+    refused = counters_broken(ctr)
+    if refused is not None:  # as a record breaking these bounds loses its spec fields
+        ctr = _Counters()
     if a.length is None and ctr.length is not None:
         a.length, a.steps, a.accepted = ctr.length, ctr.steps, ctr.accepted
         a.sources["length"] = FROM_COUNTERS
@@ -203,6 +241,10 @@ def acceptance(c: LevelColumns, samples: Sequence[Any], start: float, end: float
     positions = position_gaps(a.per_position, a.counter_per_position)
     if positions is not None:
         a.note = (a.note + "; " if a.note else "") + positions
+    if refused is not None:
+        said = f"the server's /metrics counters were refused: {refused}; no acceptance figure from them"
+        a.note = (a.note + "; " if a.note else "") + said
+        return a  # (figures from the responses, or none: the refusal is said either way)
     return a if a.length is not None or a.rate is not None else None
 
 

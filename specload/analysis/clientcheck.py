@@ -50,6 +50,13 @@ STARVED = 0.10
 # servers' inter-token latency.
 LAG_P99_MS = 20.0
 LAG_P50_MS = 5.0
+# One stall longer than this (the largest wake-up lag) is said whatever the percentiles: a process
+# frozen for seconds (SIGSTOP, a VM pause, swap, a blocking call on the loop) is one late wake-up
+# among thousands, so neither the p99 nor the median moves, yet every stream it held was read that
+# late and every user sent its next request that late (a 6 s freeze cost a level 28 % of its Agg
+# tok/s). An idle client's worst one-off wake-up on a busy 2-core box was 158 ms: 1 s is far above
+# that and far below a stall that moves a level's figures.
+STALL_MS = 1000.0
 # Fewer requests in flight than C by more than this share: the server saw a lower load than the
 # level's name says. The share covers each user's own gap between two requests (ticket round trip,
 # building the next prompt: well under 1 % of a request of 0.1 s or more).
@@ -314,7 +321,15 @@ class ClientFigures:
         mif = self.mean_in_flight
         if mif is not None and mif < (1 - IN_FLIGHT_SHORT) * self.concurrency:
             out.append(f"mean in flight {mif:.0f} of {self.concurrency}")
+        if (stall := self.stall_ms) is not None:
+            out.append(f"one stall of {stall / 1e3:.1f} s")
         return out
+
+    @property
+    def stall_ms(self) -> float | None:
+        """The largest wake-up lag, when it is over STALL_MS; else None."""
+        worst = self.lag_max_ms
+        return worst if worst is not None and worst > STALL_MS else None
 
     def over(self) -> list[str]:
         """More in flight than C, in words; [] when the level never exceeded its C."""
@@ -342,6 +357,12 @@ class ClientFigures:
         return self._bottleneck(reasons)
 
     def _bottleneck(self, reasons: list[str]) -> str:
+        if self.stall_ms is not None and len(reasons) == 1:  # a freeze alone: no lack of capacity
+            return (
+                f"the client stalled at C={self.concurrency} ({reasons[0]}, over the {STALL_MS / 1e3:g} s "
+                "bound: the Locust process did not run, as when it is paused, swapped out or blocked): "
+                "the level's figures include the stall; run the level again"
+            )
         busiest = self.busiest
         master_only = busiest is not None and busiest[0] == MASTER and busiest[1].demand >= CPU_SATURATED
         fix = MASTER_FIX if master_only else FIX

@@ -36,7 +36,7 @@ import orjson
 from specload.analysis import forked
 from specload.analysis.spectally import SpecTally
 from specload.analysis.validity import FINISH, RULE_FIELDS, Validity, broken_columns
-from specload.core import histogram
+from specload.core import histogram, safeopen
 from specload.core.records import (
     NULLABLE,
     OK,
@@ -613,7 +613,7 @@ class _Reading:
         0.1 s a GB). Nothing decoded keeps a view of it past ``block``."""
         no, have = 1, 0  # ``have``: bytes at the start of ``buf`` left over, the start of a line
         buf = bytearray(_CHUNK_BYTES)
-        with open(path, "rb", buffering=0) as f:
+        with safeopen.open_regular(path, None) as f:  # any size: read in chunks (readinto skips its buffer)
             f.seek(start)
             left = None if stop is None else stop - start
             while left is None or left > 0:
@@ -671,7 +671,7 @@ def _middle(path: str) -> int | None:
     size = os.path.getsize(path)
     if size < SPLIT_BYTES:
         return None
-    with open(path, "rb") as f:
+    with safeopen.open_regular(path, None) as f:
         f.seek(size // 2)
         f.readline()
         mid = f.tell()

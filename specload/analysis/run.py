@@ -10,6 +10,7 @@ error: an interrupted or crashed sweep must stay reportable.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Sequence
@@ -32,13 +33,15 @@ from specload.analysis.columns import GroupKey, LevelColumns, read_columns
 from specload.analysis.metrics import LevelStats, ServerSample, summarize_rows, summary_rows
 from specload.analysis.reconcile import reconcile
 from specload.analysis.streamed import apply_streamed, read_streamed
-from specload.core.records import RequestRecord, read_records
+from specload.core import safeopen
+from specload.core.records import RequestRecord, level_label, read_records
 from specload.core.rundir import (
     LOCUST_CSV,
     LOCUST_JSON,
     RECORDS,
     RUN_JSON,
     SERVER_SAMPLES,
+    LevelMeta,
     RunMeta,
     read_jsonl,
 )
@@ -137,7 +140,7 @@ def _read_meta(run_dir: Path, notices: list[str]) -> dict[str, Any]:
         notices.append(f"no {RUN_JSON}: figures come from {RECORDS} alone (no level plan, no run header)")
         return {}
     try:
-        meta = json.loads(path.read_text())
+        meta = json.loads(safeopen.read_bytes(path))
     except (OSError, ValueError) as e:
         notices.append(f"{RUN_JSON} unreadable ({e}); figures come from {RECORDS} alone")
         return {}
@@ -151,7 +154,11 @@ def _read_columns(
     if not path.exists():
         notices.append(f"no {RECORDS}: every level shows zero requests")
         return {}
-    return read_columns(str(path), notices, slo, processes)
+    try:
+        return read_columns(str(path), notices, slo, processes)
+    except safeopen.UnsafeFile as e:
+        notices.append(f"{e}: every level shows zero requests")
+        return {}
 
 
 def default_processes() -> int:
@@ -163,12 +170,40 @@ def default_processes() -> int:
     return 2 if cores >= 2 and forked.available() else 1
 
 
-def read_server_samples(path: str | Path) -> list[ServerSample]:
-    """server_samples.jsonl in time order; [] when absent. Torn or malformed lines are skipped."""
+def missed_sample_notes(missed: Sequence[dict[str, Any]], levels: Sequence[LevelMeta]) -> list[str]:
+    """One note per level whose /metrics sampler missed samples (locust.sampler: a page too big or
+    too slow), with how many and the first reason: its server figures rest on fewer samples."""
+    by_level: dict[Any, list[str]] = {}
+    for m in missed:
+        by_level.setdefault(m.get("level"), []).append(str(m.get("missed")))
+    names = {lm.index: level_label(lm.concurrency, lm.repeat, lm.rate) for lm in levels}
+    return [
+        f"{names.get(level, 'before the first level' if level is None else f'level {level}')}: the /metrics "
+        f"sampler could not keep up: {len(whys)} sample(s) missed ({whys[0]}); the server figures of "
+        "this level come from the samples it did take"
+        for level, whys in by_level.items()
+    ]
+
+
+def read_server_samples(
+    path: str | Path, notices: list[str] | None = None, missed: list[dict[str, Any]] | None = None
+) -> list[ServerSample]:
+    """server_samples.jsonl in time order; [] when absent or not a regular file (said in ``notices``).
+    Torn or malformed lines are skipped; the sampler's ``missed`` lines (a sample not taken) go to
+    ``missed``, not into the samples."""
     try:
         rows = list(read_jsonl(path))
+    except safeopen.UnsafeFile as e:
+        if notices is not None:
+            notices.append(f"{e}: no server samples")
+        return []
     except OSError:
         return []
+    gaps = [r for r in rows if isinstance(r, dict) and "missed" in r]
+    if missed is not None:
+        missed += gaps
+    if gaps:
+        rows = [r for r in rows if not (isinstance(r, dict) and "missed" in r)]
     samples = [s for s in map(ServerSample.from_dict, rows) if s is not None]
     samples.sort(key=lambda x: x.t)
     return samples
@@ -224,7 +259,8 @@ def load_run(
     info = RunMeta.from_json(meta)
     slo_notes: list[str] = []  # after the records' notes, where they always came
     chosen = run_slo(info, slo_notes) if isinstance(slo, _RunSlo) else slo
-    samples = read_server_samples(d / SERVER_SAMPLES)
+    missed: list[dict[str, Any]] = []
+    samples = read_server_samples(d / SERVER_SAMPLES, notices, missed)
     key = savedfigures.key_of(d, chosen)
     saved = None if reread else savedfigures.load(d, key)
     if saved is not None:
@@ -238,6 +274,7 @@ def load_run(
             savedfigures.save(d, key, levels, read_notes)
     apply_streamed(levels, read_streamed(d))  # tok/s over time from the streamed samples, where kept
     notices += read_notes
+    notices += missed_sample_notes(missed, info.levels)
     notices += slo_notes
     notices += reconcile(info.levels, levels)
     return Run(
@@ -250,7 +287,7 @@ def _read_capacity(run_dir: Path, notices: list[str]) -> CapacityRecord | None:
     if not path.exists():
         return None
     try:
-        return CapacityRecord.from_json(json.loads(path.read_text()))
+        return CapacityRecord.from_json(json.loads(safeopen.read_bytes(path)))
     except (OSError, ValueError) as e:
         notices.append(f"{CAPACITY_JSON} unreadable ({e}); the capacity comes from the levels alone")
         return None
@@ -277,16 +314,15 @@ def _add_count(counts: dict[str, int], method: str, name: str, n: int) -> None:
 
 def _locust_json_counts(path: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for e in json.loads(path.read_text()):
+    for e in json.loads(safeopen.read_bytes(path)):
         _add_count(counts, str(e.get("method", "")), str(e.get("name", "")), int(e.get("num_requests", 0)))
     return counts
 
 
 def _locust_csv_counts(path: Path) -> dict[str, int]:
     counts: dict[str, int] = {}
-    with path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            _add_count(counts, row.get("Type", ""), row.get("Name", ""), int(row.get("Request Count") or 0))
+    for row in csv.DictReader(io.StringIO(safeopen.read_text(path), newline="")):
+        _add_count(counts, row.get("Type", ""), row.get("Name", ""), int(row.get("Request Count") or 0))
     return counts
 
 

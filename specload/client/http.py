@@ -279,6 +279,26 @@ _HEAD_CACHE_SIZE = 64
 
 # body framing
 _NONE, _CHUNKED, _LENGTH, _CLOSE = 0, 1, 2, 3
+# The longest body line read: an SSE event line longer than this fails its request (one event of
+# tokens is a few hundred bytes; the longest real ones, with logprobs, well under a megabyte).
+MAX_LINE_BYTES = 16 << 20
+
+
+class LineTooLong(ValueError):
+    """A body line past MAX_LINE_BYTES: not assembled further (its request fails, naming it)."""
+
+
+def _no_event(first_continues: bytes | None, lines: list[bytes]) -> bool:
+    """Whether body lines carry nothing but SSE comments and blank lines: no progress of the
+    stream, so no reason to keep waiting (a server trickling comments holds a request no longer
+    than the read timeout). ``first_continues``: the pending line the first one continues, if any."""
+    for i, line in enumerate(lines):
+        head = first_continues if i == 0 and first_continues else line
+        if head[:1] != b":" and line.strip():
+            return False
+    return True
+
+
 # chunked decoder states
 _C_DATA, _C_CRLF, _C_SIZE, _C_TRAILER, _C_END = 0, 1, 2, 3, 4
 
@@ -348,7 +368,9 @@ class StreamResponse:
         "keep_alive",
         "complete",
         "t",
-        "pending",
+        "_parts",
+        "_parts_len",
+        "_t_before",
         "_mode",
         "_left",
         "_state",
@@ -376,8 +398,12 @@ class StreamResponse:
         self.status = 0
         self.keep_alive = False
         self.complete = False  # the whole message was read
-        self.t = time.perf_counter()  # when the last bytes arrived
-        self.pending = b""  # the start of a line whose end has not arrived
+        self.t = time.perf_counter()  # when the stream last made progress (bytes other than comments)
+        self._t_before = self.t  # ``t`` before the last recv (put back when it held comments alone)
+        # the start of a line whose end has not arrived, in the pieces it came in (joined once, when
+        # its end comes: joined at each recv, a long line cost time quadratic in its length)
+        self._parts: list[bytes] = []
+        self._parts_len = 0
         self._mode = _NONE
         self._left = 0  # chunked: bytes left in the current chunk; Content-Length: in the body
         self._state = _C_SIZE
@@ -417,7 +443,7 @@ class StreamResponse:
                 n = sock.recv_into(self._buf)
         else:
             n = sock.recv_into(self._buf)
-        self.t = time.perf_counter()
+        self._t_before, self.t = self.t, time.perf_counter()
         if n:
             self._drained = n < _RECV_SIZE
             return self._view[:n].tobytes()
@@ -583,6 +609,19 @@ class StreamResponse:
             return out[0]
         return b"".join(out)
 
+    @property
+    def pending(self) -> bytes:
+        """The start of a line whose end has not arrived (b"" when none)."""
+        parts = self._parts
+        if len(parts) > 1:
+            self._parts = parts = [b"".join(parts)]
+        return parts[0] if parts else b""
+
+    @pending.setter
+    def pending(self, value: bytes) -> None:
+        self._parts = [value] if value else []
+        self._parts_len = len(value)
+
     def lines(self) -> list[bytes] | None:
         """The body's next complete lines (without their newline), after at most one ``recv``;
         None at the end of the body (a line without its newline is then left in ``pending``).
@@ -605,13 +644,25 @@ class StreamResponse:
                 return None
             raise HTTPConnectionClosed("connection closed before the end of the response body")
         body = self._decode(data)
-        pending = self.pending
-        if pending:
-            body = pending + body
+        parts = self._parts
         if b"\n" not in body:
-            self.pending = body
+            if body:
+                if _no_event(parts[0] if parts else None, [body]):
+                    self.t = self._t_before  # a comment's bytes: no progress
+                parts.append(body)
+                self._parts_len += len(body)
+                if self._parts_len > MAX_LINE_BYTES:
+                    self.pending = b""
+                    raise LineTooLong(f"a line of the body longer than {MAX_LINE_BYTES >> 20} MB")
             return []
         lines = body.split(b"\n")
+        if _no_event(parts[0] if parts else None, lines):
+            self.t = self._t_before  # comments and blank lines alone: no progress
+        if parts:
+            lines[0] = b"".join(parts) + lines[0]  # one join per line: linear in its length
+            if len(lines[0]) > MAX_LINE_BYTES:
+                self.pending = b""
+                raise LineTooLong(f"a line of the body longer than {MAX_LINE_BYTES >> 20} MB")
         self.pending = lines.pop()
         return lines
 
@@ -623,7 +674,7 @@ class StreamResponse:
             n = raw.recv_into(self._buf)
         except BlockingIOError:
             return []
-        self.t = time.perf_counter()
+        self._t_before, self.t = self.t, time.perf_counter()
         return self._split(self._view[:n].tobytes() if n else b"")
 
     def pump(self, take: Callable[[list[bytes]], bool]) -> None:

@@ -9,6 +9,7 @@ read, so that parsing a large ``/metrics`` page never stalls the load-generating
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +107,9 @@ def parse_metrics(text: str) -> dict[str, float | None]:
     for key in _AVERAGED:  # a rate per DP rank: their mean, not their sum
         if seen.get(key, 0) > 1:
             out[key] = (out[key] or 0.0) / seen[key]
+    for key, v in out.items():  # a count or gauge below zero, or not finite, measures nothing
+        if v is not None and (not math.isfinite(v) or v < 0):
+            out[key] = None
     return out
 
 

@@ -313,7 +313,7 @@ def read_records(path: str, notes: list[str] | None = None) -> list[RequestRecor
     torn: list[int] = []
     bad_records: list[str] = []
     bad_fields: dict[str, int] = {}
-    for d in read_jsonl(path, torn):
+    for d in read_jsonl(path, torn, None):  # any size: records are streamed, not held as text
         rec = _checked(d, bad_fields)
         if rec is None:
             bad_records.append(str(d)[:80])

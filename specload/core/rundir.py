@@ -26,6 +26,8 @@ from typing import Annotated, Any, TypeVar, cast, get_args, get_origin, get_type
 import msgspec
 import orjson
 
+from specload.core import safeopen
+
 # File names inside a run directory (docs/DESIGN-CONTRACTS.md).
 RECORDS = "records.jsonl"
 RUN_JSON = "run.json"
@@ -92,18 +94,22 @@ def write_json_atomic(path: str, data: Any) -> None:
 
 
 def read_json(path: str) -> Any:
-    with open(path, "rb") as f:
-        return orjson.loads(f.read())
+    """One JSON document from a regular file of sane size (``safeopen``): a FIFO or a device in a
+    run directory is an OSError, never a hang."""
+    return orjson.loads(safeopen.read_bytes(path))
 
 
-def read_jsonl(path: str | Path, skipped: list[int] | None = None) -> Iterator[Any]:
-    """Each line's JSON value, in file order. Raises OSError when the file cannot be opened.
+def read_jsonl(
+    path: str | Path, skipped: list[int] | None = None, max_bytes: int | None = safeopen.MAX_DOCUMENT_BYTES
+) -> Iterator[Any]:
+    """Each line's JSON value, in file order. Raises OSError when the file cannot be opened, or is
+    not a regular file of at most ``max_bytes`` (``safeopen.open_regular``).
 
     Blank, torn and malformed lines are skipped (their 1-based numbers go to ``skipped``, for a
     note): files are appended while the sweep runs, so a crash (or a reader racing the writer)
     leaves at most a torn last line and the rest is good.
     """
-    with open(path, "rb") as f:
+    with safeopen.open_regular(path, max_bytes) as f:
         for no, line in enumerate(f, 1):
             line = line.strip()
             if not line:

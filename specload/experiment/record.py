@@ -6,6 +6,7 @@ a document that says how far it got and which run directories it kept.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -181,4 +182,17 @@ class Experiment:
         }
 
     def save(self) -> None:
-        write_json_atomic(str(self.path), self.to_json())
+        """experiment.json as it stands. A disk that cannot take it (full, read-only) is said once on
+        stderr, and the experiment goes on: its servers are still stopped, its runs kept, and the
+        next save tries again (review 3a7af2e, L6: ENOSPC escaped as tracebacks)."""
+        try:
+            write_json_atomic(str(self.path), self.to_json())
+        except OSError as e:
+            if not getattr(self, "_unsaved", False):
+                self._unsaved = True
+                print(
+                    f"specload: cannot write {self.path} ({e.strerror or e}); the experiment goes on",
+                    file=sys.stderr,
+                )
+            return
+        self._unsaved = False

@@ -314,11 +314,13 @@ def _run_entry(
             if server is not None:
                 server.stop(arm.stop_grace_s)
                 if e.run_dir is not None:
-                    before = e.server_log
+                    before, was = e.server_log, str(server.log_path)
                     server.move_log(e.run_dir)
                     for x in ex.entries:  # every sweep of this server (--predict's follow-ups) names its log
                         if x is e or (x.pid == e.pid and x.server_log == before):
                             x.server_log = str(server.log_path)
+                            if x.message is not None:  # (a message that named the log names where it is now)
+                                x.message = x.message.replace(was, x.server_log)
             if e.message is not None:  # it may quote the server (its log, an error it sent)
                 e.message = hide(e.message, secrets)
             e.ended_at = time.time()

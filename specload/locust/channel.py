@@ -5,7 +5,9 @@ Locust's ZeroMQ channel takes messages from anyone who reaches the master port, 
 they claim, and a process that joins is given users like any worker. The master therefore grants a
 ticket only to a worker that joined and proves it knows the token, and takes a record (or a return)
 only with a proof bound to that worker and that ticket's secret. The token itself never travels:
-each message carries an HMAC of (worker id, what it is for) keyed with it. ``specload sweep
+each message carries an HMAC of (worker id, the master's nonce for this join, what it is for) keyed
+with it. The nonce is fresh for each join (specload.locust.joingate), so a proof read off the wire
+in one run, or one join, is worth nothing in the next. ``specload sweep
 --processes N`` makes a token for each run and hands it to its own processes in their environment;
 a master with remote workers (``--workers N``) and each ``specload worker`` read the one the
 operator gave them all in ``SPECLOAD_MASTER_TOKEN``.
@@ -48,10 +50,16 @@ def new_master_token() -> str:
     return secrets.token_hex(32)
 
 
-def proof(token: str, node: str, what: str) -> str:
-    """The proof that the sender of a message about ``what`` from worker ``node`` knows the token."""
-    return hmac.new(token.encode(), f"{node}\0{what}".encode(), hashlib.sha256).hexdigest()[:32]
+def new_nonce() -> str:
+    """A master's challenge for one join: every proof of that worker's is bound to it."""
+    return secrets.token_hex(16)
 
 
-def proven(token: str | None, node: str, what: str, given: str) -> bool:
-    return token is not None and hmac.compare_digest(proof(token, node, what), given)
+def proof(token: str, node: str, what: str, nonce: str = "") -> str:
+    """The proof that the sender of a message about ``what`` from worker ``node``, in the join the
+    master gave ``nonce`` to, knows the token."""
+    return hmac.new(token.encode(), f"{node}\0{nonce}\0{what}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def proven(token: str | None, node: str, what: str, given: str, nonce: str = "") -> bool:
+    return token is not None and hmac.compare_digest(proof(token, node, what, nonce), given)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -82,6 +83,8 @@ class SweepOwner:
         self.desk = TicketDesk(environment, self._running, self.broadcast)
         self.watch = ClientWatch(environment, self._on_clock, lambda: self.levels.ctrl, self._report)
         self.token = master_token()  # what a master's workers prove they know (specload.locust.channel)
+        # A worker's join nonce, which its every proof is bound to (a master's JoinGate.nonce_of)
+        self.nonce_of: Callable[[str], str | None] = lambda node: None
         self.stopping = False  # a master told to stop: drain() runs, then Locust quits
         self.cut_now = False  # a second stop signal: the workers cut their requests now
 
@@ -360,7 +363,8 @@ class SweepOwner:
         if worker is None or worker.state == STATE_MISSING:
             self.desk.ignore(node, f"a {kind} from a process that is not a worker of this master")
             return False
-        if not proven(self.token, node, what, auth):
+        nonce = self.nonce_of(node)
+        if nonce is None or not proven(self.token, node, what, auth, nonce):
             self.desk.ignore(node, f"a {kind} without a valid proof of the master token")
             return False
         return True

@@ -34,7 +34,18 @@ from specload.locust.clockprobe import register_clock_answer
 from specload.locust.joingate import JoinGate
 from specload.locust.options import add_arguments
 from specload.locust.owner import sweep_owner
-from specload.locust.protocol import MSG_CLIENT_LOAD, MSG_CUT, MSG_JOIN, JoinMsg
+from specload.locust.protocol import (
+    MSG_CLIENT_LOAD,
+    MSG_CUT,
+    MSG_JOIN,
+    MSG_JOIN_ASK,
+    MSG_JOIN_REFUSED,
+    MSG_NONCE,
+    JoinAsk,
+    JoinMsg,
+    NonceMsg,
+    WireError,
+)
 from specload.locust.user import register_user_side, user_side
 
 logger = logging.getLogger("specload")
@@ -102,14 +113,42 @@ def on_parser(parser: Any, **_: Any) -> None:
     )
 
 
+def _ask_to_join(environment: Any, token: str) -> None:
+    """A worker's join: a nonce asked of the master, then the proof of the token for it
+    (specload.locust.joingate); every later proof of this process is bound to the same nonce."""
+    runner = environment.runner
+    side = user_side(environment)
+
+    def on_nonce(environment: Any, msg: Any, **_: Any) -> None:
+        try:
+            nonce = NonceMsg.from_wire(msg.data).nonce
+        except WireError as e:
+            logger.error("this worker cannot read its master's join nonce (%s): it gets no users", e)
+            return
+        side.nonce = nonce
+        runner.send_message(MSG_JOIN, JoinMsg(proof(token, runner.client_id, FOR_JOIN, nonce)).to_wire())
+
+    def on_refused(environment: Any, msg: Any, **_: Any) -> None:
+        logger.error(
+            "the master refused this worker's proof of the master token: %s differs from the master's; "
+            "this worker gets no users and no tickets",
+            MASTER_TOKEN_ENV,
+        )
+
+    runner.register_message(MSG_NONCE, on_nonce)
+    runner.register_message(MSG_JOIN_REFUSED, on_refused)
+    runner.send_message(MSG_JOIN_ASK, JoinAsk().to_wire())
+
+
 def on_init(environment: Any, **_: Any) -> None:
     runner = environment.runner
     if runner is None:
         return
     # Faster worker -> master statistics, so Locust's live rows lag the records by ~1 s, not 3.
     locust.runners.WORKER_REPORT_INTERVAL = 1.0
+    gate = None
     if isinstance(runner, MasterRunner):
-        JoinGate(runner)  # no users, tickets or run config for a process that has not proved the token
+        gate = JoinGate(runner)  # no users, tickets or run config for a process that has not proved the token
     else:
         register_user_side(environment)
     _start_load_probe(environment)
@@ -120,8 +159,10 @@ def on_init(environment: Any, **_: Any) -> None:
         if why := token_problem(token):
             logger.error("this worker is refused by its master (no users, no tickets): %s", why)
         if token is not None:  # (connected already: Locust's init waits for the master's ack)
-            runner.send_message(MSG_JOIN, JoinMsg(proof(token, runner.client_id, FOR_JOIN)).to_wire())
+            _ask_to_join(environment, token)
     if _owns_sweep(environment):
+        if gate is not None:
+            sweep_owner(environment).nonce_of = gate.nonce_of
         sweep_owner(environment).register()
         if isinstance(runner, LocalRunner):
             # One process: tickets and records go between the users and the owner as objects,
@@ -188,6 +229,12 @@ def _install_stop_signals(environment: Any) -> None:
             headless = opts is not None and opts.headless
             if master and owner.active and headless:
                 owner.interrupt()  # the shape drains the workers' tickets, then Locust quits
+            elif master and headless and not owner.active and owner.recorder.run_dir is None:
+                # Still waiting for its workers (Locust's start_automatic_run): no run to drain, and a
+                # KeyboardInterrupt there escapes Locust as a traceback (review 3a7af2e, L3).
+                logger.warning("%s: stopped while waiting for workers; no request was sent", sig.name)
+                environment.runner.quit()
+                gevent.get_hub().parent.throw(SystemExit(1))
             elif sig == signal.SIGTERM and not headless:
                 pass  # a web UI: Locust's own SIGTERM handler shuts down (on_quitting drains first)
             else:

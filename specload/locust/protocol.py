@@ -37,11 +37,15 @@ MSG_TICKET_RETURN = "specload_ticket_return"  # user -> owner: a late ticket nob
 MSG_RECORD = "specload_record"  # user -> owner: one finished request
 MSG_CUT = "specload_cut"  # master -> workers: stop the requests in flight now (each is still recorded)
 MSG_JOIN = "specload_join"  # worker -> master: JoinMsg
+MSG_JOIN_ASK = "specload_join_ask"  # worker -> master: a nonce for my join, please (JoinAsk)
+MSG_NONCE = "specload_nonce"  # master -> the asking worker: NonceMsg, what its proofs are bound to
+MSG_JOIN_REFUSED = "specload_join_refused"  # master -> a worker whose join proof failed
 LOCAL_NODE = "local"  # the node id of a local run's only process (Locust's LocalRunner messages say so)
 
 # Raised by one with each change to a message's fields that an older reader would misread (2: the
-# messages became Structs, and the prompt pool travels as {"ranges": ...}).
-WIRE_VERSION = 2
+# messages became Structs, and the prompt pool travels as {"ranges": ...}; 3: proofs are bound to
+# the master's nonce for the join).
+WIRE_VERSION = 3
 _V = "v"  # the version's key in every message
 
 
@@ -156,8 +160,19 @@ class StateMsg(Message, frozen=True):
     config: dict[str, Any] | None  # RunConfig.to_wire(), made once per run by the owner
 
 
+class JoinAsk(Message, frozen=True):
+    """A worker's request for a join nonce (nothing secret: anyone may ask, only the token answers)."""
+
+
+class NonceMsg(Message, frozen=True):
+    """The master's nonce for one worker's join: its join proof and every later proof are bound to it."""
+
+    nonce: str
+
+
 class JoinMsg(Message, frozen=True):
-    """A worker's proof of the master token for its own id, sent before it is given users."""
+    """A worker's proof of the master token for its own id and the master's nonce, sent before it
+    is given users."""
 
     auth: str
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any
 
 import gevent
@@ -16,6 +17,7 @@ import orjson
 from gevent.event import AsyncResult, Event
 from locust import User, constant, task
 from locust.runners import WorkerRunner
+from locust.user.users import LOCUST_STATE_STOPPING
 
 from specload.client.backends import Backend, get_backend
 from specload.client.http import base_headers, endpoint, make_client, warm_up
@@ -48,6 +50,7 @@ from specload.workload.vocab import ServerTokenizer
 logger = logging.getLogger("specload")
 
 _WAIT_OPEN_S = 0.5  # how long an idle user waits for tickets before yielding back to Locust
+_STAGGER_STEP_S = 0.1  # a staggered user looks this often whether the sweep stopped
 _TICKET_REPLY_S = 30.0
 _ATTR = "specload_users"  # the UserSide's attribute on the Locust Environment
 
@@ -73,11 +76,12 @@ class UserSide:
         self.local_owner: Any = None
         self._refused: set[str] = set()  # the kinds of the owner's messages refused (said once each)
         self._token = master_token()  # proves to the master that this worker is one of the run's
+        self.nonce = ""  # the master's nonce for this worker's join: every proof is bound to it
         self.stopping = False  # this process was told to stop: no more tickets asked for
         self.in_flight = 0  # this process's users holding a ticket (their records not shipped yet)
 
     def _auth(self, what: str) -> str:
-        return "" if self._token is None else proof(self._token, self.worker, what)
+        return "" if self._token is None else proof(self._token, self.worker, what, self.nonce)
 
     # message handlers -------------------------------------------------------------------------
     def _refuse(self, what: str, e: WireError) -> None:
@@ -260,6 +264,22 @@ class SpecloadUser(User):
         finally:
             side.in_flight -= 1
 
+    def _stagger(self, side: UserSide, reply: TicketReply, seconds: float) -> bool:
+        """Wait ``seconds`` holding the granted ticket; False as soon as the sweep stops meanwhile
+        (this process told to stop, the user stopped, or the run finished), so a stop never waits
+        out a stagger longer than its grace. Killed during it, the ticket goes back: a granted
+        ticket ends as one record or as a ticket returned, never as neither."""
+        end = time.monotonic() + seconds
+        try:
+            while (left := end - time.monotonic()) > 0:
+                if side.stopping or side.state.finished or self._state == LOCUST_STATE_STOPPING:
+                    return False
+                gevent.sleep(min(left, _STAGGER_STEP_S))
+        except gevent.GreenletExit:
+            side.give_back(reply)
+            raise
+        return True
+
     def _send(self, side: UserSide, reply: TicketReply) -> None:
         """The granted request, and its record shipped (or its ticket given back), whatever happens."""
         grant = reply.grant
@@ -269,8 +289,10 @@ class SpecloadUser(User):
         cfg = side.config
         assert cfg is not None
         sc = cfg.scenario
-        if t_sched is None and sc.stagger_s > 0 and grant.level != self._last_level:
-            gevent.sleep(random.uniform(0, sc.stagger_s))
+        staggered = t_sched is None and sc.stagger_s > 0 and grant.level != self._last_level
+        if staggered and not self._stagger(side, reply, random.uniform(0, sc.stagger_s)):
+            side.give_back(reply)  # the sweep stopped during the stagger: nothing was sent
+            return
         self._last_level = grant.level
         backend = side.backend()
         maker = side.maker()

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import gevent
 import gevent.lock
 from locust.runners import MasterRunner
 
@@ -45,6 +46,7 @@ from specload.core.openfiles import open_files_problem
 from specload.core.records import level_label
 from specload.core.rundir import RECORDS, RUN_JSON, SERVER_SAMPLES, safe_name
 from specload.core.text import MISSING, fmt_num
+from specload.locust.offhub import off_hub
 from specload.locust.options import (
     FORM_SOURCE,
     LABEL_DEST,
@@ -481,6 +483,10 @@ def _server_series(owner: SweepOwner) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- reports and comparisons
 
+# The runs list's answer, at the latest: a results folder on a hung file system costs the page its
+# list, never the sweep.
+RUNS_DEADLINE_S = 10.0
+
 
 class Bundles:
     """Reports and comparisons made by ``python -m specload.present.webview`` in a child process (reading a
@@ -660,7 +666,11 @@ def extend_web_ui(environment: Any, owner: SweepOwner) -> None:
     @auth
     def _runs() -> Any:
         active = os.path.basename(owner.run_dir) if owner.active and owner.run_dir else None
-        return jsonify({"results_dir": results_dir(), "active": active, "runs": list_runs(results_dir())})
+        try:
+            runs = off_hub(list_runs, results_dir(), timeout=RUNS_DEADLINE_S)
+        except gevent.Timeout:
+            return jsonify({"error": f"the results folder was not listed within {RUNS_DEADLINE_S:g} s"}), 503
+        return jsonify({"results_dir": results_dir(), "active": active, "runs": runs})
 
     @app.route("/specload/runs/<name>/report")
     @auth

@@ -755,8 +755,15 @@ def print_report(
     if is_page(fmt):  # the page file, then the usual text on the terminal
         from specload.present.htmlpage import write_report_page
 
-        page = write_report_page(run, render_report(run, "github", percentiles))
-        print(f"wrote {page}", file=err)
+        try:
+            page = write_report_page(run, render_report(run, "github", percentiles))
+            print(f"wrote {page}", file=err)
+        except OSError as e:  # a read-only or full run directory (review 3a7af2e, L12), as for report.md
+            print(
+                f"specload report: could not write {run.run_dir / 'report.html'} ({e.strerror or e}); "
+                "the report below is complete",
+                file=err,
+            )
         fmt = "github"
     text = render_report(run, fmt, percentiles, view)
     if fmt == "github" and view.width is not None and is_terminal(out):  # every table and line fitted to it

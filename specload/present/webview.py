@@ -9,7 +9,8 @@ Everything here is made by specload's own report and compare code (``render_repo
 The web UI runs the report and the comparison in a child Python (``python -m specload.present.webview
 report DIR`` / ``compare DIR DIR ...``, one JSON document on stdout): reading a big run takes
 seconds of CPU, which must not be taken from the Locust process while it drives a sweep. Listing
-the runs reads only their run.json and stays in the web UI's process.
+the runs reads only their run.json (specload.core.safeopen) and stays in the web UI's process, in a
+native thread with a deadline (specload.locust.offhub), never on the hub that drives the sweep.
 """
 
 from __future__ import annotations

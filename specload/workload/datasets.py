@@ -28,7 +28,12 @@ from typing import Any
 
 import orjson
 
+from specload.core import safeopen
 from specload.workload.vocab import Tokenizer
+
+# A dataset file is read whole (safeopen: a regular file, never a FIFO or a device); ShareGPT's
+# biggest public file is under 1 GB.
+DATASET_MAX_BYTES = 4 << 30
 
 logger = logging.getLogger("specload")
 
@@ -95,7 +100,7 @@ def iter_json_array(text: str) -> Iterator[Any]:
 
 
 def sharegpt_pairs(path: Path) -> Iterator[Pair]:
-    for conv in iter_json_array(path.read_text(encoding="utf-8")):
+    for conv in iter_json_array(safeopen.read_text(path, DATASET_MAX_BYTES)):
         turns = conv.get("conversations") if isinstance(conv, dict) else None
         # a conversation whose first turns are no objects is skipped, as one without text is
         if (
@@ -114,7 +119,7 @@ def jsonl_pairs(path: Path) -> Iterator[Pair]:
     set's user turns: the first the prompt, the later ones its conversation's); optional ``output_tokens`` (or ``completion``, a reference text
     whose token count becomes the output length) and ``category`` (a string)."""
     try:
-        lines = path.read_bytes().splitlines()
+        lines = safeopen.read_bytes(path, DATASET_MAX_BYTES).splitlines()
     except OSError as e:
         raise DatasetError(f"{path}: cannot read the dataset: {e}") from None
     for no, line in enumerate(lines, 1):

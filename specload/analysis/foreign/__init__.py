@@ -9,7 +9,9 @@ of its tool's schema: vllm (``vllm bench serve --save-result``), sglang (``bench
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from typing import Any
 from specload.analysis.foreign import genai_bench, guidellm, sglang, vllm
 from specload.analysis.foreign.level import ForeignLevel, repeats_in_order
 from specload.analysis.foreign.marks import MARK, ForeignRun, Mark, mark_cells, mark_notes
+from specload.core import safeopen
 from specload.core.rundir import RUN_COMPLETED, RunMeta
 
 __all__ = ["MARK", "ForeignRun", "Mark", "ForeignError", "load_foreign", "mark_cells"]
@@ -30,7 +33,7 @@ class ForeignError(ValueError):
 
 def _objects(path: Path) -> list[dict[str, Any]]:
     """The JSON objects in a file: one document, or JSON lines (vLLM --append-result, SGLang)."""
-    text = path.read_text()
+    text = safeopen.read_text(path)
     try:
         doc = json.loads(text)
         return [doc] if isinstance(doc, dict) else []
@@ -48,6 +51,10 @@ def _objects(path: Path) -> list[dict[str, Any]]:
 def _read_file(path: Path) -> tuple[str, Read] | None:
     try:
         objs = _objects(path)
+    except safeopen.UnsafeFile as e:
+        raise ForeignError(str(e)) from None
+    except RecursionError:
+        raise ForeignError(f"{path}: JSON nested too deep to be a tool's result") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     if not objs:
@@ -61,6 +68,27 @@ def _read_file(path: Path) -> tuple[str, Read] | None:
         if looks(objs[0]):
             return tool, read()
     return None
+
+
+# Larger than any real figure of these (tok/s, ms, s, counts): a 309-digit "measurement" is a broken file.
+_IMPLAUSIBLE = 1e15
+
+
+def _check_level(path: Path, tool: str, lv: ForeignLevel) -> None:
+    """Refuse a level whose figures cannot be measurements: not finite, negative, or absurdly large.
+    A tool writes NaN for "no value" at times; it is refused here too, as the table would show it as
+    a number (or fail to round it)."""
+    values: list[tuple[str, object]] = [(f.name, getattr(lv, f.name)) for f in dataclasses.fields(lv)]
+    values += [(f"extra.{k}", v) for k, v in lv.extra.items()]
+    for name, v in values:
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not math.isfinite(v) or v < 0 or v > _IMPLAUSIBLE:
+            what = "not finite" if not math.isfinite(v) else "negative" if v < 0 else "implausibly large"
+            raise ForeignError(
+                f"{path}: a {tool} result whose level C={lv.concurrency} has {name} = {v!r} ({what}); "
+                "not a measurement, so the file is not compared"
+            )
 
 
 def load_foreign(path: str | Path, label: str | None = None) -> ForeignRun | None:
@@ -79,6 +107,8 @@ def load_foreign(path: str | Path, label: str | None = None) -> ForeignRun | Non
     tool, (levels, marks, meta) = found
     if not levels:
         raise ForeignError(f"{p}: a {tool} result without any level")
+    for lv in levels:
+        _check_level(p, tool, lv)
     name = label or (p.name if p.is_dir() else p.stem)
     info = RunMeta(label=name, model=meta.get("model"), backend=meta.get("backend"), status=RUN_COMPLETED)
     notices = [

@@ -15,6 +15,7 @@ import msgspec
 
 from specload.analysis.foreign.level import ForeignLevel, ms, pct, per_request_tok_s
 from specload.analysis.foreign.marks import Mark
+from specload.core import safeopen
 
 TOOL = "genai-bench"
 METADATA = "experiment_metadata.json"
@@ -59,6 +60,14 @@ def run_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.json") if p.name != METADATA)
 
 
+def _bytes(path: Path) -> bytes:
+    """The file through ``safeopen`` (a FIFO or a device among the folder's *.json is refused, not read)."""
+    try:
+        return safeopen.read_bytes(path)
+    except OSError as e:
+        raise ValueError(str(e)) from None
+
+
 def _level(r: GenaiRun) -> ForeignLevel:
     a = r.aggregated_metrics
     scale = 1e-3 if r.time_unit == "ms" else 1.0
@@ -101,10 +110,10 @@ MARKS = (
 
 
 def read(folder: Path) -> tuple[list[ForeignLevel], list[Mark], dict[str, str | None]]:
-    runs = [msgspec.json.decode(p.read_bytes(), type=GenaiRun) for p in run_files(folder)]
+    runs = [msgspec.json.decode(_bytes(p), type=GenaiRun) for p in run_files(folder)]
     scenarios = sorted({r.aggregated_metrics.scenario or "" for r in runs})
     if len(scenarios) > 1:  # levels of different workloads are no sweep: not repeats of each other
         raise ValueError(f"{folder}: runs of several traffic scenarios ({', '.join(scenarios)}); compare one")
-    meta = msgspec.json.decode((folder / METADATA).read_bytes(), type=GenaiMeta)
+    meta = msgspec.json.decode(_bytes(folder / METADATA), type=GenaiMeta)
     levels = sorted((_level(r) for r in runs), key=lambda f: f.concurrency)
     return levels, list(MARKS), {"model": meta.api_model_name, "backend": meta.api_backend}

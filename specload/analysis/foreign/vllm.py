@@ -47,7 +47,18 @@ def looks_like(obj: dict[str, object]) -> bool:
     return "output_throughput" in obj and "median_ttft_ms" in obj and "server_info" not in obj
 
 
+def _same_lengths(r: VllmResult) -> None:
+    """The per-request lists describe the same requests, one entry each: a file whose lists differ in
+    length pairs one request's tokens with another's latency, or runs off the end of one."""
+    lists = {"output_lens": r.output_lens, "ttfts": r.ttfts, "latencies": r.latencies, "errors": r.errors}
+    lengths = {k: len(v) for k, v in lists.items() if v is not None}
+    if len(set(lengths.values())) > 1:
+        said = ", ".join(f"{k} {n}" for k, n in lengths.items())
+        raise ValueError(f"a {TOOL} result whose per-request lists differ in length ({said})")
+
+
 def _level(r: VllmResult) -> ForeignLevel:
+    _same_lengths(r)
     ok_idx: list[int] = []
     if r.errors is not None and r.output_lens is not None and r.latencies is not None:
         ok_idx = [i for i, e in enumerate(r.errors) if not e]
