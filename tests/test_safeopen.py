@@ -225,10 +225,11 @@ def test_a_fifo_in_the_results_folder_does_not_freeze_a_running_sweep(
         "the sweep's run directory",
     )
     wait_until(lambda: (run_dir / "records.jsonl").exists(), 30, "the first record")
-    started = time.monotonic()
-    status, body = _get(base + "/specload/runs")
+    # Before, the runs list opened the FIFO on the sweep's loop and blocked there for good (nobody
+    # writes to it): no answer, and no record either. The bounds below are that, with room for a
+    # loaded machine, not the quick answer it gives on a quiet one (tens of ms).
+    status, body = _get(base + "/specload/runs", 30)
     assert status == 200, body
-    assert time.monotonic() - started < 5
     assert "x-20261204T000000Z" not in [r["name"] for r in json.loads(body)["runs"]]
     meta = wait_until(
         lambda: (m := json.loads((run_dir / "run.json").read_bytes()))["status"] != "running" and m,
@@ -237,7 +238,7 @@ def test_a_fifo_in_the_results_folder_does_not_freeze_a_running_sweep(
     )
     assert meta["status"] == "completed", procs.log(ui)
     lag = meta["levels"][0]["client"]["loop_lag_max_ms"]
-    assert lag < 2000, lag
+    assert lag < 5000, lag
 
 
 # ------------------------------------------------------------------ foreign files that cannot be true (L4)

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from specload.analysis.run import Run
 from specload.core.records import OK, PHASE_MEASURE, RequestRecord
 from specload.core.rundir import RECORDS
+from specload.core.safeopen import open_regular
 from specload.core.slo import Slo, SloTally
 
 Floats = npt.NDArray[np.float64]
@@ -506,7 +507,7 @@ def replayed_trace(run: Run) -> bool:
         return True
     path = run.run_dir / RECORDS
     try:
-        with path.open("rb") as f:
+        with open_regular(path, None) as f:
             return b'"trace_index"' in f.read(_PEEK_BYTES)
     except OSError:
         return False

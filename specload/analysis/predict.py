@@ -19,6 +19,7 @@ import msgspec
 from specload.analysis import stepcost as sc
 from specload.analysis.metrics import LevelStats
 from specload.analysis.run import Run
+from specload.core.safeopen import read_bytes
 
 PREDICTION_JSON = "prediction.json"
 PREDICTION_MD = "prediction.md"
@@ -355,6 +356,6 @@ def decode(data: bytes) -> Prediction:
 def read_prediction(path: str | Path) -> Prediction | None:
     """A run directory's prediction.json; None when it has none, or one this specload cannot read."""
     try:
-        return decode(Path(path).read_bytes())
+        return decode(read_bytes(path))
     except (OSError, msgspec.DecodeError):
         return None

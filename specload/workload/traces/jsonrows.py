@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
+from specload.core.safeopen import open_regular
+from specload.workload.datasets import DATASET_MAX_BYTES
 from specload.workload.traces.model import TraceError
 
 
 def _open(source: str) -> Any:
+    # (a trace is a dataset: a regular file only, never a FIFO or a device, under the dataset cap)
     try:
-        return open(source, encoding="utf-8", newline="")
+        return io.TextIOWrapper(open_regular(source, DATASET_MAX_BYTES), encoding="utf-8", newline="")
     except OSError as e:
         raise TraceError(f"{source}: cannot read the trace file: {e.strerror or e}") from None
 
