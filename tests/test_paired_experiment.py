@@ -16,7 +16,7 @@ from tests.conftest import REPO, Procs, specload_cmd
 MOONCAKE = REPO / "tests" / "fixtures" / "traces" / "mooncake_conversation_head300.jsonl"
 WINDOW = 60
 SIM = [
-    "{python}", "-m", "specload.sim", "--port", "{port}", "--engine", "batch", "--time-scale", "0.1",
+    "{python}", "-m", "specload.sim", "--port", "{port}", "--engine", "batch", "--time-scale", "0.25",
     "--model", "sim-model", "--max-model-len", "131072",
 ]  # fmt: skip
 

@@ -147,7 +147,9 @@ def test_off_hub_keeps_the_hub_running_and_gives_up_at_its_deadline() -> None:
     try:
         with pytest.raises(gevent.Timeout):
             off_hub(os.read, r, 1, timeout=0.5)
-        assert len(ticks) >= 10  # the hub kept going while the thread was blocked
+        # the hub kept going while the thread was blocked (a read on the hub would let it tick once at
+        # most; a loaded machine may starve it for a while, so not the 50 of a quiet one)
+        assert len(ticks) >= 3, ticks
         os.write(w, b"x")  # lets the blocked thread end
         assert off_hub(lambda: 42, timeout=5) == 42
     finally:
@@ -157,6 +159,14 @@ def test_off_hub_keeps_the_hub_running_and_gives_up_at_its_deadline() -> None:
 
 
 # ------------------------------------------------------------------ the web UI while a sweep runs
+
+
+def _run_json(run_dir: Path) -> dict[str, Any]:
+    """run.json, or a running one's stand-in before the sweep first writes it."""
+    try:
+        return json.loads((run_dir / "run.json").read_bytes())  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return {"status": "running"}
 
 
 def _get(url: str, timeout: float = 15) -> tuple[int, bytes]:
@@ -232,7 +242,7 @@ def test_a_fifo_in_the_results_folder_does_not_freeze_a_running_sweep(
     assert status == 200, body
     assert "x-20261204T000000Z" not in [r["name"] for r in json.loads(body)["runs"]]
     meta = wait_until(
-        lambda: (m := json.loads((run_dir / "run.json").read_bytes()))["status"] != "running" and m,
+        lambda: (m := _run_json(run_dir))["status"] != "running" and m,
         90,
         "the sweep to end",
     )
