@@ -11,10 +11,6 @@ small: a 135M model on two shared CPU cores is allowed to be hard to predict (do
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,73 +18,27 @@ from specload.analysis import stepcost as sc
 from specload.analysis.predict import build, check, run_obs
 from specload.analysis.run import load_run
 from specload.present.predictview import checked_table, render
-from tests.real import smollm2, vllm
-from tests.real.test_smollm2_experiment import _inline
-from tests.real.test_specload_real import REPO
+from tests.real.ngramexp import run_ngram_experiment
 
 LEVELS = [1, 2, 4, 8]  # the server is capped at 4 running: the last level is past the cap
 
 
 def test_vllm_ngram_prediction_error_per_level(vllm_venv, smollm2_hf, tmp_path: Path) -> None:
-    server = [
-        str(vllm_venv.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_hf),
-        "--served-model-name", smollm2.SERVED_NAME, "--host", "{host}", "--port", "{port}", "--dtype", "float32",
-        "--enforce-eager", "--max-model-len", "4096", "--max-num-seqs", "4", "--seed", "0",
-    ]  # fmt: skip
-    spec = ["--speculative-config", json.dumps(vllm.NGRAM), "--per-request-spec-decode-metrics", "summary"]
-    env = {
-        "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-    }  # fmt: skip
-    spec_env = dict(env, LD_PRELOAD=str(vllm_venv.iomp)) if vllm_venv.iomp else env
-    plan = tmp_path / "exp.toml"
-    plan.write_text(
-        textwrap.dedent(
-            f"""
-            name = "smollm2-vllm-predict"
-            [sweep]
-            backend = "chat"
-            levels = {json.dumps(LEVELS)}
-            requests = 8
-            output_tokens = 128
-            input_tokens = 256
-            read_timeout_s = 300.0
-
-            [[arms]]
-            label = "baseline"
-            command = {json.dumps(server)}
-            env = {_inline(env)}
-            ready_timeout_s = 600
-
-            [[arms]]
-            label = "ngram"
-            speculative = true
-            command = {json.dumps([*server, *spec])}
-            env = {_inline(spec_env)}
-            ready_timeout_s = 600
-            """
-        )
-    )
-    run_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specload",
-            "experiment",
-            str(plan),
-            "--out",
-            str(tmp_path / "out"),
-            "--no-plot",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    directory, _ = run_ngram_experiment(
+        vllm_venv,
+        smollm2_hf,
+        tmp_path,
+        "smollm2-vllm-predict",
+        f"""
+        backend = "chat"
+        levels = {json.dumps(LEVELS)}
+        requests = 8
+        output_tokens = 128
+        input_tokens = 256
+        read_timeout_s = 300.0
+        """,
         timeout=2400,
-        env=run_env,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (directory,) = (tmp_path / "out").glob("experiment-*")
     doc = json.loads((directory / "experiment.json").read_text())
     base_run, spec_run = (load_run(r["run_dir"]) for r in doc["runs"])
     cap = spec_run.cap.value if spec_run.cap is not None else None

@@ -6,14 +6,9 @@ two engines on two cores would starve each other)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-from tests.real import smollm2, vllm
-from tests.real.test_smollm2_experiment import _inline
+from tests.real.ngramexp import run_ngram_experiment
 from tests.real.test_specload_real import REPO
 
 AZURE_CODE = REPO / "tests" / "fixtures" / "traces" / "azure2023_code_head300.csv"
@@ -26,65 +21,22 @@ def test_vllm_baseline_and_ngram_replay_one_trace_window_paired(
     """Every request of the window is paired; the paired median E2E difference has a narrower 95 %
     interval than the difference of the arms' medians (the requests' own E2E spans their 200-fold
     prompt lengths, the same request's difference does not), and comparison.md shows both."""
-    server = [
-        str(vllm_venv.python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_hf),
-        "--served-model-name", smollm2.SERVED_NAME, "--host", "{host}", "--port", "{port}", "--dtype", "float32",
-        "--enforce-eager", "--max-model-len", "8192", "--max-num-seqs", "4", "--seed", "0",
-    ]  # fmt: skip
-    spec = ["--speculative-config", json.dumps(vllm.NGRAM), "--per-request-spec-decode-metrics", "summary"]
-    env = {
-        "VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-    }  # fmt: skip
-    spec_env = dict(env, LD_PRELOAD=str(vllm_venv.iomp)) if vllm_venv.iomp else env
-    plan = tmp_path / "exp.toml"
-    plan.write_text(
-        textwrap.dedent(
-            f"""
-            name = "smollm2-trace"
-            [sweep]
-            backend = "openai"
-            trace = {json.dumps(str(AZURE_CODE))}
-            trace_format = "azure"
-            trace_requests = {WINDOW}
-            trace_speedup = 0.2
-            read_timeout_s = 300.0
-
-            [[arms]]
-            label = "baseline"
-            command = {json.dumps(server)}
-            env = {_inline(env)}
-            ready_timeout_s = 600
-
-            [[arms]]
-            label = "ngram"
-            speculative = true
-            command = {json.dumps([*server, *spec])}
-            env = {_inline(spec_env)}
-            ready_timeout_s = 600
-            """
-        )
-    )
-    run_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "specload",
-            "experiment",
-            str(plan),
-            "--out",
-            str(tmp_path / "out"),
-            "--no-plot",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    directory, _ = run_ngram_experiment(
+        vllm_venv,
+        smollm2_hf,
+        tmp_path,
+        "smollm2-trace",
+        f"""
+        backend = "openai"
+        trace = {json.dumps(str(AZURE_CODE))}
+        trace_format = "azure"
+        trace_requests = {WINDOW}
+        trace_speedup = 0.2
+        read_timeout_s = 300.0
+        """,
         timeout=1800,
-        env=run_env,
+        max_model_len=8192,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (directory,) = (tmp_path / "out").glob("experiment-*")
     doc = json.loads((directory / "experiment.json").read_text())
     (paired,) = doc["comparison"]["paired"]
     assert (paired["base"], paired["new"]) == ("baseline", "ngram")
