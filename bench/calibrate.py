@@ -24,7 +24,6 @@ A full run takes several minutes per preset: start it with nohup and poll its ou
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import os
 import resource
@@ -39,7 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from specload.sim.batch import BatchParams, BatchRequest, BatchScheduler, load_preset  # noqa: E402
+from specload.sim.batch import BatchParams, load_preset  # noqa: E402
+from specload.sim.virtual import closed_loop_level  # noqa: E402
 
 SCENARIO = REPO / "scenarios" / "mtp-sweep.toml"
 LEVELS = [1, 4, 16, 32, 64, 128]
@@ -74,65 +74,11 @@ class ModelLevel:
 def model_level(
     params: BatchParams, c: int, output_tokens: int, time_scale: float = 1.0, gap_s: float = CLIENT_GAP_S
 ) -> ModelLevel:
-    """One level of the closed-loop sweep through :class:`BatchScheduler`, as BatchEngine runs it.
-
-    One warmup request alone, then C users start together; each sends its next request ``gap_s``
-    after its last one ended, until the level's budget is spent. A fresh scheduler per level (the
-    server is idle between levels anyway).
-    """
-    s = BatchScheduler(params, time_scale)
-    arrivals: list[tuple[float, int, int, int]] = [(0.0, 0, -1, WARMUP_TOKENS)]  # (t, seq, user, max_tokens)
-    seq, left = 1, budget(c)
-    first_token: dict[int, float] = {}
-    sent: dict[int, tuple[int, float]] = {}
-    done: list[tuple[float, float, float, int]] = []  # (t_send, t_first, t_end, tokens)
-    last_end = float("-inf")
-    while arrivals or s.running or s.queue:
-        if s.running:
-            start = last_end
-        elif s.queue:
-            start = max(last_end, s.queue[0].arrival)
-        else:
-            start = max(last_end, arrivals[0][0])
-        while arrivals and arrivals[0][0] <= start:
-            t, _, user, n = heapq.heappop(arrivals)
-            req = BatchRequest(INPUT_TOKENS, n, t)
-            sent[id(req)] = (user, t)
-            s.submit(req)
-        step = s.begin_step(start)
-        if step is None:
-            last_end = start
-            continue
-        end = last_end = step.end
-        for req in s.end_step():
-            first_token.setdefault(id(req), end)
-            if req.generated < req.max_tokens:
-                continue
-            user, t_send = sent.pop(id(req))
-            if user < 0:  # the warmup: now the level's users start together
-                for u in range(min(c, left)):
-                    heapq.heappush(arrivals, (end + gap_s, seq, u, output_tokens))
-                    seq += 1
-                left -= min(c, left)
-                continue
-            done.append((t_send, first_token.pop(id(req)), end, req.generated))
-            if left > 0:
-                heapq.heappush(arrivals, (end + gap_s, seq, user, output_tokens))
-                seq += 1
-                left -= 1
-    t0, t1 = min(r[0] for r in done), max(r[2] for r in done)
-    tokens = sum(r[3] for r in done)
-    ttft = [r[1] - r[0] for r in done]
-    tpot = [(r[2] - r[1]) / (r[3] - 1) for r in done if r[3] > 1]
-    return ModelLevel(
-        c, tokens / (t1 - t0), 1e3 * _median(ttft), 1e3 * _median(tpot) if tpot else 0.0, t1 - t0
-    )
-
-
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+    """One level of the closed-loop sweep through :class:`BatchScheduler`, as BatchEngine runs it
+    (specload.sim.virtual: one warmup request alone, then C users start together; each sends its next
+    request ``gap_s`` after its last one ended, until the level's budget is spent)."""
+    v = closed_loop_level(params, c, INPUT_TOKENS, output_tokens, budget(c), WARMUP_TOKENS, gap_s, time_scale)
+    return ModelLevel(c, v.agg_tok_s, v.ttft_p50_ms, v.tpot_p50_ms, v.wall_s)
 
 
 # ---------------------------------------------------------------------------------------------------

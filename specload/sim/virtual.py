@@ -10,6 +10,7 @@ sends its next request ``gap_s`` after its last one ended, until the level's bud
 from __future__ import annotations
 
 import heapq
+import statistics
 from dataclasses import dataclass
 
 from specload.sim.batch import BatchParams, BatchRequest, BatchScheduler
@@ -27,6 +28,8 @@ class VirtualLevel:
     per_req_tok_s: float  # mean over requests of tokens / e2e
     ttft_mean_ms: float
     tpot_mean_ms: float  # mean over requests of (e2e - ttft) / (tokens - 1)
+    ttft_p50_ms: float  # medians of the same (bench/calibrate.py holds the presets to them)
+    tpot_p50_ms: float
     accept_length: float | None  # 1 + accepted / drafting steps over the level (None: no speculation)
     running_max: int  # most requests running at a step start
 
@@ -100,6 +103,8 @@ def closed_loop_level(
         per_req_tok_s=sum(r[3] / (r[2] - r[0]) for r in done) / len(done),
         ttft_mean_ms=1e3 * sum(r[1] - r[0] for r in done) / len(done),
         tpot_mean_ms=1e3 * sum((r[2] - r[1]) / (r[3] - 1) for r in done) / len(done),
+        ttft_p50_ms=1e3 * statistics.median(r[1] - r[0] for r in done),
+        tpot_p50_ms=1e3 * statistics.median([(r[2] - r[1]) / (r[3] - 1) for r in done if r[3] > 1] or [0.0]),
         accept_length=1.0 + (s.num_accepted_tokens - accepted0) / drafts if drafts else None,
         running_max=running_max,
     )
