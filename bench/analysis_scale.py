@@ -289,7 +289,7 @@ def _make(args: tuple[Path, int, str, float, int]) -> None:
     tmp.rename(run_dir)
 
 
-def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:  # type: ignore[no-untyped-def]
+def prepare(n: int, where: Path, log=print) -> tuple[list[Path], float]:
     """The two runs of n records under ``where`` (written by two processes, unless there already):
     their directories and the seconds spent writing them."""
     dirs = [where / f"v{GENERATOR}-{label}-{n}" for label, _, _ in RUNS]
@@ -481,7 +481,7 @@ class Scale:
 
 def measure(
     n: int, work: Path, log=print, fixed_part: bool = True, cache: Path | None = CACHE
-) -> tuple[list[Scale], float]:  # type: ignore[no-untyped-def]
+) -> tuple[list[Scale], float]:
     """Report and compare at n records per run, and at n / 10 (the fixed part) unless n is the
     goal's 5M or ``fixed_part`` is False; compare with its figures kept at n only (scaled to 5M in
     proportion, which overstates it); also returns the seconds spent writing the runs. Runs of

@@ -373,7 +373,9 @@ def run_level(lv: Level, out: Path, sim_prefix: list[str], client_prefix: list[s
         )
     stats = load_run(run_dir).levels[0]
     failed = sum(r.status != "ok" for r in recs)
-    return LevelResult(lv, phases[0], phases[1], stats.ttft_p50_ms, stats.agg_tok_s, failed, str(run_dir))
+    return LevelResult(
+        lv, phases[0], phases[1], stats.figure("ttft_p50"), stats.agg_tok_s, failed, str(run_dir)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -505,7 +507,7 @@ def python_speed(prefix: list[str]) -> float | None:
 
 def measure(
     levels: list[Level], repeat: int, out: Path, log=print
-) -> tuple[dict[Level, list[LevelResult]], str]:  # type: ignore[no-untyped-def]
+) -> tuple[dict[Level, list[LevelResult]], str]:
     sim_prefix, client_prefix, pin = pinning()
     speed = [python_speed(client_prefix)]
     results: dict[Level, list[LevelResult]] = {lv: [] for lv in levels}

@@ -86,7 +86,7 @@ def build_body(backend: str, n: int) -> bytes:
 
 
 def serve(response: bytes) -> StreamServer:
-    def handle(sock, _addr):  # type: ignore[no-untyped-def]
+    def handle(sock, _addr):
         buf = b""
         while True:
             data = sock.recv(65536)
@@ -118,7 +118,7 @@ def run(backend_name: str, events: int, streams: int) -> tuple[float, float]:
         warm_up(c)
     spec = RequestSpec(0, streams, "measure", 0, 0, events, 8)
 
-    def one(c):  # type: ignore[no-untyped-def]
+    def one(c):
         rec = stream_request(
             c, backend.path, backend.body([1] * 8, events, "m", 0.0, {}), {}, backend, spec, "b", 30
         )

@@ -78,7 +78,7 @@ def _record(rng: random.Random, level: int, c: int, phase: str, seq: int, t_send
     elif u < 0.006:
         status, reason, n = SHORT, "stream ended without terminator", rng.randrange(2, OUT_TOKENS)
     t_first = t_send + ttft if n else None
-    t_last = t_first + tpot * (n - 1) if n else None
+    t_last = t_first + tpot * (n - 1) if t_first is not None else None
     t_end = (t_last + 0.0005) if t_last is not None else t_send + 0.02
     itl = _itl_pairs(rng, tpot, n - 1) if n >= 2 else None
     rec = make_record(

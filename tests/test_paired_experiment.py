@@ -11,6 +11,8 @@ import json
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, Procs, specload_cmd
 
 MOONCAKE = REPO / "tests" / "fixtures" / "traces" / "mooncake_conversation_head300.jsonl"
@@ -21,6 +23,7 @@ SIM = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow  # two simulators replaying 60 requests each: about a minute
 def test_an_experiment_on_a_trace_pairs_the_arms_request_by_request(tmp_path: Path, procs: Procs) -> None:
     plan = tmp_path / "exp.toml"
     plan.write_text(
