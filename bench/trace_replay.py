@@ -6,7 +6,8 @@
    the json and csv modules alone; Mooncake's blocks checked to be 512 tokens (every row has
    ceil(input / 512) ids); the file refused when read as a generic file in seconds.
 2. Replay: a window of Mooncake's conversation trace (one minute of trace time from minute 10 by
-   default, at its own speed) against the simulator with a prefix cache: every request's send
+   default, at its own speed) against the simulator with a prefix cache, each pinned to a CPU of its
+   own (bench.client_cost.pinning; with --processes only the simulator): every request's send
    lateness (t_send - t_sched) p50 / p99 / max against the goal of p99 within due + 5 ms on a
    quiet machine, and the simulator's prefix-cache hit rate against the trace's ideal one.
 
@@ -33,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.client_cost import Row, child_env, print_table, verdict  # noqa: E402
+from bench.client_cost import Row, child_env, pinning, print_table, verdict  # noqa: E402
 from specload.sim import process as simproc  # noqa: E402
 
 GOAL_P99_MS = 5.0
@@ -124,6 +125,13 @@ def replay(
     from specload.core.stats import percentiles
 
     trace = root / CONVERSATION
+    # The simulator and one Locust process each on a CPU of their own, as client_cost runs them: a
+    # server never shares the load generator's machine, and here the simulator, woken by each send
+    # onto the sender's CPU, took it for a scheduler tick (~4 ms) in the middle of a burst. With
+    # --processes, only the simulator is pinned (the processes spread over what is left).
+    sim_prefix, client_prefix, pin = pinning()
+    if processes:
+        client_prefix, pin = [], pin.split(",")[0] + ", Locust processes unpinned"
     sim = simproc.start_sim(
         [
             "--model",
@@ -143,11 +151,13 @@ def replay(
             "--cache-report",
         ],
         timeout=30,
+        prefix=sim_prefix,
         env=child_env(),
     )
     load_before = os.getloadavg()
     try:
         cmd = [
+            *client_prefix,
             sys.executable,
             "-m",
             "specload",
@@ -166,7 +176,7 @@ def replay(
             "120",
             "--out",
             str(work),
-            *(["--processes", str(processes), "--max-in-flight", "64"] if processes else []),
+            *(["--processes", str(processes)] if processes else []),
         ]
         log(f"trace replay: {window_s:g} s of {CONVERSATION} from {start_s:g} s against the simulator")
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=window_s * 3 + 300, env=child_env())
@@ -228,7 +238,7 @@ def replay(
     cond = [
         f"trace replay: load average {load_before[0]:.2f} before, {load_after[0]:.2f} after, on {os.cpu_count()} "
         "CPUs (other work on the machine delays the client's wake-ups: lateness is a quiet machine's goal); "
-        "simulator TTFT 20 ms, ITL 2 ms, prefix cache of 16-token blocks"
+        f"simulator TTFT 20 ms, ITL 2 ms, prefix cache of 16-token blocks; {pin}"
     ]
     return rows, cond
 

@@ -13,7 +13,14 @@ import pytest
 
 from specload.core.records import read_records
 from specload.core.rundir import read_run_meta
-from specload.sweep.levels import MEASURE, SCHEDULE_LEAD_S, SweepController, plan_levels
+from specload.sweep.levels import (
+    GRANT_AHEAD_S,
+    MEASURE,
+    TRACE_GRANT_AHEAD_S,
+    TRACE_LEAD_S,
+    SweepController,
+    plan_levels,
+)
 from specload.workload.config import Scenario, ScenarioError, apply_overrides
 from specload.workload.prompts import IDS, TEXT, PromptSource
 from specload.workload.replay import replay_of
@@ -70,11 +77,19 @@ def test_plan_is_one_level_per_repeat_due_at_the_trace_times() -> None:
     ctrl.tick(plans[0].concurrency)
     assert ctrl.current is not None and ctrl.current.phase == MEASURE
     opened = t[0]
+    # A trace's first request is due TRACE_LEAD_S after the level opens (a rate level's: 50 ms), and
+    # each ticket waits until TRACE_GRANT_AHEAD_S before its request is due: a burst is built ahead.
+    assert TRACE_LEAD_S > TRACE_GRANT_AHEAD_S > GRANT_AHEAD_S
+    assert ctrl.wait_s() == pytest.approx(TRACE_LEAD_S - TRACE_GRANT_AHEAD_S)
     for k in range(20):
-        t[0] = opened + SCHEDULE_LEAD_S + offsets[k] - 0.05
+        t[0] = opened + TRACE_LEAD_S + offsets[k] - 0.05
         g = ctrl.grant()
         assert g is not None and g.seq == k
         assert g.delay_s == pytest.approx(0.05)  # due at the trace's time after the level opened
+        if k + 1 < 20:
+            assert ctrl.wait_s() == pytest.approx(
+                max(0.0, offsets[k + 1] - offsets[k] + 0.05 - TRACE_GRANT_AHEAD_S)
+            )
 
 
 def test_replay_window_and_run_json_description() -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import gevent
 import pytest
 
-from specload.sim import hrtimer
+from specload.clock import hrtimer
 from specload.sim.app import DIE_EXIT_CODE
 from specload.sim.cli import build_faults, build_parser
 from specload.sim.faults import FaultInjector, Faults

@@ -32,6 +32,7 @@ PACKAGES = {
     "locust": "locust",
     "experiment": "app",
     "sim": "sim",
+    "clock": "clock",
 }
 # The third-party packages each layer may import (docs/DESIGN-CONTRACTS.md, "Layers"); nothing else.
 # Locust stays in its package and gevent on the hot path, in the Locust glue and in the simulator.
@@ -45,6 +46,7 @@ THIRD_PARTY = {
     "locust": {"locust", "gevent", "flask", "flask_login", "werkzeug", "orjson", "msgspec"},
     "app": {"tomli"},
     "sim": {"gevent", "orjson", "tomli"},
+    "clock": {"gevent"},  # imports nothing of specload; the simulator and the gevent layers use it
     "root": set(),  # specload/__init__.py: the version
 }
 
@@ -139,7 +141,8 @@ def test_every_package_is_given_a_layer() -> None:
         ".".join(p.parent.relative_to(PKG).parts) for p in PKG.rglob("__init__.py") if p.parent != PKG
     )
     assert found == sorted(PACKAGES), f"place each package in PACKAGES: {sorted(set(found) ^ set(PACKAGES))}"
-    assert set(PACKAGES.values()) <= {*LAYERS, "sim"} and set(THIRD_PARTY) == {*LAYERS, "sim", "root"}
+    assert set(PACKAGES.values()) <= {*LAYERS, "sim", "clock"}
+    assert set(THIRD_PARTY) == {*LAYERS, "sim", "clock", "root"}
     assert layer_of("specload.analysis.foreign.vllm") == "analysis" and layer_of("specload.launch") == "app"
     assert layer_of("specload.experiment") == "app" and layer_of("specload.client.backends") == "client"
 
@@ -185,7 +188,12 @@ def upward_imports(g: dict[str, set[str]]) -> list[str]:
             theirs = layer_of(dep)
             if theirs == "root":  # the package itself: __version__
                 continue
-            if mine == "sim" or theirs == "sim":
+            if theirs == "clock":  # standalone: for the simulator and the layers that may use gevent
+                if mine not in ("clock", "sim", "client", "locust", "app"):
+                    bad.append(f"{name} -> {dep}")
+            elif mine == "clock":
+                bad.append(f"{name} -> {dep}")
+            elif mine == "sim" or theirs == "sim":
                 if mine != theirs and mine != "app":
                     bad.append(f"{name} -> {dep}")
             elif mine in LAYERS and LAYERS.index(theirs) > LAYERS.index(mine):
@@ -200,11 +208,17 @@ def test_the_layer_check_catches_an_upward_arrow() -> None:
         "specload.sim.httpd": {"specload.client.http"},
         "specload.client.http": {"specload.sim.sendall"},
         "specload.demo": {"specload.sim.process", "specload.present.report"},
+        "specload.sim.timing": {"specload.clock.hrtimer"},
+        "specload.locust.user": {"specload.clock.hrtimer"},
+        "specload.sweep.levels": {"specload.clock.hrtimer"},
+        "specload.clock.hrtimer": {"specload.core.records"},
     }
     assert upward_imports(g) == [
         "specload.client.http -> specload.sim.sendall",
+        "specload.clock.hrtimer -> specload.core.records",
         "specload.core.records -> specload.analysis.metrics",
         "specload.sim.httpd -> specload.client.http",
+        "specload.sweep.levels -> specload.clock.hrtimer",
     ]
 
 

@@ -17,11 +17,9 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
 from gevent.event import Event
 
-from specload.sim import hrtimer
-from specload.sim.hrtimer import clock  # the one clock engines schedule against
+from specload.clock.hrtimer import clock, sleep_until  # the one clock engines schedule against
 from specload.sim.prefix import PrefixCache, PromptKey
 
 __all__ = ["ADMITTED", "Chunk", "Engine", "FifoSlots", "FixedEngine", "SpecCounters", "clock", "sleep_until"]
@@ -69,27 +67,6 @@ The HTTP layer needs this moment (vLLM sends the chat role-only event then, and 
 fault counts admissions), yet it must not know how admission works, hence a marker in the stream
 rather than a callback. Every later chunk carries at least one token.
 """
-
-
-def sleep_until(deadline: float) -> None:
-    """Sleep until ``clock() >= deadline``, never returning early, and as little late as possible.
-
-    On Linux a timerfd wakes the sleeper within tens of microseconds of the deadline (see
-    specload.sim.hrtimer); gevent's own timers may wake up to ~1 ms late. Elsewhere, gevent's timers:
-    they are armed against the loop's cached time, which can be stale by however long the current
-    loop iteration has been running, so one sleep may wake slightly early; loop until due.
-    """
-    if deadline <= clock():
-        return
-    precise = hrtimer.sleeper()
-    if precise is not None:
-        precise.sleep_until(deadline)
-        return
-    while True:
-        left = deadline - clock()
-        if left <= 0:
-            return
-        gevent.sleep(left)
 
 
 class Engine(ABC):

@@ -60,6 +60,12 @@ SCHEDULE_LEAD_S = 0.05
 # A rate level's ticket is granted at most this long before its request is due: users do not sit
 # on far-future tickets (a pool's users are interchangeable; whoever is free near the time sends).
 GRANT_AHEAD_S = 0.1
+# A replayed trace starts later and grants earlier: its requests come in bursts (up to tens due at
+# one instant, prompts up to ~100k tokens), and each is built (token ids, JSON body) before it is
+# due, ~30 ms for a 250k-token burst, more for a run's first burst, whose users also connect. With
+# the rate level's 0.05 s and 0.1 s, the first burst of a Mooncake window went 3-58 ms late.
+TRACE_LEAD_S = 0.5
+TRACE_GRANT_AHEAD_S = 0.4
 
 PENDING, RAMPING, WARMUP, MEASURE, DRAINING, DONE = (
     Phase.PENDING,
@@ -365,7 +371,7 @@ class SweepController:
         """A rate level's phase opened: its arrivals are due from now."""
         p = lv.plan
         if p.offsets is not None and lv.phase == MEASURE:
-            lv.schedule, lv.t_phase = FixedSchedule(p.offsets), now + SCHEDULE_LEAD_S
+            lv.schedule, lv.t_phase = FixedSchedule(p.offsets), now + TRACE_LEAD_S
         elif p.rate is not None:
             seed = schedule_seed(p.seed, p.index, PHASE_WARMUP if lv.phase == WARMUP else PHASE_MEASURE)
             lv.schedule, lv.t_phase = Schedule(p.rate, p.arrival, p.burstiness, seed), now + SCHEDULE_LEAD_S
@@ -406,14 +412,15 @@ class SweepController:
     def wait_s(self) -> float | None:
         """Seconds until the next ticket may be granted: 0 now; None when no ticket is available
         (the level is closed or between phases). Only a rate level's tickets ever wait: each is
-        granted GRANT_AHEAD_S before its request is due."""
+        granted GRANT_AHEAD_S (a trace's: TRACE_GRANT_AHEAD_S) before its request is due."""
         lv = self.current
         if lv is None or not self._can_grant(lv):
             return None
         if lv.schedule is None or lv.t_phase is None:
             return 0.0
         seq = lv.granted_warmup if lv.phase == WARMUP else lv.granted
-        return max(0.0, lv.t_phase + lv.schedule.offset(seq) - GRANT_AHEAD_S - self.clock())
+        ahead = TRACE_GRANT_AHEAD_S if isinstance(lv.schedule, FixedSchedule) else GRANT_AHEAD_S
+        return max(0.0, lv.t_phase + lv.schedule.offset(seq) - ahead - self.clock())
 
     def _delay(self, lv: LevelProgress, seq: int) -> float | None:
         if lv.schedule is None or lv.t_phase is None:

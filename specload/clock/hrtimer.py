@@ -4,16 +4,17 @@ gevent's own timers (libev) wake late: libev hands epoll a timeout rounded up to
 (and never under 1 ms), and the kernel adds 0.1 % of the timeout as slack to poll timeouts. Measured
 on a 2-core VM: a 200 ms ``gevent.sleep`` ends 0.4-1.4 ms late, a 0.3 ms one 0.85 ms late. For a
 simulator whose TTFT and inter-token times are the reference other measurements are checked
-against, that is a visible bias.
+against, and for a load generator sending a trace's requests at their due times, that is a visible
+bias.
 
 A timerfd is an hrtimer with no such rounding: it turns readable at its expiry, and epoll reports
 that at once. One timerfd per gevent hub is armed for the earliest pending deadline; when it fires,
 every sleeper whose deadline has passed is woken in deadline order, and it is re-armed for the next.
 (What remains is the host's wake-up latency when the process was idle, ~0.2 ms on a VM.)
 
-Public: :data:`clock`, the clock deadlines are on, and the ``sleeper()`` lookup. It returns None
-where timerfd is unavailable (not Linux, or ``time.perf_counter`` is not CLOCK_MONOTONIC, which the
-timerfd is set against), and callers then use ``gevent.sleep``.
+Public: :data:`clock`, the clock deadlines are on, :func:`sleep_until`, and the ``sleeper()``
+lookup. It returns None where timerfd is unavailable (not Linux, or ``time.perf_counter`` is not
+CLOCK_MONOTONIC, which the timerfd is set against); ``sleep_until`` then uses ``gevent.sleep``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ import sys
 import time
 from typing import Any
 
+import gevent
 from gevent.hub import Hub, Waiter, get_hub
 
-#: The simulator's one clock (re-exported as ``specload.sim.timing.clock``): monotonic,
+#: The one clock of the deadlines (the simulator's, re-exported as ``specload.sim.timing.clock``): monotonic,
 #: sub-microsecond, and on Linux CLOCK_MONOTONIC, which the timerfd is set against.
 clock = time.perf_counter
 
@@ -150,3 +152,24 @@ def sleeper() -> PreciseSleeper | None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_sleepers.clear)  # a child must not share its parent's timerfd
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until ``clock() >= deadline``, never returning early, and as little late as possible.
+
+    On Linux a timerfd wakes the sleeper within tens of microseconds of the deadline (see
+    PreciseSleeper); gevent's own timers may wake up to ~1 ms late. Elsewhere, gevent's timers:
+    they are armed against the loop's cached time, which can be stale by however long the current
+    loop iteration has been running, so one sleep may wake slightly early; loop until due.
+    """
+    if deadline <= clock():
+        return
+    precise = sleeper()
+    if precise is not None:
+        precise.sleep_until(deadline)
+        return
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            return
+        gevent.sleep(left)
