@@ -28,7 +28,7 @@ from specload.core.openfiles import open_files_problem
 from specload.core.resources import locustfile_path
 from specload.core.rundir import LOCUST_PREFIX, MAX_LABEL, RUN_COMPLETED, RUN_JSON, new_run_dir, read_run_meta
 from specload.locust.channel import MASTER_TOKEN_ENV, master_token, new_master_token, token_problem
-from specload.present.output import is_known_format
+from specload.present.output import is_document, is_known_format
 from specload.present.tableview import WHOLE, TableView
 from specload.workload.config import FIELDS, Scenario, ScenarioError, apply_overrides, load_scenario
 from specload.workload.procplan import describe as describe_processes
@@ -322,7 +322,9 @@ def run_sweep(
         *distribution_flags(s),
         *s.locust_args,
     ]
-    print(f"specload: run directory {run_dir}", flush=True)
+    # (stderr under csv/json: their stdout is the data alone, so that it parses)
+    where = sys.stderr if report_format is not None and is_document(report_format) else sys.stdout
+    print(f"specload: run directory {run_dir}", file=where, flush=True)
     return _outcome(run_dir, run_locust(cmd, locust_env(s, host)), report_format, view)
 
 

@@ -280,6 +280,11 @@ def test_compare_shows_the_paired_section(tmp_path: Path) -> None:
     data = json.loads(run_compare([base, mtp], out=tmp_path / "cmp2", plot=False, fmt="json").text)
     (p,) = data["paired"]
     assert p["paired"] == 16 and p["figures"][2]["key"] == "e2e" and p["figures"][2]["diff_ci"]["hi"] < 0
+    # What the text shows is in the JSON too: the "CI narrower" cell and the finding in words.
+    j = p["figures"][2]
+    narrowing = (j["unpaired_ci"]["hi"] - j["unpaired_ci"]["lo"]) / (j["diff_ci"]["hi"] - j["diff_ci"]["lo"])
+    assert j["narrowing"] == pytest.approx(narrowing) and f"| {narrowing:.1f}x" in text
+    assert p["sentence"].startswith("mtp vs base over the same 16 trace requests") and p["sentence"] in text
     page = run_compare([base, mtp], out=tmp_path / "cmp3", plot=False, fmt="html").page
     assert page is not None and "<h2>Paired by trace request: mtp vs base (baseline)</h2>" in page.read_text()
 

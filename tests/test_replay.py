@@ -9,6 +9,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specload.core.records import read_records
@@ -152,6 +153,11 @@ SIM_CACHE = (*SIM, "--prefix-cache-tokens", "20000000", "--prefix-cache-block", 
 
 
 def _replay(sim, out: Path, sim_args: tuple[str, ...], *flags: str) -> Path:
+    return _replay_out(sim, out, sim_args, *flags)[0]
+
+
+def _replay_out(sim, out: Path, sim_args: tuple[str, ...], *flags: str) -> tuple[Path, str]:
+    """The run's directory and what the sweep printed on stdout."""
     server = sim(*sim_args)
     res = subprocess.run(
         specload_cmd("sweep", "--host", server.url, "--read-timeout", "60", "--out", str(out), *flags),
@@ -161,7 +167,7 @@ def _replay(sim, out: Path, sim_args: tuple[str, ...], *flags: str) -> Path:
     )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
-    return run_dir
+    return run_dir, res.stdout
 
 
 @pytest.mark.xdist_group("trace-replay")
@@ -229,7 +235,7 @@ def test_shared_hash_ids_hit_the_servers_prefix_cache_as_the_trace_says(sim, tmp
         )
     p = tmp_path / "t.jsonl"
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run_dir = _replay(
+    run_dir, printed = _replay_out(
         sim,
         tmp_path / "out",
         SIM_CACHE,
@@ -249,6 +255,8 @@ def test_shared_hash_ids_hit_the_servers_prefix_cache_as_the_trace_says(sim, tmp
         "h",
         "--trace-block-size",
         "300",
+        "--format",
+        "json",
     )
     recs = list(read_records(str(run_dir / "records.jsonl")))
     assert len(recs) == 24 and all(r.status == "ok" and r.prompt_tokens == 900 for r in recs)
@@ -262,6 +270,45 @@ def test_shared_hash_ids_hit_the_servers_prefix_cache_as_the_trace_says(sim, tmp
         and f"ideal (an unbounded cache, requests in order): {ideal:.1%}" in report
     )
     assert "though the scenario asked for no shared prefix" not in report  # (the trace's blocks are shared)
+    _check_trace_json(run_dir, printed, recs, served)
+
+
+def _check_trace_json(run_dir: Path, printed: str, recs: list, served: float) -> None:
+    """The sweep's ``--format json`` and ``specload report --format json`` carry the report's trace
+    figures, each checked against the records (and the trace file's rows: 24 of 900 in, 4 out)."""
+    (level,) = json.loads(printed)
+    t = level["trace"]
+    res = subprocess.run(
+        specload_cmd("report", str(run_dir), "--format", "json", "--no-write"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert [lv["trace"] for lv in json.loads(res.stdout)] == [t]
+    lag_ms = np.array([(r.t_send - r.t_sched) * 1e3 for r in sorted(recs, key=lambda r: r.t_sched)])
+    assert t["late_p50_ms"] == pytest.approx(float(np.percentile(lag_ms, 50)))
+    assert t["late_p99_ms"] == pytest.approx(float(np.percentile(lag_ms, 99)))
+    assert t["late_max_ms"] == pytest.approx(float(lag_ms.max()))
+    assert t["late_ms"] == pytest.approx(list(lag_ms)) and len(t["due_s"]) == 24
+    assert t["late_over_ms"] == int((lag_ms > t["kept_p99_threshold_ms"]).sum())
+    # Arrivals: every one of the window's 24 requests due and sent once, counted in the bins.
+    assert (t["window"], t["sent"], t["failed"]) == (24, 24, 0)
+    assert sum(t["due_per_s"]) * t["bin_s"] == pytest.approx(24)
+    assert sum(t["sent_per_s"]) * t["bin_s"] == pytest.approx(24)
+    # The trace's rows are 150 ms apart: the due times are too, from the first.
+    assert t["due_s"] == pytest.approx([0.15 * i for i in range(24)], abs=0.02)
+    # The server's hit rate next to the trace's ideal one (21 of 24 requests share 600 of 900 tokens).
+    assert t["ideal_hit_rate"] == pytest.approx(21 * 600 / (24 * 900))
+    assert t["server_hit_rate"] == pytest.approx(served, abs=0.01)
+    assert t["server_hit_source"] is not None
+    lengths = t["lengths"]
+    assert lengths["input (trace)"] == {"n": 24, "mean": 900, "p50": 900, "p90": 900, "p99": 900, "max": 900}
+    assert lengths["input (server count)"]["mean"] == 900 and lengths["output (trace)"]["max"] == 4
+    assert lengths["output (received)"]["n"] == 24
+    assert lengths["output (received)"]["mean"] == pytest.approx(np.mean([r.output_tokens for r in recs]))
+    meta = t["meta"]  # the trace's description, as run.json has it
+    assert meta == read_run_meta(run_dir).trace and meta["file"] == "t.jsonl" and meta["block_size"] == 300
 
 
 class _WordIds:

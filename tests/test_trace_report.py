@@ -91,3 +91,46 @@ def test_section_names_units_window_text_lateness_and_hit_rates() -> None:
     assert "served 20.0% of the prompt tokens (records)" in text and "ideal" in text and "25.0%" in text
     assert "input (trace)" in text and "Due (req/s)" in text
     assert [c.key for c in trace_charts(t)] == ["trace-arrivals", "trace-lateness"]
+
+
+def test_json_has_each_repeats_replay_and_the_text_the_first(tmp_path) -> None:
+    """``--format json``: each replayed level (one per repeat) carries its own ``trace``, the same
+    figures the markdown section shows for the first; levels of a run without a trace have none."""
+    import json
+
+    from specload.analysis.run import load_run
+    from specload.present.report import render_report
+
+    first = _records([1.0] * 10)  # every request 1 ms late
+    second = [dataclasses.replace(r, level=1, repeat=1) for r in _records([3.0] * 9)]  # 3 ms, one missing
+    d = tmp_path / "run"
+    d.mkdir()
+    levels = [
+        {"index": i, "concurrency": 2, "repeat": i, "budget": 10, "rate": 1.0, "status": "completed"}
+        for i in (0, 1)
+    ]
+    meta = {
+        "label": "t",
+        "status": "completed",
+        "scenario": {"trace": "t.jsonl", "trace_format": "mooncake"},
+        "trace": META,
+        "levels": levels,
+    }
+    (d / "run.json").write_text(json.dumps(meta))
+    (d / "records.jsonl").write_bytes(b"".join(r.to_json() + b"\n" for r in first + second))
+    run = load_run(d)
+    a, b = (lv["trace"] for lv in json.loads(render_report(run, "json")))
+    assert (a["sent"], b["sent"]) == (10, 9) and a["window"] == b["window"] == 10
+    assert a["late_p50_ms"] == pytest.approx(1.0, abs=1e-3) and b["late_max_ms"] == pytest.approx(
+        3.0, abs=1e-3
+    )
+    assert a["late_ms"] == pytest.approx([1.0] * 10, abs=1e-3) and a["due_s"] == [float(k) for k in range(10)]
+    assert sum(a["due_per_s"]) * a["bin_s"] == pytest.approx(10) and sum(b["sent_per_s"]) * b[
+        "bin_s"
+    ] == pytest.approx(9)
+    assert a["lengths"]["input (trace)"]["max"] == 109 and a["meta"] == META and a["ideal_hit_rate"] == 0.25
+    assert "1 of the window's 10 requests have no record" in b["notes"][0]
+    text = render_report(run, "github")
+    assert "p50 1.00 ms" in text and "p50 3.00 ms" not in text  # the markdown shows the first repeat
+    (d / "run.json").write_text(json.dumps({**meta, "trace": {}}))
+    assert all("trace" not in lv for lv in json.loads(render_report(load_run(d), "json")))

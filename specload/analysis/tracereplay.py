@@ -9,7 +9,7 @@ Read from the records (``t_sched``, ``t_send``, the lengths, ``trace_index``) an
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,9 +79,9 @@ class TraceReplay:
     notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("lengths", "meta", "due_s", "late_ms")}
-        out["lengths"] = {k: v.__dict__ for k, v in self.lengths.items()}
-        return out
+        """Every field unrounded (``meta``: run.json's ``trace``, the description), and the
+        threshold ``kept_schedule`` was judged by."""
+        return {**asdict(self), "kept_p99_threshold_ms": KEPT_P99_MS}
 
 
 def rate_series(t0: float, times: np.ndarray, span: float) -> tuple[float, list[float]]:
@@ -177,17 +177,36 @@ def _notes(t: TraceReplay, recs: Sequence[RequestRecord], behind: str | None) ->
     return notes
 
 
-def run_trace_replay(run: Run) -> TraceReplay | None:
-    """``trace_replay_of`` a loaded run (its first level: a replay is one level per repeat)."""
+def run_trace_replays(run: Run) -> dict[int, TraceReplay]:
+    """``trace_replay_of`` each level of a loaded run that replayed a trace (a replay is one level per
+    repeat), by its run.json level index; {} when it replayed none. The report's text shows the first
+    (``run_trace_replay``), its JSON every one (``trace`` on each level)."""
     meta = run.info.trace
     if not meta:
-        return None
-    lv = run.levels[0] if run.levels else None
-    first = min((r.level for r in run.records), default=0)  # (with --repeat, the first repeat's)
-    return trace_replay_of(
-        [r for r in run.records if r.level == first],
-        meta,
-        lv.extra.get("prefix_cache_hit_rate") if lv is not None else None,
-        lv.sources.get("prefix_cache_hit_rate") if lv is not None else None,
-        lv.late_note if lv is not None else None,
-    )
+        return {}
+    by_level: dict[int, list[RequestRecord]] = {}
+    for r in run.records:
+        by_level.setdefault(r.level, []).append(r)
+    out: dict[int, TraceReplay] = {}
+    for lv in run.levels:
+        if lv.index is None:
+            continue
+        replay = trace_replay_of(
+            by_level.get(lv.index, []),
+            meta,
+            lv.extra.get("prefix_cache_hit_rate"),
+            lv.sources.get("prefix_cache_hit_rate"),
+            lv.late_note,
+        )
+        if replay is not None:
+            out[lv.index] = replay
+    return out
+
+
+def run_trace_replay(run: Run) -> TraceReplay | None:
+    """The first replay of a loaded run (with --repeat, the first repeat's); a run that replayed a
+    trace but has no level yet gets the window's figures with nothing sent."""
+    replays = run_trace_replays(run)
+    if replays:
+        return replays[min(replays)]
+    return trace_replay_of(run.records, run.info.trace)

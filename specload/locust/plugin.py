@@ -20,7 +20,7 @@ from gevent.event import Event
 from locust import events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
-from specload.locust import masterwait
+from specload.locust import masterwait, spawnargs
 from specload.locust.channel import (
     FOR_JOIN,
     MASTER_TOKEN_ENV,
@@ -390,6 +390,7 @@ def _locust_sigterm_once() -> None:
 _token_for_own_processes()
 _locust_sigterm_once()
 masterwait.install()
+spawnargs.install()  # a worker's spawn messages read in ms, not seconds (heartbeats kept)
 
 # Registered once, when the locustfile first imports this module (Python imports a module once).
 events.init_command_line_parser.add_listener(on_parser)

@@ -176,5 +176,14 @@ def _figure_table(pc: PairedComparison, fmt: str) -> str:
 
 
 def paired_json(pcs: Sequence[PairedComparison]) -> list[dict[str, Any]]:
-    """The paired comparisons as plain data, unrounded (the compare JSON's ``paired``)."""
-    return [pc.to_json() for pc in pcs]
+    """The paired comparisons as plain data, unrounded (the compare JSON's ``paired``), with what the
+    text shows beside them: each figure's ``narrowing`` (the table's "CI narrower") and the E2E
+    finding in words (``sentence``)."""
+    out = []
+    for pc in pcs:
+        d = pc.to_json()
+        for f, fd in zip(pc.figures, d["figures"], strict=True):
+            fd["narrowing"] = f.narrowing
+        d["sentence"] = sentence(pc)
+        out.append(d)
+    return out

@@ -26,7 +26,7 @@ from specload.analysis.mixstats import LENGTHS
 from specload.analysis.predict import PREDICTION_JSON, read_prediction
 from specload.analysis.prompt_material import acceptance_caveat
 from specload.analysis.run import REREAD_HELP, RUN_SLO, NotARunDir, Run, default_processes, load_run
-from specload.analysis.tracereplay import run_trace_replay
+from specload.analysis.tracereplay import TraceReplay, run_trace_replay, run_trace_replays
 from specload.core.clocks import describe, is_off
 from specload.core.records import level_label
 from specload.core.rundir import REPORT_MD, RUN_COMPLETED, RUN_JSON
@@ -52,7 +52,7 @@ from specload.present.output import (
 )
 from specload.present.predictview import render as render_prediction
 from specload.present.tableview import WHOLE, TableView, columns_help, view_for
-from specload.present.traceview import trace_lines
+from specload.present.traceview import trace_json, trace_lines
 from specload.workload.prompts import method_label
 from specload.workload.recorded import recorded_scenario
 
@@ -140,8 +140,14 @@ def columns(levels: Sequence[LevelStats]) -> list[str]:
     return [f.header for f in _shown(levels)]
 
 
-def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: TableView = WHOLE) -> str:
-    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded).
+def render_levels(
+    levels: Sequence[LevelStats],
+    fmt: str = "github",
+    view: TableView = WHOLE,
+    replays: Callable[[], Mapping[int, TraceReplay]] = dict,
+) -> str:
+    """The per-level table; csv/json are for machines (json carries every LevelStats field unrounded,
+    and a trace replay's level its ``trace``: ``replays``, called only for json, by level index).
 
     ``view``: the columns a terminal shows (default: all of them, as report.md has them); when it
     hides some, a line below the table names them."""
@@ -154,8 +160,12 @@ def render_levels(levels: Sequence[LevelStats], fmt: str = "github", view: Table
         fmt,
         view,
         REPORT_MD,
-        json_data=lambda: [level_json(s) for s in levels],
+        json_data=lambda: _levels_json(levels, replays()),
     )
+
+
+def _levels_json(levels: Sequence[LevelStats], replays: Mapping[int, TraceReplay]) -> list[dict[str, Any]]:
+    return [level_json(s) | trace_json(replays, s.index) for s in levels]
 
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 99.0)
@@ -660,7 +670,7 @@ def render_report(
     ``side_text``. ``view``: the per-level table's columns, for a terminal (report.md has them all).
     """
     if is_document(fmt):
-        return render_levels(run.levels, fmt)
+        return render_levels(run.levels, fmt, replays=lambda: run_trace_replays(run))
     lines = _header_lines(run) + ["", render_levels(run.levels, fmt, view)]
     lvs = run.levels
     sections: list[tuple[str, str | None]] = [  # (title, table or None: the section is left out)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from specload.analysis.tracereplay import KEPT_P99_MS, TraceReplay
@@ -86,6 +87,13 @@ def trace_lines(t: TraceReplay, fmt: str = "github") -> list[str]:
     if t.notes:
         lines += ["", *(f"- {n}" for n in t.notes)]
     return lines
+
+
+def trace_json(replays: Mapping[int, TraceReplay], index: int | None) -> dict[str, Any]:
+    """What a level's JSON adds when the level replayed a trace: ``trace``, the replay's figures
+    (the same object as the report's section, unrounded); {} for any other level, whose JSON is unchanged."""
+    replay = replays.get(index) if index is not None else None
+    return {} if replay is None else {"trace": replay.to_json()}
 
 
 def trace_charts(t: TraceReplay | None) -> list[svg.Chart]:
