@@ -22,7 +22,7 @@ from specload.analysis.capacity import (
     limit_reason,
 )
 from specload.core.records import OK, PHASE_MEASURE, RequestRecord, make_record
-from specload.core.slo import LevelSlo, SloTally, parse_slo
+from specload.core.slo import LevelSlo, parse_slo
 from specload.sweep.capacity import (
     BRACKETED,
     FAILS_AT_MIN,
@@ -37,6 +37,7 @@ from specload.sweep.capacity import (
 )
 from specload.sweep.levels import Change, LevelPlan, SweepController
 from specload.workload.config import Scenario
+from tests.fixtures.slorows import request, tally
 
 
 def run_search(space: SearchSpace, passes: Callable[[float], bool]) -> CapacitySearch:
@@ -195,10 +196,9 @@ def test_search_space_follows_the_scenario() -> None:
 
 def level(met_ttft_s: float, n: int = 400, slo: str = "ttft_p90=1s") -> LevelSlo:
     """A level of n requests whose TTFTs are all ``met_ttft_s`` (far from any noise when n is large)."""
-    t = SloTally(parse_slo(slo))
-    for i in range(n):
-        t.add(OK, float(i), float(i) + 1.0, 10, met_ttft_s, 0.01, 1.0, None)
-    return t.result()
+    return tally(
+        parse_slo(slo), [request(OK, i, i + 1.0, 10, met_ttft_s, 0.01, 1.0) for i in range(n)]
+    ).result()
 
 
 PASS, FAIL = level(0.5), level(2.0)
@@ -256,10 +256,9 @@ def test_limit_reason_names_the_running_request_cap() -> None:
     )
     # A TPOT failure is the batch slowing decoding, with the value where it still met it.
     fast = level(0.5, slo="tpot_p50=50ms")
-    t = SloTally(parse_slo("tpot_p50=50ms"))
-    for i in range(100):
-        t.add(OK, float(i), float(i) + 1.0, 10, 0.1, 0.080, 1.0, None)
-    slow = t.result()
+    slow = tally(
+        parse_slo("tpot_p50=50ms"), [request(OK, i, i + 1.0, 10, 0.1, 0.080, 1.0) for i in range(100)]
+    ).result()
     c = capacity_of([(16, fast), (24, slow)])
     assert c is not None
     why = limit_reason(c, ServerLimits())
@@ -395,11 +394,8 @@ def test_capacity_run_drives_a_controller_to_the_answer() -> None:
     while not ctrl.finished:
         c = ctrl.current.plan.concurrency  # type: ignore[union-attr]
         _, records = _finish_level(ctrl, 0.2 if c <= 20 else 3.0)  # the server meets the SLO up to C=20
-        tally = SloTally(slo)
-        for r in records:
-            if r.phase == PHASE_MEASURE:
-                tally.add_record(r)
-        plan, line = run.level_done(ctrl.levels[ctrl.cursor - 1].plan.index, tally)
+        measured = tally(slo, [r for r in records if r.phase == PHASE_MEASURE])
+        plan, line = run.level_done(ctrl.levels[ctrl.cursor - 1].plan.index, measured)
         lines.append(line)
         if plan is None:
             ctrl.close()

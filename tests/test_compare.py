@@ -1,4 +1,4 @@
-"""specload.analysis.comparison, specload.present.compare and specload.present.plot against generated run directories shaped
+"""specload.analysis.comparison, specload.present.compare and specload.present.chartpng against generated run directories shaped
 like the reference."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from specload.analysis.comparison import (
 )
 from specload.analysis.run import load_run
 from specload.core.text import fmt_pct
+from specload.present.chartpng import MISSING_NOTICE, plot_comparison
 from specload.present.compare import (
     CompareError,
     _columns,
@@ -38,7 +39,6 @@ from specload.present.compare import (
     table_columns,
     table_rows,
 )
-from specload.present.plot import MISSING_NOTICE, plot_comparison
 from specload.present.tableview import SETTLE, view_for
 from tests.fixtures.make_compare_runs import (
     BASE_AGG,
@@ -587,7 +587,8 @@ def test_plot_comparison_writes_png_with_simulated_title(
     assert path == tmp_path / "sub" / "p.png"
     assert path.read_bytes()[:8] == PNG_MAGIC
     assert titles == ["specload: baseline vs mtp (SIMULATED)"]
-    assert vlines == [pytest.approx(REF_CROSS)]  # aggregate crossover only; per-request never crosses
+    # the aggregate crossover only (per-request never crosses), and on both charts mtp's cap, as the HTML draws them
+    assert vlines == [pytest.approx(REF_CROSS), CAP, CAP]
 
 
 def test_plot_without_matplotlib(
@@ -689,19 +690,19 @@ def test_plot_draws_the_verdicts_crossovers_only(tmp_path: Path, monkeypatch: py
 
 
 def test_plot_draws_a_finished_comparison() -> None:
-    """plot depends on specload.analysis.comparison only, never on the CLI module that calls it (no circle)."""
+    """The PNGs depend on specload.analysis.comparison only, never on the CLI module that calls them (no circle)."""
     import ast
 
+    import specload.present.chartpng
     import specload.present.compare
-    import specload.present.plot
 
     def imported(module: object) -> set[str]:
         tree = ast.parse(Path(module.__file__).read_text())  # type: ignore[attr-defined]
         return {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
 
     assert "specload.analysis.comparison" in imported(
-        specload.present.plot
-    ) and "specload.present.compare" not in imported(specload.present.plot)
+        specload.present.chartpng
+    ) and "specload.present.compare" not in imported(specload.present.chartpng)
     assert "specload.present.report" not in imported(
         specload.present.compare
     )  # both read runs through specload.analysis.run

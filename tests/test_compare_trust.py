@@ -21,8 +21,8 @@ from specload.analysis.comparison import (
     t_quantile_975,
 )
 from specload.analysis.run import load_run
+from specload.present.chartpng import plot_comparison
 from specload.present.compare import table_columns, table_rows, to_dict
-from specload.present.plot import plot_comparison
 from tests.fixtures.make_compare_runs import write_run
 
 # ---------------------------------------------------------------- F8: the exact t quantile

@@ -34,7 +34,6 @@ from specload.present.report import (
     render_levels,
     render_report,
     side_text,
-    write_report,
     write_report_md,
 )
 from specload.present.tableview import view_for
@@ -498,11 +497,11 @@ def test_print_report_is_main_without_argv(run_dir: Path, capsys: pytest.Capture
 
 
 def test_write_report(run_dir: Path) -> None:
-    path = write_report(run_dir)
+    path = write_report_md(load_run(run_dir))
     assert path == run_dir / "report.md"
     assert path.read_text() == render_report(load_run(run_dir), "github")
     with pytest.raises(NotARunDir):
-        write_report(run_dir / "nowhere")
+        load_run(run_dir / "nowhere")
 
 
 def test_level_columns_are_one_table() -> None:

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from specload.analysis import columns
-from specload.analysis.columns import read_columns, slo_tally
+from specload.analysis.columns import LevelColumns, itl_qs, read_columns, slo_tally
 from specload.analysis.metrics import Timeline, peak_in_flight, steady_window, tok_s_series
 from specload.analysis.run import load_run
 from specload.analysis.validity import Validity
@@ -344,17 +344,17 @@ def test_the_sample_run_reads_with_its_figures() -> None:
 
 
 def per_record_tallies(path: Path, slo_text: str) -> dict[Any, SloTally]:
-    """The owner's way: every measured record added to its level's tally one at a time."""
+    """The owner's way: every measured record, as parsed, added to its level's columns one at a time."""
     slo = parse_slo(slo_text)
-    tallies: dict[Any, SloTally] = {}
+    levels: dict[Any, LevelColumns] = {}
     usable = [
         r
         for r in read_records(str(path))
         if r.phase == PHASE_MEASURE and None not in (r.level, r.t_send, r.t_end, r.e2e_s, r.output_tokens)
     ]
     for r in Validity().keep(usable):  # the client's own rules, as the reading pass applies them
-        tallies.setdefault((r.level, r.concurrency, r.repeat), SloTally(slo)).add_record(r)
-    return tallies
+        levels.setdefault((r.level, r.concurrency, r.repeat), LevelColumns(itl_qs(slo))).add(r)
+    return {k: slo_tally(c, slo) for k, c in levels.items()}
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from specload.core.slo import (
 from specload.core.stats import percentile
 from specload.workload.config import Scenario, ScenarioError, apply_overrides
 from tests.conftest import specload_cmd
+from tests.fixtures.slorows import request, tally
 
 # ---------------------------------------------------------------- parsing
 
@@ -123,11 +124,9 @@ def _hist(gaps_s: list[float]) -> list[list[int]]:
     return histogram.to_pairs(h)
 
 
-def meets(slo: Slo, status: str, ttft: float | None, tpot: float | None, e2e: float | None, itl: Any) -> bool:
-    """Whether the SLO tally counts one request, added as a sweep adds it, as good."""
-    tally = SloTally(slo)
-    tally.add(status, 0.0, 1.0, 10, ttft, tpot, e2e, itl)
-    return tally.result().good == 1
+def meets(slo: Slo, status: str, ttft: float | None, tpot: float | None, e2e: float, itl: Any) -> bool:
+    """Whether the SLO tally counts one request as good."""
+    return tally(slo, [request(status, 0.0, 1.0, 10, ttft, tpot, e2e, itl)]).result().good == 1
 
 
 def test_a_request_meets_the_slo_when_each_own_value_is_within_every_threshold() -> None:
@@ -152,10 +151,13 @@ def test_a_request_meets_the_slo_when_each_own_value_is_within_every_threshold()
 
 def _tally(slo_text: str, rows: list[tuple[str, float, float, float, int]], wall: float = 10.0) -> SloTally:
     """rows: (status, ttft, tpot, e2e, output tokens); sends spread over [0, wall)."""
-    t = SloTally(parse_slo(slo_text))
-    for i, (status, ttft, tpot, e2e, n) in enumerate(rows):
-        t_send = wall * i / len(rows)
-        t.add(status, t_send, t_send + e2e, n, ttft, tpot, e2e, None)
+    t = tally(
+        parse_slo(slo_text),
+        [
+            request(status, wall * i / len(rows), wall * i / len(rows) + e2e, n, ttft, tpot, e2e)
+            for i, (status, ttft, tpot, e2e, n) in enumerate(rows)
+        ],
+    )
     t.last_end = wall  # the level's last end
     return t
 
@@ -191,25 +193,21 @@ def test_failed_requests_count_as_infinitely_slow() -> None:
 
 
 def test_missing_values_are_counted_and_miss() -> None:
-    t = SloTally(parse_slo("tpot_p50=50ms"))
-    t.add(OK, 0.0, 1.0, 1, 0.1, None, 1.0, None)  # a one-token reply has no TPOT
-    t.add(OK, 0.0, 1.0, 100, 0.1, 0.01, 1.0, None)
-    r = t.result()
+    one_token = request(OK, 0.0, 1.0, 1, 0.1, None, 1.0)  # a one-token reply has no TPOT
+    r = tally(parse_slo("tpot_p50=50ms"), [one_token, request(OK, 0.0, 1.0, 100, 0.1, 0.01, 1.0)]).result()
     assert r.good == 1 and r.targets[0].missing == 1 and r.targets[0].over == 1
 
 
 def test_itl_level_value_is_the_pooled_gaps() -> None:
-    t = SloTally(parse_slo("itl_p90=20ms"))
-    for _ in range(20):
-        t.add(OK, 0.0, 1.0, 11, 0.1, 0.01, 1.0, _hist([0.010] * 10))
-    r = t.result()
+    slo = parse_slo("itl_p90=20ms")
+    reqs = [request(OK, 0.0, 1.0, 11, 0.1, 0.01, 1.0, _hist([0.010] * 10)) for _ in range(20)]
+    r = tally(slo, reqs).result()
     assert r.targets[0].value_s == pytest.approx(0.010, rel=0.01) and r.met and r.good == 20
     # A failed request adds no gaps: one in 20 is within a p90's 10 %, three are not.
-    t.add(FAILED, 0.0, 1.0, 0, None, None, 1.0, None)
-    assert t.result().met
-    for _ in range(2):
-        t.add(FAILED, 0.0, 1.0, 0, None, None, 1.0, None)
-    assert not t.result().met and math.isinf(t.result().targets[0].value_s)
+    failed = request(FAILED, 0.0, 1.0, 0, None, None, 1.0)
+    assert tally(slo, [*reqs, failed]).result().met
+    r = tally(slo, [*reqs, failed, failed, failed]).result()
+    assert not r.met and math.isinf(r.targets[0].value_s)
 
 
 def test_merge_is_the_same_as_one_tally() -> None:

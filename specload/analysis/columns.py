@@ -262,8 +262,6 @@ class LevelColumns:
         """One record (a RequestRecord or a Rec), kept until the columns are next read."""
         self._pending.append(rec)
 
-    add_record = add
-
     def extend(self, recs: Sequence[Any]) -> None:
         """Records of this level in file order (RequestRecord or Rec: the same attributes)."""
         self._flush()
@@ -744,11 +742,7 @@ def read_columns(
                 lines = reading.read(path, 0, mid)
                 try:
                     later = child.result()
-                except (
-                    forked.ChildFailed,
-                    EOFError,
-                    pickle.UnpicklingError,
-                ):  # it failed: read its half here
+                except forked.ChildFailed:  # it failed (or sent no whole result): read its half here
                     later = _Reading(qs)
                     later.read(path, mid)
             reading.merge(later, lines)

@@ -42,20 +42,13 @@ def available() -> bool:
     return hasattr(os, "fork")
 
 
-def _dump(value: Any, f: IO[bytes]) -> None:
-    pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-
-
 class Child(Generic[T]):
     """``fn()`` computed in a forked child process (see the module's docstring). ``send(value, f)``
-    writes the value into the pipe and ``receive(f)`` reads it back (default: pickle), for values
-    too big to be pickled whole (a pickler keeps what it wrote until it is done)."""
+    writes the value into the pipe and ``receive(f)`` reads it back, in parts where the value is too
+    big to be pickled whole (a pickler keeps what it wrote until it is done)."""
 
     def __init__(
-        self,
-        fn: Callable[[], Any],
-        send: Callable[[Any, IO[bytes]], None] = _dump,
-        receive: Callable[[IO[bytes]], T] = pickle.load,
+        self, fn: Callable[[], Any], send: Callable[[Any, IO[bytes]], None], receive: Callable[[IO[bytes]], T]
     ) -> None:
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()

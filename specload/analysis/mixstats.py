@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from specload.analysis.acceptance import counter_delta
 from specload.analysis.columns import LevelColumns
-from specload.core.counters import window_ends
 from specload.core.records import FAILED, OK
 from specload.core.stats import percentiles
 
@@ -111,19 +111,19 @@ def parts_of(c: LevelColumns) -> dict[str, list[tuple[Any, npt.NDArray[np.bool_]
     return out
 
 
+def _cache_counters(s: Any) -> tuple[float, float] | None:
+    q, h = s.prefix_cache_queries, s.prefix_cache_hits
+    return None if q is None or h is None else (q, h)
+
+
 def cache_from_counters(samples: Sequence[Any], start: float, end: float) -> float | None:
     """Δhits / Δqueries of vLLM's prefix cache counters over [start, end], the deltas taken as for the
-    accept length (metrics.accept_length_from_counters): from the last sample at or before ``start``
-    (else the first inside) to the last at or before ``end``; None without two such samples or queries."""
-    usable = [s for s in samples if s.prefix_cache_queries is not None and s.prefix_cache_hits is not None]
-    ends = window_ends(usable, start, end)
-    if ends is None:
+    accept length (acceptance.counter_delta): from the last sample at or before ``start`` (else the
+    first inside) to the last at or before ``end``; None without two such samples or queries."""
+    delta = counter_delta(samples, start, end, _cache_counters)
+    if delta is None or delta[0] <= 0:
         return None
-    first, last = ends
-    queries = (last.prefix_cache_queries or 0.0) - (first.prefix_cache_queries or 0.0)
-    if queries <= 0:
-        return None
-    return ((last.prefix_cache_hits or 0.0) - (first.prefix_cache_hits or 0.0)) / queries
+    return float(delta[1] / delta[0])
 
 
 def cache_from_gauge(samples: Sequence[Any], start: float, end: float) -> float | None:

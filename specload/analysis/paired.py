@@ -17,14 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from specload.analysis.columns import LevelColumns, itl_qs, slo_tally
 from specload.analysis.run import Run
 from specload.core.records import OK, PHASE_MEASURE, RequestRecord
 from specload.core.rundir import RECORDS
 from specload.core.safeopen import open_regular
-from specload.core.slo import Slo, SloTally
+from specload.core.slo import Goodput, Slo
 
 Floats = npt.NDArray[np.float64]
 
@@ -62,9 +64,6 @@ class Interval:
     @property
     def width(self) -> float:
         return self.hi - self.lo
-
-    def to_json(self) -> dict[str, float]:
-        return {"lo": self.lo, "hi": self.hi}
 
 
 def median_rank(n: int, level: float = LEVEL) -> int | None:
@@ -157,11 +156,6 @@ class ArmRecords:
         return max(counts.values(), default=0)
 
 
-def is_trace_replay(records: Iterable[RequestRecord]) -> bool:
-    """Some measured record carries a trace row: the run replayed a trace."""
-    return any(r.phase == PHASE_MEASURE and r.trace_index is not None for r in records)
-
-
 @dataclass(frozen=True)
 class _Pooled:
     """One arm's per-request values: per trace row, each figure's mean over the request's OK records."""
@@ -227,21 +221,6 @@ class PairedFigure:
             return None
         return self.unpaired_ci.width / self.diff_ci.width
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "n": self.n,
-            "base_median": self.base_median,
-            "new_median": self.new_median,
-            "median_diff": self.median_diff,
-            "diff_ci": None if self.diff_ci is None else self.diff_ci.to_json(),
-            "median_pct": self.median_pct,
-            "pct_ci": None if self.pct_ci is None else self.pct_ci.to_json(),
-            "faster_share": self.faster_share,
-            "unpaired_diff": self.unpaired_diff,
-            "unpaired_ci": None if self.unpaired_ci is None else self.unpaired_ci.to_json(),
-        }
-
 
 def paired_figure(key: str, base: Floats, new: Floats, unpaired: bool = True) -> PairedFigure:
     """The figure's paired (and, with ``unpaired``, unpaired) statistics from aligned per-request values."""
@@ -289,9 +268,6 @@ class Bucket:
     def figure(self, key: str) -> PairedFigure:
         return next(f for f in self.figures if f.key == key)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"lo": self.lo, "hi": self.hi, "n": self.n, "figures": [f.to_json() for f in self.figures]}
-
 
 def length_buckets(lengths: Sequence[int], buckets: int = BUCKETS) -> list[tuple[int, int]]:
     """[lo, hi] token ranges splitting ``lengths`` at their quantiles (i / buckets): buckets of about
@@ -325,27 +301,11 @@ def _buckets(rows: Sequence[int], length: dict[int, int], base: _Pooled, new: _P
 
 
 @dataclass(frozen=True)
-class ArmGoodput:
-    """One arm judged against the SLO over the requests both arms sent (docs/metrics.md, "SLOs and
-    goodput"): every record of those requests, each replay's wall time summed over the replays."""
+class ArmGoodput(Goodput):
+    """One arm judged against the SLO over the requests both arms sent: every record of those
+    requests (a request sent twice counts twice), each replay's wall time summed over the replays."""
 
     label: str
-    sent: int  # records (a request sent twice counts twice)
-    good: int
-    good_tokens: int
-    wall_s: float | None
-
-    @property
-    def good_share(self) -> float | None:
-        return self.good / self.sent if self.sent else None
-
-    @property
-    def goodput_req_s(self) -> float | None:
-        return self.good / self.wall_s if self.wall_s else None
-
-    @property
-    def goodput_tok_s(self) -> float | None:
-        return self.good_tokens / self.wall_s if self.wall_s else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -362,20 +322,20 @@ class ArmGoodput:
 
 def arm_goodput(arm: ArmRecords, rows: frozenset[int], slo: Slo) -> ArmGoodput:
     """``arm``'s goodput over its records of the trace rows ``rows``. Each replay (a run's level and
-    repeat) has its wall, first send to last end of those records (SloTally); the arm's is their sum,
+    repeat) has its wall, first send to last end of those records (slo_tally); the arm's is their sum,
     so the pauses between replays do not count."""
     sent = good = tokens = 0
     wall = 0.0
     for recs in arm.runs:
-        tallies: dict[tuple[int, int], SloTally] = {}
+        replays: dict[tuple[int, int], LevelColumns] = {}
         for r in recs:
             if r.trace_index in rows:
-                tallies.setdefault((r.level, r.repeat), SloTally(slo)).add_record(r)
-        for tally in tallies.values():
-            res = tally.result()
+                replays.setdefault((r.level, r.repeat), LevelColumns(itl_qs(slo))).add(r)
+        for cols in replays.values():
+            res = slo_tally(cols, slo).result()
             sent, good, tokens = sent + res.sent, good + res.good, tokens + res.good_tokens
             wall += res.wall_s or 0.0
-    return ArmGoodput(arm.label, sent, good, tokens, wall or None)
+    return ArmGoodput(sent, good, tokens, wall or None, label=arm.label)
 
 
 # ---------------------------------------------------------------- the comparison
@@ -403,21 +363,12 @@ class PairedComparison:
         return next(f for f in self.figures if f.key == key)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "base": self.base,
-            "new": self.new,
-            "window": self.window,
-            "paired": self.paired,
-            "unpaired": dict(self.unpaired),
-            "repeats": list(self.repeats),
-            "figures": [f.to_json() for f in self.figures],
-            "by_input": [b.to_json() for b in self.by_input],
-            "by_output": [b.to_json() for b in self.by_output],
-            "slo": self.slo,
-            "goodput": [g.to_json() for g in self.goodput],
-            "output_differs": self.output_differs,
-            "notes": list(self.notes),
-        }
+        """Every field by name (figures, buckets and intervals as their fields), the unpaired counts
+        by reason, each arm's goodput with its figures."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        out["unpaired"] = dict(self.unpaired)
+        out["goodput"] = [g.to_json() for g in self.goodput]
+        return out
 
 
 def _unpaired_counts(base: _Pooled, new: _Pooled) -> tuple[tuple[str, int], ...]:

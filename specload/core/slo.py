@@ -32,7 +32,6 @@ import numpy as np
 import numpy.typing as npt
 
 from specload.core import histogram
-from specload.core.records import OK, RequestRecord
 from specload.core.stats import percentile
 from specload.core.tdist import t_quantile_975
 
@@ -255,15 +254,13 @@ class TargetResult:
 
 
 @dataclass(frozen=True)
-class LevelSlo:
-    """A level judged against an SLO: per request (good, goodput) and as a whole (met)."""
+class Goodput:
+    """Requests judged one by one against an SLO, over a wall time (docs/metrics.md, "SLOs and goodput")."""
 
-    slo: Slo
     sent: int  # measured requests
-    good: int  # of them, requests that met every target (docs/metrics.md)
+    good: int  # of them, requests that met every target
     good_tokens: int  # output tokens of the good requests
-    wall_s: float | None  # the level's Wall(s): first measured send to last measured end
-    targets: tuple[TargetResult, ...] = ()
+    wall_s: float | None  # first measured send to last measured end (or a sum of such walls)
 
     @property
     def good_share(self) -> float | None:
@@ -276,6 +273,15 @@ class LevelSlo:
     @property
     def goodput_tok_s(self) -> float | None:
         return self.good_tokens / self.wall_s if self.wall_s else None
+
+
+@dataclass(frozen=True)
+class LevelSlo(Goodput):
+    """A level judged against an SLO: per request (good, goodput; its wall is the level's Wall(s))
+    and as a whole (met)."""
+
+    slo: Slo
+    targets: tuple[TargetResult, ...] = ()
 
     @property
     def met(self) -> bool | None:
@@ -325,66 +331,18 @@ def _count(x: float) -> int | float:
 
 @dataclass
 class SloTally:
-    """One level's measured requests as the SLO needs them: added one at a time (``add``, as records
-    arrive during a sweep) or as columns (``extend``, a level read from records.jsonl); ``result``
-    judges them, the one definition of every figure of docs/metrics.md "SLOs and goodput"."""
+    """One level's measured requests as the SLO needs them, as columns (``extend``: a level's
+    columns, specload.analysis.columns.slo_tally, whether read from records.jsonl or gathered as
+    records arrive during a sweep); ``result`` judges them, the one definition of every figure of
+    docs/metrics.md "SLOs and goodput"."""
 
     slo: Slo
     first_send: float | None = None
     last_end: float | None = None
     itl: histogram.Hist = field(default_factory=dict)  # the OK requests' gaps, merged (the level's ITL)
     itl_requests: int = 0  # OK requests with gaps
-    # (ok, t_send, t_end, tokens, ttft, tpot, e2e, ITL value per target) of requests added one by
-    # one, and the columns of those added as columns (numpy arrays; nan: no value)
-    _rows: list[tuple[Any, ...]] = field(default_factory=list, repr=False)
+    # the columns of each part added (numpy arrays; nan: no value)
     _parts: list[dict[str, Any]] = field(default_factory=list, repr=False)
-
-    def add(
-        self,
-        status: str,
-        t_send: float,
-        t_end: float,
-        output_tokens: float,
-        ttft: float | None,
-        tpot: float | None,
-        e2e: float | None,
-        itl: Any,
-    ) -> None:
-        """One measured request (warmup requests are never added)."""
-        self.first_send = t_send if self.first_send is None else min(self.first_send, t_send)
-        self.last_end = t_end if self.last_end is None else max(self.last_end, t_end)
-        ok = status == OK
-        values = []
-        hist: histogram.Hist = {}
-        if ok and itl and any(t.metric == "itl" for t in self.slo.targets):
-            hist = histogram.merge([itl]) if isinstance(itl, list) else itl
-        for t in self.slo.targets:
-            if t.metric == "itl":
-                v = request_value("itl", t.q, None, None, None, hist)
-                values.append(math.nan if v is None else v)
-        if hist:
-            for b, c in hist.items():
-                self.itl[b] = self.itl.get(b, 0) + c
-            self.itl_requests += 1
-        nan = math.nan
-        self._rows.append(
-            (
-                ok,
-                t_send,
-                t_end,
-                output_tokens,
-                nan if ttft is None else ttft,
-                nan if tpot is None else tpot,
-                nan if e2e is None else e2e,
-                *values,
-            )
-        )
-
-    def add_record(self, rec: RequestRecord) -> None:
-        """One measured record, as it arrives during a sweep."""
-        self.add(
-            rec.status, rec.t_send, rec.t_end, rec.output_tokens, rec.ttft_s, rec.tpot_s, rec.e2e_s, rec.itl
-        )
 
     def extend(
         self,
@@ -431,13 +389,7 @@ class SloTally:
     def _columns(self) -> dict[str, Any]:
         """Every request added so far as one set of columns (in the order they were added)."""
         n_itl = sum(t.metric == "itl" for t in self.slo.targets)
-        parts = list(self._parts)
-        if self._rows:
-            rows = np.array(self._rows, dtype=np.float64).reshape(len(self._rows), len(_COLUMNS) + n_itl)
-            part: dict[str, Any] = {name: rows[:, i] for i, name in enumerate(_COLUMNS)}
-            part["ok"] = part["ok"] != 0
-            part["itl_values"] = [rows[:, len(_COLUMNS) + j] for j in range(n_itl)]
-            parts.append(part)
+        parts = self._parts
         if len(parts) == 1:
             return parts[0]
         out: dict[str, Any] = {
@@ -488,7 +440,7 @@ class SloTally:
         targets = tuple(
             self._judge(t, n, bad, v, m) for t, v, m in zip(self.slo.targets, values, missing, strict=True)
         )
-        return LevelSlo(self.slo, n, int(np.count_nonzero(good)), good_tokens, wall, targets)  # type: ignore[arg-type]
+        return LevelSlo(n, int(np.count_nonzero(good)), good_tokens, wall, slo=self.slo, targets=targets)  # type: ignore[arg-type]
 
     def _judge(self, t: Target, n: int, bad: int, vals: Floats, missing: int) -> TargetResult:
         if n == 0:

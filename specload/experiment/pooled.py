@@ -23,17 +23,11 @@ from specload.core.rundir import read_json
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.present.compare import (
     COMPARISON_MD,
-    COMPARISON_PNG,
-    PARETO_PNG,
-    ComparisonResult,
     print_result,
-    render_table,
-    render_text,
-    side_text,
+    write_comparison,
 )
-from specload.present.output import format_help, is_document, is_known_format, is_page
-from specload.present.plot import plot_comparison, plot_pareto
-from specload.present.tableview import WHOLE, TableView, columns_help, view_for
+from specload.present.output import format_help, is_known_format
+from specload.present.tableview import columns_help, view_for
 
 EXPERIMENT_JSON = "experiment.json"  # as specload.experiment.record writes it
 COMPLETED = "completed"
@@ -84,35 +78,6 @@ def pooled_comparison(arms: Sequence[ArmRuns], slo: Slo | None = None) -> Compar
     if any(len(loaded) > 1 for _, loaded in arm_runs):  # a trace's requests paired over every run of each arm
         comp.paired = paired_of_runs(arm_runs, runs[0].slo)[0]
     return comp
-
-
-def write_pooled(
-    comp: Comparison, directory: Path, fmt: str = "github", view: TableView = WHOLE, plot: bool = True
-) -> ComparisonResult:
-    """comparison.md (+ comparison.png, pareto.png; + comparison.html when ``fmt`` is html) in
-    ``directory``; the text to print laid out as ``specload compare`` lays it out."""
-    png = pareto = None
-    if plot:
-        png = plot_comparison(comp, directory / COMPARISON_PNG)
-        pareto = plot_pareto(comp, directory / PARETO_PNG) if png else None
-    md = directory / COMPARISON_MD
-    md.write_text(
-        render_text(
-            comp,
-            "github",
-            None if png is None else COMPARISON_PNG,
-            pareto_name=None if pareto is None else PARETO_PNG,
-        )
-    )
-    page = None
-    if is_page(fmt):  # the page file, then the usual text on the terminal
-        from specload.present.htmlpage import COMPARISON_HTML, write_compare_page
-
-        page = write_compare_page(comp, render_text(comp, "github"), directory / COMPARISON_HTML)
-        fmt = "github"
-    if is_document(fmt):
-        return ComparisonResult(comp, fmt, render_table(comp, fmt), side_text(comp), md, png, pareto)
-    return ComparisonResult(comp, fmt, render_text(comp, fmt, view=view), None, md, png, pareto, page)
 
 
 # ---------------------------------------------------------------- from the directory alone
@@ -190,7 +155,7 @@ def compare_experiment(argv: Sequence[str]) -> int:
         comp = pooled_comparison(arms_of(args.experiment), slo)
         out = Path(args.out) if args.out else Path(args.experiment)
         out.mkdir(parents=True, exist_ok=True)
-        result = write_pooled(comp, out, args.format, view, not args.no_plot)
+        result = write_comparison(comp, out, args.format, view, not args.no_plot)
     except (ValueError, SloError, OSError) as e:
         print(f"specload compare: {e}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ from specload.core.rundir import RUN_INTERRUPTED, new_run_dir, safe_name
 from specload.experiment.cap import declare_command_cap
 from specload.experiment.draft import draft_family
 from specload.experiment.plan import Arm, ExperimentError, Plan, load_plan, scenario_toml
-from specload.experiment.pooled import ArmRuns, pooled_comparison, write_pooled
+from specload.experiment.pooled import ArmRuns, pooled_comparison
 from specload.experiment.record import (
     COMPLETED,
     INCOMPLETE,
@@ -69,6 +69,7 @@ from specload.launch import (
 from specload.present.compare import (
     ComparisonResult,
     print_result,
+    write_comparison,
 )
 from specload.present.output import is_document, is_known_format
 from specload.present.pairedview import paired_json
@@ -357,7 +358,7 @@ def compare_arms(ex: Experiment, fmt: str, view: TableView, plot: bool) -> Compa
         )
         for a in ex.plan.arms
     ]
-    return write_pooled(pooled_comparison(arms), ex.directory, fmt, view, plot)
+    return write_comparison(pooled_comparison(arms), ex.directory, fmt, view, plot)
 
 
 # ---------------------------------------------------------------- the command

@@ -12,6 +12,7 @@ from locust.runners import MasterRunner
 
 from specload.analysis.capacity import verdict_text
 from specload.analysis.clientcheck import ClientFigures
+from specload.analysis.columns import LevelColumns, itl_qs, slo_tally
 from specload.core.records import PHASE_MEASURE, RequestRecord, level_label
 from specload.core.slo import Slo, SloTally, parse_slo
 from specload.sweep.capacity import CapacityRun
@@ -29,12 +30,12 @@ class LevelControl:
     def __init__(self) -> None:
         self.ctrl: SweepController | None = None
         self.slo: Slo | None = None  # the run's SLO: each level is judged as its records come in
-        self.slo_tallies: dict[int, SloTally] = {}
+        self.slo_levels: dict[int, LevelColumns] = {}  # each level's measured records, for its SLO
         self.capacity: CapacityRun | None = None
 
     def new_run(self, sc: Scenario, capacity: CapacityRun | None) -> SweepController:
         """A new controller for a run of ``sc`` (or for the capacity search's probes)."""
-        self.slo, self.slo_tallies, self.capacity = parse_slo(sc.slo) if sc.slo else None, {}, capacity
+        self.slo, self.slo_levels, self.capacity = parse_slo(sc.slo) if sc.slo else None, {}, capacity
         plans = [capacity.first_plan()] if capacity is not None else plan_levels(sc)
         self.ctrl = SweepController(
             plans,
@@ -46,9 +47,14 @@ class LevelControl:
         return self.ctrl
 
     def judge(self, rec: RequestRecord) -> None:
-        """A measured record into its level's SLO tally."""
+        """A measured record into its level's columns, for the SLO."""
         if self.slo is not None and rec.phase == PHASE_MEASURE:
-            self.slo_tallies.setdefault(rec.level, SloTally(self.slo)).add_record(rec)
+            self.slo_levels.setdefault(rec.level, LevelColumns(itl_qs(self.slo))).add(rec)
+
+    def slo_tally(self, index: int) -> SloTally:
+        """Level ``index``'s measured records so far as the run's SLO judges them."""
+        assert self.slo is not None
+        return slo_tally(self.slo_levels.get(index) or LevelColumns(), self.slo)
 
     def level_index(self) -> int | None:
         lv = self.ctrl.current if self.ctrl is not None else None
@@ -72,7 +78,7 @@ class LevelControl:
         fig = figures(lv.plan.index)
         try:
             plan, line = self.capacity.level_done(
-                lv.plan.index, self.slo_tallies.get(lv.plan.index), fig.flag() if fig is not None else None
+                lv.plan.index, self.slo_tally(lv.plan.index), fig.flag() if fig is not None else None
             )
         except (ValueError, NotImplementedError) as e:
             plan, line = None, f"capacity: the search stopped: {e}"
@@ -169,7 +175,7 @@ class LevelControl:
         flag = fig.flag() if fig is not None else None
         client = f"; {flag}" if flag else "; client ok" if fig is not None else ""
         if self.slo is not None and self.capacity is None:  # (a capacity search says it in its own line)
-            client += f"; {verdict_text((self.slo_tallies.get(p.index) or SloTally(self.slo)).result())}"
+            client += f"; {verdict_text(self.slo_tally(p.index).result())}"
         logger.log(
             logging.WARNING if flag else logging.INFO,
             "level %d/%d %s done: %d/%d requests, ok %d, failed %d, short %d, "

@@ -39,11 +39,11 @@ from specload.core.rundir import read_run_meta, safe_name
 from specload.core.slo import Slo, SloError, parse_slo
 from specload.core.text import MISSING, fmt_count, fmt_num, fmt_pct
 from specload.present.acceptcompare import Group, accept_groups, change_json, run_json, source_lines
+from specload.present.chartpng import plot_comparison, plot_pareto
 from specload.present.colour import for_stream, is_terminal
 from specload.present.output import fit_text, format_help, is_document, is_known_format, is_page, render_view
 from specload.present.output import render_table as output_table
 from specload.present.pairedview import paired_json, paired_lines, sentence
-from specload.present.plot import plot_comparison, plot_pareto
 from specload.present.tableview import (
     SETTLE,
     SETTLE_HEADER,
@@ -602,6 +602,19 @@ def run_compare(
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CompareError(f"cannot create {out_dir}: {e}") from None
+    return write_comparison(comp, out_dir, fmt, view, plot, plot_path)
+
+
+def write_comparison(
+    comp: Comparison,
+    out_dir: Path,
+    fmt: str = "github",
+    view: TableView = WHOLE,
+    plot: bool = True,
+    plot_path: str | Path | None = None,
+) -> ComparisonResult:
+    """comparison.md (+ comparison.png, pareto.png next to it; + comparison.html when ``fmt`` is html)
+    in ``out_dir``, and the text to print laid out for ``fmt``."""
     png = pareto = None
     if plot:
         png = plot_comparison(comp, Path(plot_path) if plot_path else out_dir / COMPARISON_PNG)

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from html import escape
 from pathlib import Path
 
 from specload import __version__
-from specload.analysis.comparison import Comparison
+from specload.analysis.comparison import CONCURRENCY, Axis, Comparison, Crossover
 from specload.analysis.run import Run
 from specload.analysis.tracereplay import run_trace_replay
 from specload.present import charts as chartlist
 from specload.present import svg
-from specload.present.plot import crossover_label
 from specload.present.traceview import trace_charts
 from specload.workload.recorded import recorded_scenario
 
@@ -207,6 +207,15 @@ def report_page(run: Run, markdown: str) -> str:
     return page(f"specload report: {run.label}", markdown, report_charts(run), [run])
 
 
+def crossover_label(label: str, x: Crossover, axis: Axis = CONCURRENCY) -> str:
+    """A crossover's mark in the verdict's words (about C=32 inside the noise; between single runs a
+    sign change, which the verdict does not call a crossover either)."""
+    word = "sign change" if x.single_runs else "crossover"
+    if x.inside_noise:
+        return f"{label} {word} about {axis.at(x.at if axis.rate else round(x.at))} (inside the noise)"
+    return f"{label} {word} {axis.near(x.at)}"
+
+
 def _crossover_marks(comp: Comparison) -> dict[str, list[svg.Mark]]:
     """Each figure's crossovers (Crossovers has a field per figure key: agg, per_req), to be drawn on
     that figure's chart alone, in the verdict's words (near C≈44)."""
@@ -214,8 +223,7 @@ def _crossover_marks(comp: Comparison) -> dict[str, list[svg.Mark]]:
     for key in ("agg", "per_req"):
         for label, xs in comp.crossovers.items():
             for x in getattr(xs, key):
-                text = crossover_label(label, x, comp.axis).replace("\n", " ")
-                marks.setdefault(key, []).append(svg.Mark(x.at, text))
+                marks.setdefault(key, []).append(svg.Mark(x.at, crossover_label(label, x, comp.axis)))
     return marks
 
 
@@ -226,11 +234,7 @@ def report_charts(run: Run) -> list[svg.Chart]:
 
 def compare_charts(comp: Comparison) -> list[svg.Chart]:
     """The charts of a comparison, one line per run: the HTML's and the page's."""
-    lines = [run_lines(r.run) for r in comp.runs]
-    lines = [
-        chartlist.RunLines(r.label, ln.levels, ln.samples, ln.max_running)
-        for r, ln in zip(comp.runs, lines, strict=True)
-    ]
+    lines = [replace(run_lines(r.run), label=r.label) for r in comp.runs]  # (a run's label in the comparison)
     return chartlist.level_charts(lines, _crossover_marks(comp))
 
 

@@ -3,7 +3,7 @@
 The run is read by specload.analysis.run (``load_run``), from the run directory alone, so a report can be
 re-made at any time, on any machine, from what a run left behind. This module lays it out: the
 per-level table in any --format, the header and the notes, report.md, and the command line. Code
-that wants a report without argv calls ``render_report``, ``print_report`` or ``write_report``.
+that wants a report without argv calls ``render_report``, ``print_report`` or ``write_report_md``.
 """
 
 from __future__ import annotations
@@ -737,11 +737,6 @@ def write_report_md(run: Run) -> Path:
     return path
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Read a run directory and write its report.md; raises NotARunDir when there is no run."""
-    return write_report_md(load_run(run_dir))
-
-
 def print_report(
     run: Run,
     fmt: str = "github",
@@ -864,7 +859,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print_report(run, args.format, write_md=not args.no_write, percentiles=percentiles, view=view)
     if args.plot is not None:
-        from specload.present.plot import plot_series
+        from specload.present.chartpng import CHARTS_PNG, plot_charts, plot_series
+        from specload.present.htmlpage import report_charts
 
         target = args.plot or str(run.run_dir / SERIES_PNG)
         drawn = plot_series(
@@ -875,8 +871,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if drawn is not None:
             print(f"wrote {drawn}", file=sys.stderr)
-        from specload.present.chartpng import CHARTS_PNG, plot_charts
-        from specload.present.htmlpage import report_charts
 
         grid = Path(target).with_name(CHARTS_PNG)  # every chart of the HTML report, one panel each
         keys = plot_charts(report_charts(run), grid, title=f"specload: {run.label}")

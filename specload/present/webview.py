@@ -29,10 +29,10 @@ from specload.analysis.metrics import level_json
 from specload.analysis.run import NotARunDir, load_run
 from specload.core.rundir import REPORT_MD, RUN_JSON, read_run_meta
 from specload.present.acceptcompare import source_lines
+from specload.present.chartpng import MISSING_NOTICE, plot_comparison
 from specload.present.compare import load_runs, table_columns, table_rows
 from specload.present.compare import render_table as compare_table
 from specload.present.compare import render_text as compare_text
-from specload.present.plot import MISSING_NOTICE, plot_comparison
 from specload.present.report import render_report
 from specload.workload.recorded import recorded_scenario
 

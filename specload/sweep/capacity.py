@@ -10,7 +10,7 @@ lines and ``capacity.json``. The answer read back from any run is specload.analy
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from specload.analysis.capacity import (
@@ -169,32 +169,18 @@ def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelP
     """The level that probes ``x``: a short level with the scenario's own budget rule and warmup,
     a concurrency level (C users, closed loop) or a rate level (x requests/s, open loop, with the
     scenario's arrival process and user pool)."""
-    if space.kind == KIND_RATE:
-        return LevelPlan(
-            index=index,
-            concurrency=sc.pool(),
-            repeat=0,
-            budget=sc.rate_budget(x),
-            warmup=sc.warmup_requests,
-            duration_s=sc.duration_s,
-            warmup_tokens=sc.warmup_tokens,
-            output_tokens=sc.output_tokens,
-            rate=x,
-            arrival=sc.arrival,
-            burstiness=sc.burstiness,
-            seed=sc.seed,
-        )
-    c = int(x)
-    return LevelPlan(
+    rate = space.kind == KIND_RATE
+    plan = LevelPlan(
         index=index,
-        concurrency=c,
+        concurrency=sc.pool() if rate else int(x),
         repeat=0,
-        budget=sc.budget(c),
+        budget=sc.rate_budget(x) if rate else sc.budget(int(x)),
         warmup=sc.warmup_requests,
         duration_s=sc.duration_s,
         warmup_tokens=sc.warmup_tokens,
         output_tokens=sc.output_tokens,
     )
+    return replace(plan, rate=x, arrival=sc.arrival, burstiness=sc.burstiness, seed=sc.seed) if rate else plan
 
 
 # ---------------------------------------------------------------- inside a sweep
@@ -204,8 +190,8 @@ def probe_plan(sc: Scenario, space: SearchSpace, x: float, index: int) -> LevelP
 class CapacityRun:
     """The search as the sweep's owner runs it: it names each next level, and keeps the trace.
 
-    The owner adds each measured record to ``tally(level)`` as it arrives and calls ``level_done``
-    when a level has every record back; the answer is the search's bracket.
+    The owner calls ``level_done`` with a level's SLO tally when the level has every record back;
+    the answer is the search's bracket.
     """
 
     space: SearchSpace
@@ -224,10 +210,10 @@ class CapacityRun:
         return probe_plan(self.scenario, self.space, self.search.next_x, 0)
 
     def level_done(
-        self, index: int, tally: SloTally | None, client_flag: str | None = None
+        self, index: int, tally: SloTally, client_flag: str | None = None
     ) -> tuple[LevelPlan | None, str]:
         """The level ``index`` has all its records: judge it; (the next level, or None when done; a progress line)."""
-        result = (tally or SloTally(self.slo)).result()
+        result = tally.result()
         self.results[index] = result
         x = self.x_of.get(index, self.search.next_x or 0.0)
         met = bool(result.met)

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specload.workload.traces.jsonrows import csv_rows
-from specload.workload.traces.model import Trace, TraceError, TraceRequest, finish, keep, length
+from specload.workload.traces.model import Trace, TraceError, TraceRequest, length, read_rows
 
 FORMAT = "azure"
 TIME_UNIT = "datetime"
@@ -39,16 +39,13 @@ def epoch_seconds(source: str, row: int, text: str) -> float:
 
 def read(path: str | Path) -> Trace:
     source = str(path)
-    raw: list[TraceRequest] = []
-    skipped: dict[str, int] = {}
-    rows = 0
-    for row, d in csv_rows(source, COLUMNS):
-        rows += 1
-        req = TraceRequest(
+
+    def request(row: int, d: dict[str, str]) -> TraceRequest:
+        return TraceRequest(
             row,
             epoch_seconds(source, row, d["TIMESTAMP"] or ""),
             length(source, row, "ContextTokens", d["ContextTokens"]),
             length(source, row, "GeneratedTokens", d["GeneratedTokens"]),
         )
-        keep(raw, skipped, req, source, row)
-    return finish(FORMAT, source, TIME_UNIT, 1.0, None, raw, rows, skipped, MAX_SPAN_S)
+
+    return read_rows(FORMAT, source, TIME_UNIT, 1.0, None, csv_rows(source, COLUMNS), request, MAX_SPAN_S)

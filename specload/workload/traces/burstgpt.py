@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specload.workload.traces.jsonrows import csv_rows
-from specload.workload.traces.model import Trace, TraceRequest, finish, keep, length, number
+from specload.workload.traces.model import Trace, TraceRequest, length, number, read_rows
 
 FORMAT = "burstgpt"
 TIME_UNIT = "s"
@@ -22,16 +22,13 @@ MAX_SPAN_S = 130 * 86400.0  # BurstGPT's release covers 121 days
 
 def read(path: str | Path) -> Trace:
     source = str(path)
-    raw: list[TraceRequest] = []
-    skipped: dict[str, int] = {}
-    rows = 0
-    for row, d in csv_rows(source, COLUMNS):
-        rows += 1
-        req = TraceRequest(
+
+    def request(row: int, d: dict[str, str]) -> TraceRequest:
+        return TraceRequest(
             row,
             number(source, row, "Timestamp", d["Timestamp"]),
             length(source, row, "Request tokens", d["Request tokens"]),
             length(source, row, "Response tokens", d["Response tokens"]),
         )
-        keep(raw, skipped, req, source, row)
-    return finish(FORMAT, source, TIME_UNIT, 1.0, None, raw, rows, skipped, MAX_SPAN_S)
+
+    return read_rows(FORMAT, source, TIME_UNIT, 1.0, None, csv_rows(source, COLUMNS), request, MAX_SPAN_S)

@@ -16,15 +16,13 @@ from typing import Any
 
 from specload.workload.traces.jsonrows import csv_rows, json_rows
 from specload.workload.traces.model import (
-    MAX_SPAN_S,
     UNITS,
     Trace,
     TraceError,
     TraceRequest,
-    finish,
-    keep,
     length,
     number,
+    read_rows,
 )
 
 JSONL, CSV = "jsonl", "csv"
@@ -82,24 +80,19 @@ def read(path: str | Path, kind: str, layout: Layout) -> Trace:
         rows_iter = json_rows(source)
     else:
         raise TraceError(f"{source}: unknown generic format {kind!r} (jsonl or csv)")
-    raw: list[TraceRequest] = []
-    skipped: dict[str, int] = {}
-    rows = 0
-    for row, d in rows_iter:
-        rows += 1
+
+    def request(row: int, d: dict[str, Any]) -> TraceRequest:
         for key in fields:
             if key not in d:
                 raise TraceError(f"{source}: row {row}: no field {key!r}")
         ids = _ids(source, row, layout.hash_field, d.get(layout.hash_field)) if layout.hash_field else ()
-        req = TraceRequest(
+        return TraceRequest(
             row,
             number(source, row, layout.time_field, d[layout.time_field]),
             length(source, row, layout.input_field, d[layout.input_field]),
             length(source, row, layout.output_field, d[layout.output_field]),
             ids,
         )
-        keep(raw, skipped, req, source, row)
+
     block = layout.block_size if layout.hash_field else None
-    return finish(
-        kind, source, layout.time_unit, UNITS[layout.time_unit], block, raw, rows, skipped, MAX_SPAN_S
-    )
+    return read_rows(kind, source, layout.time_unit, UNITS[layout.time_unit], block, rows_iter, request)

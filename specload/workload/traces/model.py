@@ -11,7 +11,9 @@ load is sent, saying which unit would fit.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 # Time units a generic file may declare, in seconds.
 UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
@@ -172,35 +174,34 @@ def number(source: str, row: int, name: str, value: object) -> float:
     return float(value)
 
 
-def keep(
-    requests: list[TraceRequest], skipped: dict[str, int], req: TraceRequest, source: str, row: int
-) -> None:
-    """Add a row's request, or count it out: a request with no prompt or no output cannot be sent as
-    it was (BurstGPT logs failed requests with 0 response tokens)."""
-    if req.input_tokens < 1:
-        skipped["no input tokens"] = skipped.get("no input tokens", 0) + 1
-        return
-    if req.output_tokens < 1:
-        skipped["no output tokens"] = skipped.get("no output tokens", 0) + 1
-        return
-    requests.append(req)
-
-
-def finish(
+def read_rows(
     fmt: str,
     source: str,
     unit: str,
     seconds_per_unit: float,
     block_size: int | None,
-    raw: list[TraceRequest],
-    rows: int,
-    skipped: dict[str, int],
+    rows: Iterable[tuple[int, dict[str, Any]]],
+    request: Callable[[int, dict[str, Any]], TraceRequest],
     max_span_s: float = MAX_SPAN_S,
 ) -> Trace:
-    """The Trace of rows read with raw timestamps in ``unit``: checked against the unit, in seconds."""
+    """The Trace of a file's ``(row, fields)``, each made a request by ``request``, timestamps in
+    ``unit``: checked against the unit, in seconds. A request with no prompt or no output cannot be
+    sent as it was (BurstGPT logs failed requests with 0 response tokens): it is counted out."""
+    raw: list[TraceRequest] = []
+    skipped: dict[str, int] = {}
+    n = 0
+    for row, d in rows:
+        n += 1
+        req = request(row, d)
+        if req.input_tokens < 1:
+            skipped["no input tokens"] = skipped.get("no input tokens", 0) + 1
+        elif req.output_tokens < 1:
+            skipped["no output tokens"] = skipped.get("no output tokens", 0) + 1
+        else:
+            raw.append(req)
     if not raw:
-        why = f" ({', '.join(f'{n} {k}' for k, n in skipped.items())})" if skipped else ""
-        raise TraceError(f"{source}: no request to replay in {rows} rows{why}")
+        why = f" ({', '.join(f'{c} {k}' for k, c in skipped.items())})" if skipped else ""
+        raise TraceError(f"{source}: no request to replay in {n} rows{why}")
     times = [r.arrival_s for r in raw]
     check_span(source, unit, max(times) - min(times), seconds_per_unit, len(raw), max_span_s)
     if seconds_per_unit != 1.0:
@@ -208,4 +209,4 @@ def finish(
             TraceRequest(r.index, r.arrival_s * seconds_per_unit, r.input_tokens, r.output_tokens, r.hash_ids)
             for r in raw
         ]
-    return Trace(fmt, source, unit, block_size, in_order(raw), rows, skipped)
+    return Trace(fmt, source, unit, block_size, in_order(raw), n, skipped)

@@ -11,9 +11,10 @@ blocks (prompts 32x short), SGLang ignores ``input_length``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from specload.workload.traces.jsonrows import json_rows
-from specload.workload.traces.model import Trace, TraceError, TraceRequest, finish, keep, length, number
+from specload.workload.traces.model import Trace, TraceError, TraceRequest, length, number, read_rows
 
 FORMAT = "mooncake"
 TIME_UNIT = "ms"
@@ -31,23 +32,20 @@ def hash_ids(source: str, row: int, value: object) -> tuple[int, ...]:
 
 def read(path: str | Path) -> Trace:
     source = str(path)
-    raw: list[TraceRequest] = []
-    skipped: dict[str, int] = {}
-    rows = 0
-    for row, d in json_rows(source):
-        rows += 1
+
+    def request(row: int, d: dict[str, Any]) -> TraceRequest:
         for key in ("timestamp", "input_length", "output_length"):
             if key not in d:
                 raise TraceError(
                     f"{source}: row {row}: no {key!r} (a Mooncake row has timestamp, "
                     f"input_length, output_length, hash_ids)"
                 )
-        req = TraceRequest(
+        return TraceRequest(
             row,
             number(source, row, "timestamp", d["timestamp"]),
             length(source, row, "input_length", d["input_length"]),
             length(source, row, "output_length", d["output_length"]),
             hash_ids(source, row, d.get("hash_ids")),
         )
-        keep(raw, skipped, req, source, row)
-    return finish(FORMAT, source, TIME_UNIT, SECONDS_PER_UNIT, BLOCK_SIZE, raw, rows, skipped)
+
+    return read_rows(FORMAT, source, TIME_UNIT, SECONDS_PER_UNIT, BLOCK_SIZE, json_rows(source), request)
