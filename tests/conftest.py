@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -259,3 +260,105 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 parent[find(k)] = find(keys[0])
     for item, keys in shared.items():
         item.add_marker(pytest.mark.xdist_group(find(keys[0])))
+    _processes_first(items)
+
+
+# What a test module that starts processes (a simulator, a sweep, Locust, the web UI) says somewhere.
+_STARTS_PROCESSES = re.compile(
+    r"\bsubprocess\b|\bspecload_cmd\(|\blocust_cmd\(|\bsim\b|\bprocs\b|\blaunch_ui\("
+)
+
+
+def _processes_first(items: list[pytest.Item]) -> None:
+    """The modules that start processes first, the in-process ones after (each keeps its order).
+
+    xdist hands tests out in this order (after the shared-fixture groups, largest first): a sweep of
+    15 s handed out last keeps one worker busy while the others have nothing left, and the suite
+    waits for it. In-process tests take milliseconds each: run last, they fill the workers that
+    finish early."""
+    texts: dict[Path, bool] = {}
+
+    def starts(item: pytest.Item) -> bool:
+        path = Path(str(item.path))
+        if path not in texts:
+            try:
+                texts[path] = bool(_STARTS_PROCESSES.search(path.read_text()))
+            except OSError:
+                texts[path] = True
+        return texts[path]
+
+    items.sort(key=lambda item: not starts(item))
+
+
+@dataclass(frozen=True)
+class ExperimentRun:
+    """The example experiment (scenarios/experiment-sim.toml) run once: its directory and its log."""
+
+    out: Path  # --out: the experiment directory is the one experiment-* inside
+    code: int
+    log: str
+
+
+EXPERIMENT_EXAMPLE = REPO / "scenarios" / "experiment-sim.toml"
+EXPERIMENT_TINY = [
+    "--levels",
+    "1,4",
+    "--requests-per-level",
+    "4",
+    "--output-tokens",
+    "16",
+    "--input-tokens",
+    "64",
+]
+
+
+@pytest.fixture(scope="session")
+def example_experiment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExperimentRun]:
+    """``specload experiment`` of the example plan, two arms interleaved twice (--repeat 2), its
+    comparison written as HTML too: made once for the tests that read it (test_experiment,
+    test_experiment_html), each a run of four sweeps and four servers. Read-only: a test that
+    moves or changes the directory works on a copy."""
+    out = tmp_path_factory.mktemp("experiment") / "out"
+    p = Procs()
+    try:
+        proc = p.popen(
+            specload_cmd(
+                "experiment",
+                str(EXPERIMENT_EXAMPLE),
+                "--out",
+                str(out),
+                "--no-plot",
+                "--repeat",
+                "2",
+                "--format",
+                "html",
+                *EXPERIMENT_TINY,
+            )  # fmt: skip
+        )
+        code = proc.wait(timeout=180)
+        yield ExperimentRun(out, code, p.log(proc))
+    finally:
+        p.stop_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """SPECLOAD_TEST_CPU=FILE: each test's CPU seconds (this process and the children it reaped: the
+    simulators, sweeps and Locust processes it started), wall seconds, node id, start (Unix time)
+    and xdist worker appended to FILE, one tab-separated line a test: what to shorten first when
+    make test is CPU-bound, and which test made the tail."""
+    path = os.environ.get("SPECLOAD_TEST_CPU")
+    if not path:
+        yield
+        return
+    import resource
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    c0, t0, start = cpu(), time.monotonic(), time.time()
+    yield
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+    with open(path, "a") as f:
+        f.write(f"{cpu() - c0:.2f}\t{time.monotonic() - t0:.2f}\t{item.nodeid}\t{start:.2f}\t{worker}\n")

@@ -16,7 +16,7 @@ from specload.client.introspect import llamacpp_props, server_config, vllm_dev_c
 from specload.core.rundir import RunMeta, ServerInfo
 from specload.experiment.cap import command_cap, declare_command_cap
 from specload.present.report import _notes as report_notes
-from tests.conftest import specload_cmd
+from tests.conftest import run_together, specload_cmd
 
 
 def _samples(*pairs: tuple[float, float]) -> list[ServerSample]:
@@ -85,7 +85,8 @@ def test_a_started_servers_command_line_cap_goes_into_run_json(tmp_path: Path) -
 
 
 def _sweep(server: Any, out: Path, label: str) -> Path:
-    flags = ("--levels", "1,4", "--min-requests", "8", "--input-tokens", "16", "--output-tokens", "60")
+    flags = ("--levels", "1,4", "--min-requests", "8", "--input-tokens", "16", "--output-tokens", "40")
+    flags += ("--metrics-interval", "0.25")  # (C=4's 4 waves of 0.4 s: a dozen samples with a queue)
     done = subprocess.run(
         specload_cmd("sweep", "--host", server.url, "--out", str(out), "--label", label, *flags),
         capture_output=True,
@@ -97,15 +98,17 @@ def _sweep(server: Any, out: Path, label: str) -> Path:
     return run_dir
 
 
-VLLM_LIKE = ("--max-num-seqs", "2", "--ttft-ms", "20", "--itl-ms", "25")
+VLLM_LIKE = ("--max-num-seqs", "2", "--ttft-ms", "20", "--itl-ms", "10")
 
 
 def test_a_vllm_server_that_does_not_say_its_cap_shows_it_in_its_gauges(sim: Any, tmp_path: Path) -> None:
-    server = sim(*VLLM_LIKE)
+    server, twin = sim(*VLLM_LIKE), sim(*VLLM_LIKE)  # (one each: the two sweeps run at once)
     cfg = server_config(server.url)
     assert cfg["engine"] == "vllm" and "max_running_requests" not in cfg  # no /get_server_info, no dev mode
-    a = load_run(_sweep(server, tmp_path / "a", "a"))
-    b = load_run(_sweep(server, tmp_path / "b", "b"))
+    a, b = run_together(
+        lambda: load_run(_sweep(server, tmp_path / "a", "a")),
+        lambda: load_run(_sweep(twin, tmp_path / "b", "b")),
+    )
     assert a.cap is not None and a.cap.inferred and a.cap.value == 2, a.samples
     assert a.max_running_notes() == [
         "C=4 exceeds the server's max_running_requests (2, inferred from its gauges): the excess requests queue"

@@ -37,6 +37,7 @@ from specload.analysis.clientcheck import (
     peak_in_flight,
 )
 from specload.core.rundir import LevelMeta, RunMeta
+from specload.locust.clientload import INTERVAL_S as PROBE_INTERVAL_S
 from specload.locust.clientload import LoadProbe
 from specload.locust.protocol import ClientLoadMsg
 from specload.present.report import load_run
@@ -333,9 +334,15 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+FREEZE_S = 1.5  # over STALL_MS (1 s) with the probe's interval to spare
+
+
 def test_a_frozen_locust_process_is_flagged_at_its_level(sim, tmp_path: Path) -> None:
-    """SIGSTOP of the Locust process for 2.5 s mid-level, then SIGCONT: that level's verdict names
-    the stall and the report's notes say which level it hit."""
+    """SIGSTOP of the Locust process for 1.5 s mid-level, then SIGCONT: that level's verdict names
+    the stall, at least as long as the freeze less one probe interval, and the report's notes say
+    which level it hit. On a quiet machine the stall is all the process measured of itself, and the
+    verdict is the stall's own; on a loaded one the process may also have measured its wait for a
+    CPU or a lagging loop, and the verdict is then the bottleneck's, naming the stall among them."""
     import signal
     import time
 
@@ -344,7 +351,7 @@ def test_a_frozen_locust_process_is_flagged_at_its_level(sim, tmp_path: Path) ->
     server = sim("--ttft-ms", "10", "--itl-ms", "5", "--model", "m")
     cmd = specload_cmd(
         "sweep", "--host", server.url, "--input-tokens", "8", "--output-tokens", "200", "--levels", "2",
-        "--requests-per-level", "16", "--out", str(tmp_path),
+        "--requests-per-level", "12", "--out", str(tmp_path),
     )  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -357,7 +364,7 @@ def test_a_frozen_locust_process_is_flagged_at_its_level(sim, tmp_path: Path) ->
             "a record",
         )
         os.kill(locust, signal.SIGSTOP)
-        time.sleep(2.5)
+        time.sleep(FREEZE_S)
         os.kill(locust, signal.SIGCONT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -367,6 +374,15 @@ def test_a_frozen_locust_process_is_flagged_at_its_level(sim, tmp_path: Path) ->
     assert proc.returncode == 0, out.decode()[-3000:]
     (run_dir,) = [d for d in tmp_path.iterdir() if d.is_dir()]
     client = orjson.loads((run_dir / "run.json").read_bytes())["levels"][0]["client"]
-    assert client["loop_lag_max_ms"] > 2000, client
-    assert client["flag"] and client["flag"].startswith("the client stalled at C=2 (one stall of"), client
+    assert client["loop_lag_max_ms"] >= (FREEZE_S - PROBE_INTERVAL_S) * 1e3 > STALL_MS, client
+    fig = ClientFigures.from_json(2, client)
+    assert fig is not None
+    stall = f"one stall of {client['loop_lag_max_ms'] / 1e3:.1f} s"
+    measured_besides = [r for r in fig.reasons() if r != stall]
+    said = (
+        "the client was the bottleneck at C=2 ("
+        if measured_besides
+        else f"the client stalled at C=2 ({stall}, "
+    )
+    assert client["flag"] and client["flag"].startswith(said) and stall in client["flag"], client
     assert f"- c002: {client['flag']}" in (run_dir / "report.md").read_text()

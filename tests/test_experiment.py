@@ -24,7 +24,7 @@ from specload.experiment.record import scrub_argv, scrub_env
 from specload.experiment.smoke import smoke_check, speculation_problem
 from specload.present.report import main as report_main
 from specload.workload.config import Scenario, load_scenario
-from tests.conftest import REPO, Procs, specload_cmd, wait_until
+from tests.conftest import REPO, ExperimentRun, Procs, specload_cmd, wait_until
 
 EXAMPLE = REPO / "scenarios" / "experiment-sim.toml"
 TINY = ["--levels", "1,4", "--requests-per-level", "4", "--output-tokens", "16", "--input-tokens", "64"]
@@ -201,10 +201,10 @@ def _reportable(run_dir: str) -> None:
     assert report_main([run_dir, "--no-write"]) == 0
 
 
-def test_two_arms_interleaved_twice_then_compared(tmp_path: Path, procs: Procs) -> None:
-    code, log = _run(procs, tmp_path, EXAMPLE, "--repeat", "2", *TINY)
+def test_two_arms_interleaved_twice_then_compared(example_experiment: ExperimentRun) -> None:
+    code, log = example_experiment.code, example_experiment.log
     assert code == 0, log
-    doc = _doc(tmp_path)
+    doc = _doc(example_experiment.out.parent)
     assert doc["status"] == "completed" and doc["baseline"] == "baseline"
     assert doc["order"] == ["baseline#1", "mtp#1", "baseline#2", "mtp#2"]
     runs = doc["runs"]

@@ -13,31 +13,15 @@ from pathlib import Path
 import pytest
 
 from specload.experiment.pooled import arms_of, compare_main
-from tests.conftest import REPO, Procs, specload_cmd
-
-EXAMPLE = REPO / "scenarios" / "experiment-sim.toml"
-TINY = ["--levels", "1,4", "--requests-per-level", "4", "--output-tokens", "16", "--input-tokens", "64"]
+from tests.conftest import ExperimentRun, specload_cmd
 
 
 def test_the_experiment_writes_its_pooled_comparison_as_html_and_compare_remakes_it(
-    tmp_path: Path, procs: Procs
+    tmp_path: Path, example_experiment: ExperimentRun
 ) -> None:
-    out = tmp_path / "out"
-    proc = procs.popen(
-        specload_cmd(
-            "experiment",
-            str(EXAMPLE),
-            "--out",
-            str(out),
-            "--no-plot",
-            "--repeat",
-            "2",
-            "--format",
-            "html",
-            *TINY,
-        )
-    )
-    assert proc.wait(timeout=180) == 0, procs.log(proc)[-3000:]
+    """(The example experiment, --repeat 2 --format html, is the session's: tests/conftest.py.)"""
+    out = example_experiment.out
+    assert example_experiment.code == 0, example_experiment.log[-3000:]
     (directory,) = out.glob("experiment-*")
     doc = json.loads((directory / "experiment.json").read_text())
     page = directory / "comparison.html"
@@ -52,7 +36,16 @@ def test_the_experiment_writes_its_pooled_comparison_as_html_and_compare_remakes
     # made again from the directory alone, after it moved (experiment.json's run paths are relative to
     # where the experiment ran): the same pooled figures, in another format and place
     moved = tmp_path / "moved"
-    shutil.move(str(directory), moved)
+    shutil.copytree(directory, moved)
+    away = directory.with_name(directory.name + ".away")  # (the session's copy, put back after)
+    directory.rename(away)
+    try:
+        _remade(tmp_path, moved)
+    finally:
+        away.rename(directory)
+
+
+def _remade(tmp_path: Path, moved: Path) -> None:
     assert [len(a.runs) for a in arms_of(moved)] == [2, 2]
     again = tmp_path / "again"
     done = subprocess.run(

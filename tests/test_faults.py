@@ -36,7 +36,15 @@ import pytest
 from specload.core.records import read_records
 from specload.present.report import load_run
 from specload.sim.process import SimProcess, start_sim
-from tests.conftest import SIM_START_TIMEOUT_S, Procs, free_port, locust_cmd, specload_cmd, wait_until
+from tests.conftest import (
+    SIM_START_TIMEOUT_S,
+    Procs,
+    free_port,
+    locust_cmd,
+    run_together,
+    specload_cmd,
+    wait_until,
+)
 
 MODEL = "m"
 FAST = ("--ttft-ms", "20", "--itl-ms", "5", "--model", MODEL)
@@ -126,6 +134,23 @@ def _sweep(
         timeout=SWEEP_TIMEOUT,
         env=env,
     )
+
+
+def _sweep_here(
+    capsys: pytest.CaptureFixture[str], host: str, out: Path, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """``_sweep`` for input refused before any process starts: ``specload.cli.main`` in this process
+    (what ``python -m specload`` calls: its return is the exit code), its output as a process's.
+    Twenty refusals, each a Python start-up of its own: a third of a second of CPU apiece saved."""
+    from specload.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main(["sweep", "--host", host, "--out", str(out), *flags])
+    except SystemExit as e:  # argparse's refusals
+        code = e.code if isinstance(e.code, int) else 1
+    said = capsys.readouterr()
+    return subprocess.CompletedProcess([], code, said.out, said.err)
 
 
 # ------------------------------------------------------------------------------------------------ the batch
@@ -707,7 +732,7 @@ def test_local_worker_processes_talk_over_loopback_only(procs: Procs, tmp_path: 
                 "--levels",
                 "2",
                 "--requests-per-level",
-                "24",
+                "12",
                 "--input-tokens",
                 "16",
                 "--output-tokens",
@@ -787,12 +812,14 @@ BAD_SCENARIOS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_SCENARIOS))
-def test_bad_scenario_file(idle_sim: SimProcess, tmp_path: Path, case: str) -> None:
+def test_bad_scenario_file(
+    idle_sim: SimProcess, tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     text, field, expected = BAD_SCENARIOS[case]
     path = tmp_path / "bad.toml"
     if text is not None:
         path.write_text(text)
-    out = _sweep(idle_sim.url, tmp_path / "out", "--scenario", str(path), *TINY)
+    out = _sweep_here(capsys, idle_sim.url, tmp_path / "out", "--scenario", str(path), *TINY)
     assert out.returncode == 2, out.stdout + out.stderr
     (line,) = out.stderr.strip().splitlines()  # one message, no traceback
     assert line.startswith(f"specload: {path}: "), line  # the file ...
@@ -828,9 +855,11 @@ BAD_FLAGS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_FLAGS))
-def test_bad_flags(idle_sim: SimProcess, tmp_path: Path, case: str) -> None:
+def test_bad_flags(
+    idle_sim: SimProcess, tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     flags, field, expected = BAD_FLAGS[case]
-    out = _sweep(idle_sim.url, tmp_path / "out", *TINY, *flags)
+    out = _sweep_here(capsys, idle_sim.url, tmp_path / "out", *TINY, *flags)
     assert out.returncode == 2, out.stdout + out.stderr
     assert field in out.stderr and expected in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
@@ -843,9 +872,13 @@ def test_bad_flags(idle_sim: SimProcess, tmp_path: Path, case: str) -> None:
     [(("--requests-per-level", "0"), "--requests-per-level"), (("--read-timeout", "-1"), "--read-timeout")],
 )
 def test_bad_flag_message_names_the_flag(
-    idle_sim: SimProcess, tmp_path: Path, flags: tuple[str, ...], named: str
+    idle_sim: SimProcess,
+    tmp_path: Path,
+    flags: tuple[str, ...],
+    named: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    out = _sweep(idle_sim.url, tmp_path / "out", *TINY, *flags)
+    out = _sweep_here(capsys, idle_sim.url, tmp_path / "out", *TINY, *flags)
     assert out.returncode == 2
     assert named in out.stderr, out.stderr
 
@@ -879,41 +912,6 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
     server = sim(*FAST, "--api-key", key)
     texts: dict[str, str] = {}
 
-    # 1) The right key in SPECLOAD_API_KEY wins over a wrong OPENAI_API_KEY.
-    good = _sweep(
-        server.url,
-        tmp_path / "good",
-        "--levels",
-        "2",
-        "--requests-per-level",
-        "4",
-        *TINY,
-        env=_clean_env(SPECLOAD_API_KEY=key, OPENAI_API_KEY=wrong),
-    )
-    texts["good sweep"] = good.stdout + good.stderr
-    assert good.returncode == 0, texts["good sweep"][-3000:]
-    assert [r.status for r in _records(_only_run_dir(tmp_path / "good"))] == ["ok"] * 4
-
-    # 2) OPENAI_API_KEY alone is used (the server says "incorrect", not "missing"): the probe request
-    #    before the sweep is refused, so the run stops there, quoting the server, with no load sent.
-    bad = _sweep(
-        server.url,
-        tmp_path / "bad",
-        "--levels",
-        "2",
-        "--requests-per-level",
-        "20",
-        "--model",
-        MODEL,
-        *TINY,
-        env=_clean_env(OPENAI_API_KEY=wrong),
-    )
-    texts["bad sweep"] = bad.stdout + bad.stderr
-    assert bad.returncode == 2, texts["bad sweep"][-3000:]
-    assert "HTTP 401: Incorrect API key provided" in texts["bad sweep"]
-    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
-
-    # 3) The web UI, with a run started from it.
     web_port = free_port()
     ui = procs.popen(
         locust_cmd(
@@ -931,6 +929,45 @@ def test_api_key_is_used_and_never_written(sim, procs: Procs, tmp_path: Path) ->
         env=_clean_env(SPECLOAD_API_KEY=key),
         preexec_fn=_sigint_default,
     )
+
+    # 1) The right key in SPECLOAD_API_KEY wins over a wrong OPENAI_API_KEY.
+    # 2) OPENAI_API_KEY alone is used (the server says "incorrect", not "missing"): the probe request
+    #    before the sweep is refused, so the run stops there, quoting the server, with no load sent.
+    # (Both at once: neither depends on the other.)
+    good, bad = run_together(
+        lambda: _sweep(
+            server.url,
+            tmp_path / "good",
+            "--levels",
+            "2",
+            "--requests-per-level",
+            "4",
+            *TINY,
+            env=_clean_env(SPECLOAD_API_KEY=key, OPENAI_API_KEY=wrong),
+        ),
+        lambda: _sweep(
+            server.url,
+            tmp_path / "bad",
+            "--levels",
+            "2",
+            "--requests-per-level",
+            "20",
+            "--model",
+            MODEL,
+            *TINY,
+            env=_clean_env(OPENAI_API_KEY=wrong),
+        ),
+    )
+    texts["good sweep"] = good.stdout + good.stderr
+    assert good.returncode == 0, texts["good sweep"][-3000:]
+    assert [r.status for r in _records(_only_run_dir(tmp_path / "good"))] == ["ok"] * 4
+
+    texts["bad sweep"] = bad.stdout + bad.stderr
+    assert bad.returncode == 2, texts["bad sweep"][-3000:]
+    assert "HTTP 401: Incorrect API key provided" in texts["bad sweep"]
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
+
+    # 3) The web UI, with a run started from it (started first: its start-up beside the sweeps).
     base = f"http://127.0.0.1:{web_port}"
 
     def up() -> bool:

@@ -28,6 +28,7 @@ from specload.sim.cli import build_faults, build_parser
 from specload.sim.faults import FaultInjector, Faults
 from specload.sim.process import stop_process
 from specload.sim.timing import ADMITTED, Chunk, FifoSlots, FixedEngine, clock, sleep_until
+from tests.conftest import wait_until
 from tests.rundelay import RunDelay
 
 # Measured-vs-configured tolerances (seconds). Deadlines are absolute, so a token is never early
@@ -605,7 +606,7 @@ def test_client_disconnect_frees_the_slot(shared: Sim) -> None:
 
 def test_queueing_gauges_and_vllm_metrics(start_sim: Callable[..., Sim]) -> None:
     s = start_sim("--max-running", "1", "--ttft-ms", "20", "--itl-ms", "10", "--metrics-style", "vllm")
-    body = {"prompt": [1], "max_tokens": 20, "stream": True}
+    body = {"prompt": [1], "max_tokens": 60, "stream": True}
     results: list[Resp] = []
     threads = [
         threading.Thread(target=lambda: results.append(call(s.port, "/v1/completions", body)))
@@ -613,13 +614,18 @@ def test_queueing_gauges_and_vllm_metrics(start_sim: Callable[..., Sim]) -> None
     ]
     for t in threads:
         t.start()
-    time.sleep(0.1)
-    metrics = call(s.port, "/metrics", method="GET").body.decode()
+
+    def both_in() -> tuple[str, Any] | None:
+        """The gauges once both requests are in, one running and one queued (a loaded machine may
+        take longer than the first's 0.6 s to deliver the second: waited for, not assumed)."""
+        metrics = call(s.port, "/metrics", method="GET").body.decode()
+        states = get_json(s.port, "/get_server_info")["internal_states"]
+        queued = 'vllm:num_requests_waiting{model_name="specload-sim"} 1' in metrics
+        return (metrics, states) if queued and states[0]["num_queue_reqs"] == 1 else None
+
+    metrics, states = wait_until(both_in, 10, "the second request to queue", interval=0.02)
     assert 'vllm:num_requests_running{model_name="specload-sim"} 1' in metrics
-    assert 'vllm:num_requests_waiting{model_name="specload-sim"} 1' in metrics
-    assert get_json(s.port, "/get_server_info")["internal_states"] == [
-        {"num_running_reqs": 1, "num_queue_reqs": 1}
-    ]
+    assert states == [{"num_running_reqs": 1, "num_queue_reqs": 1}]
     for t in threads:
         t.join(5)
     first, second = sorted(results, key=lambda r: r.events[0][0])

@@ -14,7 +14,7 @@ from specload.analysis.drift import DRIFT_MIN_PCT, drift_of
 from specload.analysis.run import load_run
 from specload.present.compare import render_table, to_dict
 from specload.present.report import render_report
-from tests.conftest import specload_cmd
+from tests.conftest import run_together, specload_cmd
 
 
 def _sweep(server: Any, out: Path, *flags: str) -> Path:
@@ -93,8 +93,10 @@ def test_a_server_that_speeds_up_half_way_through_a_level_is_flagged(sim: Any, t
     flags += ("--input-tokens", "16", "--output-tokens", "24")
     steady = sim("--ttft-ms", "20", "--itl-ms", "20")
     fast = sim("--ttft-ms", "20", "--itl-ms", "20", "--speed-up-after", "22", "--speed-up", "2")
-    base = load_run(_sweep(steady, tmp_path / "a", "--label", "steady", *flags))
-    drifting = load_run(_sweep(fast, tmp_path / "b", "--label", "drifting", *flags))
+    base, drifting = run_together(  # (each on its own server: at once)
+        lambda: load_run(_sweep(steady, tmp_path / "a", "--label", "steady", *flags)),
+        lambda: load_run(_sweep(fast, tmp_path / "b", "--label", "drifting", *flags)),
+    )
     (lb,), (ld,) = base.levels, drifting.levels
     assert lb.drift is not None and not lb.drift.flagged, lb.drift
     assert ld.drift is not None and ld.drift.flagged and ld.drift.pct > 40, ld.drift

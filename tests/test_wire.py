@@ -21,6 +21,7 @@ from geventhttpclient.response import HTTPConnectionClosed, HTTPParseError
 from specload.client.http import StreamResponse, StreamTimeout, make_client
 from specload.core.records import FAILED, OK
 from tests import test_stream
+from tests.rundelay import RunDelay
 from tests.test_stream import CLOSE, DONE, END, HEAD_SSE, chunk, cmpl, run, sse, usage
 
 serve = test_stream.serve  # fixtures: the raw-socket script server, the clients a test made
@@ -246,13 +247,13 @@ def test_read_timeout_rearms_while_bytes_trickle_in(serve: Any, clients: list[An
         steps += [chunk(sse(cmpl(f" {i}"))), 0.15]  # 1.2 s of stream, gaps of 0.15 s < 0.4 s
     steps += [1.5, chunk(sse(cmpl("late")))]
     srv = serve(steps)
-    t0 = time.perf_counter()
+    t0, waited = time.perf_counter(), RunDelay()  # (server and client: both in this process)
     rec = run(srv, clients, requested=20, read_timeout=0.4)
     took = time.perf_counter() - t0
     assert rec.status == FAILED
     assert rec.reason == "no data for 0.4 s (read timeout) after 8 tokens", rec.reason
-    assert rec.t_end - rec.t_last == pytest.approx(0.4, abs=0.1)
-    assert took < 1.5 + 0.15 * 8  # it did not wait for the late byte
+    assert rec.t_end - rec.t_last == pytest.approx(0.4, abs=0.1 + waited.s)
+    assert took - waited.s < 1.5 + 0.15 * 8  # it did not wait for the late byte
 
 
 def test_a_stream_that_arrives_in_one_recv_still_has_distinct_times(serve: Any, clients: list[Any]) -> None:
