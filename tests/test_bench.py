@@ -60,12 +60,15 @@ def test_bench_quick(tmp_path: Path) -> None:
         assert any(ln.startswith(f"| {row}") for ln in table.splitlines()), (row, table)
     for row in (
         "client CPU per streamed token",
-        "client CPU per request",
         "specload report: wall time",
         "specload report: peak RSS",
         "specload compare (2 runs): wall time",
     ):
         assert _number(_cell(table, row, 2)) > 0, (row, table)
+    # CPU per request is the intercept of the two phases' fit (client_cost): in a smoke run of a few
+    # requests beside other tests it is a difference of two noisy figures, and its sign is not
+    # settled (-13 us in one CI run, 330-612 us in four quiet ones). A number it must be.
+    _number(_cell(table, "client CPU per request", 2))
     for line in table.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and cells[0] != "figure" and cells[3] != "-":  # a row with a goal
